@@ -1,0 +1,3 @@
+from paratrain.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,70 @@
+"""paratrain — run one PyTorch training script on many processes, GPUs and machines.
+
+Commands:
+  paratrain run [flags] script.py [args]   launch a script on torchrun's elastic agent
+  paratrain train TASK [flags]             train a built-in task on bundled data
+  paratrain predict CKPT TEXT...           run a trained task model on inputs
+  paratrain ckpt inspect|export PATH       read or export a paratrain checkpoint
+  paratrain bench [--task T]               compare ways to train one model
+  paratrain doctor                         environment and network report
+
+`paratrain COMMAND --help` explains each command with recipes.
+
+Every error is one line that names the fix, with a non-zero exit code;
+set PARATRAIN_DEBUG=1 to see the full traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from paratrain.errors import ParatrainError
+
+# Each module has `register(subparsers)` that adds its parser and sets `handler`.
+COMMAND_MODULES = ("run", "train", "predict", "ckpt", "bench", "doctor")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="paratrain",
+        description=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from paratrain import __version__
+
+    parser.add_argument("--version", action="version", version=f"paratrain {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"paratrain.cli.{name}_cmd")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"paratrain.cli.{name}_cmd":
+                raise
+            continue  # command not built yet
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except ParatrainError as exc:
+        if os.environ.get("PARATRAIN_DEBUG"):
+            raise
+        print(f"paratrain {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"paratrain {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

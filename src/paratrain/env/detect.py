@@ -1,0 +1,47 @@
+"""Pick the launcher that started this process."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from paratrain.env.api import ClusterEnvironment, ProcessInfo
+from paratrain.env.mpi import MPIEnvironment
+from paratrain.env.single import SingleProcessEnvironment
+from paratrain.env.slurm import SlurmEnvironment
+from paratrain.env.torchelastic import TorchElasticEnvironment
+
+# Order matters: torchrun inside an SLURM allocation (`srun paratrain run ...`) sets
+# both torchrun's and SLURM's variables, and torchrun's describe the worker.
+ENVIRONMENTS: tuple[ClusterEnvironment, ...] = (
+    TorchElasticEnvironment(),
+    SlurmEnvironment(),
+    MPIEnvironment(),
+    SingleProcessEnvironment(),
+)
+
+
+def detect(environ: Mapping[str, str] | None = None) -> ProcessInfo:
+    """Return this process's :class:`ProcessInfo` from the first launcher detected.
+
+    Raises:
+        ConfigError: the launcher's variables are inconsistent (names the variable).
+    """
+    environ = os.environ if environ is None else environ
+    for environment in ENVIRONMENTS:
+        if environment.detected(environ):
+            info = environment.read(environ)
+            _check(info)
+            return info
+    raise AssertionError("SingleProcessEnvironment always matches")
+
+
+def _check(info: ProcessInfo) -> None:
+    from paratrain.errors import ConfigError
+
+    if not 0 <= info.rank < info.world_size:
+        raise ConfigError(f"rank {info.rank} is outside world size {info.world_size} ({info.source} environment)")
+    if not 0 <= info.local_rank < max(info.local_world_size, 1):
+        raise ConfigError(
+            f"local rank {info.local_rank} is outside local world size {info.local_world_size} ({info.source} environment)"
+        )

@@ -1,0 +1,61 @@
+"""Processes started by ``srun python script.py`` (one task per GPU, no torchrun)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from paratrain.env.api import ClusterEnvironment, ProcessInfo, env_int
+from paratrain.errors import ConfigError
+
+# torchrun's default; every task of one job derives the same port from the job id
+# so no one has to pick it by hand (Lightning does the same).
+_BASE_PORT = 15000
+
+
+def first_host(nodelist: str) -> str:
+    """First host of a SLURM hostlist: ``"gpu[07-09,12],cpu1"`` → ``"gpu07"``.
+
+    Raises:
+        ConfigError: the list is empty or not in SLURM's hostlist syntax.
+    """
+    nodelist = nodelist.strip()
+    match = re.match(r"^([^,\[]+)(?:\[([^\]]+)\])?", nodelist)
+    if not nodelist or not match:
+        raise ConfigError(f"cannot read SLURM_NODELIST={nodelist!r}; set MASTER_ADDR to the first node's address")
+    prefix, ranges = match.group(1), match.group(2)
+    if ranges is None:
+        return prefix
+    first = ranges.split(",")[0].split("-")[0]
+    return prefix + first
+
+
+class SlurmEnvironment(ClusterEnvironment):
+    name = "slurm"
+
+    def detected(self, environ: Mapping[str, str]) -> bool:
+        # `salloc` followed by plain `python` sets SLURM_NTASKS but not SLURM_PROCID
+        # per task; only srun-started tasks have SLURM_PROCID and SLURM_STEP_ID.
+        return "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ and "SLURM_STEP_ID" in environ
+
+    def read(self, environ: Mapping[str, str]) -> ProcessInfo:
+        world_size = env_int(environ, "SLURM_NTASKS")
+        num_nodes = env_int(environ, "SLURM_NNODES", 1)
+        tasks_per_node = environ.get("SLURM_NTASKS_PER_NODE", "")
+        local_world_size = int(tasks_per_node.split("(")[0]) if tasks_per_node[:1].isdigit() else max(1, world_size // num_nodes)
+        master_addr = environ.get("MASTER_ADDR") or first_host(
+            environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST", "")
+        )
+        job_id = env_int(environ, "SLURM_JOB_ID", 0)
+        master_port = env_int(environ, "MASTER_PORT", _BASE_PORT + job_id % 10000)
+        return ProcessInfo(
+            rank=env_int(environ, "SLURM_PROCID"),
+            local_rank=env_int(environ, "SLURM_LOCALID", 0),
+            world_size=world_size,
+            local_world_size=local_world_size,
+            node_rank=env_int(environ, "SLURM_NODEID", 0),
+            num_nodes=num_nodes,
+            master_addr=master_addr,
+            master_port=master_port,
+            source=self.name,
+        )

@@ -1,0 +1,31 @@
+"""Processes started by torchrun / ``paratrain run`` (torch.distributed.run's elastic agent)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from paratrain.env.api import ClusterEnvironment, ProcessInfo, env_int
+
+
+class TorchElasticEnvironment(ClusterEnvironment):
+    name = "torchrun"
+
+    def detected(self, environ: Mapping[str, str]) -> bool:
+        # torchrun always exports all four; TORCHELASTIC_RUN_ID tells it apart from a
+        # hand-written launcher that sets RANK/WORLD_SIZE (which we still accept).
+        return all(k in environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
+
+    def read(self, environ: Mapping[str, str]) -> ProcessInfo:
+        world_size = env_int(environ, "WORLD_SIZE")
+        local_world_size = env_int(environ, "LOCAL_WORLD_SIZE", world_size)
+        return ProcessInfo(
+            rank=env_int(environ, "RANK"),
+            local_rank=env_int(environ, "LOCAL_RANK"),
+            world_size=world_size,
+            local_world_size=local_world_size,
+            node_rank=env_int(environ, "GROUP_RANK", 0),
+            num_nodes=max(1, world_size // max(local_world_size, 1)),
+            master_addr=environ.get("MASTER_ADDR"),
+            master_port=env_int(environ, "MASTER_PORT", 0) or None,
+            source=self.name,
+        )

@@ -1,0 +1,1 @@
+"""Inside each worker: process group, device, seeds, and the user-facing Runtime."""

@@ -1,0 +1,45 @@
+"""Which device and which backend this process uses."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from paratrain.errors import ConfigError
+
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+def resolve_backend(requested: str | None = None) -> str:
+    """``auto`` → ``nccl`` when CUDA is usable, else ``gloo``.
+
+    ``requested`` defaults to ``PARATRAIN_BACKEND`` (set by ``paratrain run --backend``).
+
+    Raises:
+        ConfigError: unknown backend, or ``nccl`` without CUDA.
+    """
+    requested = (requested or os.environ.get("PARATRAIN_BACKEND") or "auto").lower()
+    if requested not in BACKENDS:
+        raise ConfigError(f"backend {requested!r} is not one of {', '.join(BACKENDS)}")
+    if requested == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if requested == "nccl" and not torch.cuda.is_available():
+        raise ConfigError("backend nccl needs CUDA, and no CUDA device is visible; use --backend gloo (or auto)")
+    return requested
+
+
+def resolve_device(backend: str, local_rank: int) -> torch.device:
+    """``cuda:LOCAL_RANK`` for NCCL (or gloo on a CUDA machine), else CPU.
+
+    Raises:
+        ConfigError: more local processes than visible GPUs.
+    """
+    if backend == "nccl" or (os.environ.get("PARATRAIN_DEVICE") != "cpu" and torch.cuda.is_available()):
+        count = torch.cuda.device_count()
+        if local_rank >= count:
+            raise ConfigError(
+                f"local rank {local_rank} has no GPU ({count} visible); lower --nproc-per-node to {count} or set CUDA_VISIBLE_DEVICES"
+            )
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")

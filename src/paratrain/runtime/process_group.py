@@ -1,0 +1,61 @@
+"""Start and stop torch.distributed for one worker."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from paratrain import comm
+from paratrain.env import ProcessInfo
+from paratrain.errors import DistributedError
+
+
+def init_process_group(info: ProcessInfo, backend: str, device: torch.device, timeout_s: float) -> bool:
+    """Join the job's process group; return True if this call created it.
+
+    Does nothing for one process or when the user already initialised a group.
+    All ranks must call it together (it is the first collective).
+
+    Raises:
+        DistributedError: the rendezvous failed (names the master address and port).
+    """
+    if not info.distributed or dist.is_initialized():
+        return False
+    # torchrun exports MASTER_ADDR/PORT; SLURM and MPI launches get them from us.
+    if info.master_addr:
+        os.environ.setdefault("MASTER_ADDR", info.master_addr)
+    if info.master_port:
+        os.environ.setdefault("MASTER_PORT", str(info.master_port))
+    kwargs = {}
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        kwargs["device_id"] = device  # eager NCCL init: errors surface here, not mid-step
+    try:
+        dist.init_process_group(
+            backend=backend,
+            init_method="env://",
+            rank=info.rank,
+            world_size=info.world_size,
+            timeout=timedelta(seconds=timeout_s),
+            **kwargs,
+        )
+    except Exception as exc:  # torch raises DistStoreError, RuntimeError, ValueError…
+        where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+        raise DistributedError(
+            f"rank {info.rank} could not join the process group at {where} within {timeout_s:g}s "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); check that rank 0 runs and the address is reachable"
+        ) from exc
+    if backend != "gloo":
+        # Barriers that name late ranks need gloo (monitored_barrier); NCCL gets a side group.
+        comm.set_control_group(dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s)))
+    return True
+
+
+def destroy_process_group() -> None:
+    """Leave the process group (idempotent)."""
+    comm.set_control_group(None)
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
