@@ -3,17 +3,9 @@
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
-
-# Variables a test may set through monkeypatch but must never leak.
-_WATCHED_PREFIXES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_", "SLURM_", "OMPI_", "PMI", "TORCHELASTIC",
-                     "GLOO_", "NCCL_", "PARATRAIN_", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+from tests.support import WATCHED_PREFIXES as _WATCHED_PREFIXES
 
 
 def _watched_env() -> dict[str, str]:
@@ -40,15 +32,8 @@ def no_leaks():
 
 
 @pytest.fixture
-def cli_env(tmp_path):
-    """Environment for running `python -m paratrain ...` in a subprocess."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_WATCHED_PREFIXES)}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
-    env["PYTHONUNBUFFERED"] = "1"
-    env["OMP_NUM_THREADS"] = "1"
-    return env
+def cli_env():
+    """Environment for running the real CLI in a subprocess (see tests.support)."""
+    from tests.support import clean_env
 
-
-def paratrain_cmd(*args: str) -> list[str]:
-    """argv that runs the real CLI with the current interpreter."""
-    return [sys.executable, "-m", "paratrain", *args]
+    return clean_env()

@@ -33,6 +33,7 @@ from paratrain.errors import (
     ParatrainError,
     WorkerError,
 )
+from paratrain.launch.spawn import spawn
 from paratrain.runtime.runtime import Runtime
 from paratrain.runtime.seeding import rank_seed, seed_everything
 
@@ -40,6 +41,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Runtime",
+    "spawn",
     "comm",
     "rank",
     "local_rank",

@@ -8,7 +8,6 @@ the same random crops.
 
 from __future__ import annotations
 
-import os
 import random
 
 import numpy as np
@@ -24,7 +23,6 @@ def seed_everything(seed: int) -> int:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # also seeds every CUDA device
-    os.environ["PARATRAIN_SEED"] = str(seed)
     return seed
 
 
