@@ -65,10 +65,16 @@ def spawn(
             start_method=start_method,
             monitor_interval=0.05,
         )
+        saved_env = dict(os.environ)
         try:
             results = elastic_launch(config, _worker)(fn, tuple(args), worker_env)
         except ChildFailedError as exc:
             raise _worker_error(exc) from None
+        finally:
+            # The agent exports TORCHELASTIC_* into this process; the caller's
+            # environment must come back as it was.
+            os.environ.clear()
+            os.environ.update(saved_env)
     return results[0]
 
 
