@@ -9,7 +9,14 @@ def reduce_ranks(scale):
     rt = pt.Runtime()
     try:
         total = pt.all_reduce(float(rt.rank + 1) * scale, op="sum")
-        return {"rank": rt.rank, "world": rt.world_size, "total": total, "addr": os.environ["MASTER_ADDR"]}
+        return {
+            "rank": rt.rank,
+            "world": rt.world_size,
+            "total": total,
+            "addr": os.environ["MASTER_ADDR"],
+            "gloo_ifname": os.environ.get("GLOO_SOCKET_IFNAME"),
+            "extra": os.environ.get("PARATRAIN_TEST_EXTRA"),
+        }
     finally:
         rt.close()
 

@@ -16,15 +16,32 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-LOOPBACK = "127.0.0.1"
+from paratrain.errors import ConfigError
+from paratrain.launch.network import LOOPBACK
 
 
 class LoopbackStore:
-    """Holds the store server (and so its loopback socket) for the launcher's lifetime."""
+    """Holds the store server (and so its loopback socket) for the launcher's lifetime.
 
-    def __init__(self, timeout_s: float = 600.0):
+    Args:
+        timeout_s: the store's operation timeout.
+        port: 0 (default) lets the kernel pick a free port; else that port.
+
+    Raises:
+        ConfigError: ``port`` is taken.
+    """
+
+    def __init__(self, timeout_s: float = 600.0, port: int = 0):
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind((LOOPBACK, 0))
+        # As TCPStore does: a port whose old connections sit in TIME_WAIT is reusable.
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind((LOOPBACK, port))
+        except OSError as exc:
+            listener.close()
+            raise ConfigError(
+                f"port {port} on {LOOPBACK} is taken ({exc.strerror}); pick another --master-port or leave it out"
+            ) from None
         listener.listen(512)
         self.port: int = listener.getsockname()[1]
         self.store = dist.TCPStore(

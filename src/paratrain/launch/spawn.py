@@ -3,19 +3,24 @@
 The detectron2 ``launch()`` / ``mp.spawn`` pattern (seeds 002 and 003), without a
 hand-picked ``tcp://localhost:12345``: the rendezvous listens on a loopback port the
 kernel picks, workers get the usual torchrun variables (RANK, LOCAL_RANK,
-WORLD_SIZE, MASTER_ADDR, MASTER_PORT), and supervision is torch.distributed's own.
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and ``GLOO_SOCKET_IFNAME=lo``, and supervision
+is torch.distributed's own.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from paratrain.errors import ConfigError, LaunchError, WorkerError
+from paratrain.errors import ConfigError
+from paratrain.launch import network
+from paratrain.launch.environ import scoped_environ
+from paratrain.launch.failures import worker_error
 from paratrain.launch.loopback_store import LoopbackStore
+from paratrain.launch.torch_logs import torch_log_level
 
 
 def _worker(fn: Callable[..., Any], args: tuple, env: dict[str, str]) -> Any:
@@ -32,11 +37,15 @@ def spawn(
     env: dict[str, str] | None = None,
     timeout: float = 600.0,
     start_method: str = "spawn",
+    verbose: bool = False,
 ) -> Any:
     """Call ``fn(*args)`` in ``nprocs`` new processes; return rank 0's return value.
 
     ``fn`` must be importable (defined at module top level) because workers are
-    started with the ``spawn`` method. Inside, ``pt.Runtime()`` joins the group.
+    started with the ``spawn`` method. Inside, ``pt.Runtime()`` joins the group, and
+    ``rt.close()`` should end it. ``env`` is added to the workers' environment
+    (after OMP_NUM_THREADS=1 and GLOO_SOCKET_IFNAME=lo, which it may override).
+    ``verbose`` shows torch elastic's own log lines.
 
     Raises:
         ConfigError: ``nprocs`` < 1 or ``fn`` is not a top-level function.
@@ -45,15 +54,22 @@ def spawn(
         LaunchError: a worker died without an exception (signal, ``os._exit``).
     """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import LaunchConfig as ElasticConfig
+    from torch.distributed.launcher.api import elastic_launch
 
-    if not isinstance(nprocs, int) or nprocs < 1:
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ConfigError(f"nprocs must be a positive integer, got {nprocs!r}")
     if getattr(fn, "__qualname__", "").count("<locals>") or getattr(fn, "__name__", "") == "<lambda>":
         raise ConfigError(f"{fn!r} is not picklable for the spawn start method; define it at module top level")
-    worker_env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(env or {})}
-    with LoopbackStore(timeout_s=timeout) as store:
-        config = LaunchConfig(
+    worker_env = {
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        # Gloo's pair sockets on loopback too (like the store), whatever the host name resolves to.
+        "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME") or network.interface_for(network.LOOPBACK).name,
+        **(env or {}),
+    }
+    quiet = logging.INFO if verbose else logging.CRITICAL
+    with LoopbackStore(timeout_s=timeout) as store, torch_log_level(quiet), scoped_environ():
+        config = ElasticConfig(
             min_nodes=1,
             max_nodes=1,
             nproc_per_node=nprocs,
@@ -65,36 +81,8 @@ def spawn(
             start_method=start_method,
             monitor_interval=0.05,
         )
-        saved_env = dict(os.environ)
         try:
             results = elastic_launch(config, _worker)(fn, tuple(args), worker_env)
         except ChildFailedError as exc:
-            raise _worker_error(exc) from None
-        finally:
-            # The agent exports TORCHELASTIC_* into this process; the caller's
-            # environment must come back as it was.
-            os.environ.clear()
-            os.environ.update(saved_env)
+            raise worker_error(exc) from None
     return results[0]
-
-
-def _worker_error(exc) -> Exception:
-    """Turn torch's ChildFailedError into a WorkerError for the first failed rank."""
-    rank, failure = exc.get_first_failure()
-    data = failure.error_file_data or {}
-    message = data.get("message")
-    if isinstance(message, str):  # some torch versions store the JSON as a string
-        try:
-            message = json.loads(message)
-        except ValueError:
-            message = {"message": message}
-    if isinstance(message, dict) and message.get("message"):
-        text = str(message["message"])
-        tb = str(message.get("extraInfo", {}).get("py_callstack", ""))
-        exc_type, _, detail = text.partition(": ")
-        return WorkerError(rank, exc_type.strip(), detail.strip(), tb)
-    return LaunchError(
-        f"rank {rank} (pid {failure.pid}) died with exit code {failure.exitcode} "
-        f"{'(' + failure.signal_name() + ')' if failure.exitcode < 0 else ''} without a Python exception; "
-        "look at its output above"
-    )

@@ -19,7 +19,10 @@ def resolve_backend(requested: str | None = None) -> str:
     Raises:
         ConfigError: unknown backend, or ``nccl`` without CUDA.
     """
-    requested = (requested or os.environ.get("PARATRAIN_BACKEND") or "auto").lower()
+    # Runtime() passes "auto" by default, which must still follow `paratrain run --backend`.
+    if not requested or requested.lower() == "auto":
+        requested = os.environ.get("PARATRAIN_BACKEND") or "auto"
+    requested = requested.lower()
     if requested not in BACKENDS:
         raise ConfigError(f"backend {requested!r} is not one of {', '.join(BACKENDS)}")
     if requested == "auto":

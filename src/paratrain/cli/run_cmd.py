@@ -1,0 +1,155 @@
+"""``paratrain run``: start a script on N processes per node, on one or several nodes."""
+
+from __future__ import annotations
+
+import argparse
+
+from paratrain.launch.legacy import CHOICES as LEGACY_CHOICES
+
+MANUAL = """\
+Start SCRIPT (or -m MODULE) on --nproc-per-node processes per node through
+torch.distributed.run's elastic agent. Each worker gets RANK, LOCAL_RANK,
+WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT; inside, `pt.Runtime()`
+(or plain `torch.distributed.init_process_group("env://")`) joins the group.
+
+One node (no port to pick: a free one is taken, and the rendezvous and gloo
+sockets listen on 127.0.0.1 only, so two jobs on one machine never collide):
+
+    paratrain run --nproc-per-node 2 train.py --epochs 3
+    paratrain run --nproc-per-node auto train.py        # one per GPU, else 1
+
+Two nodes (run one command on each; node 0 is the one at --master-addr, and
+every node must reach it on --master-port):
+
+    node0$ paratrain run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 --nproc-per-node 8 train.py
+    node1$ paratrain run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500 --nproc-per-node 8 train.py
+
+  paratrain exports GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME to the interface
+  that routes to --master-addr (one info line says which). Without them gloo
+  resolves the host name, often to 127.0.0.1, and the other node gets
+  "Connection refused". Set them yourself to choose another interface.
+
+Elastic nodes (c10d rendezvous: any node may start first, 2 to 4 nodes):
+
+    paratrain run --nnodes 2:4 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29400 --rdzv-id exp1 train.py
+
+SLURM (one launcher per node; nodes, node rank, master address and a port
+derived from the job id come from SLURM when the flags are not given):
+
+    srun --nodes 2 --ntasks-per-node 1 paratrain run --nproc-per-node 4 train.py
+
+Legacy scripts that parse --local_rank (torch.distributed.launch style):
+
+    paratrain run --nproc-per-node 2 --legacy-local-rank old_train.py
+    paratrain run --nproc-per-node 2 --legacy-local-rank=local-rank old_train.py
+
+  `auto` (the default when the flag is given bare) reads the script to pick
+  --local_rank or --local-rank; torch elastic substitutes each worker's number.
+
+Environment for the workers (what you set yourself wins):
+  OMP_NUM_THREADS      --threads-per-proc, else cores / local processes (at least 1)
+  PARATRAIN_BACKEND    --backend; pt.Runtime() follows it
+  GLOO_SOCKET_IFNAME   lo on one node, the route to the master on several
+  NCCL_SOCKET_IFNAME   same
+  PARATRAIN_DEBUG=1    full tracebacks from paratrain itself
+
+Failure modes (each one line and a non-zero exit code):
+  a worker fails       names its rank, exit code and log file; the others are
+                       stopped; the exit code is the worker's
+  a node never joins   node 0 stops after --rdzv-timeout naming the address
+  master unreachable   other nodes stop after --rdzv-timeout naming address:port
+  bad flags            refused before anything starts: missing script, fewer
+                       than 1 process, --node-rank outside --nnodes, a busy
+                       --master-port, --backend nccl without CUDA, a master
+                       address that does not resolve
+"""
+
+
+def register(subparsers) -> None:
+    """Add the ``run`` command."""
+    parser = subparsers.add_parser(
+        "run",
+        help="launch a script on N processes / M nodes (torchrun's elastic agent)",
+        description=MANUAL,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="paratrain run [flags] script.py [script args] | paratrain run [flags] -m module [args]",
+    )
+    size = parser.add_argument_group("processes and nodes")
+    size.add_argument(
+        "--nproc-per-node",
+        "--nproc_per_node",
+        metavar="N|auto",
+        help="workers on this node (default 1; auto: one per GPU, else 1)",
+    )
+    size.add_argument("--nnodes", metavar="N|MIN:MAX", help="number of nodes (default 1, or SLURM's)")
+    size.add_argument(
+        "--node-rank", "--node_rank", metavar="K", help="this node's rank, 0 to nnodes-1 (static rendezvous)"
+    )
+    size.add_argument(
+        "--max-restarts",
+        "--max_restarts",
+        metavar="R",
+        help="restart the worker group up to R times on failure (default 0)",
+    )
+    size.add_argument(
+        "--threads-per-proc", metavar="T", help="OMP_NUM_THREADS per worker (default: cores / local workers)"
+    )
+
+    rdzv = parser.add_argument_group("rendezvous")
+    rdzv.add_argument("--master-addr", "--master_addr", metavar="HOST", help="address of node 0 (several nodes)")
+    rdzv.add_argument(
+        "--master-port",
+        "--master_port",
+        metavar="PORT",
+        help="port on node 0 (default: a free loopback port on one node, 29500 on several)",
+    )
+    rdzv.add_argument(
+        "--rdzv-backend", "--rdzv_backend", metavar="static|c10d", help="rendezvous kind (default static)"
+    )
+    rdzv.add_argument("--rdzv-endpoint", "--rdzv_endpoint", metavar="HOST:PORT", help="c10d/etcd rendezvous address")
+    rdzv.add_argument("--rdzv-id", "--rdzv_id", metavar="ID", help="job id shared by all nodes (c10d/etcd)")
+    rdzv.add_argument("--rdzv-timeout", metavar="SECONDS", help="how long nodes wait for each other (default 600)")
+
+    work = parser.add_argument_group("workers")
+    work.add_argument(
+        "--backend",
+        metavar="auto|gloo|nccl",
+        help="process-group backend for pt.Runtime (default auto: nccl on CUDA, else gloo)",
+    )
+    # `--legacy-local-rank[=SPELLING]`. A plain optional value (nargs="?") would swallow the
+    # script in `--legacy-local-rank train.py`, so each spelled form is its own flag
+    # (argparse matches a whole "--flag=value" string against known flags first).
+    work.add_argument(
+        "--legacy-local-rank",
+        action="store_const",
+        const="auto",
+        dest="legacy_local_rank",
+        help="pass --local_rank=N or --local-rank=N to scripts that parse it; the bare flag reads "
+        "the script to pick the spelling, --legacy-local-rank=local_rank or =local-rank forces one",
+    )
+    for choice in LEGACY_CHOICES:
+        work.add_argument(
+            f"--legacy-local-rank={choice}",
+            action="store_const",
+            const=choice,
+            dest="legacy_local_rank",
+            help=argparse.SUPPRESS,
+        )
+    work.add_argument("--log-dir", metavar="DIR", help="also write each worker's stdout/stderr to files under DIR")
+    work.add_argument("-m", "--module", action="store_true", help="run a module like python -m")
+    work.add_argument(
+        "-v", "--verbose", action="store_true", help="show torch elastic's own log lines and the torchrun argv"
+    )
+
+    parser.add_argument("target", nargs=argparse.REMAINDER, metavar="script.py [args]", help=argparse.SUPPRESS)
+    parser.set_defaults(handler=handler, legacy_local_rank=None)
+
+
+def handler(args: argparse.Namespace) -> int:
+    """Build, check and launch; returns the exit code (0 when every worker succeeded)."""
+    from paratrain.launch.config import LaunchConfig
+    from paratrain.launch.torchrun import launch
+
+    config = LaunchConfig.from_args(args)
+    config.validate()
+    return launch(config)

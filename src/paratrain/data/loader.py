@@ -1,0 +1,245 @@
+"""``make_loader`` / ``rt.loader``: a DataLoader that knows the world size, the epoch and its place.
+
+What the seeds do by hand, and forget: build a DistributedSampler, never pass
+``shuffle=True`` beside it, call ``set_epoch`` every epoch, seed workers per rank,
+pin memory on CUDA, keep workers alive between epochs, and pad evaluation data so
+accuracy changes with the GPU count. The loader here does all of it:
+
+* training (default): :class:`~paratrain.data.sampler.ResumableDistributedSampler`,
+  equal steps on every rank (pads like DistributedSampler; ``drop_last=True`` cuts);
+* ``exact=True``: :class:`~paratrain.data.exact.ExactShardSampler`, every sample
+  once across ranks, for evaluation with :func:`~paratrain.data.gather`;
+* ``sampler=…``: the user's sampler, made resumable by skipping consumed indices.
+
+Epochs: every new ``iter(loader)`` is the next epoch, unless the loader was just
+created, restored with ``load_state_dict`` or pointed at an epoch with
+``set_epoch`` — then that epoch (from its saved position) is used.
+
+Progress counts *consumed* batches — those handed to the training loop — not the
+indices the sampler has given to prefetching workers, so a ``state_dict()`` taken
+after ``k`` batches resumes at batch ``k + 1`` with any ``num_workers``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from paratrain import comm
+from paratrain.data.checks import check_enough_samples, check_request, check_same_length
+from paratrain.data.exact import ExactShardSampler
+from paratrain.data.resumable import ResumableSampler, ResumableWrapper
+from paratrain.data.sampler import ResumableDistributedSampler, dataset_length
+from paratrain.errors import DataError
+from paratrain.runtime.seeding import rank_seed
+
+if TYPE_CHECKING:
+    from paratrain.runtime.runtime import Runtime
+
+_STATE_KEYS = ("epoch", "batches", "batch_size", "sampler")
+
+
+class DistributedLoader:
+    """An iterable of batches for this rank, with epochs and a resumable position.
+
+    Behaves like the ``torch.utils.data.DataLoader`` it wraps (``iter``, ``len``,
+    ``dataset``, ``batch_size``); the DataLoader itself is ``.dataloader``.
+    Build it with :func:`make_loader` or ``rt.loader(...)``.
+    """
+
+    def __init__(self, dataloader: DataLoader, sampler: ResumableSampler, worker_seed: int, drop_last: bool):
+        self.dataloader = dataloader
+        self.sampler = sampler
+        self.drop_last = drop_last
+        self._worker_seed = worker_seed
+        self._fresh = True  # the next iter() uses sampler.epoch/position as they are
+        self._taken = 0  # batches handed out by the current pass
+        self._pass_len = 0  # batches the current pass yields in all
+        self._started = False
+
+    @property
+    def dataset(self) -> Any:
+        return self.dataloader.dataset
+
+    @property
+    def batch_size(self) -> int:
+        return self.dataloader.batch_size
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the current pass (or of the next one, before it starts)."""
+        return self.sampler.epoch
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Batches in a whole epoch on this rank (for schedules: total steps = epochs × this)."""
+        return self._batches_for(self.sampler.samples_per_epoch)
+
+    def _batches_for(self, samples: int) -> int:
+        return samples // self.batch_size if self.drop_last else math.ceil(samples / self.batch_size)
+
+    # ---- iteration ----------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next ``iter()`` run ``epoch``.
+
+        Right after ``load_state_dict`` the saved epoch keeps its saved position (so a
+        loop that calls ``set_epoch(epoch)`` itself still resumes mid-epoch); any other
+        call starts ``epoch`` from its first batch.
+        """
+        epoch = int(epoch)
+        if not (self._fresh and epoch == self.sampler.epoch):
+            self.sampler.set_epoch(epoch)
+            self.sampler.rewind()
+        self._fresh = True
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self._fresh:
+            self.sampler.set_epoch(self.sampler.epoch + 1)
+        self._fresh = False
+        # Worker seeds come from this generator (torch draws base_seed from it per
+        # iterator; worker i gets base_seed + i): distinct per rank, worker and epoch,
+        # and the same in a rerun. Persistent workers keep their first epoch's seeds.
+        generator = self.dataloader.generator
+        if generator is not None:
+            generator.manual_seed((self._worker_seed + 7919 * self.sampler.epoch) % 2**63)
+        self._pass_len = len(self.dataloader)
+        self._taken = 0
+        self._started = True
+        return self._count(iter(self.dataloader))
+
+    def _count(self, batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            self._taken += 1
+            yield batch
+
+    def __len__(self) -> int:
+        """Batches of the current pass, or of the next one (a resumed epoch yields only its rest)."""
+        if self._started and not self._fresh and self._taken >= self._pass_len:
+            return self.steps_per_epoch  # this pass is over; the next iter() starts a new epoch
+        return len(self.dataloader)
+
+    # ---- state --------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch, batches consumed in it, batch size and sampler state (plain ints/bools).
+
+        The same on every rank of a training loader (every rank consumes the same
+        number of batches), so saving rank 0's copy is enough.
+        """
+        if self._fresh or not self._started:
+            position = self.sampler.position
+        elif self._taken >= self._pass_len:
+            position = self.sampler.num_samples  # the epoch is done: saved as the next one's start
+        else:
+            position = self.sampler.position + self._taken * self.batch_size
+        sampler_state = self.sampler.state_dict(position=position)
+        return {
+            "epoch": sampler_state["epoch"],
+            "batches": sampler_state["position"] // self.batch_size,
+            "batch_size": self.batch_size,
+            "sampler": sampler_state,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue where ``state`` left off: the next ``iter()`` yields the rest of its epoch.
+
+        The position is kept in samples, so a different batch size resumes at the same
+        sample; a different world size shares the epoch's remaining samples among the
+        new ranks.
+
+        Raises:
+            DataError: ``state`` is not a loader state, or belongs to another dataset
+                or configuration.
+        """
+        if not isinstance(state, Mapping) or not set(_STATE_KEYS) <= set(state):
+            got = sorted(state) if isinstance(state, Mapping) else type(state).__name__
+            raise DataError(
+                f"loader.load_state_dict got {got}, expected keys {list(_STATE_KEYS)}; pass what loader.state_dict() returned"
+            )
+        self.sampler.load_state_dict(state["sampler"])
+        self._fresh = True
+        self._started = False
+        self._taken = 0
+
+    def __repr__(self) -> str:
+        return f"DistributedLoader({self.sampler!r}, batch_size={self.batch_size}, batches={len(self)})"
+
+
+def make_loader(
+    runtime: Runtime | None,
+    dataset: Any,
+    batch_size: int,
+    shuffle: bool = False,
+    exact: bool = False,
+    num_workers: int = 0,
+    drop_last: bool = False,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    sampler: Any = None,
+    seed: int | None = None,
+    **dataloader_kwargs: Any,
+) -> DistributedLoader:
+    """Build this rank's loader over ``dataset``. Collective when several ranks run.
+
+    All ranks must call it together: it compares the dataset length across ranks.
+
+    Args:
+        runtime: the job's :class:`~paratrain.Runtime`, or ``None`` to read rank and
+            world size from the process group (seed 0 unless ``seed`` is given).
+        dataset: a map-style dataset (``__getitem__`` and ``__len__``), the same on every rank.
+        batch_size: samples per rank per step (the global batch is ``world_size ×`` this).
+        shuffle: a new order every epoch, the same across ranks for a given seed.
+        exact: evaluation sharding — every sample once, in dataset order, no padding.
+        num_workers: loader worker processes per rank (persistent by default).
+        drop_last: drop the last incomplete batch, and cut (not pad) the dataset to a
+            multiple of the world size.
+        collate_fn: passed to DataLoader.
+        sampler: your own per-sample sampler (it then does the sharding, if any).
+        seed: shuffle seed (same on every rank); defaults to the runtime's seed.
+        **dataloader_kwargs: passed to DataLoader, overriding the defaults
+            (``pin_memory`` on CUDA, ``persistent_workers`` when ``num_workers > 0``).
+
+    Raises:
+        DataError: ``batch_size <= 0``; an IterableDataset; ``shuffle=True`` or
+            ``exact=True`` with a sampler; ``exact`` with ``shuffle`` or ``drop_last``;
+            fewer training samples than ranks; dataset lengths that differ across ranks.
+    """
+    check_request(dataset, batch_size, shuffle, exact, drop_last, sampler, dataloader_kwargs)
+    rank = runtime.rank if runtime is not None else comm.rank()
+    world_size = runtime.world_size if runtime is not None else comm.world_size()
+    if seed is not None:
+        base_seed, worker_seed = int(seed), rank_seed(int(seed), rank)
+    elif runtime is not None:
+        base_seed, worker_seed = int(runtime.seed or 0), runtime.data_seed()
+    else:
+        base_seed, worker_seed = 0, rank_seed(0, rank)
+    length = dataset_length(dataset)
+    check_same_length(length)
+
+    if sampler is not None:
+        resumable: ResumableSampler = ResumableWrapper(sampler)
+    elif exact:
+        resumable = ExactShardSampler(length, world_size, rank)
+    else:
+        check_enough_samples(length, world_size, batch_size, drop_last)
+        resumable = ResumableDistributedSampler(length, world_size, rank, shuffle, base_seed, drop_last)
+
+    on_cuda = runtime is not None and runtime.device.type == "cuda"
+    options: dict[str, Any] = {
+        "pin_memory": on_cuda,  # page-locked host memory makes host→GPU copies asynchronous
+        "persistent_workers": num_workers > 0,  # no worker restart (and dataset re-pickling) per epoch
+        "generator": torch.Generator(),
+        **dataloader_kwargs,
+    }
+    dataloader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=resumable,
+        num_workers=num_workers,
+        drop_last=drop_last,
+        collate_fn=collate_fn,
+        **options,
+    )
+    return DistributedLoader(dataloader, resumable, worker_seed, drop_last)

@@ -1,0 +1,175 @@
+"""The training sampler: DistributedSampler's order, plus a resumable position in the epoch.
+
+Order of epoch ``e`` (the *reference computation*, identical to
+``torch.utils.data.DistributedSampler`` with the same seed, epoch and ``drop_last``;
+the tests compare the two):
+
+1. ``order = torch.randperm(n, generator seeded with seed + e)``, or ``range(n)``
+   without shuffling — the same on every rank;
+2. pad ``order`` by repeating its head up to a multiple of the world size (the
+   default, so no sample is dropped), or cut its tail with ``drop_last=True``;
+3. rank ``r`` takes ``order[r::world_size]``.
+
+Every rank therefore has the same number of samples and runs the same number of
+steps (a rank with one more step would wait forever in the gradient all-reduce).
+Padding repeats at most ``world_size - 1`` samples per epoch; evaluation must not
+pad — use :class:`~paratrain.data.exact.ExactShardSampler` there (pytorch issue 25162).
+
+What torch's sampler lacks is a place within the epoch: this one restarts a pass at
+``position``, so a run resumed after ``k`` steps sees exactly the samples the
+uninterrupted run would have seen from step ``k + 1`` on, in the same order.
+
+Resuming with a *different* world size mid-epoch is possible too: the samples
+every rank consumed so far are the first ``position * old_world_size`` entries of
+``order`` (padding only ever sits at the end), so the new ranks share the rest of
+``order`` (``skip`` in the state) for the remainder of that epoch, and the next
+epoch is sharded normally.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from paratrain import comm
+from paratrain.data.resumable import ResumableSampler
+from paratrain.errors import DataError
+
+
+def dataset_length(dataset: Any) -> int:
+    """``len(dataset)`` (or ``dataset`` itself when it is an int).
+
+    Raises:
+        DataError: the dataset has no length.
+    """
+    if isinstance(dataset, int):
+        return dataset
+    try:
+        return len(dataset)
+    except TypeError as exc:
+        raise DataError(
+            f"{type(dataset).__name__} has no len(); give it __len__ (a map-style dataset) so it can be sharded across ranks"
+        ) from exc
+
+
+class ResumableDistributedSampler(ResumableSampler):
+    """Shuffled (or sequential) shard of the dataset for this rank, resumable mid-epoch.
+
+    Args:
+        dataset: a sized dataset, or its length.
+        num_replicas: world size; defaults to the process group's (1 without one).
+        rank: this process's rank; defaults to the process group's (0 without one).
+        shuffle: a new permutation every epoch (seeded with ``seed + epoch``).
+        seed: must be the same on every rank.
+        drop_last: cut the tail to a multiple of the world size instead of padding.
+
+    Raises:
+        DataError: ``rank`` is outside ``[0, num_replicas)``.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ):
+        super().__init__()
+        self.dataset_len = dataset_length(dataset)
+        self.num_replicas = comm.world_size() if num_replicas is None else int(num_replicas)
+        self.rank = comm.rank() if rank is None else int(rank)
+        if not 0 <= self.rank < self.num_replicas:
+            raise DataError(f"rank {self.rank} is outside [0, {self.num_replicas}); pass rank < num_replicas")
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.drop_last = bool(drop_last)
+        # Entries of this epoch's global order consumed under an earlier world size.
+        self.skip = 0
+
+    def _on_new_epoch(self) -> None:
+        self.skip = 0
+
+    def global_order(self) -> list[int]:
+        """This epoch's order for all ranks after ``skip``, padded or cut to a multiple of the world size."""
+        if self.shuffle:
+            generator = torch.Generator()
+            generator.manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.dataset_len, generator=generator).tolist()
+        else:
+            order = list(range(self.dataset_len))
+        rest = order[self.skip :]
+        if self.drop_last:
+            return rest[: len(rest) - len(rest) % self.num_replicas]
+        padding = -len(rest) % self.num_replicas
+        if rest and padding:
+            rest += (rest * math.ceil(padding / len(rest)))[:padding]
+        return rest
+
+    def epoch_indices(self) -> list[int]:
+        return self.global_order()[self.rank :: self.num_replicas]
+
+    def _share(self, count: int) -> int:
+        """Samples per rank when ``count`` samples are sharded (padded up or cut down)."""
+        return count // self.num_replicas if self.drop_last else math.ceil(count / self.num_replicas)
+
+    @property
+    def num_samples(self) -> int:
+        return self._share(max(self.dataset_len - self.skip, 0))
+
+    @property
+    def samples_per_epoch(self) -> int:
+        return self._share(self.dataset_len)
+
+    # ---- state --------------------------------------------------------------------------
+    def _config_state(self) -> dict[str, Any]:
+        return {
+            "skip": self.skip,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "world_size": self.num_replicas,
+            "dataset_len": self.dataset_len,
+            "num_samples": self.num_samples,
+        }
+
+    def _next_epoch_state(self) -> dict[str, Any]:
+        return {**super()._next_epoch_state(), "skip": 0, "num_samples": self.samples_per_epoch}
+
+    def _check_config(self, state: Mapping[str, Any]) -> None:
+        if int(state["dataset_len"]) != self.dataset_len:
+            raise DataError(
+                f"the saved sampler state is for a dataset of {state['dataset_len']} samples, this one has "
+                f"{self.dataset_len}; resume with the same dataset, or start a new run without loading the loader state"
+            )
+        for key in ("shuffle", "drop_last"):
+            if bool(state[key]) != getattr(self, key):
+                raise DataError(
+                    f"the saved sampler state has {key}={bool(state[key])}, this loader has {key}={getattr(self, key)}; "
+                    f"build the loader with {key}={bool(state[key])} to resume"
+                )
+
+    def _restore(self, state: Mapping[str, Any]) -> None:
+        # The saved seed wins: the resumed epoch must have the saved run's order.
+        self.seed = int(state["seed"])
+        self.epoch = int(state["epoch"])
+        saved_world = int(state["world_size"])
+        if saved_world == self.num_replicas:
+            self.skip = int(state["skip"])
+            self.position = int(state["position"])
+        else:
+            # Every rank had consumed `position` samples, i.e. the first position * saved_world
+            # entries of the order (padding sits only at its end): the new ranks share the rest.
+            consumed = int(state["skip"]) + int(state["position"]) * saved_world
+            self.skip = min(consumed, self.dataset_len)
+            self.position = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"ResumableDistributedSampler(n={self.dataset_len}, rank={self.rank}/{self.num_replicas}, "
+            f"shuffle={self.shuffle}, seed={self.seed}, epoch={self.epoch}, position={self.position})"
+        )

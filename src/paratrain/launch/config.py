@@ -1,0 +1,277 @@
+"""``LaunchConfig``: what ``paratrain run`` was asked to start, parsed and checked.
+
+Flags (strings) → :meth:`LaunchConfig.from_args` (types, SLURM defaults) →
+:meth:`LaunchConfig.validate` (every mistake we can see before starting anything,
+each one line naming the fix) → :mod:`paratrain.launch.torchrun` (argv for
+torch.distributed.run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from paratrain.errors import ConfigError
+from paratrain.launch import network
+from paratrain.launch.legacy import CHOICES as LEGACY_CHOICES
+
+RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
+DEFAULT_MASTER_PORT = 29500  # torchrun's default for the static rendezvous
+DEFAULT_C10D_PORT = 29400  # torchrun's default for the c10d rendezvous
+DEFAULT_RDZV_TIMEOUT_S = 600  # torch's static and c10d defaults
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One node's view of a launch. Build with :meth:`from_args`; check with :meth:`validate`.
+
+    ``master_port`` is ``None`` on one node without ``--master-port``: the launcher
+    then takes a free loopback port (see :mod:`paratrain.launch.loopback_store`).
+    """
+
+    target: str  # script path, or module name when ``module`` is true
+    target_args: tuple[str, ...] = ()
+    module: bool = False
+    nproc_per_node: int = 1
+    min_nodes: int = 1
+    max_nodes: int = 1
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    max_restarts: int = 0
+    rdzv_backend: str = "static"
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    rdzv_timeout: int = DEFAULT_RDZV_TIMEOUT_S
+    backend: str = "auto"
+    legacy_local_rank: str | None = None  # None, "auto", "local_rank" or "local-rank"
+    log_dir: str | None = None
+    threads_per_proc: int | None = None
+    verbose: bool = False
+
+    # ---- derived answers --------------------------------------------------------------
+    @property
+    def multi_node(self) -> bool:
+        return self.max_nodes > 1
+
+    @property
+    def rendezvous_host(self) -> str | None:
+        """The host the agents meet at: ``--master-addr`` (static) or the endpoint's host."""
+        if self.rdzv_backend == "static" or not self.rdzv_endpoint:
+            return self.master_addr
+        return self.rdzv_endpoint.rsplit(":", 1)[0].strip("[]")
+
+    @property
+    def loopback_only(self) -> bool:
+        """One node meeting on this machine's loopback: nothing needs to listen elsewhere."""
+        host = self.rendezvous_host
+        return not self.multi_node and (host is None or network.is_loopback(host))
+
+    # ---- building ---------------------------------------------------------------------
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> LaunchConfig:
+        """Parse the ``paratrain run`` flags; under SLURM, fill nodes and master from it.
+
+        Raises:
+            ConfigError: a flag value is malformed (not a number, bad ``MIN:MAX``).
+        """
+        environ = os.environ if environ is None else environ
+        command = list(args.target or [])
+        legacy = args.legacy_local_rank
+        if legacy == "auto" and len(command) > 1 and command[0] in LEGACY_CHOICES:
+            # `--legacy-local-rank local_rank train.py`: the word after the flag is its value.
+            legacy, command = command[0], command[1:]
+        target, target_args = (command[0], tuple(command[1:])) if command else ("", ())
+        nnodes = args.nnodes
+        node_rank = _int("--node-rank", args.node_rank)
+        master_addr = args.master_addr
+        master_port = _int("--master-port", args.master_port)
+        slurm = _slurm_defaults(environ) if nnodes is None else None
+        if slurm:
+            nnodes = str(slurm["nnodes"])
+            node_rank = slurm["node_rank"] if node_rank is None else node_rank
+            master_addr = master_addr or slurm["master_addr"]
+            master_port = slurm["master_port"] if master_port is None else master_port
+        min_nodes, max_nodes = parse_nnodes(nnodes or "1")
+        if max_nodes > 1 and args.rdzv_backend in (None, "static") and master_port is None:
+            master_port = DEFAULT_MASTER_PORT
+        return cls(
+            target=target,
+            target_args=target_args,
+            module=bool(args.module),
+            nproc_per_node=parse_nproc(args.nproc_per_node or "1"),
+            min_nodes=min_nodes,
+            max_nodes=max_nodes,
+            node_rank=node_rank or 0,
+            master_addr=master_addr,
+            master_port=master_port,
+            max_restarts=_int("--max-restarts", args.max_restarts) or 0,
+            rdzv_backend=(args.rdzv_backend or "static"),
+            rdzv_endpoint=args.rdzv_endpoint or None,
+            rdzv_id=args.rdzv_id or None,
+            rdzv_timeout=_int("--rdzv-timeout", args.rdzv_timeout, DEFAULT_RDZV_TIMEOUT_S),
+            backend=(args.backend or "auto").lower(),
+            legacy_local_rank=legacy,
+            log_dir=args.log_dir or None,
+            threads_per_proc=_int("--threads-per-proc", args.threads_per_proc),
+            verbose=bool(args.verbose),
+        )
+
+    # ---- checking ---------------------------------------------------------------------
+    def validate(self) -> None:
+        """Refuse, before any process starts, every mistake visible from here.
+
+        Raises:
+            ConfigError: a bad value or combination; the message names the flag and the fix.
+        """
+        self._check_target()
+        self._check_sizes()
+        self._check_rendezvous()
+        self._check_backend()
+
+    def _check_target(self) -> None:
+        if not self.target:
+            raise ConfigError("no script given; usage: paratrain run [flags] script.py [script args] (or -m module)")
+        if self.module:
+            try:
+                found = importlib.util.find_spec(self.target) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                raise ConfigError(
+                    f"module {self.target!r} is not importable here; "
+                    "install it, or run from the directory that contains it"
+                )
+            return
+        path = Path(self.target)
+        if not path.exists():
+            raise ConfigError(f"script {self.target!r} not found (looked in {Path.cwd()}); check the path")
+        if not path.is_file():
+            raise ConfigError(f"{self.target!r} is a directory, not a script; pass the .py file (or -m package.module)")
+
+    def _check_sizes(self) -> None:
+        if self.nproc_per_node < 1:
+            raise ConfigError(
+                f"--nproc-per-node {self.nproc_per_node} must be at least 1 (or 'auto': one per GPU, else 1)"
+            )
+        if self.min_nodes < 1 or self.min_nodes > self.max_nodes:
+            raise ConfigError(f"--nnodes {self.min_nodes}:{self.max_nodes} needs 1 <= MIN <= MAX")
+        if self.max_restarts < 0:
+            raise ConfigError(f"--max-restarts {self.max_restarts} must be 0 or more")
+        if self.threads_per_proc is not None and self.threads_per_proc < 1:
+            raise ConfigError(f"--threads-per-proc {self.threads_per_proc} must be at least 1")
+        if self.legacy_local_rank is not None and self.legacy_local_rank not in LEGACY_CHOICES:
+            raise ConfigError(
+                f"--legacy-local-rank {self.legacy_local_rank!r} is not one of {', '.join(LEGACY_CHOICES)}"
+            )
+
+    def _check_rendezvous(self) -> None:
+        if self.rdzv_backend not in RDZV_BACKENDS:
+            raise ConfigError(f"--rdzv-backend {self.rdzv_backend!r} is not one of {', '.join(RDZV_BACKENDS)}")
+        if self.rdzv_timeout <= 0:
+            raise ConfigError(f"--rdzv-timeout {self.rdzv_timeout} must be a positive number of seconds")
+        if self.master_port is not None and not 0 < self.master_port < 65536:
+            raise ConfigError(f"--master-port {self.master_port} is not a TCP port (1-65535)")
+        static = self.rdzv_backend == "static"
+        if static and not 0 <= self.node_rank < self.max_nodes:
+            raise ConfigError(
+                f"--node-rank {self.node_rank} is outside --nnodes {self.max_nodes}; "
+                f"number the nodes 0 to {self.max_nodes - 1}, node 0 being the one at --master-addr"
+            )
+        if self.multi_node and self.rendezvous_host is None:
+            raise ConfigError(
+                f"--nnodes {self.max_nodes} needs --master-addr (static) or --rdzv-endpoint HOST:PORT: "
+                "the address of node 0 that every node can reach"
+            )
+        if self.rendezvous_host is not None:
+            network.resolve(self.rendezvous_host)
+        if static and self.node_rank == 0 and self.master_port is not None:
+            # Node 0 hosts the store; the loopback one binds 127.0.0.1, torch's binds every address.
+            listen_on = network.LOOPBACK if self.loopback_only else "0.0.0.0"
+            if network.port_in_use(listen_on, self.master_port):
+                raise ConfigError(
+                    f"--master-port {self.master_port} is already in use on this machine (another job?); "
+                    "pick another port" + ("" if self.multi_node else ", or leave --master-port out to get a free one")
+                )
+
+    def _check_backend(self) -> None:
+        from paratrain.runtime.device import resolve_backend
+
+        backend = resolve_backend(self.backend)  # refuses nccl without CUDA, unknown names
+        if backend == "nccl":
+            import torch
+
+            gpus = torch.cuda.device_count()
+            if self.nproc_per_node > gpus:
+                raise ConfigError(
+                    f"--nproc-per-node {self.nproc_per_node} with NCCL needs that many GPUs, {gpus} visible; "
+                    f"use --nproc-per-node {gpus} (or auto)"
+                )
+
+
+def parse_nnodes(value: str) -> tuple[int, int]:
+    """``"2"`` → (2, 2); ``"1:4"`` → (1, 4).
+
+    Raises:
+        ConfigError: not ``N`` or ``MIN:MAX`` with integers.
+    """
+    parts = str(value).split(":")
+    if len(parts) > 2:
+        raise ConfigError(f"--nnodes {value!r} is not N or MIN:MAX")
+    numbers = [_int("--nnodes", part) for part in parts]
+    return numbers[0], numbers[-1]
+
+
+def parse_nproc(value: str) -> int:
+    """``"auto"`` → number of visible CUDA GPUs, else 1; ``"4"`` → 4.
+
+    Raises:
+        ConfigError: neither ``auto`` nor an integer.
+    """
+    if str(value).lower() == "auto":
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 1
+    if not str(value).lstrip("-").isdigit():
+        raise ConfigError(f"--nproc-per-node {value!r} is neither a number nor 'auto'")
+    return int(value)
+
+
+def _int(flag: str, value, default: int | None = None) -> int | None:
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{flag} {value!r} is not an integer") from None
+
+
+def _slurm_defaults(environ: Mapping[str, str]) -> dict | None:
+    """nnodes, node_rank, master address and port of an ``srun paratrain run`` step.
+
+    One launcher per node is the contract (it starts the node's workers); a step with
+    several tasks per node would start several launchers that fight over the GPUs.
+
+    Raises:
+        ConfigError: more than one task per node, or an unreadable node list.
+    """
+    from paratrain.env.slurm import SlurmEnvironment
+    from paratrain.env.torchelastic import TorchElasticEnvironment
+
+    slurm = SlurmEnvironment()
+    if not slurm.detected(environ) or TorchElasticEnvironment().detected(environ):
+        return None
+    info = slurm.read(environ)  # master address from the node list, port from the job id
+    nnodes = _int("SLURM_STEP_NUM_NODES", environ.get("SLURM_STEP_NUM_NODES"), info.num_nodes)
+    if info.world_size != nnodes:
+        raise ConfigError(
+            f"this SLURM step runs {info.world_size} tasks on {nnodes} nodes; paratrain run starts the workers "
+            "itself, so use one task per node: srun --ntasks-per-node=1 paratrain run ..."
+        )
+    if nnodes == 1:
+        return None  # one node: the loopback rendezvous is the right default
+    return {"nnodes": nnodes, "node_rank": info.rank, "master_addr": info.master_addr, "master_port": info.master_port}

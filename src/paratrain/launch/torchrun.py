@@ -1,0 +1,224 @@
+"""Run a :class:`LaunchConfig` on torch.distributed.run's elastic agent, in this process.
+
+Like Lightning Fabric's CLI, we build torchrun's argv and call
+``torch.distributed.run.main(argv)``: restarts, rendezvous, worker supervision and
+failure records are torch's. What we add is what torchrun leaves to the user:
+
+* one node, no port given: a free port, and a rendezvous store and gloo sockets on
+  loopback only (:mod:`paratrain.launch.loopback_store`, ``GLOO_SOCKET_IFNAME=lo``);
+* several nodes: ``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` set to the interface that
+  routes to the master (otherwise gloo resolves the host name, often to 127.0.0.1,
+  and the other node gets "Connection refused");
+* ``OMP_NUM_THREADS`` always set, ``PARATRAIN_BACKEND`` for the workers' Runtime,
+  ``--local_rank`` for legacy scripts, and one-line errors instead of torch's reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from paratrain.errors import LaunchError
+from paratrain.launch import network
+from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, LaunchConfig
+from paratrain.launch.environ import scoped_environ
+from paratrain.launch.failures import script_failure
+from paratrain.launch.legacy import local_rank_argument, parses_local_rank
+from paratrain.launch.torch_logs import torch_log_level
+
+SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+def torchrun_argv(config: LaunchConfig, master_port: int | None, run_id: str) -> list[str]:
+    """The argv for ``torch.distributed.run.main``.
+
+    ``master_port`` is the port actually used (the loopback store's on one node).
+    """
+    argv = [
+        f"--nnodes={config.min_nodes}:{config.max_nodes}",
+        f"--nproc-per-node={config.nproc_per_node}",
+        f"--max-restarts={config.max_restarts}",
+        f"--rdzv-backend={config.rdzv_backend}",
+        f"--rdzv-id={run_id}",
+    ]
+    if config.rdzv_backend == "static":
+        argv += [
+            f"--node-rank={config.node_rank}",
+            f"--master-addr={config.master_addr or network.LOOPBACK}",
+            f"--master-port={master_port}",
+            f"--rdzv-conf=timeout={config.rdzv_timeout}",
+        ]
+    else:
+        argv += [
+            f"--rdzv-endpoint={rendezvous_endpoint(config)}",
+            f"--rdzv-conf=join_timeout={config.rdzv_timeout}",
+        ]
+    if config.log_dir:
+        # 3 = stdout and stderr of every local rank; tee keeps them on the console too.
+        argv += [f"--log-dir={config.log_dir}", "--redirects=3", "--tee=3"]
+    if config.module:
+        argv.append("--module")
+    argv.append(config.target)
+    if config.legacy_local_rank:
+        # Before the script's own arguments, where torch.distributed.launch put it.
+        argv.append(local_rank_argument(config.legacy_local_rank, config.target, config.module))
+    argv += list(config.target_args)
+    return argv
+
+
+def rendezvous_endpoint(config: LaunchConfig) -> str:
+    """``HOST:PORT`` for a non-static rendezvous (c10d, etcd)."""
+    if config.rdzv_endpoint:
+        return config.rdzv_endpoint
+    if config.master_addr:
+        return f"{config.master_addr}:{config.master_port or DEFAULT_C10D_PORT}"
+    return f"{network.LOOPBACK}:0"  # one node: torchrun's --standalone does the same
+
+
+def threads_per_proc(config: LaunchConfig, environ: Mapping[str, str]) -> int:
+    """``--threads-per-proc``, else the user's OMP_NUM_THREADS, else cores // local processes."""
+    if config.threads_per_proc:
+        return config.threads_per_proc
+    if environ.get("OMP_NUM_THREADS", "").isdigit() and int(environ["OMP_NUM_THREADS"]) > 0:
+        return int(environ["OMP_NUM_THREADS"])
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // config.nproc_per_node)
+
+
+def socket_interface(config: LaunchConfig) -> network.Interface:
+    """The interface gloo/NCCL sockets should use: loopback on one node, else the route to the master.
+
+    Raises:
+        LaunchError: no route to the master.
+    """
+    return network.interface_for(network.LOOPBACK if config.loopback_only else config.rendezvous_host)
+
+
+def worker_env(config: LaunchConfig, environ: Mapping[str, str], interface: network.Interface) -> dict[str, str]:
+    """Variables to add to the workers' environment (what the user set is kept)."""
+    env = {"OMP_NUM_THREADS": str(threads_per_proc(config, environ))}
+    if config.backend != "auto" or not environ.get("PARATRAIN_BACKEND"):
+        env["PARATRAIN_BACKEND"] = config.backend  # --backend wins; without it, the user's variable stays
+    for var in SOCKET_IFNAME_VARS:
+        if not environ.get(var):
+            env[var] = interface.name
+    return env
+
+
+def launch(config: LaunchConfig) -> int:
+    """Start this node's workers through torch's elastic agent and wait for them.
+
+    Collective across nodes: every node's ``paratrain run`` must start within the
+    rendezvous timeout. Returns 0 when every worker succeeded.
+
+    Raises:
+        LaunchError: a worker failed (names the first failed rank, its exit code and
+            log), the master did not answer, or the rendezvous timed out (names the
+            address and port).
+    """
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    run_id = config.rdzv_id or (f"paratrain-{uuid.uuid4().hex[:8]}" if not config.multi_node else "paratrain")
+    with contextlib.ExitStack() as stack:
+        port = config.master_port
+        if config.loopback_only and config.rdzv_backend == "static":
+            from paratrain.launch.loopback_store import LoopbackStore
+
+            port = stack.enter_context(LoopbackStore(timeout_s=config.rdzv_timeout, port=port or 0)).port
+        elif config.rdzv_backend == "static":
+            port = port or DEFAULT_MASTER_PORT
+        interface = socket_interface(config)
+        env = worker_env(config, os.environ, interface)
+        argv = torchrun_argv(config, port, run_id)
+        if config.multi_node and config.rdzv_backend == "static" and config.node_rank > 0:
+            network.wait_for_listener(config.master_addr, port, config.rdzv_timeout)
+        if config.multi_node and any(var in env for var in SOCKET_IFNAME_VARS):
+            exported = " ".join(f"{var}={interface.name}" for var in SOCKET_IFNAME_VARS if var in env)
+            _info(
+                f"network interface {interface.name} ({interface.address}) routes to the master "
+                f"{config.rendezvous_host}; workers get {exported} (set them yourself to choose another)"
+            )
+        if config.verbose:
+            _info("torchrun " + " ".join(argv))
+        stack.enter_context(scoped_environ(env))
+        stack.enter_context(torch_log_level(logging.INFO if config.verbose else logging.CRITICAL))
+        try:
+            torchrun.main(argv)
+        except ChildFailedError as exc:
+            raise script_failure(
+                exc, lambda local_rank: _log_file(config, run_id, local_rank), lambda code: _hint(config, code)
+            ) from None
+        except SignalException as exc:  # the agent turns SIGTERM/SIGINT/... into this after stopping the workers
+            stopped = LaunchError(f"stopped by {exc.sigval.name}; the workers were stopped too")
+            stopped.exit_code = 128 + int(exc.sigval)
+            raise stopped from None
+        except Exception as exc:
+            if not _is_rendezvous_error(exc):
+                raise
+            raise _rendezvous_error(config, port, exc) from None
+    if config.log_dir:
+        _info(
+            f"per-rank logs: {_log_root(config, run_id) or config.log_dir}/attempt_*/<local rank>/{{stdout,stderr}}.log"
+        )
+    return 0
+
+
+def _is_rendezvous_error(exc: BaseException) -> bool:
+    import torch.distributed as dist
+    from torch.distributed.elastic.rendezvous import RendezvousError
+
+    return isinstance(exc, (dist.DistError, RendezvousError, TimeoutError, ConnectionError))
+
+
+def _rendezvous_error(config: LaunchConfig, port: int | None, exc: BaseException) -> LaunchError:
+    where = (
+        f"{config.rendezvous_host or network.LOOPBACK}:{port}"
+        if config.rdzv_backend == "static"
+        else rendezvous_endpoint(config)
+    )
+    cause = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if "waiting for clients" in cause:  # node 0's store: not every node connected
+        return LaunchError(
+            f"the rendezvous at {where} timed out after {config.rdzv_timeout}s ({cause}); start every node "
+            f"(--node-rank 0 to {config.max_nodes - 1}) with the same --master-addr/--master-port, "
+            "or raise --rdzv-timeout"
+        )
+    return LaunchError(
+        f"the rendezvous at {where} failed ({type(exc).__name__}: {cause}); check that node 0 runs and that "
+        f"every node reaches {where} (paratrain doctor), or raise --rdzv-timeout"
+    )
+
+
+def _hint(config: LaunchConfig, exitcode: int) -> str:
+    # 2 is argparse's exit code: a legacy script that did not get its --local_rank.
+    if exitcode == 2 and not config.legacy_local_rank and parses_local_rank(config.target, config.module):
+        return "the script parses --local_rank itself: add --legacy-local-rank"
+    return ""
+
+
+def _log_root(config: LaunchConfig, run_id: str) -> Path | None:
+    """torch's per-run log folder: ``LOG_DIR/<run id>_<random>`` (the newest one)."""
+    if not config.log_dir:
+        return None
+    runs = sorted(Path(config.log_dir).glob(f"{run_id}_*"), key=lambda p: p.stat().st_mtime)
+    return runs[-1] if runs else None
+
+
+def _log_file(config: LaunchConfig, run_id: str, local_rank: int) -> Path | None:
+    root = _log_root(config, run_id)
+    if root is None:
+        return None
+    attempts = sorted(root.glob("attempt_*"), key=lambda p: int(p.name.split("_")[-1]))
+    log = attempts[-1] / str(local_rank) / "stderr.log" if attempts else None
+    return log if log is not None and log.exists() else None
+
+
+def _info(message: str) -> None:
+    print(f"paratrain run: {message}", file=sys.stderr, flush=True)

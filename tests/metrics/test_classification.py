@@ -1,0 +1,61 @@
+"""Accuracy and the classification report against scikit-learn on a fixed prediction set."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import classification_report as sk_report
+
+import paratrain as pt
+from paratrain.errors import MissingDependencyError
+
+# A fixed 4-class set with an unbalanced support and a class that is never predicted (3).
+TARGETS = [0, 0, 0, 1, 1, 2, 2, 2, 2, 3, 3, 0, 1, 2, 0, 3]
+PREDS = [0, 1, 0, 1, 2, 2, 2, 0, 2, 0, 1, 0, 1, 2, 2, 1]
+NAMES = ["sport", "news", "tech", "food"]
+
+
+def test_report_numbers_and_text_equal_sklearn():
+    report = pt.classification_report(torch.tensor(PREDS), torch.tensor(TARGETS), target_names=NAMES, digits=4)
+    expected = sk_report(TARGETS, PREDS, target_names=NAMES, output_dict=True, zero_division=0)
+    assert report.accuracy == expected["accuracy"] == 9 / 16
+    for name in NAMES:
+        scores, want = report.classes[name], expected[name]
+        assert (scores.precision, scores.recall, scores.f1, scores.support) == (
+            want["precision"], want["recall"], want["f1-score"], want["support"])
+    assert report.classes["food"].precision == 0.0  # never predicted: 0, not a warning
+    for ours, key in ((report.macro, "macro avg"), (report.weighted, "weighted avg")):
+        want = expected[key]
+        assert (ours.precision, ours.recall, ours.f1, ours.support) == (
+            want["precision"], want["recall"], want["f1-score"], want["support"])
+    assert str(report) == sk_report(TARGETS, PREDS, target_names=NAMES, digits=4, zero_division=0)
+
+
+def test_scores_are_argmaxed_and_absent_classes_keep_their_row():
+    scores = np.eye(3)[[0, 1, 1]]  # 2-D scores for classes 0, 1, 1
+    report = pt.classification_report(scores, [0, 1, 0], target_names=["a", "b", "c"])
+    assert list(report.classes) == ["a", "b", "c"] and report.classes["c"].support == 0
+    assert pt.accuracy(torch.tensor(scores), torch.tensor([0, 1, 0])) == 2 / 3
+
+
+def test_accuracy_is_an_exact_fraction():
+    assert pt.accuracy(PREDS, TARGETS) == 9 / 16
+    assert pt.accuracy([1] * 101, [1] * 50 + [0] * 51) == 50 / 101
+
+
+def test_bad_inputs():
+    with pytest.raises(pt.DataError, match="3 predictions for 2 targets"):
+        pt.accuracy([0, 1, 1], [0, 1])
+    with pytest.raises(pt.DataError, match="no predictions"):
+        pt.classification_report([], [])
+    with pytest.raises(pt.DataError, match="shape"):
+        pt.accuracy(torch.zeros(2, 2, 2), [0, 1])
+
+
+def test_missing_scikit_learn_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sklearn.metrics", None)  # makes the import fail
+    with pytest.raises(MissingDependencyError, match=r"paratrain\[metrics\]"):
+        pt.classification_report(PREDS, TARGETS)
