@@ -33,8 +33,11 @@ from paratrain.errors import (
     ParatrainError,
     WorkerError,
 )
+from paratrain.data import gather, make_loader
 from paratrain.launch.spawn import spawn
+from paratrain.metrics import RunningMean, accuracy, classification_report, global_mean
 from paratrain.runtime.runtime import Runtime
+from paratrain.loop import Callback, FitConfig, FitResult, Trainer, fit
 from paratrain.runtime.seeding import rank_seed, seed_everything
 
 __version__ = "0.1.0"
@@ -42,6 +45,17 @@ __version__ = "0.1.0"
 __all__ = [
     "Runtime",
     "spawn",
+    "fit",
+    "Trainer",
+    "FitConfig",
+    "FitResult",
+    "Callback",
+    "make_loader",
+    "gather",
+    "global_mean",
+    "RunningMean",
+    "accuracy",
+    "classification_report",
     "comm",
     "rank",
     "local_rank",

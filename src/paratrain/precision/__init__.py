@@ -1,4 +1,11 @@
-"""Precisions by name: ``create_precision("bf16-mixed", device)``."""
+"""Precisions by name: ``create_precision("bf16-mixed", device)``.
+
+=============  ====================================================================
+``32-true``    fp32 everywhere (TF32 matmuls on CUDA)
+``bf16-mixed`` autocast to bfloat16, fp32 weights, no scaler
+``fp16-mixed`` autocast to float16, fp32 weights, ``GradScaler`` (state checkpointed)
+=============  ====================================================================
+"""
 
 from __future__ import annotations
 
@@ -6,13 +13,17 @@ import torch
 
 from paratrain.errors import ConfigError
 from paratrain.precision.api import Precision
+from paratrain.precision.bf16 import BF16MixedPrecision
+from paratrain.precision.fp16 import FP16MixedPrecision
 from paratrain.precision.fp32 import FP32Precision
 
-PRECISIONS: dict[str, type[Precision]] = {cls.name: cls for cls in (FP32Precision,)}
+PRECISIONS: dict[str, type[Precision]] = {
+    cls.name: cls for cls in (FP32Precision, BF16MixedPrecision, FP16MixedPrecision)
+}
 
 
 def create_precision(name: str, device: torch.device) -> Precision:
-    """Instantiate the precision called ``name``.
+    """Instantiate the precision called ``name`` for ``device``.
 
     Raises:
         ConfigError: unknown name (lists the valid ones) or not supported on ``device``.

@@ -1,4 +1,4 @@
-"""Full fp32: no autocast, no scaling."""
+"""Full fp32: no autocast, no scaling (TF32 matmuls on CUDA, see ``Precision``)."""
 
 from paratrain.precision.api import Precision
 

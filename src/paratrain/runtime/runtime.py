@@ -98,31 +98,111 @@ class Runtime:
 
     # ---- model work: delegated to the strategy and the precision ---------------------
     def setup(self, model: torch.nn.Module, *optimizers: torch.optim.Optimizer):
-        """Move, wrap and synchronise ``model`` (and adapt ``optimizers``) for the strategy.
+        """Prepare ``model`` for this job and return what to train with.
 
-        Returns ``model`` alone, or ``(model, *optimizers)``. Collective.
+        Converts BatchNorm to SyncBatchNorm (``sync_batchnorm=True``), moves the model
+        to ``rt.device``, wraps it for the strategy (DDP, FSDP2, DataParallel, …),
+        makes its weights identical on all ranks (rank 0's, whatever each rank's
+        seed), and compiles it (``compile=True``). Optimizers created before
+        ``setup`` keep working: if the strategy replaces parameters (FSDP shards
+        them), their param groups are repointed in place.
+
+        Returns the wrapped model, or ``(model, *optimizers)`` when optimizers are given.
+        Collective: all ranks must call it together.
+
+        Raises:
+            ConfigError: the model was set up before, has no parameters (fsdp), or an
+                optimizer already has state for parameters being replaced.
+            CollectiveTimeoutError: a rank did not reach ``setup`` in time (names it).
         """
         return self.strategy.setup(model, *optimizers)
 
     def backward(self, loss: torch.Tensor, model: torch.nn.Module | None = None) -> None:
-        """``loss.backward()`` with the precision's scaling."""
+        """``loss.backward()`` with the precision's scaling (fp16), divided by ``steps``
+        inside ``accumulate(model, steps=N)``."""
         self.strategy.backward(loss, model)
 
-    def step(self, optimizer: torch.optim.Optimizer, clip_norm: float | None = None, model=None):
-        """Unscale → clip → step → scaler update → zero_grad. Returns the grad norm or None."""
+    def step(
+        self, optimizer: torch.optim.Optimizer, clip_norm: float | None = None, model: torch.nn.Module | None = None
+    ) -> torch.Tensor | None:
+        """Unscale → clip → optimizer step (skipped on inf/NaN under fp16) → scaler update → zero_grad.
+
+        Returns the gradient norm before clipping when ``clip_norm`` is given, else
+        None; on a non-final accumulation micro-step does nothing and returns None.
+        Collective for sharded strategies (the norm spans all shards).
+        """
         return self.strategy.step(optimizer, clip_norm=clip_norm, model=model)
 
-    def accumulate(self, model: torch.nn.Module, sync: bool = True):
-        """Context: no gradient all-reduce unless ``sync`` (the last micro-step)."""
-        return self.strategy.accumulate(model, sync=sync)
+    def accumulate(self, model: torch.nn.Module, steps: int = 1, sync: bool | None = None):
+        """Context for one micro-step of gradient accumulation over ``steps`` micro-batches.
+
+        Gradients are all-reduced only on every ``steps``-th micro-step (DDP
+        ``no_sync``, FSDP2 ``set_requires_gradient_sync``), ``rt.backward`` divides
+        the loss by ``steps`` and ``rt.step`` only steps on that last micro-step, so
+        ``steps`` micro-batches of ``b`` train exactly like one batch of ``steps * b``::
+
+            for batch in loader:
+                with rt.accumulate(model, steps=4):
+                    rt.backward(model(batch).loss)
+                    rt.step(optimizer)
+
+        ``sync=True/False`` decides the micro-step explicitly instead of counting.
+        ``model`` is the one ``setup`` returned.
+
+        Raises:
+            ConfigError: ``steps`` < 1, nested contexts, or an unwrapped model.
+        """
+        return self.strategy.accumulate(model, steps=steps, sync=sync)
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The user's module without DDP/DP/compile wrappers."""
+        """The user's module without DDP/DP/compile wrappers (state-dict keys without ``module.``)."""
         return self.strategy.unwrap(model)
 
+    def check_same_weights(self, model: torch.nn.Module) -> None:
+        """Check that every rank holds bit-identical weights (exact checksums). Collective.
+
+        Raises:
+            DistributedError: names the first differing parameter or buffer and the
+                ranks that differ from rank 0.
+        """
+        self.strategy.check_same_weights(model)
+
     def autocast(self) -> contextlib.AbstractContextManager:
-        """Autocast context of the precision (no-op for 32-true)."""
+        """Context for the forward pass and loss: bf16/fp16 autocast, or nothing for 32-true."""
         return self.precision.autocast()
+
+    # ---- data ---------------------------------------------------------------------------
+    def loader(self, dataset: Any, batch_size: int, **options: Any):
+        """This rank's loader: sharded, resumable, ``set_epoch`` automatic. Collective.
+
+        See :func:`paratrain.data.make_loader` for the options (``shuffle``, ``exact``,
+        ``num_workers``, ``drop_last``, ``collate_fn``, ``sampler``, ``seed``).
+        """
+        from paratrain.data import make_loader
+
+        return make_loader(self, dataset, batch_size, **options)
+
+    def gather(self, *values: Any, dst: int | None = None):
+        """Per-rank results of ``exact=True`` evaluation, concatenated in dataset order. Collective.
+
+        See :func:`paratrain.data.gather`.
+        """
+        from paratrain.data import gather
+
+        return gather(*values, dst=dst)
+
+    # ---- loop helpers (paratrain.loop) ------------------------------------------------
+    def epochs(self, start: Any, total: int):
+        """Epoch numbers from ``start`` (an int, or a resumed state / loader with ``.epoch``) to ``total - 1``."""
+        from paratrain.loop.progress import epochs
+
+        return epochs(start, total)
+
+    def progress(self, iterable: Any = None, **tqdm_options: Any):
+        """A tqdm bar on rank 0 only (when stderr is a terminal, unless ``enabled=``); silent elsewhere."""
+        from paratrain.loop.progress import progress
+
+        return progress(iterable, **tqdm_options)
 
     # ---- collectives ------------------------------------------------------------------
     barrier = staticmethod(comm.barrier)

@@ -1,4 +1,16 @@
-"""Strategies by name: ``create_strategy("ddp", runtime=…)``."""
+"""Strategies by name: ``create_strategy("ddp", runtime=…)``.
+
+=============  ==========================================================================
+``auto``       ``ddp`` with more than one process, else ``single``
+``single``     one device, no wrapper
+``dp``         ``torch.nn.DataParallel`` over all GPUs of one process (legacy, comparison)
+``ddp``        ``DistributedDataParallel``, one process per device
+``fsdp``       FSDP2 ``fully_shard``: parameters, gradients, optimizer state sharded
+``deepspeed``  DeepSpeed ZeRO 1-3 (``pip install 'paratrain[deepspeed]'``)
+=============  ==========================================================================
+
+This registry is the only place that knows the concrete classes.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +18,28 @@ from typing import Any
 
 from paratrain.errors import ConfigError
 from paratrain.strategy.api import Strategy
+from paratrain.strategy.ddp import DDPStrategy
+from paratrain.strategy.deepspeed import DeepSpeedStrategy
+from paratrain.strategy.dp import DataParallelStrategy
+from paratrain.strategy.fsdp import FSDPStrategy
 from paratrain.strategy.single import SingleDeviceStrategy
 
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (SingleDeviceStrategy,)}
+STRATEGIES: dict[str, type[Strategy]] = {
+    cls.name: cls
+    for cls in (SingleDeviceStrategy, DataParallelStrategy, DDPStrategy, FSDPStrategy, DeepSpeedStrategy)
+}
 
 
 def create_strategy(name: str, runtime, **options: Any) -> Strategy:
     """Instantiate the strategy called ``name`` (``auto`` picks from the world size).
 
     Raises:
-        ConfigError: unknown name (lists the valid ones).
+        ConfigError: unknown name (lists the valid ones), an option the strategy does
+            not take, or a world size it cannot run.
+        MissingDependencyError: the strategy needs a package that is not installed.
     """
     if name == "auto":
-        name = "ddp" if runtime.process.world_size > 1 and "ddp" in STRATEGIES else "single"
+        name = "ddp" if runtime.process.world_size > 1 else "single"
     try:
         cls = STRATEGIES[name]
     except KeyError:

@@ -1,58 +1,219 @@
-"""The strategy interface: how a model is placed, wrapped and synchronised."""
+"""The strategy interface: how a model is placed, wrapped and synchronised.
+
+One implementation per file (``single.py``, ``dp.py``, ``ddp.py``, ``fsdp.py``,
+``deepspeed.py``), registered by name in ``paratrain.strategy``. Callers never test
+the concrete class: whatever they need to know is a method or attribute here.
+
+``setup`` is the same recipe for every strategy::
+
+    refuse a model set up before → barrier → SyncBN → move to device
+    → wrap (strategy-specific; makes the weights identical on all ranks)
+    → torch.compile (optional) → mark as set up
+
+and the optimizer step is the same order everywhere::
+
+    precision.unscale → strategy clip → precision.optimizer_step → zero_grad
+"""
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from paratrain import comm
+from paratrain.errors import ConfigError
+from paratrain.strategy.accumulation import GradientAccumulation
+from paratrain.strategy.sync_batchnorm import convert_sync_batchnorm
+from paratrain.strategy.weights import check_same_weights, named_tensors
+
 if TYPE_CHECKING:
+    from paratrain.precision import Precision
     from paratrain.runtime.runtime import Runtime
+
+#: Attribute set on a module once ``setup`` has prepared it (guards a second ``setup``).
+SETUP_MARK = "_paratrain_strategy"
 
 
 class Strategy(abc.ABC):
-    """One way to run a model over the job's processes (single, dp, ddp, fsdp, …).
+    """One way to run a model over the job's processes.
 
-    Subclasses live one per file and register by ``name``; callers never test the
-    concrete class. Whatever a caller needs to know (sharded state? no-sync context?)
-    is a method or attribute here.
+    Args:
+        runtime: the worker's :class:`~paratrain.Runtime` (process, device, precision).
+        sync_batchnorm: convert BatchNorm layers to synchronised ones in ``setup``.
+        compile: ``torch.compile`` the wrapped model in ``setup``.
+        **options: strategy-specific, listed in ``option_names``.
+
+    Raises:
+        ConfigError: an option this strategy does not take, or a world size it cannot run.
     """
 
     name: ClassVar[str]
-    #: True when each rank holds only a shard of the state (checkpoints via DCP).
+    #: Options the strategy accepts (passed through ``Runtime(**strategy_options)``).
+    option_names: ClassVar[tuple[str, ...]] = ()
+    #: True when each rank holds only a shard of the state: checkpoints then go
+    #: through ``torch.distributed.checkpoint`` (one file per rank), not rank 0 alone.
     sharded_state: ClassVar[bool] = False
 
     def __init__(self, runtime: Runtime, sync_batchnorm: bool = False, compile: bool = False, **options: Any):
+        unknown = sorted(set(options) - set(self.option_names))
+        if unknown:
+            accepted = ", ".join(self.option_names) or "no options"
+            raise ConfigError(f"strategy {self.name!r} does not take {', '.join(unknown)}; it accepts: {accepted}")
         self.runtime = runtime
         self.sync_batchnorm = sync_batchnorm
         self.compile = compile
         self.options = options
+        self.accumulation = GradientAccumulation()
+        self.check_world_size(runtime.process.world_size)
 
     @property
-    def precision(self):
+    def precision(self) -> Precision:
         return self.runtime.precision
 
-    @abc.abstractmethod
+    @property
+    def device(self) -> torch.device:
+        return self.runtime.device
+
+    def check_world_size(self, world_size: int) -> None:
+        """Refuse a number of processes this strategy cannot use.
+
+        Raises:
+            ConfigError: (subclasses) e.g. ``dp`` with more than one process.
+        """
+
+    # ---- setup ---------------------------------------------------------------------------
     def setup(self, model: torch.nn.Module, *optimizers: torch.optim.Optimizer):
-        """Wrap ``model`` for this strategy; return ``model`` or ``(model, *optimizers)``."""
+        """Move, wrap and synchronise ``model``; repoint ``optimizers`` if parameters changed.
 
+        Returns the wrapped model, or ``(model, *optimizers)`` when optimizers are given.
+        Collective: all ranks must call it together with the same model structure.
+
+        Raises:
+            ConfigError: the model was set up before, or the strategy cannot wrap it.
+            DistributedError: the ranks' weights still differ after wrapping.
+            CollectiveTimeoutError: a rank did not reach ``setup`` in time (names it).
+        """
+        if not isinstance(model, torch.nn.Module):
+            raise ConfigError(f"setup() takes a torch.nn.Module, got {type(model).__name__}")
+        done = getattr(self.unwrap(model), SETUP_MARK, None)
+        if done is not None:
+            raise ConfigError(
+                f"setup() was already called on this model (strategy {done!r}); call it once per model "
+                "and keep using the model it returned"
+            )
+        comm.barrier(name="setup")
+        module = self._prepare(model)
+        wrapped = self.wrap(module, list(optimizers))
+        setattr(module, SETUP_MARK, self.name)
+        if self.compile:
+            wrapped = torch.compile(wrapped)
+        return (wrapped, *optimizers) if optimizers else wrapped
+
+    def _prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        if self.sync_batchnorm:
+            if self.runtime.world_size > 1:
+                model = convert_sync_batchnorm(model, self.device)
+            else:
+                warnings.warn(
+                    "sync_batchnorm=True has no effect with one process: BatchNorm already sees the whole batch",
+                    stacklevel=4,
+                )
+        return model.to(self.device)
+
+    @abc.abstractmethod
+    def wrap(self, module: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> torch.nn.Module:
+        """Wrap ``module`` (already on the device) and return what the user will call.
+
+        Must leave the weights identical on all ranks (broadcast from rank 0 where
+        the wrapper does not), and keep ``optimizers`` pointing at the parameters
+        the wrapped model trains. Collective for multi-process strategies.
+        """
+
+    # ---- training step -----------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, model: torch.nn.Module | None = None) -> None:
-        self.precision.backward(loss)
+        """``loss.backward()`` through the precision (scaled for fp16), divided by the
+        accumulation steps inside ``accumulate(model, steps=N)``."""
+        self.precision.backward(self.accumulation.scale_loss(loss))
 
-    def step(self, optimizer: torch.optim.Optimizer, clip_norm: float | None = None, model=None):
-        return self.precision.step(optimizer, clip_norm=clip_norm, clip=self.clip_grad_norm)
+    def step(
+        self, optimizer: torch.optim.Optimizer, clip_norm: float | None = None, model: torch.nn.Module | None = None
+    ) -> torch.Tensor | None:
+        """Unscale → clip → step → scaler update → ``zero_grad``.
 
-    def clip_grad_norm(self, parameters, max_norm: float) -> torch.Tensor:
+        Returns the total gradient norm before clipping when ``clip_norm`` is given,
+        else None; also None (and nothing happens) on a non-final accumulation micro-step.
+        """
+        if not self.accumulation.should_step:
+            return None
+        self.precision.unscale(optimizer)
+        norm = None
+        if clip_norm is not None:
+            params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            norm = self.clip_grad_norm(params, clip_norm)
+        self.precision.optimizer_step(optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def clip_grad_norm(self, parameters: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
+        """Scale gradients so their global L2 norm is at most ``max_norm``; return the norm before.
+
+        Collective for strategies whose gradients are sharded.
+        """
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
 
-    def accumulate(self, model: torch.nn.Module, sync: bool = True) -> contextlib.AbstractContextManager:
+    @contextlib.contextmanager
+    def accumulate(self, model: torch.nn.Module, steps: int = 1, sync: bool | None = None) -> Iterator[None]:
+        """One micro-step; gradients are all-reduced only on the last of ``steps``.
+
+        ``sync`` overrides the count (True on the micro-step that must synchronise).
+
+        Raises:
+            ConfigError: ``steps`` < 1 or nested contexts.
+        """
+        sync_now = self.accumulation.enter(steps, sync)
+        try:
+            with contextlib.nullcontext() if sync_now else self.no_sync(model):
+                yield
+        finally:
+            self.accumulation.exit()
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
+        """Context in which ``backward`` accumulates gradients locally without communication."""
         return contextlib.nullcontext()
 
+    # ---- the user's module and its state ------------------------------------------------------
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        while True:
-            inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
-            if not isinstance(inner, torch.nn.Module):
-                return model
-            model = inner
+        """The user's module without ``torch.compile`` and strategy wrappers."""
+        model = getattr(model, "_orig_mod", model)  # torch.compile's OptimizedModule
+        return self.unwrap_wrapper(model)
+
+    def unwrap_wrapper(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Remove this strategy's own wrapper (identity when it does not wrap)."""
+        return model
+
+    def check_same_weights(self, model: torch.nn.Module) -> None:
+        """Check that all ranks hold identical parameters and buffers. Collective.
+
+        Raises:
+            DistributedError: names the first differing tensor and the ranks.
+        """
+        check_same_weights(named_tensors(self.unwrap(model)))
+
+    def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The full (unsharded) state dict with the user's key names (no ``module.``).
+
+        Collective for sharded strategies (every rank gets the full tensors on CPU).
+        """
+        return self.unwrap(model).state_dict()
+
+    def load_model_state_dict(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+        """Load a full state dict as :meth:`model_state_dict` returns it. Collective for sharded strategies."""
+        self.unwrap(model).load_state_dict(state)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(options={self.options})"

@@ -1,4 +1,8 @@
-"""One process, one device: move the model, nothing else."""
+"""One process, one device: move the model, nothing else.
+
+Also usable when ranks train independent models on purpose: ``setup`` only waits
+for all ranks, and no weights are exchanged, so each rank keeps its own.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ from paratrain.strategy.api import Strategy
 class SingleDeviceStrategy(Strategy):
     name = "single"
 
-    def setup(self, model: torch.nn.Module, *optimizers: torch.optim.Optimizer):
-        model = model.to(self.runtime.device)
-        return (model, *optimizers) if optimizers else model
+    def wrap(self, module: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> torch.nn.Module:
+        return module
+
+    def check_same_weights(self, model: torch.nn.Module) -> None:
+        """Nothing to compare: each process trains its own model."""

@@ -1,0 +1,23 @@
+"""bf16 autocast: fp32 weights and optimizer, matmuls in bfloat16, no loss scaling.
+
+bfloat16 has fp32's exponent range, so gradients do not underflow and need no scaler.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from paratrain.precision.api import Precision, check_autocast
+
+
+class BF16MixedPrecision(Precision):
+    """Raises:
+    ConfigError: the device cannot autocast to bfloat16 (e.g. a pre-Ampere GPU).
+    """
+
+    name = "bf16-mixed"
+    autocast_dtype = torch.bfloat16
+
+    def __init__(self, device: torch.device):
+        super().__init__(device)
+        check_autocast(self.device, self.autocast_dtype, self.name)

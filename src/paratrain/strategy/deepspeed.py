@@ -1,0 +1,128 @@
+"""DeepSpeed ZeRO stages 1-3 through the ``deepspeed`` package (``pip install 'paratrain[deepspeed]'``).
+
+DeepSpeed owns the optimizer step, gradient clipping, loss scaling and gradient
+accumulation inside its engine, so this strategy builds the engine's config from
+paratrain's settings and forwards ``backward``/``step`` to it. ZeRO partitions
+optimizer state (1), gradients (2) and parameters (3) over the ranks; the engine
+broadcasts rank 0's weights when it is created.
+
+paratrain's CPU test suite runs without deepspeed: it proves the "not installed"
+refusal; the engine path follows DeepSpeed's documented API
+(``deepspeed.initialize``, ``engine.backward``, ``engine.step``) and is untested here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from paratrain.errors import ConfigError, require
+from paratrain.strategy.api import Strategy
+
+_PRECISION_CONFIG = {
+    "32-true": {},
+    "bf16-mixed": {"bf16": {"enabled": True}},
+    "fp16-mixed": {"fp16": {"enabled": True}},
+}
+
+
+class DeepSpeedStrategy(Strategy):
+    """Options: ``zero_stage`` (1, 2 or 3; default 2), ``gradient_clipping`` (float),
+    ``config`` (a DeepSpeed config dict merged over the one built here).
+
+    Raises:
+        MissingDependencyError: the deepspeed package is not installed.
+        ConfigError: a bad ZeRO stage, accumulation set in the config, or
+            ``sync_batchnorm``/``compile`` (not supported here).
+    """
+
+    name = "deepspeed"
+    option_names = ("zero_stage", "gradient_clipping", "config")
+    sharded_state = True
+
+    def __init__(self, runtime, **options: Any):
+        self.deepspeed = require("deepspeed", "deepspeed", "strategy 'deepspeed'")
+        super().__init__(runtime, **options)
+        stage = self.options.get("zero_stage", 2)
+        if stage not in (1, 2, 3):
+            raise ConfigError(f"deepspeed zero_stage must be 1, 2 or 3, got {stage!r}")
+        if (self.options.get("config") or {}).get("gradient_accumulation_steps", 1) != 1:
+            raise ConfigError(
+                "do not set gradient_accumulation_steps in the deepspeed config; "
+                "use rt.accumulate(model, steps=N), which drives the engine's accumulation boundary"
+            )
+        if self.sync_batchnorm or self.compile:
+            raise ConfigError(
+                "sync_batchnorm and compile are not supported with strategy 'deepspeed'; "
+                "use strategy='ddp' or 'fsdp' for them"
+            )
+
+    def engine_config(self, micro_batch_size: int = 1) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "train_micro_batch_size_per_gpu": micro_batch_size,
+            "gradient_accumulation_steps": 1,  # rt.accumulate() drives the boundary (see no_sync)
+            "zero_optimization": {"stage": self.options.get("zero_stage", 2)},
+            **_PRECISION_CONFIG[self.precision.name],
+        }
+        if self.options.get("gradient_clipping") is not None:
+            config["gradient_clipping"] = float(self.options["gradient_clipping"])
+        config.update(self.options.get("config") or {})
+        return config
+
+    def setup(self, model: torch.nn.Module, *optimizers: torch.optim.Optimizer):
+        """Create the DeepSpeed engine for ``model`` and its (single) optimizer. Collective.
+
+        Raises:
+            ConfigError: more than one optimizer, or none.
+        """
+        if len(optimizers) != 1:
+            raise ConfigError(f"strategy 'deepspeed' needs exactly one optimizer in setup(model, optimizer), got {len(optimizers)}")
+        return super().setup(model, *optimizers)
+
+    def _prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model  # the engine places the model itself
+
+    def wrap(self, module: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> torch.nn.Module:
+        engine, engine_optimizer, _, _ = self.deepspeed.initialize(
+            model=module, optimizer=optimizers[0], config=self.engine_config()
+        )
+        self.engine = engine
+        # The engine's optimizer wraps the user's; the user keeps calling rt.step(optimizer).
+        self.engine_optimizer = engine_optimizer
+        return engine
+
+    def backward(self, loss: torch.Tensor, model: torch.nn.Module | None = None) -> None:
+        # The engine's own gradient_accumulation_steps stays 1; paratrain divides the loss.
+        self.engine.backward(self.accumulation.scale_loss(loss))
+
+    def step(self, optimizer, clip_norm: float | None = None, model=None):
+        """``engine.step()``: the engine clips (``gradient_clipping``), steps and zeroes gradients.
+
+        Raises:
+            ConfigError: ``clip_norm`` differs from the engine's ``gradient_clipping``.
+        """
+        if clip_norm is not None and clip_norm != self.options.get("gradient_clipping"):
+            raise ConfigError(
+                f"deepspeed clips inside its engine; pass gradient_clipping={clip_norm} to "
+                "pt.Runtime(strategy='deepspeed', ...) instead of step(clip_norm=...)"
+            )
+        if not self.accumulation.should_step:
+            return None
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        return None if norm is None else torch.as_tensor(norm)
+
+    @contextlib.contextmanager
+    def no_sync(self, model: torch.nn.Module):
+        # DeepSpeed's documented way to let client code decide the boundary: ZeRO
+        # reduces gradients only in a backward whose boundary state is True.
+        self.engine.set_gradient_accumulation_boundary(False)
+        try:
+            yield
+        finally:
+            self.engine.set_gradient_accumulation_boundary(True)
+
+    def unwrap_wrapper(self, model: torch.nn.Module) -> torch.nn.Module:
+        return getattr(model, "module", model) if model is getattr(self, "engine", None) else model

@@ -1,0 +1,112 @@
+"""Strategy names, options and one-process behaviour (no process group needed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import paratrain as pt
+from paratrain.errors import MissingDependencyError
+from paratrain.strategy import STRATEGIES
+from paratrain.strategy.unused_parameters import (
+    reducer_parameter_names,
+    unused_parameters_message,
+)
+from paratrain.strategy.weights import _checksum
+from tests.strategy.recipes import BATCH, Net, run_single, sgd, train
+
+
+def test_unknown_strategy_lists_the_valid_names():
+    with pytest.raises(pt.ConfigError) as info:
+        pt.Runtime(strategy="horovod")
+    message = str(info.value)
+    assert "'horovod'" in message
+    for name in ("auto", "single", "dp", "ddp", "fsdp", "deepspeed"):
+        assert name in message
+
+
+def test_auto_is_single_for_one_process():
+    assert pt.Runtime().strategy.name == "single"
+
+
+def test_an_option_the_strategy_does_not_take_is_refused():
+    with pytest.raises(pt.ConfigError) as info:
+        pt.Runtime(strategy="ddp", find_unused_parameter=True)
+    assert "find_unused_parameter" in str(info.value) and "find_unused_parameters" in str(info.value)
+
+
+def test_deepspeed_without_the_package_names_the_extra():
+    with pytest.raises(MissingDependencyError) as info:
+        pt.Runtime(strategy="deepspeed", zero_stage=2)
+    assert "pip install 'paratrain[deepspeed]'" in str(info.value)
+
+
+def test_fsdp_with_one_process_is_refused():
+    with pytest.raises(pt.ConfigError) as info:
+        pt.Runtime(strategy="fsdp")
+    assert "nproc-per-node" in str(info.value) and "strategy='single'" in str(info.value)
+
+
+def test_only_sharded_strategies_declare_sharded_state():
+    assert {name for name, cls in STRATEGIES.items() if cls.sharded_state} == {"fsdp", "deepspeed"}
+
+
+def test_dp_trains_like_single():
+    # Without CUDA, DataParallel runs the module as is; the numbers must not change.
+    want = run_single(batch=2 * BATCH)
+    rt = pt.Runtime(strategy="dp", seed=1234)
+    model = Net()
+    optimizer = sgd(model.parameters())
+    model, optimizer = rt.setup(model, optimizer)
+    assert isinstance(model, torch.nn.DataParallel)
+    got = train(rt, model, optimizer, batch=2 * BATCH)
+    assert got["losses"] == want["losses"]
+    assert rt.unwrap(model).state_dict().keys() == Net().state_dict().keys()  # no "module." prefix
+
+
+def test_ddp_with_one_process_runs_unwrapped():
+    rt = pt.Runtime(strategy="ddp", seed=1234)
+    model = rt.setup(Net())
+    assert type(model) is Net
+    got = train(rt, model, sgd(model.parameters()), batch=2 * BATCH, steps=3)
+    assert got["losses"] == run_single(batch=2 * BATCH, steps=3)["losses"]
+
+
+def test_accumulate_counts_micro_steps_and_steps_on_the_last():
+    rt = pt.Runtime(strategy="single", seed=0)
+    model = rt.setup(torch.nn.Linear(2, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    stepped = []
+    for _ in range(8):
+        before = model.weight.detach().clone()
+        with rt.accumulate(model, steps=4):
+            rt.backward(model(torch.ones(1, 2)).sum())
+            rt.step(optimizer)
+        stepped.append(not torch.equal(before, model.weight))
+    assert stepped == [False, False, False, True] * 2
+    with pytest.raises(pt.ConfigError), rt.accumulate(model, steps=0):
+        pass
+    with pytest.raises(pt.ConfigError, match="nested"), rt.accumulate(model, steps=2), rt.accumulate(model, steps=2):
+        pass
+
+
+def test_unused_parameter_indices_map_to_names_in_ddp_order():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    model[0].requires_grad_(False)  # frozen parameters are not in DDP's list
+    assert reducer_parameter_names(model) == ["1.weight", "1.bias", "2.weight", "2.bias"]
+    error = RuntimeError(
+        "Expected to have finished reduction in the prior iteration before starting a new one. ...\n"
+        "Parameter indices which did not receive grad for rank 1: 2 3\n In addition, ..."
+    )
+    message = unused_parameters_message(model, error)
+    assert "rank 1" in message and "2.weight, 2.bias" in message and "find_unused_parameters=True" in message
+    assert unused_parameters_message(model, RuntimeError("CUDA out of memory")) is None
+
+
+def test_weight_checksum_is_exact_and_sees_permutations():
+    weights = torch.randn(1000)
+    assert torch.equal(_checksum(weights), _checksum(weights.clone()))
+    assert not torch.equal(_checksum(weights), _checksum(weights.flip(0)))
+    nudged = weights.clone()
+    nudged[500] = torch.nextafter(nudged[500], torch.tensor(10.0))
+    assert not torch.equal(_checksum(weights), _checksum(nudged))
