@@ -33,6 +33,7 @@ from paratrain.errors import (
     ParatrainError,
     WorkerError,
 )
+from paratrain.checkpoint import Checkpointer, CheckpointState
 from paratrain.data import gather, make_loader
 from paratrain.launch.spawn import spawn
 from paratrain.metrics import RunningMean, accuracy, classification_report, global_mean
@@ -45,6 +46,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Runtime",
     "spawn",
+    "Checkpointer",
+    "CheckpointState",
     "fit",
     "Trainer",
     "FitConfig",

@@ -1,0 +1,60 @@
+"""Every rank ends a checkpoint step the same way: all succeed, or all raise.
+
+When one rank fails while writing (disk full, a state that cannot be saved) and the
+others go on to the next collective, they wait for it until the process-group
+timeout and the job dies with a timeout naming nobody. Instead each step runs
+locally, then every rank's outcome is all-gathered, and a failure anywhere becomes
+the same :class:`CheckpointError`, naming the rank, on every rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from paratrain import comm
+from paratrain.checkpoint.files import describe_os_error
+from paratrain.errors import CheckpointError, ParatrainError
+
+T = TypeVar("T")
+
+
+def _one_line(exc: BaseException, doing: str) -> str:
+    if isinstance(exc, ParatrainError):
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, OSError):
+        return describe_os_error(exc, doing)
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{doing}: {type(exc).__name__}: {text}"
+
+
+def on_all_ranks(doing: str, step: Callable[[], T]) -> T:
+    """Run ``step`` here; raise on every rank if it failed on any. Collective.
+
+    Raises:
+        CheckpointError: ``step`` raised on some rank; the message names the first
+            failing rank (when there are several processes) and its error.
+    """
+    local: BaseException | None = None
+    result: Any = None
+    try:
+        result = step()
+    except Exception as exc:  # any failure must reach the other ranks, or they hang
+        local = exc
+    outcomes = comm.all_gather_object(None if local is None else _one_line(local, doing))
+    failed = [(rank, message) for rank, message in enumerate(outcomes) if message is not None]
+    if not failed:
+        return result
+    rank, message = failed[0]
+    if len(outcomes) == 1:
+        if isinstance(local, ParatrainError):
+            raise local
+        raise CheckpointError(message) from local
+    others = f" (also failed on rank(s) {', '.join(str(r) for r, _ in failed[1:])})" if len(failed) > 1 else ""
+    raise CheckpointError(f"rank {rank}: {message}{others}") from local
+
+
+def main_then_share(doing: str, step: Callable[[], T]) -> T:
+    """Run ``step`` on rank 0 only; every rank gets its result or the same error. Collective."""
+    result = on_all_ranks(doing, step if comm.is_main() else (lambda: None))
+    return comm.broadcast_object(result)

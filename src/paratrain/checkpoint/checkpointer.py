@@ -1,0 +1,206 @@
+"""``Checkpointer``: save everything stateful, resume from the newest good checkpoint.
+
+    ckpt = pt.Checkpointer(rt, "runs/exp/checkpoints", model=model, optimizer=opt,
+                           scheduler=sched, loader=train, keep_last=3, best_metric="accuracy")
+    state = ckpt.resume()                    # None on a fresh start
+    for epoch in rt.epochs(state, total=3):
+        for batch in train:                  # a resumed epoch yields only its remaining batches
+            ...
+            step += 1
+            if step % 100 == 0:
+                ckpt.save(step=step, epoch=epoch)
+        ckpt.save(step=step, epoch=epoch, metrics={"accuracy": acc})
+
+Single/dp/ddp: rank 0 writes one file set. fsdp (``rt.strategy.sharded_state``):
+every rank writes its shards with torch.distributed.checkpoint. Either way the
+save is atomic, checksummed and all-or-nothing across ranks; see
+:mod:`paratrain.checkpoint.saving` and :mod:`paratrain.checkpoint.restoring`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from paratrain import comm
+from paratrain.checkpoint import catalog, restoring, saving
+from paratrain.checkpoint.agreement import main_then_share
+from paratrain.checkpoint.manifest import Manifest, verify
+from paratrain.checkpoint.restoring import CheckpointState
+from paratrain.checkpoint.stateful import Stateful, by_name, collect
+from paratrain.errors import ConfigError
+
+
+class Checkpointer:
+    """Saves and restores named stateful objects in ``directory``.
+
+    Args:
+        runtime: the job's :class:`~paratrain.Runtime` (its strategy decides one-file
+            vs sharded; its precision's scaler state is saved too), or ``None`` for a
+            plain single process.
+        directory: where checkpoints go, e.g. ``runs/exp/checkpoints`` (created on save).
+        keep_last: keep this many newest checkpoints (``None``: all); the best one by
+            ``best_metric`` and the one ``latest`` points to are always kept too.
+        best_metric: a key of ``save(metrics=...)`` that ranks checkpoints.
+        mode: ``"max"`` (higher is better) or ``"min"``.
+        **stateful: the objects, by name: models (``nn.Module``, wrapped or not),
+            optimizers, and anything with ``state_dict()``/``load_state_dict()``
+            (LR scheduler, the loader from ``rt.loader``, your own). ``None`` is skipped.
+
+    Generator states (Python, NumPy, torch CPU/CUDA) of every rank are saved, and
+    each rank restores its own. Other objects are saved from rank 0: they must be
+    the same on all ranks (a training loader is).
+
+    Raises:
+        ConfigError: ``keep_last`` < 1, a bad ``mode``, a directory path that is a
+            file, or an object that cannot be checkpointed.
+    """
+
+    def __init__(
+        self,
+        runtime: Any,
+        directory: str | Path,
+        keep_last: int | None = 3,
+        best_metric: str | None = None,
+        mode: str = "max",
+        **stateful: Any,
+    ):
+        if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1):
+            raise ConfigError(
+                f"keep_last={keep_last!r}: keep at least 1 checkpoint (the newest), or None to keep all; "
+                "without one there is nothing to resume from"
+            )
+        if mode not in ("max", "min"):
+            raise ConfigError(f"mode={mode!r}: use 'max' (higher {best_metric or 'metric'} is better) or 'min'")
+        self.directory = Path(directory)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ConfigError(f"checkpoint directory {self.directory} is a file; pass a directory path")
+        self.runtime = runtime
+        self.keep_last = keep_last
+        self.best_metric = best_metric
+        self.mode = mode
+        strategy = getattr(runtime, "strategy", None)
+        self.sharded = bool(getattr(strategy, "sharded_state", False))
+        self.entries: list[Stateful] = collect(stateful, getattr(runtime, "precision", None), strategy)
+        if not self.entries:
+            raise ConfigError("Checkpointer got nothing to save; pass objects by name, e.g. model=model, optimizer=opt")
+        self.by_name = by_name(self.entries)
+
+    # ---- writing ---------------------------------------------------------------------------
+    def save(
+        self,
+        step: int | None = None,
+        epoch: int | None = None,
+        metrics: dict[str, float] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> Path:
+        """Write a checkpoint named ``step-NNNNNN`` (or ``epoch-NNNN``) and return its directory.
+
+        Collective: all ranks must call it together with the same arguments. It
+        returns once the checkpoint is complete on disk and ``latest`` points at it.
+
+        Args:
+            step, epoch: counters (at least one); returned by ``resume()``.
+            metrics: numbers kept in the manifest; ``best_metric`` picks the best.
+            extra: any JSON-serialisable dict, returned by ``resume()``.
+
+        Raises:
+            ConfigError: no step/epoch, non-numeric metrics, non-JSON ``extra``.
+            CheckpointError: any rank failed (read-only directory, disk full, a state
+                that is not plain data); every rank raises it, the half-written
+                checkpoint is removed and earlier ones are untouched.
+        """
+        return saving.save(self, step, epoch, metrics, extra)
+
+    # ---- reading ---------------------------------------------------------------------------
+    def resume(self) -> CheckpointState | None:
+        """Load the newest complete, verified checkpoint; ``None`` when there is none.
+
+        Damaged ones (truncated, corrupted, unfinished) are skipped with a
+        :class:`~paratrain.checkpoint.CheckpointWarning` naming the file. Collective.
+
+        Raises:
+            CheckpointError: the checkpoint does not fit the objects (another model,
+                missing object) or holds pickled objects.
+        """
+        found = main_then_share(f"cannot search {self.directory} for checkpoints", self._newest_verified)
+        if found is None:
+            return None
+        path, manifest = found
+        return restoring.restore(self, Path(path), Manifest.from_dict(manifest))
+
+    def load(self, path: str | Path) -> CheckpointState:
+        """Load one checkpoint: a checkpoint directory, a checkpoints directory (its newest
+        good one), a run directory, or a lone weights file (``.safetensors``/``.pt``/``.bin``,
+        keys with or without ``module.``/``_orig_mod.``) into the one model. Collective.
+
+        Raises:
+            CheckpointError: the path does not exist or is not a checkpoint, a file
+                is damaged (no fallback for an explicit path), it does not fit, or it
+                holds pickled objects.
+        """
+        target, manifest = main_then_share(f"cannot load {path}", lambda: self._locate(Path(path)))
+        if manifest is None:
+            return restoring.restore_weights_file(self, Path(target))
+        return restoring.restore(self, Path(target), Manifest.from_dict(manifest))
+
+    def latest(self) -> Path | None:
+        """The checkpoint ``latest`` points to (complete, not re-verified), or None. Not collective."""
+        return catalog.read_latest(self.directory)
+
+    def best_path(self) -> Path | None:
+        """The complete checkpoint with the best ``best_metric``, or None. Not collective."""
+        return catalog.best(catalog.complete(self.directory), self.best_metric, self.mode)
+
+    def checkpoints(self) -> list[Path]:
+        """Complete checkpoints, oldest first. Not collective."""
+        return [path for path, _ in catalog.complete(self.directory)]
+
+    # ---- helpers for saving/restoring ----------------------------------------------------------
+    def model_of(self, optimizer: Stateful) -> torch.nn.Module:
+        """The model whose parameters ``optimizer`` trains."""
+        return self.by_name[optimizer.model].obj
+
+    def run_config(self) -> dict[str, Any]:
+        """The run's configuration, stored in every manifest."""
+        from paratrain import __version__
+
+        runtime = self.runtime
+        config: dict[str, Any] = {
+            "world_size": comm.world_size(),
+            "paratrain": __version__,
+            "torch": torch.__version__,
+            "python": sys.version.split()[0],
+        }
+        if runtime is not None:
+            config.update(
+                strategy=runtime.strategy.name,
+                precision=runtime.precision.name,
+                seed=runtime.seed,
+                backend=runtime.backend,
+                device=runtime.device.type,
+                options={k: v for k, v in runtime.strategy.options.items() if isinstance(v, (bool, int, float, str))},
+            )
+        return config
+
+    def _newest_verified(self) -> tuple[str, dict[str, Any]] | None:
+        found = catalog.newest_verified(self.directory)
+        return None if found is None else (str(found[0]), _as_dict(found[1]))
+
+    def _locate(self, path: Path) -> tuple[str, dict[str, Any] | None]:
+        resolved = catalog.resolve(path)
+        if resolved.is_file():
+            return str(resolved), None
+        return str(resolved), _as_dict(verify(resolved))
+
+    def __repr__(self) -> str:
+        names = ", ".join(f"{e.name}:{e.kind}" for e in self.entries)
+        return f"Checkpointer({str(self.directory)!r}, keep_last={self.keep_last}, sharded={self.sharded}, objects=[{names}])"
+
+
+def _as_dict(manifest: Manifest) -> dict[str, Any]:
+    return dataclasses.asdict(manifest)  # plain data: broadcast from rank 0 to every rank

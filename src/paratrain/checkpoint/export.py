@@ -1,0 +1,85 @@
+"""One consolidated, prefix-free safetensors file from any checkpoint (``paratrain ckpt export``).
+
+The job DeepSpeed's ``zero_to_fp32.py`` does in seed 003: whatever wrote the
+checkpoint (one file or fsdp shards from any number of ranks), the result loads
+with plain PyTorch::
+
+    model.load_state_dict(safetensors.torch.load_file("model.safetensors"))
+
+Sharded checkpoints are read through DCP in this one process (it maps every
+saved chunk into whole tensors), with the safe readers of
+:mod:`paratrain.checkpoint.safe_load` — not ``dcp_to_torch_save``, whose reader
+unpickles the metadata without restriction.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from paratrain.checkpoint.catalog import resolve
+from paratrain.checkpoint.files import describe_os_error, fsync_path
+from paratrain.checkpoint.manifest import verify
+from paratrain.checkpoint.reader import pick_model, read_full_model, read_weights_file
+from paratrain.checkpoint.writer import safetensors_ready
+from paratrain.errors import CheckpointError
+
+
+def read_model_state(path: str | Path, model: str | None = None) -> tuple[dict[str, torch.Tensor], Path]:
+    """Whole, prefix-free CPU tensors of one model, and the checkpoint they came from.
+
+    ``path`` is anything :func:`~paratrain.checkpoint.catalog.resolve` accepts. The
+    checkpoint is verified first. Not collective (one process reads everything).
+
+    Raises:
+        CheckpointError: not found, not a checkpoint, damaged, several models and
+            none named, or pickled objects inside.
+    """
+    source = resolve(path)
+    if source.is_file():
+        return read_weights_file(source), source
+    manifest = verify(source)
+    name = pick_model(manifest, model, source)
+    return read_full_model(source, manifest, name), source
+
+
+def export(path: str | Path, output: str | Path, model: str | None = None, force: bool = False) -> dict[str, Any]:
+    """Write model weights of the checkpoint at ``path`` to one safetensors file ``output``.
+
+    Returns a summary: source, output, tensors, parameters, bytes.
+
+    Raises:
+        CheckpointError: ``output`` exists and ``force`` is false (nothing written),
+            or the checkpoint cannot be read (see :func:`read_model_state`), or the
+            output cannot be written.
+    """
+    output = Path(output)
+    if output.exists() and not force:
+        raise CheckpointError(f"{output} already exists; pass --force (force=True) to overwrite it, or choose another -o")
+    if output.is_dir():
+        raise CheckpointError(f"{output} is a directory; give a file name such as {output / 'model.safetensors'}")
+    state, source = read_model_state(path, model)
+    from safetensors.torch import save_file
+
+    temporary = output.with_name(f".{output.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        save_file(safetensors_ready("model", state), str(temporary), metadata={"format": "pt", "source": str(source)})
+        fsync_path(temporary)
+        os.replace(temporary, output)
+        fsync_path(output.parent)
+    except OSError as exc:
+        raise CheckpointError(describe_os_error(exc, f"cannot write {output}")) from exc
+    finally:
+        temporary.unlink(missing_ok=True)
+    return {
+        "source": str(source),
+        "output": str(output),
+        "tensors": len(state),
+        "parameters": sum(t.numel() for t in state.values()),
+        "bytes": output.stat().st_size,
+    }

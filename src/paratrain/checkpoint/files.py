@@ -1,0 +1,128 @@
+"""Durable files: fsync, atomic replace, checksums, and removal that never leaves a
+half-deleted checkpoint looking complete.
+
+A rename is atomic, but only durable once the directory holding it is fsynced:
+without that a power cut can bring back the old name (see ext4's
+``auto_da_alloc`` notes and LWN's "ext4 and data loss"). Every step that makes a
+checkpoint visible is therefore: write, fsync the file, rename, fsync the directory.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from paratrain.errors import CheckpointError
+
+#: Test hook: ``SECONDS`` or ``SECONDS@STEP`` pauses every save (or the save of STEP)
+#: after its data files are written and before it is marked complete, so a test can
+#: kill the writer exactly there.
+PAUSE_ENV = "PARATRAIN_TEST_PAUSE_IN_SAVE"
+
+_CHUNK = 1 << 20
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file's (or a directory's) contents to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        # Some file systems (and directories on some platforms) cannot fsync; the
+        # write itself succeeded, so only durability against power loss is weaker.
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new file, never a part.
+
+    Raises:
+        OSError: the write failed; ``path`` is unchanged and no temporary file is left.
+    """
+    path = Path(path)
+    payload = data.encode() if isinstance(data, str) else data
+    temporary = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    fsync_path(path.parent)
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def remove_tree(path: Path, marker: str) -> None:
+    """Delete a checkpoint directory, its completion ``marker`` first.
+
+    If the process dies halfway, what is left has no marker and is ignored, instead
+    of looking like a complete checkpoint with files missing.
+    """
+    marker_path = Path(path) / marker
+    if marker_path.exists():
+        marker_path.unlink()
+        fsync_path(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def describe_os_error(exc: OSError, doing: str) -> str:
+    """One line for an OSError met while ``doing`` something, with the usual fix."""
+    where = f" {exc.filename}" if exc.filename else ""
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ENOSPC or exc.errno == errno.EDQUOT:
+        fix = "free disk space, lower keep_last, or write checkpoints to a bigger disk"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "the directory is read-only for this user: choose a writable directory or fix its permissions"
+    else:
+        fix = "check the disk and the path"
+    return f"{doing}:{where}: {reason}; {fix}"
+
+
+def check_writable_directory(directory: Path) -> None:
+    """Create ``directory`` if needed and prove a file can be created in it.
+
+    Raises:
+        CheckpointError: it is a file, cannot be created, or is read-only.
+    """
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise CheckpointError(f"checkpoint directory {directory} is a file; pass a directory path")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".write-test-{uuid.uuid4().hex[:8]}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise CheckpointError(describe_os_error(exc, f"cannot write checkpoints to {directory}")) from exc
+
+
+def pause_if_requested(step: int | None, where: Path) -> None:
+    """Sleep here when the test hook :data:`PAUSE_ENV` asks for it (see its comment)."""
+    spec = os.environ.get(PAUSE_ENV)
+    if not spec:
+        return
+    seconds, _, only_step = spec.partition("@")
+    if only_step and (step is None or int(only_step) != step):
+        return
+    print(f"paratrain: {PAUSE_ENV}: pausing {seconds}s while writing {where}", file=sys.stderr, flush=True)
+    time.sleep(float(seconds))

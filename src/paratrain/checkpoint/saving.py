@@ -1,0 +1,199 @@
+"""One save, step by step; every step ends on all ranks together (see :mod:`.agreement`).
+
+1. rank 0 makes a hidden temporary directory (and clears ones left by killed saves);
+2. fsdp: every rank writes its shards there with DCP;
+3. rank 0 writes the one-file parts: model weights (non-sharded), optimizer,
+   other objects, and the RNG states gathered from every rank;
+4. rank 0 seals it (checksums → ``manifest.json`` → ``COMPLETE``), renames it to
+   its visible name, fsyncs, points ``latest`` at it and applies retention.
+
+A process killed at any point leaves either the old set of checkpoints or the
+new one; a half-written directory keeps its hidden name and is never read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from paratrain import comm
+from paratrain.checkpoint import catalog, rng
+from paratrain.checkpoint.agreement import main_then_share, on_all_ranks
+from paratrain.checkpoint.files import (
+    check_writable_directory,
+    fsync_path,
+    pause_if_requested,
+    remove_tree,
+)
+from paratrain.checkpoint.layout import (
+    COMPLETE,
+    checkpoint_name,
+    is_hidden,
+    set_aside_name,
+    temporary_name,
+)
+from paratrain.checkpoint.manifest import Manifest, seal
+from paratrain.checkpoint.model_state import model_state, optimizer_is_fresh, optimizer_state
+from paratrain.checkpoint.writer import check_free_space, tensor_bytes, write_model, write_sharded, write_state
+from paratrain.errors import CheckpointError, ConfigError
+
+if TYPE_CHECKING:
+    from paratrain.checkpoint.checkpointer import Checkpointer
+
+
+def clean_metrics(metrics: dict[str, Any] | None) -> dict[str, float]:
+    """Metrics as JSON numbers (0-dim tensors become floats).
+
+    Raises:
+        ConfigError: a value that is not a number.
+    """
+    cleaned: dict[str, float] = {}
+    for key, value in (metrics or {}).items():
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"save(metrics=...): {key!r} is {type(value).__name__}, not a number; pass numbers only")
+        cleaned[str(key)] = float(value)
+    return cleaned
+
+
+def clean_extra(extra: dict[str, Any] | None) -> dict[str, Any]:
+    """``extra`` as stored in the manifest (JSON).
+
+    Raises:
+        ConfigError: it is not a JSON-serialisable dict.
+    """
+    if extra is None:
+        return {}
+    try:
+        return json.loads(json.dumps(extra))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"save(extra=...) must be a JSON-serialisable dict ({exc}); keep tensors in stateful objects") from exc
+
+
+def save(
+    ckpt: Checkpointer,
+    step: int | None,
+    epoch: int | None,
+    metrics: dict[str, Any] | None,
+    extra: dict[str, Any] | None,
+) -> Path:
+    """Write one checkpoint of ``ckpt``'s objects; return its directory. Collective."""
+    name = checkpoint_name(step, epoch)
+    manifest = Manifest(name=name, sequence=0, step=step, epoch=epoch, metrics=clean_metrics(metrics),
+                        extra=clean_extra(extra), run=ckpt.run_config(), sharded=ckpt.sharded)
+    rng_states = comm.gather_object(rng.capture())  # before anything else runs: the state the loop has now
+    temporary = Path(main_then_share(f"cannot start checkpoint {name}", lambda: str(_prepare(ckpt.directory, name))))
+    try:
+        if ckpt.sharded:
+            shards = on_all_ranks(f"collecting the state of checkpoint {name}", lambda: _sharded_states(ckpt, temporary))
+            on_all_ranks(f"writing the shards of checkpoint {name}", lambda: write_sharded(temporary, shards))
+        manifest.objects = main_then_share(
+            f"writing checkpoint {name}", lambda: _write_files(ckpt, temporary, rng_states, step)
+        )
+        final = main_then_share(f"completing checkpoint {name}", lambda: str(_commit(ckpt, temporary, manifest)))
+    except CheckpointError:
+        # Raised on every rank together (agreement): remove the half-written directory,
+        # then let all ranks return only once it is gone. Earlier checkpoints and
+        # `latest` were never touched.
+        if comm.is_main():
+            shutil.rmtree(temporary, ignore_errors=True)
+        comm.barrier(name=f"cleaning up the failed checkpoint {name}")
+        raise
+    except BaseException:
+        if comm.is_main():
+            shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    return Path(final)
+
+
+def _prepare(directory: Path, name: str) -> Path:
+    check_writable_directory(directory)
+    for leftover in directory.iterdir():
+        # What killed saves left: hidden temporary directories and files, replaced checkpoints.
+        if not (is_hidden(leftover) and (".tmp-" in leftover.name or ".replaced-" in leftover.name)):
+            continue
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
+    temporary = directory / temporary_name(name)
+    temporary.mkdir()
+    return temporary
+
+
+def _sharded_states(ckpt: Checkpointer, temporary: Path) -> dict[str, Any]:
+    """This rank's DTensor shards of every model and every optimizer that has state."""
+    states: dict[str, Any] = {}
+    for entry in ckpt.entries:
+        if entry.kind == "model":
+            states[entry.name] = model_state(entry.obj, sharded=True)
+        elif entry.kind == "optimizer" and not optimizer_is_fresh(entry.obj):
+            states[entry.name] = optimizer_state(ckpt.model_of(entry), entry.obj, sharded=True)
+    check_free_space(temporary, tensor_bytes(states))
+    return states
+
+
+def _write_files(ckpt: Checkpointer, temporary: Path, rng_states: list[Any], step: int | None) -> dict[str, Any]:
+    """Rank 0: everything that is one file; returns the manifest's object table."""
+    objects: dict[str, Any] = {}
+    pending: list[tuple[str, str, Any]] = []
+    for entry in ckpt.entries:
+        if entry.kind == "model" and ckpt.sharded:
+            objects[entry.name] = {"kind": "model", "sharded": True}
+        elif entry.kind == "model":
+            pending.append((entry.name, "model", model_state(entry.obj, sharded=False)))
+        elif entry.kind == "optimizer" and ckpt.sharded and not optimizer_is_fresh(entry.obj):
+            objects[entry.name] = {"kind": "optimizer", "sharded": True, "model": entry.model}
+        elif entry.kind == "optimizer":
+            pending.append((entry.name, "optimizer", optimizer_state(ckpt.model_of(entry), entry.obj, sharded=False)))
+        else:
+            pending.append((entry.name, "state", entry.obj.state_dict()))
+    check_free_space(temporary, tensor_bytes([state for _, _, state in pending]) + tensor_bytes(rng_states))
+    for name, kind, state in pending:
+        objects[name] = write_model(temporary, name, state) if kind == "model" else write_state(temporary, name, kind, state)
+        if kind == "optimizer":
+            objects[name]["model"] = ckpt.by_name[name].model
+    write_state(temporary, "rng", "rng", {"ranks": rng_states})
+    pause_if_requested(step, temporary)
+    return objects
+
+
+def _commit(ckpt: Checkpointer, temporary: Path, manifest: Manifest) -> Path:
+    """Rank 0: seal, make visible, point ``latest`` at it, apply retention."""
+    directory = ckpt.directory
+    manifest.sequence = catalog.next_sequence(directory)
+    seal(temporary, manifest)
+    final = directory / manifest.name
+    aside = None
+    if final.exists():  # same step saved again (e.g. after resuming from an older one)
+        aside = directory / set_aside_name(manifest.name)
+        os.replace(final, aside)
+    try:
+        os.replace(temporary, final)
+    except OSError:
+        if aside is not None:
+            os.replace(aside, final)  # put the old one back: a failed save loses nothing
+        raise
+    fsync_path(directory)
+    if aside is not None:
+        remove_tree(aside, COMPLETE)
+    catalog.write_latest(directory, manifest.name)
+    _apply_retention(ckpt, final)
+    return final
+
+
+def _apply_retention(ckpt: Checkpointer, newest: Path) -> None:
+    saved = catalog.complete(ckpt.directory)
+    keep = {newest, catalog.read_latest(ckpt.directory), catalog.best(saved, ckpt.best_metric, ckpt.mode)}
+    for path in catalog.expendable(saved, ckpt.keep_last, keep):
+        try:
+            remove_tree(path, COMPLETE)
+        except OSError as exc:  # the new checkpoint is safe; an old one lingering is no reason to fail
+            warnings.warn(f"could not remove old checkpoint {path}: {exc}", catalog.CheckpointWarning, stacklevel=2)

@@ -1,0 +1,91 @@
+"""Writing the pieces of one checkpoint into its (temporary) directory.
+
+Model weights go to safetensors (no code in the format, readable by any
+framework); nested state (optimizer, sampler, scheduler, RNG) to ``torch.save``
+files that hold plain data only; FSDP shards to torch.distributed.checkpoint.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from paratrain.checkpoint.layout import SHARDED_DIR, model_file, state_file
+from paratrain.checkpoint.plain_data import check_plain
+from paratrain.errors import CheckpointError
+
+
+def tensor_bytes(state: Any) -> int:
+    """Bytes of all tensors in a (nested) state, to check free space before writing."""
+    if isinstance(state, torch.Tensor):
+        local = getattr(state, "_local_tensor", state)  # a DTensor writes only its shard
+        return local.numel() * local.element_size()
+    if isinstance(state, dict):
+        return sum(tensor_bytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(tensor_bytes(v) for v in state)
+    return 0
+
+
+def check_free_space(directory: Path, needed: int) -> None:
+    """Raises CheckpointError before writing when the disk clearly cannot hold ``needed`` bytes."""
+    free = shutil.disk_usage(directory).free
+    if needed > free:
+        raise CheckpointError(
+            f"not enough disk space for a checkpoint in {directory}: needs about {needed / 2**20:.1f} MiB, "
+            f"{free / 2**20:.1f} MiB free; free disk space, lower keep_last, or write checkpoints to a bigger disk"
+        )
+
+
+def safetensors_ready(name: str, state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """Contiguous tensors with no shared storage (safetensors refuses tied weights)."""
+    ready: dict[str, torch.Tensor] = {}
+    storages: set[int] = set()
+    for key, value in state.items():
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointError(
+                f"model {name!r} has a non-tensor entry {key!r} ({type(value).__name__}) in its state_dict; "
+                "model weights are stored as safetensors: keep non-tensor state in a separate stateful object"
+            )
+        tensor = value.detach().contiguous()
+        storage = tensor.untyped_storage().data_ptr()
+        if storage in storages and tensor.numel():
+            tensor = tensor.clone()  # tied weight: written twice, loaded into both names
+        storages.add(storage)
+        ready[key] = tensor
+    return ready
+
+
+def write_model(directory: Path, name: str, state: dict[str, Any]) -> dict[str, Any]:
+    """``NAME.safetensors`` with prefix-free keys; returns the manifest entry."""
+    from safetensors.torch import save_file
+
+    save_file(safetensors_ready(name, state), str(Path(directory) / model_file(name)), metadata={"format": "pt"})
+    return {"kind": "model", "file": model_file(name)}
+
+
+def write_state(directory: Path, name: str, kind: str, state: Any) -> dict[str, Any]:
+    """``NAME.pt`` (plain data only, checked first); returns the manifest entry.
+
+    Raises:
+        CheckpointError: the state holds an object that would need unpickling.
+    """
+    check_plain(state, name)
+    torch.save(state, Path(directory) / state_file(name))
+    return {"kind": kind, "file": state_file(name)}
+
+
+def write_sharded(directory: Path, states: dict[str, Any]) -> None:
+    """Every rank writes its shards of ``states`` with DCP. Collective.
+
+    DCP gathers the save plans, writes one file per rank, and has the coordinator
+    write ``.metadata``; a failure on any rank is raised on all ranks.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    target = Path(directory) / SHARDED_DIR
+    target.mkdir(parents=True, exist_ok=True)
+    dcp.save(states, storage_writer=dcp.FileSystemWriter(str(target), sync_files=True))

@@ -1,0 +1,150 @@
+"""Bad input: clear one-line errors, and nothing lost or overwritten."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import tempfile
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+import torch
+
+from paratrain.checkpoint import Checkpointer
+from paratrain.checkpoint.manifest import verify
+from paratrain.errors import CheckpointError, ConfigError
+from tests.checkpoint.helpers import fresh_checkpointer, save_steps, trained
+from tests.checkpoint.workers import Net
+
+
+def assert_untouched(directory: Path, names=("latest", "step-000001")) -> None:
+    assert sorted(p.name for p in directory.iterdir()) == sorted(names)
+    assert (directory / "latest").read_text().strip() == "step-000001"
+    verify(directory / "step-000001")
+
+
+def test_path_that_does_not_exist_or_is_not_a_checkpoint(tmp_path):
+    _, ckpt = fresh_checkpointer(tmp_path / "checkpoints")
+    with pytest.raises(CheckpointError, match="does not exist; pass a checkpoint directory"):
+        ckpt.load(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="is not a paratrain checkpoint"):
+        ckpt.load(tmp_path / "empty")
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(CheckpointError, match="not a readable safetensors file"):
+        ckpt.load(tmp_path / "notes.txt")
+    torch.save({"lr": 0.1, "epoch": 3}, tmp_path / "settings.pt")
+    with pytest.raises(CheckpointError, match="holds no model state dict"):
+        ckpt.load(tmp_path / "settings.pt")
+    assert ckpt.resume() is None  # an empty or missing directory is a fresh start
+
+
+class Renamed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(6, 16), torch.nn.Linear(16, 16)])
+        self.head = torch.nn.Linear(16, 3)
+
+
+def test_checkpoint_from_another_model_names_keys_shapes_and_closest_matches(tmp_path):
+    save_steps(tmp_path, steps=(1,))
+    narrower = Net(hidden=8)
+    with pytest.raises(CheckpointError) as caught:
+        Checkpointer(None, tmp_path, model=narrower).resume()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "does not fit this model" in message
+    assert "blocks.0.weight saved [16, 6] vs model [8, 6]" in message
+    with pytest.raises(CheckpointError) as caught:
+        Checkpointer(None, tmp_path, model=Renamed()).resume()
+    message = str(caught.value)
+    assert "4 missing in the checkpoint: layers.0.bias [16] (closest saved: blocks.0.bias [16])" in message
+    assert "4 unexpected: blocks.0.bias [16] (closest in the model: layers.0.bias [16])" in message
+    assert "build the model the checkpoint was saved from" in message
+
+
+@contextlib.contextmanager
+def unprivileged():
+    """Root ignores file permissions; act as 'nobody' for the block when running as root."""
+    if os.geteuid() != 0:
+        yield
+        return
+    os.seteuid(65534)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+
+
+def test_read_only_directory_is_a_clear_error_and_old_checkpoints_stay(tmp_path):
+    base = Path(tempfile.mkdtemp())  # outside pytest's root-only tree, so 'nobody' can reach it
+    try:
+        base.chmod(0o755)
+        directory = base / "checkpoints"
+        save_steps(directory, steps=(1,))
+        model, optimizer = trained()
+        ckpt = Checkpointer(None, directory, model=model, optimizer=optimizer)
+        directory.chmod(0o555)
+        with unprivileged(), pytest.raises(CheckpointError, match="Permission denied; the directory is read-only"):
+            ckpt.save(step=2)
+        directory.chmod(0o755)
+        assert_untouched(directory)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_disk_full_while_writing_is_a_clear_error_and_old_checkpoints_stay(tmp_path, monkeypatch):
+    save_steps(tmp_path, steps=(1,))
+    model, optimizer = trained()
+    ckpt = Checkpointer(None, tmp_path, model=model, optimizer=optimizer)
+
+    def no_space(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"\0" * 10)  # a partial file, as a real full disk leaves
+        raise OSError(errno.ENOSPC, "No space left on device", filename)
+
+    import safetensors.torch
+
+    monkeypatch.setattr(safetensors.torch, "save_file", no_space)
+    with pytest.raises(CheckpointError, match="No space left on device; free disk space, lower keep_last"):
+        ckpt.save(step=2)
+    assert_untouched(tmp_path)
+    monkeypatch.undo()
+
+    Usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr("paratrain.checkpoint.writer.shutil.disk_usage", lambda path: Usage(100, 90, 10))
+    with pytest.raises(CheckpointError, match=r"not enough disk space .* needs about 0\.\d MiB, 0\.0 MiB free"):
+        ckpt.save(step=2)
+    assert_untouched(tmp_path)
+
+
+def test_invalid_options_are_config_errors(tmp_path):
+    model, optimizer = trained()
+    (tmp_path / "file").write_text("")
+    cases = [
+        (dict(keep_last=0), "keep_last=0: keep at least 1"),
+        (dict(keep_last=-2), "keep_last=-2"),
+        (dict(keep_last=True), "keep_last=True"),
+        (dict(mode="best"), "mode='best'"),
+        (dict(directory=tmp_path / "file"), "is a file"),
+        (dict(thing=object()), "has no state_dict"),
+        (dict(rng=model), "cannot be used"),
+        (dict(model=None, optimizer=optimizer), "trains parameters of no model"),
+        (dict(model=None), "nothing to save"),
+    ]
+    for options, message in cases:
+        kwargs = {"directory": tmp_path / "ok", "model": model, **options}
+        with pytest.raises(ConfigError, match=message):
+            Checkpointer(None, **kwargs)
+    ckpt = Checkpointer(None, tmp_path / "ok", model=model)
+    for kwargs, message in [
+        ({}, "needs step= or epoch="),
+        ({"step": -1}, "non-negative integer"),
+        ({"step": 1, "metrics": {"acc": "high"}}, "not a number"),
+        ({"step": 1, "extra": {"t": torch.ones(1)}}, "JSON-serialisable"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            ckpt.save(**kwargs)
+    assert not (tmp_path / "ok").exists()  # nothing was written

@@ -1,0 +1,100 @@
+"""Damaged and unfinished checkpoints are detected; resume falls back to the previous good one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from paratrain.checkpoint import CheckpointWarning, describe
+from paratrain.errors import CheckpointError
+from tests.checkpoint.helpers import flip_byte, fresh_checkpointer, same_weights, save_steps, truncate
+from tests.support import ROOT, clean_env
+
+
+@pytest.mark.parametrize(
+    ("damage", "file", "problem"),
+    [
+        (truncate, "model.safetensors", "truncated"),
+        (flip_byte, "optimizer.pt", "checksum mismatch"),
+        (flip_byte, "manifest.json", "does not match its COMPLETE marker"),
+    ],
+)
+def test_damaged_newest_checkpoint_falls_back_to_previous_with_a_warning(tmp_path, damage, file, problem):
+    weights = save_steps(tmp_path)
+    damage(tmp_path / "step-000002" / file)
+    model, ckpt = fresh_checkpointer(tmp_path)
+    with pytest.warns(CheckpointWarning) as caught:
+        state = ckpt.resume()
+    message = " ".join(str(w.message) for w in caught)
+    assert "step-000002" in message and file in message and problem in message
+    assert state.step == 1 and state.path.name == "step-000001"
+    assert same_weights(model, weights[1])
+    # An explicit path gets no fallback: the damage is an error naming the file.
+    with pytest.raises(CheckpointError, match=f"{file}.*{problem}|{problem}"):
+        ckpt.load(tmp_path / "step-000002")
+    assert describe(tmp_path / "step-000001")["verified"]
+    if file == "manifest.json":
+        with pytest.raises(CheckpointError, match="does not match its COMPLETE marker"):
+            describe(tmp_path / "step-000002")
+    else:  # inspect describes the damage instead of refusing
+        report = describe(tmp_path / "step-000002")
+        assert not report["verified"]
+        assert {f["file"]: f["status"] for f in report["files"]}[file].startswith(problem)
+
+
+def test_checkpoint_without_marker_is_not_a_checkpoint(tmp_path):
+    weights = save_steps(tmp_path)
+    (tmp_path / "step-000002" / "COMPLETE").unlink()
+    model, ckpt = fresh_checkpointer(tmp_path)
+    with pytest.warns(CheckpointWarning, match="step-000002.*no COMPLETE marker"):
+        state = ckpt.resume()
+    assert state.step == 1 and same_weights(model, weights[1])
+    with pytest.raises(CheckpointError, match="no COMPLETE marker"):
+        describe(tmp_path / "step-000002")
+
+
+def test_every_file_damaged_means_a_fresh_start_with_warnings(tmp_path):
+    save_steps(tmp_path, steps=(1,))
+    truncate(tmp_path / "step-000001" / "model.safetensors")
+    _, ckpt = fresh_checkpointer(tmp_path)
+    with pytest.warns(CheckpointWarning, match="model.safetensors"):
+        assert ckpt.resume() is None
+
+
+def test_writer_killed_during_save_leaves_previous_checkpoint_loadable(tmp_path):
+    env = clean_env(PARATRAIN_TEST_PAUSE_IN_SAVE="120@2")
+    writer = subprocess.Popen([sys.executable, "-m", "tests.checkpoint.writer_script", str(tmp_path)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in writer.stderr:  # the hook announces the pause once the data files of step 2 are written
+            if "pausing" in line:
+                break
+        else:
+            pytest.fail(f"the writer exited without pausing: {writer.wait()}")
+        os.kill(writer.pid, signal.SIGKILL)
+        assert writer.wait() == -signal.SIGKILL
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+        writer.stdout.close()
+        writer.stderr.close()
+    leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".step-000002.tmp-")]
+    assert len(leftovers) == 1 and (leftovers[0] / "model.safetensors").exists()
+    assert not (leftovers[0] / "COMPLETE").exists()
+    assert (tmp_path / "latest").read_text().strip() == "step-000001"
+    assert not (tmp_path / "step-000002").exists()
+
+    model, ckpt = fresh_checkpointer(tmp_path)
+    state = ckpt.resume()
+    assert state.step == 1
+    from safetensors.torch import load_file
+
+    assert same_weights(model, load_file(str(tmp_path / "step-000001" / "model.safetensors")))
+    # The next save clears what the killed one left.
+    ckpt.save(step=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-000001", "step-000002"]
