@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-from collections.abc import Iterator
+import gc
 from typing import Any
 
 import torch
@@ -216,9 +216,16 @@ class Runtime:
 
     # ---- teardown ---------------------------------------------------------------------
     def close(self) -> None:
-        """Leave the process group if this Runtime joined it (idempotent)."""
+        """Leave the process group if this Runtime joined it (idempotent).
+
+        Drop your references to wrapped (DDP) models before calling it: a DDP
+        reducer freed *after* its gloo group is destroyed can deadlock the exit
+        (pytorch/pytorch#56297). Collecting garbage here frees the ones already
+        unreachable.
+        """
         if getattr(self, "_owns_group", False):
             self._owns_group = False
+            gc.collect()
             destroy_process_group()
 
     def __enter__(self) -> Runtime:
@@ -233,7 +240,3 @@ class Runtime:
             f"strategy={self.strategy.name}, precision={self.precision.name})"
         )
 
-
-@contextlib.contextmanager
-def _nothing() -> Iterator[None]:
-    yield
