@@ -27,6 +27,13 @@ def _worker(fn: Callable[..., Any], args: tuple, env: dict[str, str]) -> Any:
     """Runs in each child. The agent wraps it in ``record``, which writes the
     exception and traceback to the error file that the parent reads."""
     os.environ.update(env)
+    threads = env.get("OMP_NUM_THREADS")
+    if threads and threads.isdigit():
+        # The spawned child imported torch before this runs, so OMP_NUM_THREADS
+        # alone comes too late for torch's intra-op pool.
+        import torch
+
+        torch.set_num_threads(int(threads))
     return fn(*args)
 
 

@@ -12,4 +12,4 @@ from paratrain.loop.result import FitResult
 from paratrain.loop.state import FitState
 from paratrain.loop.trainer import Trainer
 
-__all__ = ["fit", "Trainer", "FitConfig", "FitResult", "FitState", "Callback", "epochs", "progress"]
+__all__ = ["Callback", "FitConfig", "FitResult", "FitState", "Trainer", "epochs", "fit", "progress"]

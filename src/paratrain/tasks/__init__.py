@@ -6,17 +6,24 @@
     seg        small U-Net with BatchNorm on generated shapes (mIoU; --sync-bn)
 """
 
-from paratrain.tasks.api import Evaluation, Evaluator, Prediction, Recipe, Task, TaskOptions
+from paratrain.tasks.api import (
+    Evaluation,
+    Evaluator,
+    Prediction,
+    Recipe,
+    Task,
+    TaskOptions,
+)
 from paratrain.tasks.registry import TASKS, create_task, load_task, task_class
 
 __all__ = [
     "TASKS",
-    "Task",
-    "TaskOptions",
-    "Recipe",
     "Evaluation",
     "Evaluator",
     "Prediction",
+    "Recipe",
+    "Task",
+    "TaskOptions",
     "create_task",
     "load_task",
     "task_class",

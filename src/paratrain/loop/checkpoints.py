@@ -1,0 +1,45 @@
+"""The fit loop's use of :class:`paratrain.Checkpointer`: where, what, and which one is best.
+
+Checkpoints live in ``OUT/checkpoints``; ``OUT`` itself also holds ``task.json``,
+logs and metrics. The loop's own progress (:class:`~paratrain.loop.state.FitState`)
+is saved as one more stateful object beside the model, optimizer, LR schedule and
+training loader, so a resumed run continues at the same step, sample and best metric.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from paratrain.checkpoint import Checkpointer
+
+CHECKPOINT_DIR = "checkpoints"
+
+
+def metric_mode(metric: str) -> str:
+    """``"min"`` for losses, ``"max"`` for every other metric (accuracy, F1, mIoU)."""
+    return "min" if metric.endswith("loss") else "max"
+
+
+class LoopCheckpoints:
+    """Resume and save for the fit loop. ``resume`` and ``save`` are collective."""
+
+    def __init__(self, runtime: Any, out_dir: Path, keep_last: int, metric: str, trainer: Any, **stateful: Any):
+        self.directory = Path(out_dir) / CHECKPOINT_DIR
+        self._trainer_state = trainer
+        self._checkpointer = Checkpointer(
+            runtime, self.directory, keep_last=keep_last, best_metric=metric, mode=metric_mode(metric),
+            trainer=trainer, **stateful,
+        )
+
+    def resume(self) -> int:
+        """Load the newest good checkpoint, if any; return the step it was taken at (0: none)."""
+        state = self._checkpointer.resume()
+        return 0 if state is None else int(self._trainer_state.step)
+
+    def save(self, step: int, epoch: int, metrics: dict[str, float] | None) -> Path:
+        return self._checkpointer.save(step=step, epoch=epoch, metrics=metrics)
+
+    def best_path(self) -> str | None:
+        best = self._checkpointer.best_path()
+        return str(best) if best else None

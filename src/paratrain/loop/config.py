@@ -1,0 +1,100 @@
+"""``FitConfig``: every knob of the fit loop, checked once, with the task's recipe as defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from paratrain.errors import ConfigError
+
+SCHEDULES = ("linear", "constant")
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """How to train. ``None`` means "the task's recipe" (see :class:`paratrain.tasks.Recipe`).
+
+    Length: ``epochs`` passes over the training data, or ``max_steps`` optimizer
+    steps when given (then epochs only bound nothing). A *step* is one optimizer
+    step, i.e. ``grad_accum`` batches per rank.
+
+    Evaluation runs on the dev set with exact sharding (every sample once) every
+    ``eval_every`` steps and/or at the end of every epoch (``eval_per_epoch``);
+    each evaluation saves a checkpoint, and the best one by ``metric`` is kept
+    (higher is better; lower for a metric named ``loss``). ``patience`` stops after that many evaluations without a new best.
+    """
+
+    epochs: int | None = None
+    max_steps: int | None = None
+    batch_size: int | None = None  # per rank
+    eval_batch_size: int | None = None  # per rank
+    lr: float | None = None
+    weight_decay: float | None = None
+    warmup: float | None = None  # fraction of all steps with a linearly rising LR
+    schedule: str = "linear"  # after warmup: "linear" decay to 0, or "constant"
+    grad_accum: int = 1
+    clip_norm: float | None = None
+    eval_every: int | None = None  # steps; None: only at epoch ends
+    eval_per_epoch: bool = True
+    metric: str | None = None
+    patience: int | None = None
+    out_dir: str | None = None  # None: no checkpoints, logs or metrics files
+    save_every: int | None = None  # steps, besides the saves at evaluations and epoch ends
+    keep_last: int = 2
+    log_every: int = 50  # steps between console lines / metric records
+    strategy: str = "auto"
+    precision: str = "32-true"
+    seed: int = 42
+    sync_batchnorm: bool = False
+    num_workers: int = 0
+    fresh: bool = False  # move an existing out_dir aside instead of resuming from it
+    progress: bool | None = None  # None: a bar when stderr is a terminal
+    tensorboard: bool | None = None  # None: when the tensorboard package is installed
+
+    def __post_init__(self) -> None:
+        positive = ("epochs", "max_steps", "batch_size", "eval_batch_size", "grad_accum", "eval_every",
+                    "patience", "save_every", "keep_last", "log_every")
+        for name in positive:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{_flag(name)} must be a positive integer, got {value!r}")
+        for name in ("lr", "weight_decay", "clip_norm"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (int, float)) or value < 0 or (name != "weight_decay" and value == 0)):
+                raise ConfigError(f"{_flag(name)} must be a positive number, got {value!r}")
+        if self.warmup is not None and not 0 <= self.warmup < 1:
+            raise ConfigError(f"--warmup is a fraction of the steps in [0, 1), got {self.warmup!r}")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"--schedule {self.schedule!r} is not one of {', '.join(SCHEDULES)}")
+        if self.num_workers < 0:
+            raise ConfigError(f"--num-workers must be 0 or more, got {self.num_workers!r}")
+
+    def with_recipe(self, recipe: Any) -> FitConfig:
+        """This config with every ``None`` that the recipe knows filled from it."""
+        filled = {
+            field.name: getattr(recipe, field.name)
+            for field in dataclasses.fields(recipe)
+            if hasattr(self, field.name) and getattr(self, field.name) is None
+        }
+        return dataclasses.replace(self, **filled)
+
+    def replace(self, **changes: Any) -> FitConfig:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def check_names(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """``options`` when every key is a field.
+
+        Raises:
+            ConfigError: an unknown option (lists the known ones).
+        """
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ConfigError(f"unknown fit option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return options
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")

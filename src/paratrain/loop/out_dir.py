@@ -1,0 +1,63 @@
+"""The output directory of a run: refuse to mix two runs in it, or move an old one aside.
+
+An output directory belongs to one task: ``task.json`` names it. Resuming
+``digits`` from a ``text-cls`` checkpoint can only fail later with a wall of
+missing keys, so it is refused up front with the two ways out.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from paratrain.errors import ConfigError
+from paratrain.tasks.api import TASK_FILE, read_task_record
+
+# What a run writes besides its checkpoints; a folder holding only these is ours to resume in.
+RUN_FILES = {TASK_FILE, "logs", "metrics.jsonl", "tensorboard", "summary.json", "checkpoints"}
+
+
+def prepare_out_dir(out_dir: str | Path, task: str, options: dict | None = None, fresh: bool = False) -> tuple[Path, Path | None]:
+    """Check (and with ``fresh``, clear) ``out_dir`` for a run of ``task``; create it.
+
+    Returns ``(out_dir, moved_to)``: ``moved_to`` is where ``fresh`` moved the old
+    run (nothing is deleted), else ``None``. Not collective: call it on one rank.
+
+    Raises:
+        ConfigError: ``out_dir`` is a file; it holds another task's run, a run with
+            another ``--model-path``, or files that are not a run — each message says
+            how to start fresh (another ``--out``, or ``--fresh``).
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; give a directory")
+    moved_to = None
+    if fresh and out.is_dir() and any(out.iterdir()):
+        moved_to = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+        suffix = 1
+        while moved_to.exists():
+            moved_to = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}-{suffix}")
+            suffix += 1
+        out.rename(moved_to)
+    elif out.is_dir():
+        _check_same_run(out, task, options or {})
+    out.mkdir(parents=True, exist_ok=True)
+    return out, moved_to
+
+
+def _check_same_run(out: Path, task: str, options: dict) -> None:
+    how = f"use another --out directory, or add --fresh to move {out} aside and start over"
+    record = read_task_record(out)
+    if record is None:
+        strangers = sorted(p.name for p in out.iterdir() if p.name not in RUN_FILES)
+        if strangers:
+            raise ConfigError(f"--out {out} already holds files that are not a paratrain run ({', '.join(strangers[:3])}); {how}")
+        return
+    if record["task"] != task:
+        raise ConfigError(f"--out {out} holds checkpoints of task {record['task']!r}, not {task!r}; refusing to mix them; {how}")
+    saved_path = (record.get("options") or {}).get("model_path")
+    if saved_path != options.get("model_path"):
+        raise ConfigError(
+            f"--out {out} holds a run with --model-path {saved_path or '(none)'}, this one has "
+            f"{options.get('model_path') or '(none)'}; refusing to mix them; {how}"
+        )

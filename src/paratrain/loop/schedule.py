@@ -1,0 +1,35 @@
+"""Learning-rate schedule: linear warmup, then linear decay to zero (or constant).
+
+BERT-style fine-tuning (and seed 003, through transformers' Trainer) uses exactly
+this shape; it is built on torch's ``LambdaLR`` so its ``state_dict`` is torch's.
+The factor is a small callable object rather than a closure: ``LambdaLR.state_dict``
+saves a callable object's attributes (plain ints here), which keeps checkpoints
+loadable with ``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+
+class WarmupThen:
+    """LR factor at step ``s``: ``s / warmup`` while warming up, then linear to 0 at ``total`` (or 1)."""
+
+    def __init__(self, total: int, warmup: int, decay: bool = True):
+        self.total = max(int(total), 1)
+        self.warmup = max(int(warmup), 0)
+        self.decay = bool(decay)
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup:
+            return (step + 1) / (self.warmup + 1)  # never exactly 0: the first step already learns
+        if not self.decay:
+            return 1.0
+        return max(0.0, (self.total - step) / max(self.total - self.warmup, 1))
+
+
+def warmup_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_fraction: float, schedule: str = "linear") -> LambdaLR:
+    """A ``LambdaLR`` over ``total_steps`` optimizer steps with ``warmup_fraction`` of them warming up."""
+    warmup = round(total_steps * warmup_fraction)
+    return LambdaLR(optimizer, WarmupThen(total_steps, warmup, decay=(schedule == "linear")))

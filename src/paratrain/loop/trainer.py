@@ -1,0 +1,379 @@
+"""``Trainer``: the fit loop — steps, accumulation, evaluation, checkpoints, early stop, output.
+
+Built only on the public layers: ``Runtime`` (process group, strategy, precision),
+``rt.loader`` (resumable training data, exact evaluation shards), ``Checkpointer``
+(resume and save), ``paratrain.comm`` (agreement between ranks). The path one
+step takes, on every rank::
+
+    batch → device → accumulate(sync on the last micro-batch) → autocast → forward
+          → backward (loss / grad_accum) → step(clip) → LR schedule → log / eval / save
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from paratrain import comm
+from paratrain.errors import ConfigError
+from paratrain.loop.batches import batch_length, move_to
+from paratrain.loop.callbacks import Callback, CallbackList
+from paratrain.loop.checkpoints import LoopCheckpoints, metric_mode
+from paratrain.loop.config import FitConfig
+from paratrain.loop.out_dir import prepare_out_dir
+from paratrain.loop.progress import epochs, progress
+from paratrain.loop.result import FitResult
+from paratrain.loop.run_log import RunLog
+from paratrain.loop.schedule import warmup_schedule
+from paratrain.loop.state import FitState
+from paratrain.loop.window import TrainWindow
+from paratrain.tasks.api import Evaluation, Task
+
+UNBOUNDED_EPOCHS = 1_000_000  # with max_steps the step count ends the run, not the epochs
+
+
+class Trainer:
+    """Trains ``task`` with ``config`` on this process's share of the job.
+
+    ``fit()`` is collective: every rank of the job runs it with the same task and
+    config. Without a ``runtime`` one is created from the config (strategy,
+    precision, seed, sync_batchnorm) and closed at the end; a given ``runtime``
+    is used as it is (the config's strategy, precision, seed and sync_batchnorm
+    are then not read) and left open.
+
+    Attributes available to callbacks: ``runtime``, ``task``, ``config``, ``state``
+    (step, best metrics…), ``model``, ``optimizer``, ``scheduler``,
+    ``train_loader``, ``eval_loader``, ``log``, ``should_stop``.
+    """
+
+    def __init__(self, task: Task, config: FitConfig | None = None, runtime: Any = None, callbacks: list[Callback] | tuple = ()):
+        self.task = task
+        self.config = (config or FitConfig()).with_recipe(task.recipe)
+        self.runtime = runtime
+        self.callbacks = CallbackList(callbacks)
+        self.state = FitState()
+        self.should_stop = False
+        self.log = RunLog(None, comm.rank())
+        self.model: Any = None
+        self.optimizer: Any = None
+        self.scheduler: Any = None
+        self.train_loader: Any = None
+        self.eval_loader: Any = None
+        self.checkpoints: LoopCheckpoints | None = None
+        self.out_dir: Path | None = None
+        self.last_evaluation: Evaluation | None = None
+        self._evaluated_at = -1
+        self._saved_at = -1
+
+    # ---- the whole run ------------------------------------------------------------------
+    def check(self) -> None:
+        """Refuse what is visible before training: a metric the task does not compute. Not collective.
+
+        Raises:
+            ConfigError: names the metrics the task has.
+        """
+        known = ("loss", *self.task.metric_names)
+        if self.task.metric_names and self.config.metric not in known:
+            raise ConfigError(
+                f"--metric {self.config.metric!r} is not computed by task {self.task.name!r}; choose one of: {', '.join(known)}"
+            )
+
+    def fit(self) -> FitResult:
+        """Train until the epochs or ``max_steps`` are done, or early stopping. Collective.
+
+        Raises:
+            ConfigError: a bad option, or an output directory that holds another run.
+            DataError / MissingDependencyError: from the task's data.
+            CheckpointError: a checkpoint in the output directory cannot be resumed.
+        """
+        from paratrain.runtime.runtime import Runtime
+
+        owns_runtime = self.runtime is None
+        if owns_runtime:
+            c = self.config
+            self.runtime = Runtime(strategy=c.strategy, precision=c.precision, seed=c.seed, sync_batchnorm=c.sync_batchnorm)
+        try:
+            return self._fit()
+        finally:
+            self.log.close()
+            if owns_runtime:
+                self.release_wrappers()
+                self.runtime.close()
+
+    def release_wrappers(self) -> None:
+        """Keep the trained module, drop the strategy's wrapper (DDP and its Reducer).
+
+        Call it before the process group is destroyed. If DDP's Reducer outlives the
+        group and holds its last reference, freeing the Reducer runs the gloo group's
+        destructor with the GIL held; that destructor waits for gloo's worker thread,
+        which may need the GIL to free a tensor: a deadlock at exit (pytorch/pytorch#56297).
+        """
+        if self.model is not None:
+            self.model = self.runtime.unwrap(self.model)
+        self.checkpoints = None  # the Checkpointer holds the wrapped model too
+        gc.collect()
+
+    def _fit(self) -> FitResult:
+        rt, c, task = self.runtime, self.config, self.task
+        self.check()
+        self.out_dir = self._prepare_out_dir()
+        self.log = RunLog(self.out_dir, rt.rank, c.tensorboard)
+        train_data, eval_data = task.datasets()
+        model = task.build_model()
+        optimizer = task.build_optimizer(model, c.lr, c.weight_decay)
+        self.model, self.optimizer = rt.setup(model, optimizer)
+        self.train_loader = rt.loader(train_data, c.batch_size, shuffle=True, collate_fn=task.collate, num_workers=c.num_workers)
+        self.eval_loader = rt.loader(eval_data, c.eval_batch_size, exact=True, collate_fn=task.collate, num_workers=c.num_workers)
+        self.steps_per_epoch = math.ceil(self.train_loader.steps_per_epoch / c.grad_accum)
+        self.total_steps = c.max_steps or c.epochs * self.steps_per_epoch
+        self.scheduler = warmup_schedule(self.optimizer, self.total_steps, c.warmup or 0.0, c.schedule)
+        resumed_from = 0
+        if self.out_dir is not None:
+            self.checkpoints = LoopCheckpoints(
+                rt, self.out_dir, keep_last=c.keep_last, metric=c.metric,
+                model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
+                loader=self.train_loader, trainer=self.state,
+            )
+            resumed_from = self.checkpoints.resume()
+            self._saved_at = resumed_from if resumed_from else -1  # never write the same step twice
+            if rt.is_main:
+                task.save(self.out_dir)
+        self.epoch = self.train_loader.epoch
+        self._announce(len(train_data), len(eval_data), resumed_from)
+        self.callbacks("on_fit_start", self)
+        window = self._train()
+        train_seconds = window.train_seconds  # before the final evaluation
+        if self._evaluated_at != self.state.step:
+            self._evaluate()
+        if self._saved_at != self.state.step and self.checkpoints is not None:
+            self._save()
+        return self._finish(resumed_from, train_seconds, window.samples_total)
+
+    def _prepare_out_dir(self) -> Path | None:
+        """Rank 0 checks the directory; every rank gets its verdict (and raises the same error). Collective."""
+        if self.config.out_dir is None:
+            return None
+        verdict: tuple[Exception | None, Path | None] = (None, None)
+        if self.runtime.is_main:
+            try:
+                _, moved = prepare_out_dir(self.config.out_dir, self.task.name, self.task.options.to_dict(), self.config.fresh)
+                verdict = (None, moved)
+            except ConfigError as exc:  # every rank must raise it, or the others wait in the next collective
+                verdict = (exc, None)
+            except OSError as exc:
+                verdict = (ConfigError(f"cannot use --out {self.config.out_dir} ({exc}); pick a writable directory"), None)
+        error, moved = comm.broadcast_object(verdict)
+        if error is not None:
+            raise error
+        if moved is not None:
+            self.log.console(f"moved the previous run in {self.config.out_dir} to {moved}")
+        return Path(self.config.out_dir)
+
+    # ---- training -----------------------------------------------------------------------
+    def _train(self) -> TrainWindow:
+        """The epochs and steps; returns the run's timing and sample count. Collective."""
+        c, state = self.config, self.state
+        bar = progress(enabled=c.progress, total=self.total_steps, initial=state.step, unit="step", desc=self.task.name)
+        self.log.bar = bar
+        window = TrainWindow()
+        done = state.step >= self.total_steps
+        try:
+            for epoch in epochs(self.train_loader, UNBOUNDED_EPOCHS if c.max_steps else c.epochs):
+                if done:
+                    break
+                self.epoch = epoch
+                self.train_loader.set_epoch(epoch)  # a resumed epoch keeps its saved position
+                batches = len(self.train_loader)
+                self.model.train()
+                for index, batch in enumerate(self.train_loader):
+                    # Gradients are all-reduced only on the last micro-batch of a step (nanoGPT's no_sync trick).
+                    sync = (index + 1) % c.grad_accum == 0 or index + 1 == batches
+                    loss, samples = self._micro_step(batch, sync)
+                    window.add(loss, samples)
+                    state.samples += samples
+                    if not sync:
+                        continue
+                    self.runtime.step(self.optimizer, clip_norm=c.clip_norm)
+                    self.scheduler.step()
+                    state.step += 1
+                    bar.update(1)
+                    self.callbacks("on_step_end", self, state.step, loss.detach())
+                    done = window.pause(self._after_step, epoch, window)
+                    if done or (state.step >= self.total_steps and index + 1 < batches):
+                        done = True  # stopped, or max_steps reached mid-epoch (a full epoch ends below)
+                        break
+                else:  # the epoch ran to its end
+                    window.pause(self._end_epoch, epoch)
+                    done = self.should_stop or state.step >= self.total_steps
+        finally:
+            bar.close()
+            self.log.bar = None
+        return window
+
+    def _micro_step(self, batch: Any, sync: bool) -> tuple[torch.Tensor, int]:
+        """Forward and backward of one micro-batch; returns its loss and the job's sample count."""
+        rt = self.runtime
+        batch = move_to(batch, rt.device)
+        with rt.accumulate(self.model, steps=self.config.grad_accum, sync=sync):  # backward divides by the steps
+            with rt.autocast():
+                loss, _ = self.task.forward(self.model, batch)
+            rt.backward(loss)
+        return loss, batch_length(batch) * rt.world_size  # padded shards: equal batches on every rank
+
+    def _after_step(self, epoch: int, window: TrainWindow) -> bool:
+        """Log, evaluate and save when due; True when the run must stop. Collective."""
+        c, step = self.config, self.state.step
+        evaluate = bool(c.eval_every) and step % c.eval_every == 0
+        if evaluate or step % c.log_every == 0 or step >= self.total_steps:
+            self._log_train(epoch, *window.take())
+            if evaluate:
+                self._evaluate()
+                self._save()
+            return self._stop_requested()
+        if c.save_every and step % c.save_every == 0:
+            self._save()
+        return False
+
+    def _end_epoch(self, epoch: int) -> None:
+        """Evaluate (when asked per epoch) and save at the end of a full pass. Collective."""
+        if self.config.eval_per_epoch and self._evaluated_at != self.state.step:
+            self._evaluate()
+        if self.checkpoints is not None and self._saved_at != self.state.step:
+            self._save()
+        self.callbacks("on_epoch_end", self, epoch)
+        self._stop_requested()
+
+    def _stop_requested(self) -> bool:
+        """True when any rank asked to stop (a callback or early stopping). Collective."""
+        self.should_stop = bool(comm.all_reduce(float(self.should_stop), op="max"))
+        return self.should_stop
+
+    # ---- evaluation ---------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self) -> Evaluation:
+        """Score the model on the whole dev set (each sample once across ranks). Collective.
+
+        Every rank runs the same number of forward passes: the exact shards may
+        differ by one batch, and a wrapped model's forward can be a collective
+        (FSDP gathers parameters, DDP broadcasts buffers on the first one), so a
+        rank with fewer batches repeats one and discards the result.
+        """
+        rt, task, model = self.runtime, self.task, self.model
+        model.eval()
+        evaluator = task.evaluator()
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        count = 0
+        batches = len(self.eval_loader)
+        most = int(comm.all_reduce(batches, op="max"))
+        last = None
+        for batch in self.eval_loader:
+            last = batch = move_to(batch, rt.device)
+            with rt.autocast():
+                loss, scores = task.forward(model, batch)
+            evaluator.update(scores.float(), batch)
+            size = batch_length(batch)
+            loss_sum += loss.detach().double().cpu() * size
+            count += size
+        for _ in range(most - batches):
+            if last is None:  # this rank's shard is empty (fewer dev samples than ranks)
+                last = move_to(task.collate([self.eval_loader.dataset[0]]), rt.device)
+            with rt.autocast():
+                task.forward(model, last)
+        result = evaluator.compute()
+        totals = comm.all_reduce(torch.stack([loss_sum, torch.tensor(float(count), dtype=torch.float64)]), op="sum")
+        metrics = {"loss": float(totals[0] / totals[1]) if totals[1] > 0 else math.nan, **result.metrics}
+        model.train()
+        return Evaluation(metrics=metrics, report=result.report)
+
+    def _evaluate(self) -> Evaluation:
+        c, state = self.config, self.state
+        evaluation = self.evaluate()
+        self.last_evaluation = evaluation
+        self._evaluated_at = state.step
+        value = evaluation.metrics.get(c.metric)
+        if value is None:
+            raise ConfigError(f"--metric {c.metric!r} is not computed by task {self.task.name!r}; choose one of: {', '.join(evaluation.metrics)}")
+        best = state.improve(float(value), state.step, evaluation.metrics, metric_mode(c.metric) == "max")
+        if c.patience and state.evals_without_improvement >= c.patience:
+            state.stopped_early = True
+            self.should_stop = True
+        shown = " ".join(f"{k} {v:.4f}" for k, v in evaluation.metrics.items() if k != "samples")
+        self.log.console(f"eval  step {state.step}/{self.total_steps} {shown}" + (" (best)" if best else ""))
+        self.log.record("eval", state.step, epoch=self.epoch, best=best, **evaluation.metrics)
+        self.callbacks("on_eval_end", self, evaluation)
+        return evaluation
+
+    # ---- checkpoints and output -----------------------------------------------------------
+    def _save(self) -> None:
+        if self.checkpoints is None:
+            return
+        step = self.state.step
+        metrics = self.last_evaluation.metrics if self._evaluated_at == step and self.last_evaluation else None
+        path = self.checkpoints.save(step=step, epoch=self.epoch, metrics=metrics)
+        self._saved_at = step
+        self.log.file(f"checkpoint step {step}: {path}")
+        self.log.record("checkpoint", step, epoch=self.epoch, path=str(path) if path else None)
+        self.callbacks("on_checkpoint", self, step)
+
+    def _log_train(self, epoch: int, local_loss: torch.Tensor, samples_per_s: float) -> None:
+        """Global mean loss over the window (one all-reduce) → console, files, bar. Collective."""
+        state = self.state
+        loss = float(comm.all_reduce(local_loss, op="mean"))
+        lr = self.scheduler.get_last_lr()[0]
+        epochs_total = "?" if self.config.max_steps else self.config.epochs
+        self.log.file(f"step {state.step} local loss {float(local_loss):.4f}")
+        self.log.console(
+            f"epoch {epoch + 1}/{epochs_total} step {state.step}/{self.total_steps} loss {loss:.4f} lr {lr:.2e} {samples_per_s:.1f} samples/s"
+        )
+        self.log.record("train", state.step, epoch=epoch, loss=loss, lr=lr, samples_per_s=samples_per_s)
+        if self.log.bar is not None:
+            self.log.bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{samples_per_s:.0f}", refresh=False)
+
+    def _announce(self, train_size: int, eval_size: int, resumed_from: int) -> None:
+        rt, c = self.runtime, self.config
+        what = f"resuming from step {resumed_from}" if resumed_from else "starting from step 0"
+        self.log.console(
+            f"{self.task.name}: {train_size} train / {eval_size} dev samples, {rt.world_size} process(es) × batch {c.batch_size}"
+            f" × accumulation {c.grad_accum}, {self.steps_per_epoch} steps/epoch, {self.total_steps} steps, "
+            f"strategy {rt.strategy.name}, precision {rt.precision.name}; {what}"
+        )
+        self.log.file(repr(rt))
+        if resumed_from:
+            self.log.record("resume", resumed_from)
+
+    def _finish(self, resumed_from: int, train_seconds: float, run_samples: int) -> FitResult:
+        rt, state = self.runtime, self.state
+        evaluation = self.last_evaluation
+        result = FitResult(
+            task=self.task.name,
+            steps=state.step,
+            epochs_done=state.step / max(self.steps_per_epoch, 1),
+            resumed_from_step=resumed_from,
+            seconds=round(train_seconds, 3),
+            samples_per_s=run_samples / train_seconds if train_seconds > 0 else 0.0,
+            world_size=rt.world_size,
+            metric=self.config.metric,
+            best_metrics=state.best_metrics,
+            best_step=state.best_step,
+            last_metrics=evaluation.metrics if evaluation else {},
+            checkpoint_dir=str(self.checkpoints.directory) if self.checkpoints else None,
+            best_checkpoint=self.checkpoints.best_path() if self.checkpoints else None,
+            stopped_early=state.stopped_early,
+            sync_batchnorm=bool(rt.strategy.sync_batchnorm),
+            strategy=rt.strategy.name,
+            precision=rt.precision.name,
+            report=evaluation.report if evaluation else "",
+        )
+        if evaluation and evaluation.report:
+            self.log.console(f"dev report at step {state.step}:\n{evaluation.report}")
+        for line in result.summary_lines():
+            self.log.console(line)
+        self.log.record("summary", state.step, **{k: v for k, v in result.to_dict().items() if k != "report"})
+        if rt.is_main and self.out_dir is not None:
+            result.save(self.out_dir)
+        self.callbacks("on_fit_end", self, result)
+        return result

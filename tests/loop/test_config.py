@@ -1,0 +1,95 @@
+"""FitConfig checks, the warmup schedule, and output-directory rules."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from paratrain.errors import ConfigError
+from paratrain.loop.config import FitConfig
+from paratrain.loop.out_dir import prepare_out_dir
+from paratrain.loop.schedule import warmup_schedule
+from paratrain.tasks.api import Recipe
+
+
+@pytest.mark.parametrize(
+    "options, needle",
+    [
+        ({"epochs": 0}, "--epochs must be a positive integer"),
+        ({"grad_accum": -1}, "--grad-accum must be a positive integer"),
+        ({"lr": 0}, "--lr must be a positive number"),
+        ({"warmup": 1.5}, r"--warmup is a fraction of the steps in \[0, 1\)"),
+        ({"schedule": "cosine"}, "--schedule 'cosine' is not one of linear, constant"),
+        ({"patience": True}, "--patience must be a positive integer"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_flag(options, needle):
+    with pytest.raises(ConfigError, match=needle):
+        FitConfig(**options)
+
+
+def test_unknown_option_lists_the_known_ones():
+    with pytest.raises(ConfigError, match="unknown fit option.*epoch.*known: .*epochs"):
+        FitConfig.check_names({"epoch": 3})
+
+
+def test_recipe_fills_only_what_was_not_given():
+    config = FitConfig(lr=0.5).with_recipe(Recipe(epochs=7, lr=0.1, batch_size=4, metric="miou"))
+    assert (config.epochs, config.lr, config.batch_size, config.metric) == (7, 0.5, 4, "miou")
+
+
+def test_warmup_rises_linearly_then_decays_to_zero():
+    weight = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([weight], lr=1.0)
+    schedule = warmup_schedule(optimizer, total_steps=10, warmup_fraction=0.2)
+    rates = []
+    for _ in range(10):
+        rates.append(schedule.get_last_lr()[0])
+        optimizer.step()
+        schedule.step()
+    assert rates[:3] == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert rates[2:] == sorted(rates[2:], reverse=True) and rates[-1] == pytest.approx(1 / 8)
+    state = schedule.state_dict()
+    assert state["lr_lambdas"][0] == {"total": 10, "warmup": 2, "decay": True}  # plain numbers: weights_only-safe
+
+
+def test_constant_schedule_keeps_the_peak():
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0)
+    schedule = warmup_schedule(optimizer, total_steps=5, warmup_fraction=0.0, schedule="constant")
+    for _ in range(4):
+        optimizer.step()
+        schedule.step()
+    assert schedule.get_last_lr() == [2.0]
+
+
+def test_out_dir_refuses_another_tasks_run_and_fresh_moves_it_aside(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "task.json").write_text(json.dumps({"task": "digits", "options": {}}))
+    (out / "checkpoints").mkdir()
+    with pytest.raises(ConfigError) as info:
+        prepare_out_dir(out, "seg")
+    message = str(info.value)
+    assert "holds checkpoints of task 'digits', not 'seg'" in message
+    assert "another --out" in message and "--fresh" in message
+    assert (out / "task.json").exists()  # nothing touched
+    same, moved = prepare_out_dir(out, "digits")
+    assert same == out and moved is None
+    _, moved = prepare_out_dir(out, "seg", fresh=True)
+    assert moved is not None and (moved / "task.json").exists() and (moved / "checkpoints").is_dir()
+    assert out.is_dir() and not any(out.iterdir())
+
+
+def test_out_dir_refuses_foreign_files_a_file_and_another_model_path(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=r"already holds files that are not a paratrain run \(notes.txt\)"):
+        prepare_out_dir(tmp_path, "digits")
+    with pytest.raises(ConfigError, match="is a file"):
+        prepare_out_dir(tmp_path / "notes.txt", "digits")
+    run = tmp_path / "bert"
+    run.mkdir()
+    (run / "task.json").write_text(json.dumps({"task": "text-cls", "options": {"model_path": "/models/a"}}))
+    with pytest.raises(ConfigError, match="holds a run with --model-path /models/a, this one has /models/b"):
+        prepare_out_dir(run, "text-cls", {"model_path": "/models/b"})
