@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support import paratrain_cmd
 from tests.tasks.idx_files import write_mnist
 
@@ -93,3 +95,18 @@ def test_same_command_resumes_and_fresh_moves_the_old_run_aside(tmp_path, capsys
     (old,) = tmp_path.glob("run.old-*")
     assert json.loads((old / "summary.json").read_text())["steps"] == 6  # kept, not deleted
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
+
+
+def test_digits_with_deepspeed_zero3_clips_in_the_engine_and_resumes(tmp_path, cli_env):
+    pytest.importorskip("deepspeed", reason="strategy 'deepspeed' needs: pip install 'paratrain[deepspeed]'")
+    out = tmp_path / "zero3"
+    words = ("digits", "--nproc-per-node", "2", "--strategy", "deepspeed", "--zero-stage", "3", "--clip-norm", "1.0",
+             "--out", str(out), "--no-tensorboard")
+    first = _train(cli_env, *words, "--max-steps", "20")
+    assert first.returncode == 0, first.stdout + first.stderr
+    second = _train(cli_env, *words, "--max-steps", "40")
+    assert second.returncode == 0, second.stdout + second.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumed_from_step"] == 20 and summary["steps"] == 40
+    manifest = json.loads((out / "checkpoints" / "step-000040" / "manifest.json").read_text())
+    assert manifest["run"]["strategy"] == "deepspeed"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -35,7 +37,8 @@ def test_an_option_the_strategy_does_not_take_is_refused():
     assert "find_unused_parameter" in str(info.value) and "find_unused_parameters" in str(info.value)
 
 
-def test_deepspeed_without_the_package_names_the_extra():
+def test_deepspeed_without_the_package_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "deepspeed", None)  # what an environment without it sees
     with pytest.raises(MissingDependencyError) as info:
         pt.Runtime(strategy="deepspeed", zero_stage=2)
     assert "pip install 'paratrain[deepspeed]'" in str(info.value)
@@ -48,7 +51,7 @@ def test_fsdp_with_one_process_is_refused():
 
 
 def test_only_sharded_strategies_declare_sharded_state():
-    assert {name for name, cls in STRATEGIES.items() if cls.sharded_state} == {"fsdp", "deepspeed"}
+    assert {name for name, cls in STRATEGIES.items() if cls.sharded_state} == {"fsdp"}  # deepspeed checkpoints gather whole tensors
 
 
 def test_dp_trains_like_single():

@@ -30,6 +30,7 @@ from paratrain import comm
 from paratrain.checkpoint import catalog, restoring, saving
 from paratrain.checkpoint.agreement import main_then_share
 from paratrain.checkpoint.manifest import Manifest, verify
+from paratrain.checkpoint.model_state import TorchStateAccess
 from paratrain.checkpoint.restoring import CheckpointState
 from paratrain.checkpoint.stateful import Stateful, by_name, collect
 from paratrain.errors import ConfigError
@@ -85,7 +86,10 @@ class Checkpointer:
         self.mode = mode
         strategy = getattr(runtime, "strategy", None)
         self.sharded = bool(getattr(strategy, "sharded_state", False))
-        self.entries: list[Stateful] = collect(stateful, getattr(runtime, "precision", None), strategy)
+        own_access = getattr(strategy, "state_access", None)
+        #: how whole-tensor model/optimizer state is read and written (the strategy's, or torch's)
+        self.access = (own_access() if own_access else None) or TorchStateAccess()
+        self.entries: list[Stateful] = collect(stateful, getattr(runtime, "precision", None), strategy, self.access)
         if not self.entries:
             raise ConfigError("Checkpointer got nothing to save; pass objects by name, e.g. model=model, optimizer=opt")
         self.by_name = by_name(self.entries)

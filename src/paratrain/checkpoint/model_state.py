@@ -91,3 +91,29 @@ def load_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sta
         return
     dsd = _dsd()
     dsd.set_optimizer_state_dict(model, optimizer, state, options=dsd.StateDictOptions(full_state_dict=full))
+
+
+class TorchStateAccess:
+    """Whole-tensor model and optimizer state for every torch wrapper (plain, DataParallel,
+    DDP, ``torch.compile``, FSDP2 gathered). A strategy whose state lives elsewhere
+    (DeepSpeed's ZeRO partitions) gives the Checkpointer its own object with these
+    methods through ``Strategy.state_access()``."""
+
+    def parameters_of(self, optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
+        return [p for group in optimizer.param_groups for p in group["params"]]
+
+    def model_layout(self, module: torch.nn.Module) -> dict[str, Any]:
+        return model_layout(module)
+
+    def model_state(self, module: torch.nn.Module) -> dict[str, Any]:
+        return model_state(module, sharded=False)
+
+    def load_model(self, module: torch.nn.Module, state: dict[str, Any], full: bool = True) -> None:
+        load_model(module, state, full)
+
+    def optimizer_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        return optimizer_state(module, optimizer, sharded=False)
+
+    def load_optimizer(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                       state: dict[str, Any], full: bool = True) -> None:
+        load_optimizer(module, optimizer, state, full)

@@ -23,7 +23,7 @@ from paratrain.checkpoint.agreement import on_all_ranks
 from paratrain.checkpoint.catalog import CheckpointWarning
 from paratrain.checkpoint.keys import check_fits, shapes, strip_wrapper_prefixes
 from paratrain.checkpoint.manifest import Manifest
-from paratrain.checkpoint.model_state import load_model, load_optimizer, model_layout, optimizer_layout
+from paratrain.checkpoint.model_state import model_layout, optimizer_layout
 from paratrain.checkpoint.reader import load_sharded, read_rng, read_weights_file, sharded_metadata, sharded_shapes
 from paratrain.checkpoint.safe_load import load_pt, load_safetensors
 from paratrain.checkpoint.stateful import Stateful
@@ -89,8 +89,8 @@ def restore_weights_file(ckpt: Checkpointer, path: Path) -> CheckpointState:
 
     def read_and_load() -> None:
         state = read_weights_file(path)
-        check_fits(shapes(state), shapes(model_layout(models[0].obj)), str(path))
-        load_model(models[0].obj, state, full=True)
+        check_fits(shapes(state), shapes(ckpt.access.model_layout(models[0].obj)), str(path))
+        ckpt.access.load_model(models[0].obj, state, full=True)
 
     on_all_ranks(f"cannot load {path}", read_and_load)
     return CheckpointState(path=path, step=None, epoch=None, saved_epoch=None, metrics={}, extra={}, run={})
@@ -118,7 +118,7 @@ def _read(ckpt: Checkpointer, directory: Path, manifest: Manifest) -> tuple[list
             raise CheckpointError(f"{entry.name!r} is a {saved['kind']} in {directory.name}, but a {entry.kind} was given")
         source = f"{entry.name!r} of {directory}"
         if entry.kind == "model":
-            expected = shapes(model_layout(entry.obj))
+            expected = shapes(ckpt.access.model_layout(entry.obj))
             if saved.get("sharded"):
                 check_fits(sharded_shapes(metadata, entry.name), expected, source)
                 sharded.append(_Part(entry, model_layout(entry.obj), full=False))
@@ -152,9 +152,9 @@ def _apply(ckpt: Checkpointer, parts: list[_Part], own_rng: Any) -> None:
         entry = part.entry
         try:
             if entry.kind == "model":
-                load_model(entry.obj, part.state, full=part.full)
+                ckpt.access.load_model(entry.obj, part.state, full=part.full)
             elif entry.kind == "optimizer":
-                load_optimizer(ckpt.model_of(entry), entry.obj, part.state, full=part.full)
+                ckpt.access.load_optimizer(ckpt.model_of(entry), entry.obj, part.state, full=part.full)
             else:
                 entry.obj.load_state_dict(part.state)
         except CheckpointError:

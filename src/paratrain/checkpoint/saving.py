@@ -94,8 +94,11 @@ def save(
         if ckpt.sharded:
             shards = on_all_ranks(f"collecting the state of checkpoint {name}", lambda: _sharded_states(ckpt, temporary))
             on_all_ranks(f"writing the shards of checkpoint {name}", lambda: write_sharded(temporary, shards))
+        gathered = {}
+        if getattr(ckpt.access, "collective", False):
+            gathered = on_all_ranks(f"collecting the state of checkpoint {name}", lambda: _whole_states(ckpt))
         manifest.objects = main_then_share(
-            f"writing checkpoint {name}", lambda: _write_files(ckpt, temporary, rng_states, step)
+            f"writing checkpoint {name}", lambda: _write_files(ckpt, temporary, rng_states, step, gathered)
         )
         final = main_then_share(f"completing checkpoint {name}", lambda: str(_commit(ckpt, temporary, manifest)))
     except CheckpointError:
@@ -140,19 +143,35 @@ def _sharded_states(ckpt: Checkpointer, temporary: Path) -> dict[str, Any]:
     return states
 
 
-def _write_files(ckpt: Checkpointer, temporary: Path, rng_states: list[Any], step: int | None) -> dict[str, Any]:
-    """Rank 0: everything that is one file; returns the manifest's object table."""
+def _whole_states(ckpt: Checkpointer) -> dict[str, Any]:
+    """Every rank: whole-tensor model and optimizer states, for an access whose reads are
+    collective (DeepSpeed gathers ZeRO partitions); rank 0 then writes them."""
+    states: dict[str, Any] = {}
+    for entry in ckpt.entries:
+        if entry.kind == "model":
+            states[entry.name] = ckpt.access.model_state(entry.obj)
+        elif entry.kind == "optimizer":
+            states[entry.name] = ckpt.access.optimizer_state(ckpt.model_of(entry), entry.obj)
+    return states
+
+
+def _write_files(ckpt: Checkpointer, temporary: Path, rng_states: list[Any], step: int | None,
+                 gathered: dict[str, Any]) -> dict[str, Any]:
+    """Rank 0: everything that is one file (``gathered``: states already collected by all
+    ranks); returns the manifest's object table."""
     objects: dict[str, Any] = {}
     pending: list[tuple[str, str, Any]] = []
     for entry in ckpt.entries:
         if entry.kind == "model" and ckpt.sharded:
             objects[entry.name] = {"kind": "model", "sharded": True}
         elif entry.kind == "model":
-            pending.append((entry.name, "model", model_state(entry.obj, sharded=False)))
+            state = gathered[entry.name] if entry.name in gathered else ckpt.access.model_state(entry.obj)
+            pending.append((entry.name, "model", state))
         elif entry.kind == "optimizer" and ckpt.sharded and not optimizer_is_fresh(entry.obj):
             objects[entry.name] = {"kind": "optimizer", "sharded": True, "model": entry.model}
         elif entry.kind == "optimizer":
-            pending.append((entry.name, "optimizer", optimizer_state(ckpt.model_of(entry), entry.obj, sharded=False)))
+            state = gathered.get(entry.name) or ckpt.access.optimizer_state(ckpt.model_of(entry), entry.obj)
+            pending.append((entry.name, "optimizer", state))
         else:
             pending.append((entry.name, "state", entry.obj.state_dict()))
     check_free_space(temporary, tensor_bytes([state for _, _, state in pending]) + tensor_bytes(rng_states))

@@ -57,10 +57,12 @@ def unwrap_model(model: torch.nn.Module, strategy: Any = None) -> torch.nn.Modul
             return model
 
 
-def collect(objects: dict[str, Any], precision: Any = None, strategy: Any = None) -> list[Stateful]:
+def collect(objects: dict[str, Any], precision: Any = None, strategy: Any = None, access: Any = None) -> list[Stateful]:
     """Classify ``objects`` (``None`` values are skipped) and add ``precision`` when it has state.
 
     Models are kept unwrapped (:func:`unwrap_model`, with ``strategy``'s own unwrap first).
+    ``access.parameters_of(optimizer)`` (default: its param groups) pairs each optimizer
+    with its model.
 
     Raises:
         ConfigError: a name that cannot be a file name or is reserved, an object
@@ -89,17 +91,21 @@ def collect(objects: dict[str, Any], precision: Any = None, strategy: Any = None
             )
     if precision is not None and "precision" not in objects and precision.state_dict():
         entries.append(Stateful("precision", precision, "state", optional=True))
-    _pair_optimizers(entries)
+    _pair_optimizers(entries, access.parameters_of if access is not None else _grouped_parameters)
     return entries
 
 
-def _pair_optimizers(entries: list[Stateful]) -> None:
+def _grouped_parameters(optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def _pair_optimizers(entries: list[Stateful], parameters_of: Any) -> None:
     models = [e for e in entries if e.kind == "model"]
     owned = {e.name: {id(p) for p in e.obj.parameters()} for e in models}
     for entry in entries:
         if entry.kind != "optimizer":
             continue
-        params = [id(p) for group in entry.obj.param_groups for p in group["params"]]
+        params = [id(p) for p in parameters_of(entry.obj)]
         owners = [name for name, ids in owned.items() if params and all(p in ids for p in params)]
         if not owners:
             given = ", ".join(owned) or "none"

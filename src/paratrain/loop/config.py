@@ -47,6 +47,7 @@ class FitConfig:
     precision: str = "32-true"
     seed: int = 42
     sync_batchnorm: bool = False
+    zero_stage: int | None = None  # strategy "deepspeed": ZeRO stage 1, 2 or 3 (its default: 2)
     num_workers: int = 0
     fresh: bool = False  # move an existing out_dir aside instead of resuming from it
     progress: bool | None = None  # None: a bar when stderr is a terminal
@@ -69,6 +70,23 @@ class FitConfig:
             raise ConfigError(f"--schedule {self.schedule!r} is not one of {', '.join(SCHEDULES)}")
         if self.num_workers < 0:
             raise ConfigError(f"--num-workers must be 0 or more, got {self.num_workers!r}")
+
+    def strategy_options(self) -> dict[str, Any]:
+        """Options for ``Runtime(strategy=...)`` that this config implies.
+
+        A strategy that clips inside its own engine (it takes ``gradient_clipping``) gets
+        ``clip_norm`` at construction; ``zero_stage`` goes to the strategy as given (one that
+        does not take it refuses with a ConfigError).
+        """
+        from paratrain.strategy import STRATEGIES
+
+        options: dict[str, Any] = {}
+        if self.zero_stage is not None:
+            options["zero_stage"] = self.zero_stage
+        strategy = STRATEGIES.get(self.strategy)
+        if self.clip_norm is not None and strategy is not None and "gradient_clipping" in strategy.option_names:
+            options["gradient_clipping"] = self.clip_norm
+        return options
 
     def with_recipe(self, recipe: Any) -> FitConfig:
         """This config with every ``None`` that the recipe knows filled from it."""

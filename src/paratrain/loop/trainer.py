@@ -95,7 +95,8 @@ class Trainer:
         owns_runtime = self.runtime is None
         if owns_runtime:
             c = self.config
-            self.runtime = Runtime(strategy=c.strategy, precision=c.precision, seed=c.seed, sync_batchnorm=c.sync_batchnorm)
+            self.runtime = Runtime(strategy=c.strategy, precision=c.precision, seed=c.seed,
+                                   sync_batchnorm=c.sync_batchnorm, **c.strategy_options())
         try:
             return self._fit()
         finally:

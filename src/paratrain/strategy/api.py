@@ -211,6 +211,12 @@ class Strategy(abc.ABC):
         """
         return self.unwrap(model).state_dict()
 
+    def state_access(self) -> Any:
+        """How a Checkpointer reads and writes whole-tensor model and optimizer state, or
+        ``None`` for torch's ``torch.distributed.checkpoint.state_dict`` (every torch wrapper).
+        A strategy whose state torch cannot see (DeepSpeed's ZeRO partitions) returns its own."""
+        return None
+
     def load_model_state_dict(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
         """Load a full state dict as :meth:`model_state_dict` returns it. Collective for sharded strategies."""
         self.unwrap(model).load_state_dict(state)

@@ -6,9 +6,10 @@ paratrain's settings and forwards ``backward``/``step`` to it. ZeRO partitions
 optimizer state (1), gradients (2) and parameters (3) over the ranks; the engine
 broadcasts rank 0's weights when it is created.
 
-paratrain's CPU test suite runs without deepspeed: it proves the "not installed"
-refusal; the engine path follows DeepSpeed's documented API
-(``deepspeed.initialize``, ``engine.backward``, ``engine.step``) and is untested here.
+Checkpoints hold whole tensors gathered through DeepSpeed's tensor-fragment API
+(``deepspeed_state.py``): the fp32 master weights and the optimizer state by parameter
+name, written by rank 0 like a ddp checkpoint, so they load at another world size or
+ZeRO stage. On CPU DeepSpeed runs on gloo (its CPU accelerator).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 
 from paratrain.errors import ConfigError, require
 from paratrain.strategy.api import Strategy
+from paratrain.strategy.deepspeed_state import ZeroStateAccess
 
 _PRECISION_CONFIG = {
     "32-true": {},
@@ -40,7 +42,6 @@ class DeepSpeedStrategy(Strategy):
 
     name = "deepspeed"
     option_names = ("zero_stage", "gradient_clipping", "config")
-    sharded_state = True
 
     def __init__(self, runtime, **options: Any):
         self.deepspeed = require("deepspeed", "deepspeed", "strategy 'deepspeed'")
@@ -64,6 +65,9 @@ class DeepSpeedStrategy(Strategy):
             "train_micro_batch_size_per_gpu": micro_batch_size,
             "gradient_accumulation_steps": 1,  # rt.accumulate() drives the boundary (see no_sync)
             "zero_optimization": {"stage": self.options.get("zero_stage", 2)},
+            # The user's optimizer is any torch.optim class (seed recipes use SGD and AdamW);
+            # without this flag DeepSpeed asserts on everything but its own Adam/Lamb.
+            "zero_allow_untested_optimizer": True,
             **_PRECISION_CONFIG[self.precision.name],
         }
         if self.options.get("gradient_clipping") is not None:
@@ -123,6 +127,26 @@ class DeepSpeedStrategy(Strategy):
             yield
         finally:
             self.engine.set_gradient_accumulation_boundary(True)
+
+    def state_access(self):
+        """:class:`ZeroStateAccess` of the engine (checkpoints of whole tensors).
+
+        Raises:
+            ConfigError: no engine yet (the Checkpointer was made before ``rt.setup``).
+        """
+        if getattr(self, "engine", None) is None:
+            raise ConfigError("with strategy 'deepspeed', create the Checkpointer after rt.setup(model, optimizer)")
+        return ZeroStateAccess(self.engine)
+
+    def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """Whole fp32 weights by name. Collective (ZeRO gathers the partitions)."""
+        access = self.state_access()
+        return access.model_state(access.module)
+
+    def load_model_state_dict(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+        """Load whole weights into the module and the fp32 masters. Collective."""
+        access = self.state_access()
+        access.load_model(access.module, state)
 
     def unwrap_wrapper(self, model: torch.nn.Module) -> torch.nn.Module:
         return getattr(model, "module", model) if model is getattr(self, "engine", None) else model
