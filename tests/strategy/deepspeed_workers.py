@@ -28,6 +28,20 @@ def _zero_run(stage: int, precision: str = "32-true", **train_options) -> dict:
     return result
 
 
+def _two_groups(stage: int) -> list[dict]:
+    """A head with its own learning rate: the checkpoint keeps each group's parameter names."""
+    rt = pt.Runtime(strategy="deepspeed", seed=SEED, zero_stage=stage)
+    model = Net()
+    head = [p for name, p in model.named_parameters() if name.startswith("head.")]
+    body = [p for name, p in model.named_parameters() if not name.startswith("head.")]
+    optimizer = torch.optim.SGD([{"params": body}, {"params": head, "lr": 0.01}], lr=0.05)
+    model, optimizer = rt.setup(model, optimizer)
+    train(rt, model, optimizer, steps=2, clip=None)
+    access = rt.strategy.state_access()
+    return [{"params": group["params"], "lr": group["lr"]}
+            for group in access.optimizer_state(access.module, optimizer)["param_groups"]]
+
+
 def zero_stages_train_alike() -> dict:
     """ZeRO 1, 2 and 3, with and without accumulation, and bf16-mixed: rank 0's results."""
     group = pt.Runtime(strategy="ddp", seed=SEED)  # owns the process group the engines share
@@ -35,6 +49,7 @@ def zero_stages_train_alike() -> dict:
         out = {f"zero{stage}": _zero_run(stage) for stage in (1, 2, 3)}
         for stage in (2, 3):
             out[f"zero{stage}_accum"] = _zero_run(stage, accumulate=4, steps=5)
+        out["two_groups"] = {stage: _two_groups(stage) for stage in (2, 3)}
         out["zero2_bf16-mixed"] = _zero_run(2, precision="bf16-mixed", clip=None, steps=30)
         return out
     finally:

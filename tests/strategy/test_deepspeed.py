@@ -49,5 +49,12 @@ def test_zero_bf16_mixed_trains_to_a_lower_loss(runs):
     assert run["loss_after"] < 0.5 * run["loss_before"]
 
 
+@pytest.mark.parametrize("stage", [2, 3])
+def test_zero_optimizer_state_keeps_each_groups_parameters(runs, stage):
+    body = ["inp.weight", "inp.bias", "blocks.0.linear.weight", "blocks.0.linear.bias",
+            "blocks.1.linear.weight", "blocks.1.linear.bias"]
+    assert runs["two_groups"][stage] == [{"params": body, "lr": 0.05}, {"params": ["head.weight", "head.bias"], "lr": 0.01}]
+
+
 def test_a_clip_norm_other_than_the_engines_is_refused(runs):
     assert "gradient_clipping=1.0" in runs["zero2"]["other_clip_norm"]

@@ -33,3 +33,23 @@ def warmup_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_f
     """A ``LambdaLR`` over ``total_steps`` optimizer steps with ``warmup_fraction`` of them warming up."""
     warmup = round(total_steps * warmup_fraction)
     return LambdaLR(optimizer, WarmupThen(total_steps, warmup, decay=(schedule == "linear")))
+
+
+def stretch_to(scheduler: LambdaLR, total_steps: int, warmup_fraction: float, schedule: str = "linear") -> int | None:
+    """Point a restored schedule at this run's ``total_steps``; return the old total if it changed.
+
+    ``LambdaLR.load_state_dict`` brings back the saved run's factor (its ``total``), so a run
+    resumed with more epochs would otherwise sit at LR 0 after the old end. The learning
+    rate of the current step is recomputed from the new shape.
+    """
+    factor = scheduler.lr_lambdas[0]
+    if not isinstance(factor, WarmupThen) or factor.total == max(int(total_steps), 1):
+        return None
+    old_total = factor.total
+    new_factor = WarmupThen(total_steps, round(total_steps * warmup_fraction), decay=(schedule == "linear"))
+    scheduler.lr_lambdas = [new_factor for _ in scheduler.lr_lambdas]
+    step = scheduler.last_epoch
+    for group, base in zip(scheduler.optimizer.param_groups, scheduler.base_lrs):
+        group["lr"] = base * new_factor(step)
+    scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
+    return old_total

@@ -28,7 +28,7 @@ from paratrain.loop.out_dir import prepare_out_dir
 from paratrain.loop.progress import epochs, progress
 from paratrain.loop.result import FitResult
 from paratrain.loop.run_log import RunLog
-from paratrain.loop.schedule import warmup_schedule
+from paratrain.loop.schedule import stretch_to, warmup_schedule
 from paratrain.loop.state import FitState
 from paratrain.loop.window import TrainWindow
 from paratrain.tasks.api import Evaluation, Task
@@ -140,6 +140,10 @@ class Trainer:
                 loader=self.train_loader, trainer=self.state,
             )
             resumed_from = self.checkpoints.resume()
+            old_total = stretch_to(self.scheduler, self.total_steps, c.warmup or 0.0, c.schedule) if resumed_from else None
+            if old_total is not None:
+                self.log.console(f"this run has {self.total_steps} steps, the saved one had {old_total}: "
+                                 "the LR schedule now ends at the new last step")
             self._saved_at = resumed_from if resumed_from else -1  # never write the same step twice
             if rt.is_main:
                 task.save(self.out_dir)

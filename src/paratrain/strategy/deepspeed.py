@@ -89,6 +89,12 @@ class DeepSpeedStrategy(Strategy):
         return model  # the engine places the model itself
 
     def wrap(self, module: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> torch.nn.Module:
+        # Which parameter is in which group: initialize() re-points the groups to flat partitions.
+        names = {id(p): name for name, p in module.named_parameters()}
+        if any(id(p) not in names for group in optimizers[0].param_groups for p in group["params"]):
+            raise ConfigError("the optimizer given to setup() trains parameters that are not in the model; "
+                              "build it from model.parameters()")
+        self.group_names = [[names[id(p)] for p in group["params"]] for group in optimizers[0].param_groups]
         engine, engine_optimizer, _, _ = self.deepspeed.initialize(
             model=module, optimizer=optimizers[0], config=self.engine_config()
         )
@@ -136,7 +142,7 @@ class DeepSpeedStrategy(Strategy):
         """
         if getattr(self, "engine", None) is None:
             raise ConfigError("with strategy 'deepspeed', create the Checkpointer after rt.setup(model, optimizer)")
-        return ZeroStateAccess(self.engine)
+        return ZeroStateAccess(self.engine, self.group_names)
 
     def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """Whole fp32 weights by name. Collective (ZeRO gathers the partitions)."""

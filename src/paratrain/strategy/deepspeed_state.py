@@ -24,18 +24,23 @@ _ENGINE_COUNTERS = ("global_steps", "global_samples", "skipped_steps")
 
 
 class ZeroStateAccess:
-    """Reads and writes the whole-tensor state of ``engine`` (a ``DeepSpeedEngine``)."""
+    """Reads and writes the whole-tensor state of ``engine`` (a ``DeepSpeedEngine``).
+
+    ``group_names``: the module's parameter names in each param group of the user's
+    optimizer, recorded before ``deepspeed.initialize`` re-pointed the groups to partitions.
+    """
 
     #: reads gather partitions: every rank must take part, not just the writer
     collective = True
 
-    def __init__(self, engine: Any):
+    def __init__(self, engine: Any, group_names: list[list[str]]):
         import deepspeed  # present: the strategy that made the engine required it
 
         self.deepspeed = deepspeed
         self.engine = engine
         self.module: torch.nn.Module = engine.module
         self.zero_optimizer = engine.optimizer  # wraps the user's optimizer (its "base optimizer")
+        self.group_names = group_names
 
     # ---- which parameters an optimizer trains --------------------------------------------
     def parameters_of(self, optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
@@ -87,7 +92,7 @@ class ZeroStateAccess:
         zero3 = param._z3_optimizer
         partition, _ = zero3._get_fp32_opt_state_partition(param, release_swap_buffers=False, optim_state_key=key)
         rank = zero3._get_param_partition_rank(param)
-        padded = value.new_zeros(partition.numel() * (rank + 1) + value.numel())
+        padded = value.new_zeros(max(partition.numel() * (rank + 1), value.numel()))
         padded[: value.numel()] = value.flatten()
         partition.data.copy_(padded.narrow(0, partition.numel() * rank, partition.numel()))
 
@@ -106,8 +111,8 @@ class ZeroStateAccess:
             entry = {key: self._full_optimizer_state(param, key) for key in tensor_keys}
             entry.update({key: values[0].clone() for key, values in scalars.items()})
             state[name] = entry
-        names = [name for name, _ in _trained_parameters(module)]
-        groups = [{**_hyperparameters(group), "params": names} for group in optimizer.param_groups]
+        groups = [{**_hyperparameters(group), "params": names}
+                  for group, names in zip(optimizer.param_groups, self.group_names)]
         return {"state": state, "param_groups": groups, "deepspeed": self._engine_state()}
 
     def load_optimizer(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
