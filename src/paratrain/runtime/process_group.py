@@ -36,7 +36,7 @@ def init_process_group(info: ProcessInfo, backend: str, device: torch.device, ti
     try:
         dist.init_process_group(
             backend=backend,
-            init_method="env://",
+            store=_generation_store(info, timeout_s),
             rank=info.rank,
             world_size=info.world_size,
             timeout=timedelta(seconds=timeout_s),
@@ -52,6 +52,28 @@ def init_process_group(info: ProcessInfo, backend: str, device: torch.device, ti
         # Barriers that name late ranks need gloo (monitored_barrier); NCCL gets a side group.
         comm.set_control_group(dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s)))
     return True
+
+
+#: The job's rendezvous store, kept for the life of the process, and how many groups it served.
+_store: dist.Store | None = None
+_generations = 0
+
+
+def _generation_store(info: ProcessInfo, timeout_s: float) -> dist.Store:
+    """The env:// rendezvous store, under a prefix of its own for each group this process makes.
+
+    The store outlives a destroyed group (torchrun's agent hosts it), and so do the keys
+    where the group's ranks published their addresses. A second group made through
+    ``env://`` again would read those stale addresses and connect to closed ports; every
+    rank makes its groups in the same order, so a per-process count names the same fresh
+    prefix on all of them.
+    """
+    global _store, _generations
+    if _store is None:
+        _store, _, _ = next(dist.rendezvous("env://", info.rank, info.world_size, timeout=timedelta(seconds=timeout_s)))
+    _generations += 1
+    _store.set_timeout(timedelta(seconds=timeout_s))
+    return dist.PrefixStore(f"paratrain/group{_generations}", _store)
 
 
 def destroy_process_group() -> None:
