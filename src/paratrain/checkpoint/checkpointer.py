@@ -11,7 +11,8 @@
                 ckpt.save(step=step, epoch=epoch)
         ckpt.save(step=step, epoch=epoch, metrics={"accuracy": acc})
 
-Single/dp/ddp: rank 0 writes one file set. fsdp (``rt.strategy.sharded_state``):
+Single/dp/ddp/deepspeed: rank 0 writes one file set (deepspeed's whole tensors are
+gathered by all ranks first). fsdp (``rt.strategy.sharded_state``):
 every rank writes its shards with torch.distributed.checkpoint. Either way the
 save is atomic, checksummed and all-or-nothing across ranks; see
 :mod:`paratrain.checkpoint.saving` and :mod:`paratrain.checkpoint.restoring`.
@@ -86,9 +87,8 @@ class Checkpointer:
         self.mode = mode
         strategy = getattr(runtime, "strategy", None)
         self.sharded = bool(getattr(strategy, "sharded_state", False))
-        own_access = getattr(strategy, "state_access", None)
         #: how whole-tensor model/optimizer state is read and written (the strategy's, or torch's)
-        self.access = (own_access() if own_access else None) or TorchStateAccess()
+        self.access = (strategy.state_access() if strategy is not None else None) or TorchStateAccess()
         self.entries: list[Stateful] = collect(stateful, getattr(runtime, "precision", None), strategy, self.access)
         if not self.entries:
             raise ConfigError("Checkpointer got nothing to save; pass objects by name, e.g. model=model, optimizer=opt")

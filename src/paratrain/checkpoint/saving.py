@@ -170,7 +170,7 @@ def _write_files(ckpt: Checkpointer, temporary: Path, rng_states: list[Any], ste
         elif entry.kind == "optimizer" and ckpt.sharded and not optimizer_is_fresh(entry.obj):
             objects[entry.name] = {"kind": "optimizer", "sharded": True, "model": entry.model}
         elif entry.kind == "optimizer":
-            state = gathered.get(entry.name) or ckpt.access.optimizer_state(ckpt.model_of(entry), entry.obj)
+            state = gathered[entry.name] if entry.name in gathered else ckpt.access.optimizer_state(ckpt.model_of(entry), entry.obj)
             pending.append((entry.name, "optimizer", state))
         else:
             pending.append((entry.name, "state", entry.obj.state_dict()))

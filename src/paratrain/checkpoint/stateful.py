@@ -57,12 +57,12 @@ def unwrap_model(model: torch.nn.Module, strategy: Any = None) -> torch.nn.Modul
             return model
 
 
-def collect(objects: dict[str, Any], precision: Any = None, strategy: Any = None, access: Any = None) -> list[Stateful]:
+def collect(objects: dict[str, Any], precision: Any, strategy: Any, access: Any) -> list[Stateful]:
     """Classify ``objects`` (``None`` values are skipped) and add ``precision`` when it has state.
 
     Models are kept unwrapped (:func:`unwrap_model`, with ``strategy``'s own unwrap first).
-    ``access.parameters_of(optimizer)`` (default: its param groups) pairs each optimizer
-    with its model.
+    ``access.parameters_of(optimizer)`` (the Checkpointer's state access) pairs each
+    optimizer with its model.
 
     Raises:
         ConfigError: a name that cannot be a file name or is reserved, an object
@@ -91,12 +91,8 @@ def collect(objects: dict[str, Any], precision: Any = None, strategy: Any = None
             )
     if precision is not None and "precision" not in objects and precision.state_dict():
         entries.append(Stateful("precision", precision, "state", optional=True))
-    _pair_optimizers(entries, access.parameters_of if access is not None else _grouped_parameters)
+    _pair_optimizers(entries, access.parameters_of)
     return entries
-
-
-def _grouped_parameters(optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
-    return [p for group in optimizer.param_groups for p in group["params"]]
 
 
 def _pair_optimizers(entries: list[Stateful], parameters_of: Any) -> None:

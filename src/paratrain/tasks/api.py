@@ -22,6 +22,12 @@ from paratrain.errors import ConfigError
 TASK_FILE = "task.json"  # in the output directory: which task (and options) the checkpoints belong to
 
 
+def stack_pairs(samples: list[Any]) -> dict[str, torch.Tensor]:
+    """``(image, label)`` dataset items → ``{"images": …, "labels": …}`` stacked (digits, mnist, seg)."""
+    images, labels = zip(*samples)
+    return {"images": torch.stack(images), "labels": torch.stack(labels)}
+
+
 @dataclass(frozen=True)
 class TaskOptions:
     """Options every task accepts (``paratrain train`` flags); a task ignores what it does not use.

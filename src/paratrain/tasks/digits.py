@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from paratrain.errors import require
-from paratrain.tasks.api import Evaluator, Recipe, Task
+from paratrain.tasks.api import Evaluator, Recipe, Task, stack_pairs
 from paratrain.tasks.classification import METRICS, ClassificationEvaluator
 
 SPLIT_SEED = 2024  # fixed: the same train/test split on every rank and every run
@@ -55,8 +55,7 @@ class DigitsTask(Task):
         return TensorDataset(images[train], labels[train]), TensorDataset(images[test], labels[test])
 
     def collate(self, samples: list[Any]) -> dict[str, torch.Tensor]:
-        images, labels = zip(*samples)
-        return {"images": torch.stack(images), "labels": torch.stack(labels)}
+        return stack_pairs(samples)
 
     def build_model(self) -> nn.Module:
         return DigitsNet(len(self.label_names))

@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from paratrain.errors import ConfigError, DataError
-from paratrain.tasks.api import Evaluator, Recipe, Task
+from paratrain.tasks.api import Evaluator, Recipe, Task, stack_pairs
 from paratrain.tasks.classification import METRICS, ClassificationEvaluator
 from paratrain.tasks.idx import read_pair
 
@@ -77,8 +77,7 @@ class MnistTask(Task):
         return TensorDataset(pixels, torch.from_numpy(labels.astype("int64")))
 
     def collate(self, samples: list[Any]) -> dict[str, torch.Tensor]:
-        images, labels = zip(*samples)
-        return {"images": torch.stack(images), "labels": torch.stack(labels)}
+        return stack_pairs(samples)
 
     def build_model(self) -> nn.Module:
         return MnistNet()

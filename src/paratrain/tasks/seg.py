@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from paratrain import comm
-from paratrain.tasks.api import Evaluation, Evaluator, Recipe, Task
+from paratrain.tasks.api import Evaluation, Evaluator, Recipe, Task, stack_pairs
 from paratrain.tasks.shapes import CLASSES, ShapesDataset
 
 TRAIN_SIZE, DEV_SIZE = 1024, 256
@@ -93,8 +93,7 @@ class SegTask(Task):
         return train, dev
 
     def collate(self, samples: list[Any]) -> dict[str, torch.Tensor]:
-        images, masks = zip(*samples)
-        return {"images": torch.stack(images), "labels": torch.stack(masks)}
+        return stack_pairs(samples)
 
     def build_model(self) -> nn.Module:
         return SegNet(len(self.label_names))
