@@ -70,7 +70,17 @@ def test_openmpi():
     info = detect(OPENMPI)
     assert info.source == "mpi"
     assert (info.rank, info.world_size, info.local_rank, info.local_world_size, info.node_rank) == (2, 4, 0, 2, 1)
-    assert info.master_addr == "node0" and info.master_port == 29500
+    assert info.master_addr == "node0"
+    assert 20000 <= info.master_port < 30000  # derived from the job id, the same on every rank
+
+
+def test_mpi_on_one_node_needs_no_master_addr():
+    env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+           "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "1978531841"}
+    info = detect(env)
+    assert (info.master_addr, info.num_nodes) == ("127.0.0.1", 1)
+    assert info.master_port == detect({**env, "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}).master_port
+    assert info.master_port != detect({**env, "OMPI_MCA_ess_base_jobid": "7"}).master_port
 
 
 def test_pmi_family():
@@ -81,7 +91,7 @@ def test_pmi_family():
 
 def test_mpi_without_master_addr_names_the_fix():
     env = {k: v for k, v in OPENMPI.items() if k != "MASTER_ADDR"}
-    with pytest.raises(ConfigError, match="-x MASTER_ADDR"):
+    with pytest.raises(ConfigError, match="on 2 nodes without MASTER_ADDR.*mpirun -x MASTER_ADDR="):
         detect(env)
 
 

@@ -38,6 +38,15 @@ derived from the job id come from SLURM when the flags are not given):
 
     srun --nodes 2 --ntasks-per-node 1 paratrain run --nproc-per-node 4 train.py
 
+  A step whose CPUs on the node are fewer than --nproc-per-node (CPU workers)
+  is refused: ask for srun --cpus-per-task N.
+
+Kubernetes (Kubeflow PyTorchJob): like torchrun, every flag not given is read
+from its PET_* variable (PET_NPROC_PER_NODE, PET_NNODES, PET_NODE_RANK,
+PET_MASTER_ADDR, PET_MASTER_PORT, PET_RDZV_BACKEND, PET_RDZV_ENDPOINT,
+PET_RDZV_ID, PET_MAX_RESTARTS, PET_LOG_DIR, PET_MODULE), so the job's command
+is just `paratrain run train.py`; see examples/k8s/.
+
 Legacy scripts that parse --local_rank (torch.distributed.launch style):
 
     paratrain run --nproc-per-node 2 --legacy-local-rank old_train.py

@@ -24,6 +24,14 @@ DEFAULT_MASTER_PORT = 29500  # torchrun's default for the static rendezvous
 DEFAULT_C10D_PORT = 29400  # torchrun's default for the c10d rendezvous
 DEFAULT_RDZV_TIMEOUT_S = 600  # torch's static and c10d defaults
 
+# torchrun takes each flag's default from PET_<FLAG> (torch.distributed.argparse_util.env);
+# Kubeflow's PyTorchJob sets PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR,
+# PET_MASTER_PORT (and PET_RDZV_* for elastic jobs), so `paratrain run` reads them the same way.
+PET_FLAGS = (
+    "nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port", "max_restarts",
+    "rdzv_backend", "rdzv_endpoint", "rdzv_id", "log_dir",
+)
+
 
 @dataclass(frozen=True)
 class LaunchConfig:
@@ -52,6 +60,7 @@ class LaunchConfig:
     log_dir: str | None = None
     threads_per_proc: int | None = None
     verbose: bool = False
+    slurm_cpus: int | None = None  # CPUs the SLURM step gave this node (SLURM_CPUS_ON_NODE), if any
 
     # ---- derived answers --------------------------------------------------------------
     @property
@@ -74,12 +83,14 @@ class LaunchConfig:
     # ---- building ---------------------------------------------------------------------
     @classmethod
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> LaunchConfig:
-        """Parse the ``paratrain run`` flags; under SLURM, fill nodes and master from it.
+        """Parse the ``paratrain run`` flags; a flag not given comes from its ``PET_*``
+        variable (as in torchrun), then under SLURM from SLURM.
 
         Raises:
             ConfigError: a flag value is malformed (not a number, bad ``MIN:MAX``).
         """
         environ = os.environ if environ is None else environ
+        args = with_pet_defaults(args, environ)
         command = list(args.target or [])
         legacy = args.legacy_local_rank
         if legacy == "auto" and len(command) > 1 and command[0] in LEGACY_CHOICES:
@@ -119,6 +130,7 @@ class LaunchConfig:
             log_dir=args.log_dir or None,
             threads_per_proc=_int("--threads-per-proc", args.threads_per_proc),
             verbose=bool(args.verbose),
+            slurm_cpus=_slurm_cpus(environ),
         )
 
     # ---- checking ---------------------------------------------------------------------
@@ -202,6 +214,12 @@ class LaunchConfig:
         from paratrain.runtime.device import resolve_backend
 
         backend = resolve_backend(self.backend)  # refuses nccl without CUDA, unknown names
+        if backend == "gloo" and self.slurm_cpus is not None and self.nproc_per_node > self.slurm_cpus:
+            raise ConfigError(
+                f"this SLURM step has {self.slurm_cpus} CPU(s) on this node but --nproc-per-node "
+                f"{self.nproc_per_node} starts {self.nproc_per_node} CPU workers; ask for one CPU per worker "
+                f"(srun --cpus-per-task {self.nproc_per_node} ...) or use --nproc-per-node {self.slurm_cpus}"
+            )
         if backend == "nccl":
             import torch
 
@@ -248,6 +266,33 @@ def _int(flag: str, value, default: int | None = None) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         raise ConfigError(f"{flag} {value!r} is not an integer") from None
+
+
+def with_pet_defaults(args: argparse.Namespace, environ: Mapping[str, str]) -> argparse.Namespace:
+    """``args`` with every flag that was not given taken from its ``PET_*`` variable.
+
+    A flag on the command line wins over the variable, as in torchrun. ``PET_MODULE``
+    set to ``1`` means ``-m``, like torchrun's ``check_env`` flags.
+    """
+    filled = argparse.Namespace(**vars(args))
+    for name in PET_FLAGS:
+        value = environ.get(f"PET_{name.upper()}")
+        if getattr(filled, name, None) is None and value:
+            setattr(filled, name, value)
+    if not getattr(filled, "module", False) and environ.get("PET_MODULE", "0") not in ("0", ""):
+        filled.module = True
+    return filled
+
+
+def _slurm_cpus(environ: Mapping[str, str]) -> int | None:
+    """CPUs of this node in the SLURM step that runs us (``srun paratrain run``), else None."""
+    from paratrain.env.slurm import SlurmEnvironment
+    from paratrain.env.torchelastic import TorchElasticEnvironment
+
+    if not SlurmEnvironment().detected(environ) or TorchElasticEnvironment().detected(environ):
+        return None
+    raw = environ.get("SLURM_CPUS_ON_NODE", "")
+    return int(raw) if raw.isdigit() else None
 
 
 def _slurm_defaults(environ: Mapping[str, str]) -> dict | None:
