@@ -108,6 +108,35 @@ def test_slurm_fills_nodes_rank_and_master():
     assert not config(ALLREDUCE, environ=worker).multi_node  # a torchrun worker is not an srun launcher
 
 
+PYTORCHJOB_POD = {  # what Kubeflow's training operator sets in the second of two pods
+    "PET_NNODES": "2", "PET_NPROC_PER_NODE": "4", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "job-master-0",
+    "PET_MASTER_PORT": "23456", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456", "WORLD_SIZE": "2", "RANK": "1",
+}
+
+
+def test_pet_variables_fill_the_flags_like_torchrun():
+    cfg = config(ALLREDUCE, environ=PYTORCHJOB_POD)
+    assert (cfg.max_nodes, cfg.nproc_per_node, cfg.node_rank) == (2, 4, 1)
+    assert (cfg.master_addr, cfg.master_port) == ("job-master-0", 23456)
+    flags = config("--nproc-per-node", "2", "--master-port", "1234", ALLREDUCE, environ=PYTORCHJOB_POD)
+    assert (flags.nproc_per_node, flags.master_port, flags.node_rank) == (2, 1234, 1)  # flags win
+    elastic = config(ALLREDUCE, environ={"PET_NNODES": "1:3", "PET_RDZV_BACKEND": "c10d",
+                                         "PET_RDZV_ENDPOINT": "svc:29400", "PET_RDZV_ID": "job", "PET_MAX_RESTARTS": "3"})
+    assert (elastic.min_nodes, elastic.max_nodes, elastic.rdzv_backend, elastic.rdzv_endpoint) == (1, 3, "c10d", "svc:29400")
+    assert (elastic.rdzv_id, elastic.max_restarts) == ("job", 3)
+    assert config("allreduce", environ={"PET_MODULE": "1"}).module
+    with pytest.raises(ConfigError, match="--nproc-per-node 'x'"):
+        config(ALLREDUCE, environ={"PET_NPROC_PER_NODE": "x"})
+
+
+def test_slurm_step_with_fewer_cpus_than_workers_is_refused():
+    step = {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_NNODES": "1", "SLURM_STEP_ID": "0",
+            "SLURM_JOB_ID": "7", "SLURM_STEP_NODELIST": "n1", "SLURM_CPUS_ON_NODE": "1"}
+    with pytest.raises(ConfigError, match=r"1 CPU\(s\) on this node but --nproc-per-node 2 .*srun --cpus-per-task 2"):
+        config("--nproc-per-node", "2", ALLREDUCE, environ=step).validate()
+    config("--nproc-per-node", "2", ALLREDUCE, environ={**step, "SLURM_CPUS_ON_NODE": "2"}).validate()
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
