@@ -1,6 +1,9 @@
 """pt.spawn on 2 real processes: rank 0's value comes back; a worker's exception names its rank."""
 
+import threading
+
 import pytest
+import torch
 
 import paratrain as pt
 from tests.launch.spawn_workers import fail_on_rank_one, reduce_ranks
@@ -24,8 +27,30 @@ def test_bad_arguments_are_refused_before_starting():
     with pytest.raises(pt.ConfigError, match="positive integer"):
         pt.spawn(reduce_ranks, 0)
 
-    def local():
-        return 1
+    with pytest.raises(pt.ConfigError, match="start_method 'thread'"):
+        pt.spawn(reduce_ranks, 2, start_method="thread")
+    with pytest.raises(pt.ConfigError, match="needs a function"):
+        pt.spawn("train.py", 2)
 
-    with pytest.raises(pt.ConfigError, match="module top level"):
-        pt.spawn(local, 2)
+
+def test_a_function_that_cannot_reach_a_worker_is_named_before_starting():
+    lock = threading.Lock()
+
+    def uses_lock():
+        return lock.locked()
+
+    with pytest.raises(pt.ConfigError) as caught:
+        pt.spawn(uses_lock, 2)
+    message = str(caught.value)
+    assert message.startswith("test_a_function_that_cannot_reach_a_worker_is_named_before_starting.<locals>.uses_lock "
+                              "cannot be sent to the worker processes (TypeError: cannot pickle '_thread.lock' object)")
+    assert "create it inside the function instead" in message and "\n" not in message
+
+
+def test_fork_after_cuda_was_initialised_is_refused(monkeypatch):
+    # No GPU here: pretend this process has initialised CUDA, as a notebook cell that
+    # moved a tensor to the GPU would have.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(pt.ConfigError, match="CUDA was initialised in this process before pt.spawn forked workers"):
+        pt.spawn(reduce_ranks, 2, start_method="fork")

@@ -5,6 +5,12 @@ hand-picked ``tcp://localhost:12345``: the rendezvous listens on a loopback port
 kernel picks, workers get the usual torchrun variables (RANK, LOCAL_RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and ``GLOO_SOCKET_IFNAME=lo``, and supervision
 is torch.distributed's own.
+
+Functions travel to the workers by value (cloudpickle), so a function defined in a
+Jupyter cell, a closure or a lambda works: ``mp.spawn`` pickles functions by name, and
+a fresh worker cannot import the notebook's ``__main__``. Workers still start with the
+``spawn`` method, which is safe with CUDA and with the kernel's threads; ``fork`` is
+offered for speed and refused once CUDA is initialised (a forked child cannot use it).
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ from paratrain.launch.loopback_store import LoopbackStore
 from paratrain.launch.torch_logs import torch_log_level
 
 
-def _worker(fn: Callable[..., Any], args: tuple, env: dict[str, str]) -> Any:
+def _worker(call: bytes, env: dict[str, str]) -> bytes:
     """Runs in each child. The agent wraps it in ``record``, which writes the
     exception and traceback to the error file that the parent reads."""
+    import cloudpickle
+
     os.environ.update(env)
     threads = env.get("OMP_NUM_THREADS")
     if threads and threads.isdigit():
@@ -34,7 +42,42 @@ def _worker(fn: Callable[..., Any], args: tuple, env: dict[str, str]) -> Any:
         import torch
 
         torch.set_num_threads(int(threads))
-    return fn(*args)
+    fn, args = cloudpickle.loads(call)
+    # By value on the way back too: a result of a class defined in a notebook cell
+    # cannot be pickled by name in a worker whose __main__ is not the notebook's.
+    return cloudpickle.dumps(fn(*args))
+
+
+def _pack(fn: Callable[..., Any], args: tuple) -> bytes:
+    """``(fn, args)`` as bytes a fresh worker can load: by value unless importable.
+
+    Raises:
+        ConfigError: something ``fn`` refers to (a global, a closure cell, an argument)
+            cannot be copied to another process; names it and the fix.
+    """
+    import cloudpickle
+
+    if not callable(fn):
+        raise ConfigError(f"pt.spawn needs a function to run in the workers, got {type(fn).__name__} {fn!r}")
+    try:
+        return cloudpickle.dumps((fn, tuple(args)))
+    except Exception as exc:  # pickling raises TypeError, PicklingError, AttributeError…
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise ConfigError(
+            f"{name} cannot be sent to the worker processes ({type(exc).__name__}: {exc}); it or its arguments "
+            "capture an object that exists only in this process (a lock, an open file or socket, a generator): "
+            "create it inside the function instead"
+        ) from None
+
+
+def _check_fork_is_safe(start_method: str) -> None:
+    import torch
+
+    if start_method == "fork" and torch.cuda.is_available() and torch.cuda.is_initialized():
+        raise ConfigError(
+            "CUDA was initialised in this process before pt.spawn forked workers, and a forked child cannot use it; "
+            "use start_method='spawn' (the default), or restart the kernel and call pt.spawn before any CUDA work"
+        )
 
 
 def spawn(
@@ -48,14 +91,16 @@ def spawn(
 ) -> Any:
     """Call ``fn(*args)`` in ``nprocs`` new processes; return rank 0's return value.
 
-    ``fn`` must be importable (defined at module top level) because workers are
-    started with the ``spawn`` method. Inside, ``pt.Runtime()`` joins the group, and
-    ``rt.close()`` should end it. ``env`` is added to the workers' environment
-    (after OMP_NUM_THREADS=1 and GLOO_SOCKET_IFNAME=lo, which it may override).
-    ``verbose`` shows torch elastic's own log lines.
+    ``fn`` may be any function: module level, defined in a notebook cell, a closure
+    or a lambda (it is sent by value; so are the notebook globals it uses, as they
+    are now). Inside, ``pt.Runtime()`` joins the group, and ``rt.close()`` should end
+    it. ``env`` is added to the workers' environment (after OMP_NUM_THREADS=1 and
+    GLOO_SOCKET_IFNAME=lo, which it may override). ``start_method`` is ``"spawn"``
+    (fresh interpreters) or ``"fork"``. ``verbose`` shows torch elastic's own log lines.
 
     Raises:
-        ConfigError: ``nprocs`` < 1 or ``fn`` is not a top-level function.
+        ConfigError: ``nprocs`` < 1; ``fn`` or ``args`` cannot be copied to another
+            process; ``fork`` after CUDA was initialised.
         WorkerError: a worker raised; the error names its rank, exception type and
             message and carries its traceback (the first failure by time).
         LaunchError: a worker died without an exception (signal, ``os._exit``).
@@ -66,8 +111,10 @@ def spawn(
 
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ConfigError(f"nprocs must be a positive integer, got {nprocs!r}")
-    if getattr(fn, "__qualname__", "").count("<locals>") or getattr(fn, "__name__", "") == "<lambda>":
-        raise ConfigError(f"{fn!r} is not picklable for the spawn start method; define it at module top level")
+    if start_method not in ("spawn", "fork", "forkserver"):
+        raise ConfigError(f"start_method {start_method!r} is not one of spawn, fork, forkserver")
+    _check_fork_is_safe(start_method)
+    call = _pack(fn, args)
     worker_env = {
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
         # Gloo's pair sockets on loopback too (like the store), whatever the host name resolves to.
@@ -89,7 +136,9 @@ def spawn(
             monitor_interval=0.05,
         )
         try:
-            results = elastic_launch(config, _worker)(fn, tuple(args), worker_env)
+            results = elastic_launch(config, _worker)(call, worker_env)
         except ChildFailedError as exc:
             raise worker_error(exc) from None
-    return results[0]
+    import cloudpickle
+
+    return cloudpickle.loads(results[0])
