@@ -7,6 +7,7 @@ Commands:
   paratrain ckpt inspect|export PATH       read or export a paratrain checkpoint
   paratrain bench [--task T]               compare ways to train one model
   paratrain doctor                         environment and network report
+  paratrain check SCRIPT                   find multi-process pitfalls in a script
 
 `paratrain COMMAND --help` explains each command with recipes.
 
@@ -24,7 +25,7 @@ import sys
 from paratrain.errors import ParatrainError
 
 # Each module has `register(subparsers)` that adds its parser and sets `handler`.
-COMMAND_MODULES = ("run", "train", "predict", "ckpt", "bench", "doctor")
+COMMAND_MODULES = ("run", "train", "predict", "ckpt", "bench", "doctor", "check")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,69 @@
+"""``paratrain check``: the seeds' pitfalls in a training script, each with its line and fix."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+MANUAL = """\
+Read training scripts (without running them) for the mistakes that make a
+multi-process job wrong or slow, and print each with its line, why, and the fix:
+
+  sampler-not-passed       a DistributedSampler that no DataLoader uses (every
+                           rank trains on the whole dataset)
+  shuffle-with-sampler     shuffle=True beside sampler=
+  no-set-epoch             a training DistributedSampler without set_epoch
+  padded-eval-sampler      DistributedSampler on evaluation data (duplicates)
+  local-rank-argument      --local_rank parsed as an argument (torchrun uses env)
+  deprecated-launcher      torch.distributed.launch
+  hardcoded-rendezvous     tcp://host:port, rank= or world_size= in the code
+  save-on-every-rank       torch.save not limited to rank 0
+  print-on-every-rank      print on every rank
+  wrapped-state-dict       saving a DDP wrapper's state_dict ('module.' keys)
+  batchnorm-without-syncbn BatchNorm under DDP without SyncBatchNorm
+  model-before-seed        the model built before the seed is set
+  data-parallel            nn.DataParallel instead of one process per GPU
+
+Examples:
+  paratrain check train.py
+  paratrain check --json train.py other.py
+
+Silence a finding on purpose with a comment on its line:
+  torch.save(state, path)   # paratrain: ignore[save-on-every-rank]
+
+Exit code: 0 when nothing is found, 1 when something is, 2 on bad input.
+"""
+
+
+def register(subparsers) -> None:
+    """Add the ``check`` command."""
+    parser = subparsers.add_parser(
+        "check",
+        help="find multi-process pitfalls in a training script (static, with line and fix)",
+        description=MANUAL,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("scripts", nargs="+", metavar="SCRIPT", help="training script(s) to read")
+    parser.add_argument("--json", action="store_true", help="one JSON object per finding, one per line")
+    parser.set_defaults(handler=handler)
+
+
+def handler(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from paratrain.diagnostics.check import check_file, format_finding
+
+    found = 0
+    for script in args.scripts:
+        findings = check_file(script)
+        found += len(findings)
+        for finding in findings:
+            if args.json:
+                print(json.dumps({"file": script, **asdict(finding)}, ensure_ascii=False))
+            else:
+                print(format_finding(script, finding))
+    if not args.json:
+        summary = f"{found} problem(s) found in {len(args.scripts)} script(s)" if found else "no problems found"
+        print(summary, file=sys.stderr)
+    return 1 if found else 0

@@ -1,0 +1,65 @@
+"""``paratrain check``: read a training script (without running it) for the seeds' pitfalls.
+
+    findings = check_file("train.py")
+    for finding in findings:
+        print(format_finding("train.py", finding))
+
+Each finding names the line, why it is wrong in a multi-process job and the fix
+(rules in :mod:`paratrain.diagnostics.check_rules`). A line ending in
+``# paratrain: ignore`` (all rules) or ``# paratrain: ignore[rule-a, rule-b]`` is skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from paratrain.diagnostics.check_rules import RULES, Finding
+from paratrain.diagnostics.script_facts import ScriptFacts
+from paratrain.errors import ConfigError
+
+_IGNORE = re.compile(r"#\s*paratrain:\s*ignore(?:\[([\w\s,-]+)\])?")
+
+
+def check_source(source: str, filename: str = "<script>") -> list[Finding]:
+    """Every finding of every rule, in line order.
+
+    Raises:
+        ConfigError: the source is not valid Python (names the file and line).
+    """
+    try:
+        facts = ScriptFacts.read(source)
+    except SyntaxError as exc:
+        raise ConfigError(f"{filename}:{exc.lineno}: not valid Python ({exc.msg}); fix the syntax first") from None
+    findings = [finding for rule in RULES for finding in rule(facts)]
+    return sorted((f for f in findings if not _ignored(facts.lines, f)), key=lambda f: (f.line, f.rule))
+
+
+def check_file(path: str | Path) -> list[Finding]:
+    """:func:`check_source` of a file.
+
+    Raises:
+        ConfigError: the file is missing, unreadable or not Python.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"script {str(path)!r} not found; pass the training script's path")
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path} ({exc}); pass a UTF-8 Python file") from None
+    return check_source(source, str(path))
+
+
+def format_finding(filename: str, finding: Finding) -> str:
+    """``file:line: [rule] problem`` and an indented ``fix:`` line."""
+    return f"{filename}:{finding.line}: [{finding.rule}] {finding.problem}\n    fix: {finding.fix}"
+
+
+def _ignored(lines: list[str], finding: Finding) -> bool:
+    line = lines[finding.line - 1] if 0 < finding.line <= len(lines) else ""
+    match = _IGNORE.search(line)
+    if not match:
+        return False
+    rules = match.group(1)
+    return rules is None or finding.rule in {r.strip() for r in rules.split(",")}

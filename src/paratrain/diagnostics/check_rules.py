@@ -1,0 +1,260 @@
+"""The pitfalls ``paratrain check`` looks for: one function per rule, each yielding findings.
+
+Every rule is the mistake of a real tutorial (the seeds): a finding says where, why it
+is wrong in a multi-process job, and the fix. Rules stay quiet when unsure: a missed
+pitfall costs less than a false alarm that teaches users to ignore the tool.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
+
+
+@dataclass(frozen=True)
+class Finding:
+    line: int
+    rule: str
+    problem: str
+    fix: str
+
+
+Rule = Callable[[ScriptFacts], Iterator[Finding]]
+
+_EVAL_NAME = re.compile(r"val|dev|test|eval", re.IGNORECASE)
+_SAMPLERS = ("DistributedSampler",)
+_LOADERS = ("DataLoader",)
+_WRAPPERS = ("DistributedDataParallel", "DDP", "DataParallel")
+_SEEDING = ("manual_seed", "seed_everything", "seed", "manual_seed_all")
+_MODEL_CALL = re.compile(r"Sequential|from_pretrained|[A-Z]\w*(?:Net|Model|Classifier|ForSequenceClassification)")
+
+
+def _sampler_uses(facts: ScriptFacts) -> set[str]:
+    """Text of every value passed as ``sampler=``/``batch_sampler=``."""
+    return {
+        ast.unparse(value)
+        for call in facts.calls
+        for value in (keyword(call, "sampler"), keyword(call, "batch_sampler"))
+        if value is not None
+    }
+
+
+def _first_arg(call: ast.Call) -> str:
+    return ast.unparse(call.args[0]) if call.args else ""
+
+
+def sampler_not_passed(facts: ScriptFacts) -> Iterator[Finding]:
+    used = _sampler_uses(facts)
+    for name, sampler in facts.names_bound_to(*_SAMPLERS).items():
+        if name in used:
+            continue
+        dataset = _first_arg(sampler)
+        loader = next((c for c in facts.calls_named(*_LOADERS) if dataset and _first_arg(c) == dataset), None)
+        where = f"the DataLoader at line {loader.lineno} reads" if loader else "every DataLoader reads"
+        yield Finding(
+            sampler.lineno, "sampler-not-passed",
+            f"DistributedSampler `{name}` is created but never passed to a DataLoader: {where} the whole dataset "
+            "on every rank, so each rank trains on all of it (N times the work, no speed-up)",
+            f"DataLoader({dataset or 'dataset'}, ..., sampler={name}) without shuffle=True; or "
+            f"rt.loader({dataset or 'dataset'}, batch_size, shuffle=True), which shards and reshuffles for you",
+        )
+
+
+def shuffle_beside_sampler(facts: ScriptFacts) -> Iterator[Finding]:
+    for call in facts.calls_named(*_LOADERS):
+        if is_true(keyword(call, "shuffle")) and keyword(call, "sampler") is not None:
+            yield Finding(
+                call.lineno, "shuffle-with-sampler",
+                "DataLoader gets shuffle=True and a sampler: torch refuses the pair (ValueError), the sampler "
+                "already decides the order",
+                "drop shuffle=True (DistributedSampler shuffles; call sampler.set_epoch(epoch) every epoch)",
+            )
+
+
+def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
+    if facts.mentions(r"\.sampler\.set_epoch\("):
+        return
+    for name, sampler in facts.names_bound_to(*_SAMPLERS).items():
+        shuffle = keyword(sampler, "shuffle")
+        if _EVAL_NAME.search(name) or (isinstance(shuffle, ast.Constant) and shuffle.value is False):
+            continue
+        if not facts.mentions(rf"{re.escape(name)}\.set_epoch\("):
+            yield Finding(
+                sampler.lineno, "no-set-epoch",
+                f"`{name}.set_epoch(epoch)` is never called: DistributedSampler then shuffles every epoch "
+                "in the same order (epoch 0's)",
+                f"call {name}.set_epoch(epoch) at the start of every epoch; rt.loader(...) does it for you",
+            )
+
+
+def padded_eval_sampler(facts: ScriptFacts) -> Iterator[Finding]:
+    for name, sampler in facts.names_bound_to(*_SAMPLERS).items():
+        if _EVAL_NAME.search(name) or _EVAL_NAME.search(_first_arg(sampler)):
+            yield Finding(
+                sampler.lineno, "padded-eval-sampler",
+                f"`{name}` shards evaluation data with DistributedSampler, which repeats samples so every rank "
+                "gets as many: metrics count some samples twice and change with the number of processes",
+                "rt.loader(dataset, batch_size, exact=True) (every sample exactly once) and rt.gather(preds, labels)",
+            )
+
+
+def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
+    for call in facts.calls_named("add_argument"):
+        flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        flag = next((f for f in flags if f in ("--local_rank", "--local-rank")), None)
+        if flag is None:
+            continue
+        default = keyword(call, "default")
+        why = (
+            f"`{flag}` has no default: torchrun and paratrain run pass LOCAL_RANK in the environment, "
+            "not as an argument, so it is None in every process"
+            if default is None else
+            f"`{flag}` defaults to {ast.unparse(default)}: torchrun and paratrain run pass LOCAL_RANK in the "
+            "environment, not as an argument, so every process gets the default and uses the same device"
+        )
+        yield Finding(
+            call.lineno, "local-rank-argument", why,
+            "read int(os.environ['LOCAL_RANK']) (or pt.Runtime().local_rank); or keep the flag and start "
+            "the script with `paratrain run --legacy-local-rank`",
+        )
+
+
+def deprecated_launcher(facts: ScriptFacts) -> Iterator[Finding]:
+    for number, line in enumerate(facts.lines, start=1):
+        if "torch.distributed.launch" in line and "torch.distributed.launcher" not in line:
+            yield Finding(
+                number, "deprecated-launcher",
+                "torch.distributed.launch is deprecated: it passes --local_rank and is superseded by torchrun",
+                "paratrain run --nproc-per-node N script.py (torchrun's agent; --legacy-local-rank for old scripts)",
+            )
+            return
+
+
+def hardcoded_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
+    for node in ast.walk(facts.tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("tcp://"):
+            yield Finding(
+                node.lineno, "hardcoded-rendezvous",
+                f"hard-coded rendezvous address {node.value!r}: the job breaks when the machine, its address "
+                "or the port changes, and a port left busy by another job stops it",
+                "init_process_group(backend) with the default env:// and start with paratrain run "
+                "(--master-addr/--master-port on several machines), or pt.Runtime()",
+            )
+    for call in facts.calls_named("init_process_group"):
+        for name in ("world_size", "rank"):
+            value = keyword(call, name)
+            if isinstance(value, ast.Constant):
+                yield Finding(
+                    call.lineno, "hardcoded-rendezvous",
+                    f"init_process_group(..., {name}={value.value!r}) is fixed in the code: another number of "
+                    "processes or machines needs an edit, and a wrong value hangs the rendezvous",
+                    "leave rank and world_size out: the launcher's environment (RANK, WORLD_SIZE) gives them",
+                )
+
+
+def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
+    if not facts.distributed:
+        return
+    for call in facts.calls_named("save"):
+        if not last_name(call.func.value if isinstance(call.func, ast.Attribute) else call.func) == "torch":
+            continue
+        guard = facts.guard(call)
+        if guard == "global":
+            continue
+        why = (
+            "torch.save runs where local_rank == 0, i.e. once per machine: on several machines they all "
+            "write the same checkpoint at once"
+            if guard == "local" else
+            "torch.save runs on every rank: all processes write the same file at once (a torn or "
+            "clobbered checkpoint)"
+        )
+        yield Finding(call.lineno, "save-on-every-rank", why,
+                      "save under `if dist.get_rank() == 0:` (pt.is_main()), or use pt.Checkpointer, which "
+                      "writes atomically from the right ranks")
+
+
+def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
+    if not facts.distributed:
+        return
+    prints = [call for call in facts.calls_named("print") if isinstance(call.func, ast.Name) and not facts.guard(call)]
+    if prints:
+        others = ", ".join(str(call.lineno) for call in prints[1:])
+        yield Finding(
+            prints[0].lineno, "print-on-every-rank",
+            "print runs on every rank: each line appears once per process, interleaved"
+            + (f" (also lines {others})" if others else ""),
+            "pt.print(...) or `if dist.get_rank() == 0:` for messages; gather values first "
+            "(pt.all_reduce) when every rank's number matters",
+        )
+
+
+def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
+    wrapped = set(facts.names_bound_to(*_WRAPPERS))
+    for call in facts.calls_named("state_dict"):
+        owner = call.func.value if isinstance(call.func, ast.Attribute) else None
+        if owner is None or ast.unparse(owner) not in wrapped:
+            continue
+        if facts.inside(call, "save") or isinstance(facts.parents.get(call), ast.Dict):
+            yield Finding(
+                call.lineno, "wrapped-state-dict",
+                f"`{ast.unparse(owner)}` is a DDP/DataParallel wrapper: its state_dict keys start with 'module.', "
+                "so the checkpoint loads only into a wrapped model (the seeds strip the prefix by hand)",
+                f"save {ast.unparse(owner)}.module.state_dict(); with paratrain, pt.Checkpointer or "
+                "`paratrain ckpt export` (no prefixes)",
+            )
+
+
+def batchnorm_without_syncbn(facts: ScriptFacts) -> Iterator[Finding]:
+    if not facts.calls_named(*_WRAPPERS[:2]) or facts.mentions(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn"):
+        return
+    norms = [call for call in facts.calls if re.fullmatch(r"BatchNorm[123]d", last_name(call))]
+    if norms:
+        yield Finding(
+            norms[0].lineno, "batchnorm-without-syncbn",
+            "BatchNorm in a DistributedDataParallel model normalises with each process's own small batch: "
+            "statistics differ per rank and running stats drift apart",
+            "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP, or "
+            "pt.Runtime(sync_batchnorm=True)",
+        )
+
+
+def model_before_seed(facts: ScriptFacts) -> Iterator[Finding]:
+    modules = {
+        node.name for node in ast.walk(facts.tree)
+        if isinstance(node, ast.ClassDef) and any(last_name(base).endswith("Module") for base in node.bases)
+    }
+    builds = [call for call in facts.calls if last_name(call) in modules or _MODEL_CALL.fullmatch(last_name(call))]
+    for seeding in facts.calls_named(*_SEEDING):
+        if last_name(seeding) == "seed" and not ast.unparse(seeding.func).endswith("random.seed"):
+            continue
+        earlier = [b for b in builds if facts.scope(b) is facts.scope(seeding) and b.lineno < seeding.lineno]
+        if earlier:
+            yield Finding(
+                earlier[0].lineno, "model-before-seed",
+                f"the model is built before the seed is set (line {seeding.lineno}): its initial weights are "
+                "random, different on every run and, without DDP's broadcast, on every rank",
+                "set the seed first (torch.manual_seed, or pt.Runtime(seed=...)), then build the model",
+            )
+            return
+
+
+def data_parallel(facts: ScriptFacts) -> Iterator[Finding]:
+    for call in facts.calls_named("DataParallel"):
+        yield Finding(
+            call.lineno, "data-parallel",
+            "nn.DataParallel drives every GPU from one process with threads: the GIL, a model copy per step "
+            "and outputs gathered on GPU 0 make it slower than DistributedDataParallel even on one machine",
+            "one process per GPU: paratrain run --nproc-per-node N script.py, with "
+            "pt.Runtime(strategy='ddp') and rt.setup(model, optimizer)",
+        )
+
+
+RULES: tuple[Rule, ...] = (
+    sampler_not_passed, shuffle_beside_sampler, no_set_epoch, padded_eval_sampler, local_rank_argument,
+    deprecated_launcher, hardcoded_rendezvous, save_on_every_rank, print_on_every_rank, wrapped_state_dict,
+    batchnorm_without_syncbn, model_before_seed, data_parallel,
+)

@@ -1,0 +1,119 @@
+"""What the pitfall rules need to know about a script, read once from its syntax tree.
+
+Static and approximate on purpose: names are matched by their last part
+(``torch.utils.data.DataLoader`` and ``DataLoader`` are the same), values are followed
+through plain assignments only, and a statement counts as "rank 0 only" when an
+enclosing ``if`` tests a rank (``rank == 0``, ``is_main()``, ``dist.get_rank() == 0``…).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+# An `if` that limits a block to one process: the global rank or a main-process helper.
+_GLOBAL_GUARD = re.compile(r"(?<![\w.])(?:\w+\.)*(?:rank|get_rank|RANK|is_main\w*|is_master\w*|master_process|is_rank_zero)\b")
+_LOCAL_GUARD = re.compile(r"local_rank|LOCAL_RANK|local_process_index|is_local_main\w*")
+# Calls and wrappers that make a script multi-process.
+DISTRIBUTED_MARKERS = {
+    "init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn", "init",
+    "initialize", "Accelerator", "DistributedOptimizer",
+}
+
+
+def last_name(node: ast.AST) -> str:
+    """``torch.nn.parallel.DistributedDataParallel`` → ``DistributedDataParallel``; ``f()()`` → ``""``."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return ""
+
+
+def keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((kw.value for kw in call.keywords if kw.arg == name), None)
+
+
+def is_true(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
+
+
+@dataclass
+class ScriptFacts:
+    """Calls, assignments and the ``if`` guards around each node of one script."""
+
+    tree: ast.Module
+    lines: list[str]
+    calls: list[ast.Call] = field(default_factory=list)
+    assigned: dict[str, list[ast.expr]] = field(default_factory=dict)  # "sampler", "self.model" → values
+    parents: dict[ast.AST, ast.AST] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, source: str) -> ScriptFacts:
+        """Raises: SyntaxError (the caller turns it into a one-line error)."""
+        tree = ast.parse(source)
+        facts = cls(tree=tree, lines=source.splitlines())
+        for parent in ast.walk(tree):
+            for child in ast.iter_child_nodes(parent):
+                facts.parents[child] = parent
+            if isinstance(parent, ast.Call):
+                facts.calls.append(parent)
+            elif isinstance(parent, ast.Assign):
+                for target in parent.targets:
+                    if isinstance(target, (ast.Name, ast.Attribute)):
+                        facts.assigned.setdefault(ast.unparse(target), []).append(parent.value)
+        facts.calls.sort(key=lambda call: (call.lineno, call.col_offset))
+        return facts
+
+    # ---- questions the rules ask ---------------------------------------------------------------
+    def calls_named(self, *names: str) -> list[ast.Call]:
+        return [call for call in self.calls if last_name(call) in names]
+
+    def names_bound_to(self, *callee_names: str) -> dict[str, ast.Call]:
+        """Variables (``x``, ``self.x``) assigned the result of one of these calls (the first such call)."""
+        bound = {}
+        for name, values in self.assigned.items():
+            calls = [v for v in values if isinstance(v, ast.Call) and last_name(v) in callee_names]
+            if calls:
+                bound[name] = min(calls, key=lambda call: call.lineno)
+        return bound
+
+    @property
+    def distributed(self) -> bool:
+        """The script starts or joins several processes (DDP, a sampler, spawn, Horovod, …)."""
+        return any(last_name(call) in DISTRIBUTED_MARKERS for call in self.calls)
+
+    def guard(self, node: ast.AST) -> str:
+        """``"global"`` under a rank-0 test, ``"local"`` under a local-rank test only, else ``""``."""
+        local = False
+        child, parent = node, self.parents.get(node)
+        while parent is not None:
+            if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
+                test = ast.unparse(parent.test)
+                if _GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", test)):
+                    return "global"
+                local = local or bool(_LOCAL_GUARD.search(test))
+            child, parent = parent, self.parents.get(parent)
+        return "local" if local else ""
+
+    def inside(self, node: ast.AST, *callee_names: str) -> ast.Call | None:
+        """The nearest enclosing call to one of ``callee_names`` (``node`` is in its arguments)."""
+        parent = self.parents.get(node)
+        while parent is not None:
+            if isinstance(parent, ast.Call) and last_name(parent) in callee_names:
+                return parent
+            parent = self.parents.get(parent)
+        return None
+
+    def scope(self, node: ast.AST) -> ast.AST:
+        """The function (or module) whose body holds ``node``."""
+        parent = self.parents.get(node)
+        while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            parent = self.parents.get(parent)
+        return parent or self.tree
+
+    def mentions(self, pattern: str) -> bool:
+        return any(re.search(pattern, line) for line in self.lines)
