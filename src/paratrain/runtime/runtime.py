@@ -72,6 +72,12 @@ class Runtime:
         self._owns_group = init_process_group(self.process, self.backend, self.device, self.timeout)
         if self._owns_group:
             atexit.register(self.close)
+        self._check_loaders = None  # warns when a step trains on a loader every rank reads whole
+        if self.process.distributed:
+            from paratrain.data import unsharded
+
+            unsharded.watch()
+            self._check_loaders = unsharded.check_step
         if seed is not None:
             seed_everything(seed)
 
@@ -131,6 +137,8 @@ class Runtime:
         None; on a non-final accumulation micro-step does nothing and returns None.
         Collective for sharded strategies (the norm spans all shards).
         """
+        if self._check_loaders is not None:
+            self._check_loaders()
         return self.strategy.step(optimizer, clip_norm=clip_norm, model=model)
 
     def accumulate(self, model: torch.nn.Module, steps: int = 1, sync: bool | None = None):
@@ -223,6 +231,11 @@ class Runtime:
         (pytorch/pytorch#56297). Collecting garbage here frees the ones already
         unreachable.
         """
+        if getattr(self, "_check_loaders", None) is not None:
+            from paratrain.data import unsharded
+
+            self._check_loaders = None
+            unsharded.unwatch()
         if getattr(self, "_owns_group", False):
             self._owns_group = False
             gc.collect()
