@@ -94,7 +94,7 @@ def test_cli_exit_codes_and_output(tmp_path):
     assert "    fix: DataLoader(train_dataset, ..., sampler=train_sampler)" in seed.stdout
     assert seed.stderr.strip() == "5 problem(s) found in 1 script(s)"
     examples = sorted(str(p) for p in (EXAMPLES / "migrate").glob("*.py"))
-    assert len(examples) >= 1
+    assert len(examples) >= 8
     clean = subprocess.run(paratrain_cmd("check", "--json", *examples), cwd=ROOT, env=clean_env(),
                            capture_output=True, text=True)
     assert (clean.returncode, clean.stdout) == (0, ""), [json.loads(line) for line in clean.stdout.splitlines()]

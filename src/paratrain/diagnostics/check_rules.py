@@ -124,7 +124,10 @@ def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
 
 
 def deprecated_launcher(facts: ScriptFacts) -> Iterator[Finding]:
+    docstrings = facts.docstring_lines()  # "Before: python -m torch.distributed.launch …" is history
     for number, line in enumerate(facts.lines, start=1):
+        if number in docstrings:
+            continue
         if "torch.distributed.launch" in line and "torch.distributed.launcher" not in line:
             yield Finding(
                 number, "deprecated-launcher",
@@ -180,7 +183,10 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
 def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     if not facts.distributed:
         return
-    prints = [call for call in facts.calls_named("print") if isinstance(call.func, ast.Name) and not facts.guard(call)]
+    prints = [
+        call for call in facts.calls_named("print")
+        if isinstance(call.func, ast.Name) and not facts.guard(call) and not facts.in_launcher(call)
+    ]
     if prints:
         others = ", ".join(str(call.lineno) for call in prints[1:])
         yield Finding(

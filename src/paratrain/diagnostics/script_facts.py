@@ -117,3 +117,24 @@ class ScriptFacts:
 
     def mentions(self, pattern: str) -> bool:
         return any(re.search(pattern, line) for line in self.lines)
+
+    def in_launcher(self, node: ast.AST) -> bool:
+        """``node`` runs in the parent of ``mp.spawn``/``pt.spawn`` (under ``if __name__ == "__main__"``)."""
+        if not self.calls_named("spawn"):
+            return False
+        parent = self.parents.get(node)
+        while parent is not None:
+            if isinstance(parent, ast.If) and "__name__" in ast.unparse(parent.test):
+                return True
+            parent = self.parents.get(parent)
+        return False
+
+    def docstring_lines(self) -> set[int]:
+        """Line numbers inside the module's, classes' and functions' docstrings."""
+        lines = set()
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+                first = node.body[0]
+                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                    lines.update(range(first.lineno, first.end_lineno + 1))
+        return lines

@@ -1,9 +1,8 @@
-"""Seed 001 rebuilt: torch.distributed.launch + APEX amp / DistributedDataParallel / SyncBN.
+"""Seed 001 rebuilt: the launcher + APEX amp / DistributedDataParallel / SyncBN (needs APEX and GPUs).
 
-Run as the seed does (needs NVIDIA APEX and GPUs):
-    python -m torch.distributed.launch --nproc_per_node=4 seed001_apex_launch.py
 The segmentation model and data are small stand-ins for DeepLab and ADE20k.
 """
+# CUDA_VISIBLE_DEVICES=0,1,2,3 python -m torch.distributed.launch --nproc_per_node=4 seed001_apex_launch.py
 import argparse
 import os
 
