@@ -22,7 +22,7 @@ def train_on_each_kind_of_loader():
     sampled = DataLoader(data, batch_size=8, sampler=DistributedSampler(data))
     sharded = rt.loader(data, batch_size=8, shuffle=True)
 
-    def train(loader):
+    def train(loader, model=model, opt=opt):
         for x, y in loader:
             rt.backward(torch.nn.functional.mse_loss(model(x), y))
             rt.step(opt)
@@ -38,7 +38,7 @@ def train_on_each_kind_of_loader():
         train(sharded)
     messages = [str(w.message) for w in caught if w.category.__name__ == "UnshardedLoaderWarning"]
     per_rank = pt.all_gather_object(len(messages))
-    del model, opt
+    del model, opt, train
     rt.close()
     patched = DataLoader.__iter__.__name__
     return {"messages": messages, "per_rank": per_rank, "iter_after_close": patched}

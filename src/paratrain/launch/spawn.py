@@ -21,6 +21,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import cloudpickle
+
 from paratrain.errors import ConfigError
 from paratrain.launch import network
 from paratrain.launch.environ import scoped_environ
@@ -32,8 +34,6 @@ from paratrain.launch.torch_logs import torch_log_level
 def _worker(call: bytes, env: dict[str, str]) -> bytes:
     """Runs in each child. The agent wraps it in ``record``, which writes the
     exception and traceback to the error file that the parent reads."""
-    import cloudpickle
-
     os.environ.update(env)
     threads = env.get("OMP_NUM_THREADS")
     if threads and threads.isdigit():
@@ -55,8 +55,6 @@ def _pack(fn: Callable[..., Any], args: tuple) -> bytes:
         ConfigError: something ``fn`` refers to (a global, a closure cell, an argument)
             cannot be copied to another process; names it and the fix.
     """
-    import cloudpickle
-
     if not callable(fn):
         raise ConfigError(f"pt.spawn needs a function to run in the workers, got {type(fn).__name__} {fn!r}")
     try:
@@ -139,6 +137,4 @@ def spawn(
             results = elastic_launch(config, _worker)(call, worker_env)
         except ChildFailedError as exc:
             raise worker_error(exc) from None
-    import cloudpickle
-
     return cloudpickle.loads(results[0])
