@@ -97,13 +97,3 @@ class Workload:
     def recorder(self, rank: int, world_size: int, device: torch.device | str = "cpu") -> StepRecorder:
         return StepRecorder(self.spec.work_dir, rank, world_size, self.spec.global_batch, device)
 
-
-def to_device(batch, device: torch.device | str):
-    """A collated batch (dict, list or tensor) moved to ``device``."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, dict):
-        return {key: to_device(value, device) for key, value in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(value, device) for value in batch)
-    return batch

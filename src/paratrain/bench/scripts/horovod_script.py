@@ -8,7 +8,8 @@ import horovod.torch as hvd
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from paratrain.bench.workload import Workload, to_device
+from paratrain.bench.workload import Workload
+from paratrain.loop.batches import move_to
 
 
 def main() -> None:
@@ -27,7 +28,7 @@ def main() -> None:
     amp_dtype = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(wl.precision)
     recorder = wl.recorder(hvd.rank(), hvd.size(), device)
     for batch in loader:
-        batch = to_device(batch, device)
+        batch = move_to(batch, device)
         optimizer.zero_grad()
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             loss, _ = wl.task.forward(model, batch)

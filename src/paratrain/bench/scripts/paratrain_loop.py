@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 
 import paratrain as pt
-from paratrain.bench.workload import Workload, to_device
+from paratrain.bench.workload import Workload
+from paratrain.loop.batches import move_to
 
 
 def train(spec_file: str) -> None:
@@ -22,7 +23,7 @@ def train(spec_file: str) -> None:
     loader = rt.loader(wl.train_set, batch_size=wl.batch_size(rt.world_size), collate_fn=wl.task.collate)
     recorder = wl.recorder(rt.rank, rt.world_size, rt.device)
     for batch in loader:
-        batch = to_device(batch, rt.device)
+        batch = move_to(batch, rt.device)
         with rt.autocast():
             loss, _ = wl.task.forward(model, batch)
         rt.backward(loss, model)

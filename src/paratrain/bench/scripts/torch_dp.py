@@ -11,7 +11,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from paratrain.bench.workload import Workload, to_device
+from paratrain.bench.workload import Workload
+from paratrain.loop.batches import move_to
 
 
 def main() -> None:
@@ -26,7 +27,7 @@ def main() -> None:
     scaler = torch.amp.GradScaler(device.type, enabled=wl.precision == "fp16-mixed")
     recorder = wl.recorder(0, 1, device)
     for batch in loader:
-        batch = to_device(batch, device)
+        batch = move_to(batch, device)
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             loss, _ = wl.task.forward(model, batch)
             loss = loss.mean()  # DataParallel returns one loss per device when the model computes it
