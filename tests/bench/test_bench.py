@@ -14,6 +14,13 @@ from tests.support import ROOT, clean_env, paratrain_cmd
 METHODS = "hangs,raises,absent,horovod,single,ddp,lr-double"
 
 
+def assert_gone(pid: int) -> None:
+    try:
+        assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, f"process {pid} still runs"
+    except psutil.NoSuchProcess:
+        pass
+
+
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
     """One bench of the example user task: 3 measured rows, a crash, a hang, two missing libraries."""
@@ -71,13 +78,38 @@ def test_crash_hang_and_missing_library_become_their_rows(bench):
     assert rows["raises"]["error"] == "RuntimeError: boom: this method always fails"
     assert rows["hangs"]["kind"] == "timed out"
     assert "timed out after 5s" in rows["hangs"]["error"]
-    pid_file = out / "methods" / "hangs" / "hang.pid"
-    if pid_file.exists():  # the worker got as far as starting: it must be gone now
-        pid = int(pid_file.read_text())
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    for pid_file in (out / "methods" / "hangs").glob("hang.*.pid"):  # the ranks that got as far as starting
+        assert_gone(int(pid_file.name.split(".")[1]))
     assert rows["absent"]["kind"] == "not installed"
     assert "paratrain_no_such_library" in rows["absent"]["error"] and "pip install 'paratrain[bench]'" in rows["absent"]["error"]
     assert rows["horovod"]["kind"] == "not installed"
     assert "paratrain bench --install-horovod" in rows["horovod"]["error"]
     table = (out / "bench.md").read_text()
     assert "**timed out**" in table and "**failed**: RuntimeError: boom" in table and "**not installed**" in table
+
+
+def test_a_terminated_bench_takes_the_running_method_with_it(tmp_path):
+    """SIGTERM to the bench while a method runs: the method's whole tree goes, the bench exits 130."""
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        paratrain_cmd("bench", "--task", "examples.my_task:TASK", "--methods", "hangs", "--steps", "2",
+                      "--limit-train", "16", "--limit-eval", "8", "--batch-size", "4", "--out", str(out)),
+        cwd=ROOT, env=clean_env(PARATRAIN_BENCH_PLUGINS="tests.bench.methods_for_tests"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    method_dir = out / "methods" / "hangs"
+    deadline = time.monotonic() + 300
+    while len(list(method_dir.glob("hang.*.pid"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    workers = [int(path.name.split(".")[1]) for path in method_dir.glob("hang.*.pid")]
+    assert len(workers) == 2, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "paratrain bench: interrupted" in err
+    for pid in workers:
+        assert_gone(pid)
+    assert not (out / "bench.md").exists()

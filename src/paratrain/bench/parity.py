@@ -26,3 +26,11 @@ def judged(precision: str) -> bool:
 
 def differs(parity: float, precision: str) -> bool:
     return judged(precision) and not parity <= TOLERANCE
+
+
+def first_departure(losses: list[float], reference: list[float]) -> int | None:
+    """The first step (1-based) whose loss differs from the reference by more than :data:`TOLERANCE`, or None."""
+    for step, (a, b) in enumerate(zip(losses, reference), 1):
+        if not abs(a - b) / max(abs(b), 1e-12) <= TOLERANCE:
+            return step
+    return None

@@ -24,6 +24,7 @@ class Row:
     dev: dict[str, float] | None = None
     parity: float | None = None
     parity_differs: bool = False
+    departs_at_step: int | None = None  # full precision: first step beyond the tolerance, over the whole run
     speedup: float | None = None
     error: str = ""
     command: list[str] = field(default_factory=list)

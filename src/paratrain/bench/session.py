@@ -20,7 +20,7 @@ from paratrain.bench.evaluate import evaluate_weights
 from paratrain.bench.figures import compute_figures, read_records
 from paratrain.bench.machine import Machine, detect_machine
 from paratrain.bench.methods import Method
-from paratrain.bench.parity import PARITY_STEPS, differs, loss_parity
+from paratrain.bench.parity import PARITY_STEPS, differs, first_departure, judged, loss_parity
 from paratrain.bench.record import FINAL_WEIGHTS, save_weights
 from paratrain.bench.report_json import render_json
 from paratrain.bench.report_md import render_markdown, table_lines
@@ -139,7 +139,7 @@ class Bench:
         self.warmup_steps = settings.warmup_steps or max(1, min(10, settings.steps // 5))
         if self.warmup_steps >= settings.steps:
             raise ConfigError(f"--warmup-steps {self.warmup_steps} leaves no measured step of --steps {settings.steps}")
-        self.metric = recipe.metric if recipe.metric != "loss" else "loss"
+        self.metric = recipe.metric
         check_out_dir(settings.out)
 
     # ---- the run ------------------------------------------------------------------------
@@ -242,6 +242,11 @@ class Bench:
             row.parity_differs = differs(row.parity, row.precision)
             if row.parity_differs:
                 row.notes.append("loss differs from single: not the same training (learning rate, data, batch or weights)")
+            elif judged(row.precision):
+                row.departs_at_step = first_departure(row.figures.step_losses, reference.figures.step_losses)
+                if row.departs_at_step is not None:
+                    drift = loss_parity(row.figures.step_losses, reference.figures.step_losses, steps=len(reference.figures.step_losses))
+                    row.notes.append(f"equal to single for {row.departs_at_step - 1} steps, then drifts (max {drift:.1e} over the run)")
 
     def _write_reports(self, result: BenchResult) -> None:
         out = self.settings.out

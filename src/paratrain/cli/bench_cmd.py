@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 from pathlib import Path
 
@@ -125,5 +127,22 @@ def handler(args: argparse.Namespace) -> int:
                                  limit_eval=args.limit_eval, max_len=args.max_len),
         command=["paratrain", *sys.argv[1:]] if sys.argv[1:2] == ["bench"] else ["paratrain", "bench"],
     )
-    Bench(settings).run()
+    bench = Bench(settings)
+    with terminate_as_interrupt():
+        bench.run()
     return 0
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """SIGTERM (``kill``, a batch system's time limit) stops the bench like Ctrl-C does: the running
+    method's process tree is killed before the bench exits, instead of being left orphaned."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

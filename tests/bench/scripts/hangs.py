@@ -1,4 +1,4 @@
-"""A method that never finishes: it records its pid (so the test can see it was killed) and sleeps."""
+"""A method that never finishes: each rank records its pid (so the test can see they were killed) and sleeps."""
 
 import os
 import sys
@@ -6,6 +6,6 @@ import time
 from pathlib import Path
 
 spec = Path(sys.argv[1])
-(spec.parent / "hang.pid").write_text(str(os.getpid()))
+(spec.parent / f"hang.{os.getpid()}.pid").touch()  # every rank: all must be gone after the timeout
 while True:
     time.sleep(1)

@@ -2,7 +2,6 @@
 
 import sys
 
-import torch
 from torch.utils.data import DataLoader
 
 from paratrain.bench.workload import Workload
