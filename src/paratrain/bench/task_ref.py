@@ -89,12 +89,9 @@ def _import(target: str, ref: str):
 
 
 def _as_task(obj, options: TaskOptions, ref: str) -> Task:
-    if inspect.isclass(obj):
-        missing = _missing(obj)
-        if missing:
-            raise ConfigError(f"--task {ref!r}: class {obj.__name__} is not a task, it lacks {', '.join(missing)}")
-        obj = obj(options)
-    elif callable(obj) and _missing(obj):  # a factory: called with the options when it takes an argument
+    if inspect.isclass(obj) and _missing(obj):
+        raise ConfigError(f"--task {ref!r}: class {obj.__name__} is not a task, it lacks {', '.join(_missing(obj))}")
+    if inspect.isclass(obj) or (callable(obj) and _missing(obj)):  # a class or a factory: given the options if it takes them
         try:
             obj = obj(options) if inspect.signature(obj).parameters else obj()
         except Exception as exc:
@@ -103,7 +100,12 @@ def _as_task(obj, options: TaskOptions, ref: str) -> Task:
     if missing:
         raise ConfigError(
             f"--task {ref!r} is not a task: {type(obj).__name__} lacks {', '.join(missing)} "
-            "(subclass paratrain.tasks.api.Task; see examples/)"
+            "(subclass paratrain.tasks.api.Task; see examples/my_task.py)"
+        )
+    if not isinstance(obj, Task):
+        raise ConfigError(
+            f"--task {ref!r}: {type(obj).__name__} has the task methods but is not a paratrain.tasks.api.Task; "
+            "subclass it (it brings recipe, label_names, build_optimizer and check)"
         )
     return obj
 
