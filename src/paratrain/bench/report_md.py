@@ -1,0 +1,74 @@
+"""``bench.md`` and the printed table, in seed 003's layout (method | time | samples/s | speed-up | …)."""
+
+from __future__ import annotations
+
+from paratrain.bench.parity import TOLERANCE, judged
+from paratrain.bench.results import BenchResult, Row
+
+
+def _seconds(value: float) -> str:
+    return f"{value / 60:.2f} min" if value >= 120 else f"{value:.1f} s"
+
+
+def _memory(row: Row) -> str:
+    f = row.figures
+    return f"{f.peak_memory_bytes / 2**20:,.0f} MiB" if f else "—"
+
+
+def _parity(row: Row) -> str:
+    if row.parity is None:
+        return "—"
+    if not judged(row.precision):
+        return f"{row.parity:.1e} (amp)"
+    return f"{row.parity:.1e} {'✗' if row.parity_differs else '✓'}"
+
+
+def table_lines(result: BenchResult) -> list[str]:
+    metric = result.metric
+    header = f"| method | time (first step) | samples/s | speed-up | memory | dev {metric} | final loss | loss parity | notes |"
+    lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
+    for row in result.rows:
+        notes = "; ".join(([f"**{row.kind}**: {row.error}"] if not row.measured else []) + row.notes)
+        if row.measured:
+            f = row.figures
+            dev = row.dev.get(metric) if row.dev else None
+            cells = [
+                f"{_seconds(f.wall_s)} ({_seconds(f.first_step_s)})",
+                f"{f.samples_per_s:,.0f}",
+                f"{row.speedup:.2f}×" if row.speedup is not None else "—",
+                _memory(row),
+                f"{dev:.4f}" if dev is not None else "—",
+                f"{f.final_loss:.4f}",
+                _parity(row),
+            ]
+        else:
+            cells = ["—"] * 7
+        lines.append("| " + " | ".join([f"`{row.method}`", *cells, notes.replace("|", "\\|")]) + " |")
+    return lines
+
+
+def render_markdown(result: BenchResult) -> str:
+    s, m = result.settings, result.machine
+    versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
+    load = ", ".join(f"{x:g}" for x in m["load_average"])
+    lines = [
+        f"# paratrain bench: {s['task']}",
+        "",
+        f"`{' '.join(result.command)}`",
+        "",
+        f"{result.date} · {m['cpu_model']} ({m['cpu_cores']} cores, {m['memory_gib']} GiB)"
+        + (f" · {m['gpu_count']}× {m['gpu_model']} ({m['gpu_memory_gib']} GiB), CUDA {m['cuda']}, NCCL {m['nccl']}" if m["gpu_count"] else " · no GPU")
+        + f" · load average before the run {load}",
+        "",
+        f"{versions}",
+        "",
+        f"{s['steps']} optimizer steps × global batch {s['global_batch']} ({s['nproc']} processes for multi-process methods), "
+        f"lr {s['lr']:g} constant, same initial weights and data order for all; samples/s after {s['warmup_steps']} warm-up steps; "
+        f"memory: {'GPU max allocated per rank' if m['gpu_count'] else 'CPU peak RSS summed over ranks'}; "
+        f"dev {result.metric} on all {s['dev_samples']} dev samples; loss parity: largest relative difference from "
+        f"`single`'s per-step loss over the first {s['parity_steps']} steps (full precision must stay ≤ {TOLERANCE:g}).",
+        "",
+        *table_lines(result),
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,148 @@
+"""``paratrain bench``: train one task with every method and compare them (seed 003's table)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+MANUAL = """\
+Train the same model with every way there is to spread it over processes, one
+method at a time, each in its own process tree with a --timeout, and compare:
+wall time (start-up included), time to the first step, steady-state samples/s,
+peak memory, final train loss, dev accuracy on every dev sample, speed-up and
+loss parity against `single`.
+
+Methods (--methods a,b,... or all):
+  single            one process, paratrain's loop
+  dp                torch.nn.DataParallel (one process; splits the batch over >= 2 GPUs)
+  ddp               DistributedDataParallel, started by `paratrain run`
+  ddp-spawn         DDP started from a function by pt.spawn (the mp.spawn pattern)
+  ddp-amp           DDP with autocast: bf16 where supported, else fp16 + GradScaler
+  fsdp              FSDP2 through paratrain
+  deepspeed         DeepSpeed ZeRO (--zero-stage, default 2) through paratrain
+  accelerate        `accelerate launch` + Accelerator
+  lightning-fabric  Fabric(...).launch()
+  hf-trainer        transformers Trainer + TrainingArguments, under torchrun
+  horovod           horovodrun --gloo + hvd.DistributedOptimizer
+A method whose library is missing is a row that says how to install it
+(pip install 'paratrain[bench]'; horovod: paratrain bench --install-horovod).
+
+Fair by construction: every method loads the same initial weights, reads the same
+samples in the same order, takes --steps optimizer steps of the same global batch
+(--batch-size, split evenly over the processes) with the task's optimizer at a
+constant learning rate, dropout off; the bench then scores each method's final
+weights on the whole dev set with the same code.
+
+Your own model (--task): a built-in task name, or a task object of yours:
+  --task examples.my_task:TASK        a module importable from the current directory
+  --task path/to/my_task.py:TASK      a file, from anywhere
+The object implements paratrain's task interface (datasets, collate, build_model,
+forward, evaluator): see examples/my_task.py and the README.
+
+Recipes:
+  paratrain bench --task digits --nproc-per-node 2
+  paratrain bench --task text-cls --nproc-per-node 2 --steps 200
+  paratrain bench --task examples.my_task:TASK --methods single,ddp,accelerate
+  paratrain bench --install-horovod          # build horovod 0.28.1 for this torch (~3 min)
+
+Output (--out DIR, default runs/bench-TASK): bench.md (the table, also printed),
+bench.json (every figure, the machine, versions, the command), bench.png (chart),
+methods/NAME/ (each method's spec, log and records).
+"""
+
+
+def register(subparsers) -> None:
+    """Add the ``bench`` command."""
+    parser = subparsers.add_parser(
+        "bench",
+        help="compare single, dp, ddp, amp, fsdp, deepspeed, accelerate, fabric, Trainer, horovod on one task",
+        description=MANUAL,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="paratrain bench [--task NAME | --task module:attr] [--methods a,b,...|all] [options]",
+    )
+    parser.add_argument("--task", default="digits", help="built-in task, module:attr or path/file.py:attr (default digits)")
+    parser.add_argument("--methods", default="all", metavar="a,b,...|all", help="methods to run, in order (default all)")
+    parser.add_argument("--nproc-per-node", type=int, default=2, metavar="N", help="processes of the multi-process methods (default 2)")
+    parser.add_argument("--steps", type=int, default=60, metavar="S", help="optimizer steps per method (default 60)")
+    parser.add_argument("--batch-size", type=int, metavar="B", help="global batch: samples per step over all processes (default: the task's per-process batch × N)")
+    parser.add_argument("--lr", type=float, help="learning rate (default: the task's)")
+    parser.add_argument("--precision", default="32-true", choices=("32-true", "bf16-mixed", "fp16-mixed"),
+                        help="precision of every method but ddp-amp (default 32-true)")
+    parser.add_argument("--zero-stage", type=int, default=2, choices=(1, 2, 3), help="deepspeed's ZeRO stage (default 2)")
+    parser.add_argument("--timeout", default="900", metavar="SECONDS[,METHOD=SECONDS...]",
+                        help="limit per method, start-up included (default 900); e.g. 600,hf-trainer=1200")
+    parser.add_argument("--warmup-steps", type=int, metavar="W", help="steps left out of samples/s (default: a fifth of --steps, 1 to 10)")
+    parser.add_argument("--seed", type=int, default=42, help="initial weights and data order (default 42)")
+    parser.add_argument("--out", metavar="DIR", help="output directory (default runs/bench-TASK)")
+    task = parser.add_argument_group("task options")
+    task.add_argument("--data", help="directory with the task's data files (mnist)")
+    task.add_argument("--model-path", help="local pretrained model directory (text-cls)")
+    task.add_argument("--limit-train", type=int, metavar="N", help="use only the first N training samples")
+    task.add_argument("--limit-eval", type=int, metavar="N", help="use only the first N dev samples")
+    task.add_argument("--max-len", type=int, metavar="N", help="longest input in tokens (text tasks)")
+    parser.add_argument("--list", action="store_true", help="list the methods and whether each can run here, then exit")
+    parser.add_argument("--install-horovod", action="store_true",
+                        help="build horovod 0.28.1 against this torch (needs cmake and g++; ~3 min) and exit")
+    parser.set_defaults(handler=handler)
+
+
+def handler(args: argparse.Namespace) -> int:
+    from paratrain.bench.methods import METHODS, load_plugins, select_methods
+
+    if args.install_horovod:
+        from paratrain.bench.horovod_install import install_horovod
+
+        log = install_horovod()
+        print(f"horovod installed (build log: {log}); `paratrain bench --methods horovod` now measures it")
+        return 0
+    load_plugins()
+    if args.list:
+        for method in METHODS.values():
+            print(f"  {method.name:<17} {method.summary}" + (f"  [{method.missing()}]" if method.missing() else ""))
+        return 0
+    from paratrain.bench.session import Bench, BenchSettings, parse_timeouts
+    from paratrain.tasks.api import TaskOptions
+
+    methods = select_methods(args.methods)
+    timeout, method_timeouts = parse_timeouts(args.timeout, [m.name for m in methods])
+    label = args.task.rsplit(":", 1)[-1] if ":" in args.task else args.task
+    settings = BenchSettings(
+        task=args.task,
+        methods=methods,
+        out=Path(args.out or f"runs/bench-{label}"),
+        nproc=args.nproc_per_node,
+        steps=args.steps,
+        global_batch=args.batch_size,
+        lr=args.lr,
+        precision=args.precision,
+        zero_stage=args.zero_stage,
+        timeout_s=timeout,
+        method_timeouts=method_timeouts,
+        seed=args.seed,
+        warmup_steps=args.warmup_steps,
+        task_options=TaskOptions(data=args.data, model_path=args.model_path, limit_train=args.limit_train,
+                                 limit_eval=args.limit_eval, max_len=args.max_len),
+        command=["paratrain", *sys.argv[1:]] if sys.argv[1:2] == ["bench"] else ["paratrain", "bench"],
+    )
+    bench = Bench(settings)
+    with terminate_as_interrupt():
+        bench.run()
+    return 0
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """SIGTERM (``kill``, a batch system's time limit) stops the bench like Ctrl-C does: the running
+    method's process tree is killed before the bench exits, instead of being left orphaned."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

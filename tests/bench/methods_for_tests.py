@@ -1,0 +1,14 @@
+"""Extra methods for the bench tests, registered through PARATRAIN_BENCH_PLUGINS=tests.bench.methods_for_tests."""
+
+from pathlib import Path
+
+from paratrain.bench.methods import Method, register
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+register(Method("lr-double", "single with twice the learning rate", str(SCRIPTS / "lr_double.py"), "python",
+                multi_process=False))
+register(Method("raises", "raises at start", str(SCRIPTS / "raises.py"), "python", multi_process=False))
+register(Method("hangs", "never ends", str(SCRIPTS / "hangs.py"), "paratrain run"))
+register(Method("absent", "needs a library that is not installed", str(SCRIPTS / "raises.py"), "python",
+                needs=("paratrain_no_such_library",)))

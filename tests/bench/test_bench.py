@@ -1,0 +1,115 @@
+"""``paratrain bench`` end to end on real processes: one run holds every kind of row."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import psutil
+import pytest
+
+from paratrain.bench.parity import TOLERANCE
+from tests.support import ROOT, clean_env, paratrain_cmd
+
+METHODS = "hangs,raises,absent,horovod,single,ddp,lr-double"
+
+
+def assert_gone(pid: int) -> None:
+    try:
+        assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, f"process {pid} still runs"
+    except psutil.NoSuchProcess:
+        pass
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    """One bench of the example user task: 3 measured rows, a crash, a hang, two missing libraries."""
+    tmp = tmp_path_factory.mktemp("bench")
+    shadow = tmp / "shadow" / "horovod"  # a horovod without horovod.torch: "not installed", whatever this machine has
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    out = tmp / "out"
+    env = clean_env(PARATRAIN_BENCH_PLUGINS="tests.bench.methods_for_tests")
+    env["PYTHONPATH"] = f"{tmp / 'shadow'}:{env['PYTHONPATH']}"
+    proc = subprocess.run(
+        paratrain_cmd("bench", "--task", "examples.my_task:TASK", "--methods", METHODS, "--nproc-per-node", "2",
+                      "--steps", "4", "--batch-size", "8", "--limit-train", "64", "--limit-eval", "40",
+                      "--timeout", "300,hangs=5", "--out", str(out)),
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((out / "bench.json").read_text())
+    return out, report, {row["method"]: row for row in report["rows"]}, proc
+
+
+def test_every_method_is_a_row_in_the_given_order(bench):
+    out, report, rows, proc = bench
+    assert [row["method"] for row in report["rows"]] == METHODS.split(",")
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = (out / "bench.md").read_text()
+    for name in METHODS.split(","):
+        assert f"`{name}`" in table
+        assert f"`{name}`" in proc.stdout  # the table is printed too
+
+
+def test_fp32_methods_agree_with_single_and_a_different_lr_is_flagged(bench):
+    _, report, rows, _ = bench
+    for name in ("single", "ddp", "lr-double"):
+        assert rows[name]["kind"] == "measured", rows[name]
+    assert rows["ddp"]["figures"]["processes"] == 2
+    assert rows["ddp"]["parity"] <= TOLERANCE and not rows["ddp"]["parity_differs"]
+    assert rows["lr-double"]["parity"] > 100 * TOLERANCE
+    assert rows["lr-double"]["parity_differs"]
+    assert any("differs from single" in note for note in rows["lr-double"]["notes"])
+    # The first step's loss comes before any update: the same for all, so the data and weights were the same.
+    first = {name: rows[name]["figures"]["step_losses"][0] for name in ("single", "ddp", "lr-double")}
+    assert first["ddp"] == pytest.approx(first["single"], rel=1e-6) and first["lr-double"] == pytest.approx(first["single"], rel=1e-6)
+    for name in ("single", "ddp"):
+        figures = rows[name]["figures"]
+        assert len(figures["step_losses"]) == 4 and figures["samples_per_s"] > 0 and figures["peak_memory_bytes"] > 0
+        assert 0 < figures["first_step_s"] < figures["wall_s"]
+        assert rows[name]["dev"]["samples"] == 40  # every dev sample scored exactly once
+    assert rows["single"]["speedup"] == 1.0
+
+
+def test_crash_hang_and_missing_library_become_their_rows(bench):
+    out, _, rows, _ = bench
+    assert rows["raises"]["kind"] == "failed"
+    assert rows["raises"]["error"] == "RuntimeError: boom: this method always fails"
+    assert rows["hangs"]["kind"] == "timed out"
+    assert "timed out after 5s" in rows["hangs"]["error"]
+    for pid_file in (out / "methods" / "hangs").glob("hang.*.pid"):  # the ranks that got as far as starting
+        assert_gone(int(pid_file.name.split(".")[1]))
+    assert rows["absent"]["kind"] == "not installed"
+    assert "paratrain_no_such_library" in rows["absent"]["error"] and "pip install 'paratrain[bench]'" in rows["absent"]["error"]
+    assert rows["horovod"]["kind"] == "not installed"
+    assert "paratrain bench --install-horovod" in rows["horovod"]["error"]
+    table = (out / "bench.md").read_text()
+    assert "**timed out**" in table and "**failed**: RuntimeError: boom" in table and "**not installed**" in table
+
+
+def test_a_terminated_bench_takes_the_running_method_with_it(tmp_path):
+    """SIGTERM to the bench while a method runs: the method's whole tree goes, the bench exits 130."""
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        paratrain_cmd("bench", "--task", "examples.my_task:TASK", "--methods", "hangs", "--steps", "2",
+                      "--limit-train", "16", "--limit-eval", "8", "--batch-size", "4", "--out", str(out)),
+        cwd=ROOT, env=clean_env(PARATRAIN_BENCH_PLUGINS="tests.bench.methods_for_tests"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    method_dir = out / "methods" / "hangs"
+    deadline = time.monotonic() + 300
+    while len(list(method_dir.glob("hang.*.pid"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    workers = [int(path.name.split(".")[1]) for path in method_dir.glob("hang.*.pid")]
+    assert len(workers) == 2, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "paratrain bench: interrupted" in err
+    for pid in workers:
+        assert_gone(pid)
+    assert not (out / "bench.md").exists()
