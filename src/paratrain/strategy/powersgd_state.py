@@ -57,6 +57,7 @@ class PowerSGDComm:
         self.names = {id(p): name for name, p in trainable}
         self.shapes = {name: p.shape for name, p in trainable}  # a gradient has its parameter's shape
         self.layout: dict[int, tuple[str, ...]] = {}  # bucket index → its parameters' names
+        self.in_order = dist.get_backend(process_group) == "gloo"  # see powersgd_hook
         self.pending: dict[str, dict[str, torch.Tensor]] = {"error": {}, "q": {}}  # per name, not yet in buckets
 
     # ---- the hook ----------------------------------------------------------------------------
@@ -172,9 +173,19 @@ class PowerSGDComm:
 
 
 def powersgd_hook(comm, bucket):  # unannotated: DDP checks hook annotations as objects, not strings
-    """DDP communication hook: torch's ``powerSGD_hook`` on state kept per parameter name."""
+    """DDP communication hook: torch's ``powerSGD_hook`` on state kept per parameter name.
+
+    On gloo it waits for the bucket's three all-reduces before returning. torch's hook
+    issues the second and third from future callbacks, so with several buckets in
+    flight two ranks can issue them in different orders; gloo then pairs mismatched
+    collectives ("Received data size doesn't match expected size", or a hang).
+    Waiting keeps every rank's collectives in bucket order.
+    """
     comm.before(bucket)
-    return torch_powersgd.powerSGD_hook(comm.torch_state, bucket)
+    future = torch_powersgd.powerSGD_hook(comm.torch_state, bucket)
+    if comm.in_order:
+        future.wait()
+    return future
 
 
 def _cut(flat: torch.Tensor, pieces: list[tuple[str, int]]) -> dict[str, torch.Tensor]:
