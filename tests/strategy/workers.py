@@ -151,3 +151,30 @@ def weights_and_bad_input():
         return out
     finally:
         group.close()
+
+
+def losses_with_compression(mode: str, steps: int) -> list[float]:
+    """Per-step mean training loss (over both ranks) of a small MLP on fixed per-rank data."""
+    rt = pt.Runtime(strategy="ddp", seed=0, timeout=60, grad_compression=mode)
+    generator = torch.Generator().manual_seed(100 + rt.rank)  # each rank its own data
+    inputs = torch.randn(steps, 16, 32, generator=generator)
+    targets = (inputs[..., :4].sum(-1) > 0).long()
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+    model, optimizer = rt.setup(model, optimizer)
+    losses = []
+    for x, y in zip(inputs, targets):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        rt.backward(loss)
+        rt.step(optimizer)
+        losses.append(float(pt.all_reduce(loss.detach())))
+    del model, optimizer
+    rt.close()
+    return losses
+
+
+def digits_accuracy_with_compression(mode: str) -> float:
+    """Dev accuracy of the digits task after 2 epochs on 2 ranks with ``mode``."""
+    result = pt.fit("digits", grad_compression=mode, epochs=2, progress=False, log_every=1000)
+    return result.best_metrics["accuracy"]

@@ -128,6 +128,10 @@ def _read(ckpt: Checkpointer, directory: Path, manifest: Manifest) -> tuple[list
                 parts.append(_Part(entry, state, full=True))
         elif entry.kind == "optimizer" and saved.get("sharded"):
             sharded.append(_Part(entry, optimizer_layout(ckpt.model_of(entry), entry.obj), full=False))
+        elif entry.kind == "per_rank":
+            own = _own_per_rank(entry.name, load_pt(directory / saved["file"])["ranks"], manifest)
+            if own is not None:
+                parts.append(_Part(entry, own, full=True))
         else:
             parts.append(_Part(entry, load_pt(directory / saved["file"]), full=True))
     return parts, sharded, _own_rng(read_rng(directory, manifest), manifest)
@@ -146,8 +150,23 @@ def _own_rng(states: list[Any], manifest: Manifest) -> Any:
     return states[rank] if rank < len(states) else None
 
 
+def _own_per_rank(name: str, states: list[Any], manifest: Manifest) -> Any:
+    """This rank's saved state, or None (with a warning) when the world size changed: state
+    that differs per rank (PowerSGD's error feedback) has no owner then and starts afresh."""
+    if len(states) == comm.world_size():
+        return states[comm.rank()]
+    if comm.is_main():
+        warnings.warn(
+            f"checkpoint {manifest.name} holds {name!r} state of {len(states)} rank(s) and is loaded by "
+            f"{comm.world_size()}: that per-rank state (e.g. PowerSGD's error feedback) starts afresh",
+            CheckpointWarning,
+            stacklevel=5,
+        )
+    return None
+
+
 def _apply(ckpt: Checkpointer, parts: list[_Part], own_rng: Any) -> None:
-    order = {"model": 0, "optimizer": 1, "state": 2}
+    order = {"model": 0, "optimizer": 1, "state": 2, "per_rank": 3}
     for part in sorted(parts, key=lambda p: order[p.entry.kind]):
         entry = part.entry
         try:

@@ -89,6 +89,7 @@ def save(
     manifest = Manifest(name=name, sequence=0, step=step, epoch=epoch, metrics=clean_metrics(metrics),
                         extra=clean_extra(extra), run=ckpt.run_config(), sharded=ckpt.sharded)
     rng_states = comm.gather_object(rng.capture())  # before anything else runs: the state the loop has now
+    per_rank = {e.name: comm.gather_object(e.obj.state_dict()) for e in ckpt.entries if e.kind == "per_rank"}
     temporary = Path(main_then_share(f"cannot start checkpoint {name}", lambda: str(_prepare(ckpt.directory, name))))
     try:
         if ckpt.sharded:
@@ -98,7 +99,7 @@ def save(
         if getattr(ckpt.access, "collective", False):
             gathered = on_all_ranks(f"collecting the state of checkpoint {name}", lambda: _whole_states(ckpt))
         manifest.objects = main_then_share(
-            f"writing checkpoint {name}", lambda: _write_files(ckpt, temporary, rng_states, step, gathered)
+            f"writing checkpoint {name}", lambda: _write_files(ckpt, temporary, rng_states, step, {**gathered, **per_rank})
         )
         final = main_then_share(f"completing checkpoint {name}", lambda: str(_commit(ckpt, temporary, manifest)))
     except CheckpointError:
@@ -172,6 +173,8 @@ def _write_files(ckpt: Checkpointer, temporary: Path, rng_states: list[Any], ste
         elif entry.kind == "optimizer":
             state = gathered[entry.name] if entry.name in gathered else ckpt.access.optimizer_state(ckpt.model_of(entry), entry.obj)
             pending.append((entry.name, "optimizer", state))
+        elif entry.kind == "per_rank":
+            pending.append((entry.name, "per_rank", {"ranks": gathered[entry.name]}))
         else:
             pending.append((entry.name, "state", entry.obj.state_dict()))
     check_free_space(temporary, tensor_bytes([state for _, _, state in pending]) + tensor_bytes(rng_states))

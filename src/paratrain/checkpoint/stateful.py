@@ -9,6 +9,8 @@
   parameters, found by identity among the models given.
 * ``state``: anything else with ``state_dict()`` / ``load_state_dict()`` —
   LR schedulers, the precision's GradScaler, the resumable loader, user objects.
+* ``per_rank``: state that differs between ranks — the strategy's own (PowerSGD's
+  error feedback): every rank's is saved, and each rank restores its own.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import torch
 from paratrain.checkpoint.layout import RESERVED_NAMES
 from paratrain.errors import ConfigError
 
+#: The name under which the strategy's own state (gradient communication) is saved.
+STRATEGY_STATE = "strategy"
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 
@@ -31,7 +36,7 @@ class Stateful:
 
     name: str
     obj: Any
-    kind: str  # "model" | "optimizer" | "state"
+    kind: str  # "model" | "optimizer" | "state" | "per_rank"
     #: for an optimizer: the name of the model whose parameters it trains
     model: str | None = None
     #: added by paratrain itself (the precision's scaler): loaded only when saved
@@ -91,6 +96,8 @@ def collect(objects: dict[str, Any], precision: Any, strategy: Any, access: Any)
             )
     if precision is not None and "precision" not in objects and precision.state_dict():
         entries.append(Stateful("precision", precision, "state", optional=True))
+    if strategy is not None and STRATEGY_STATE not in objects and strategy.state_dict():
+        entries.append(Stateful(STRATEGY_STATE, strategy, "per_rank", optional=True))
     _pair_optimizers(entries, access.parameters_of)
     return entries
 

@@ -59,6 +59,8 @@ TRAIN_OPTIONS: list[tuple[str, object, str]] = [
     ("--keep-last", int, "checkpoints to keep besides the best (default 2)"),
     ("--log-every", int, "steps between log lines (default 50)"),
     ("--strategy", str, "auto, single, ddp, fsdp, dp, deepspeed (default auto: ddp on several processes)"),
+    ("--grad-compression", str, "ddp gradients over the network: none, bf16, fp16, powersgd[:RANK] or auto "
+     "(picks from the link measured at start; one node keeps none) (default none)"),
     ("--zero-stage", int, "with --strategy deepspeed: ZeRO stage 1, 2 or 3 (default 2)"),
     ("--precision", str, "32-true, bf16-mixed, fp16-mixed (default 32-true)"),
     ("--seed", int, "seed for the model init and the data order (default 42)"),

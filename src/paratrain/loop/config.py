@@ -48,6 +48,7 @@ class FitConfig:
     seed: int = 42
     sync_batchnorm: bool = False
     zero_stage: int | None = None  # strategy "deepspeed": ZeRO stage 1, 2 or 3 (its default: 2)
+    grad_compression: str | None = None  # strategy "ddp": none | bf16 | fp16 | powersgd[:RANK] | auto
     num_workers: int = 0
     fresh: bool = False  # move an existing out_dir aside instead of resuming from it
     progress: bool | None = None  # None: a bar when stderr is a terminal
@@ -83,6 +84,8 @@ class FitConfig:
         options: dict[str, Any] = {}
         if self.zero_stage is not None:
             options["zero_stage"] = self.zero_stage
+        if self.grad_compression is not None:
+            options["grad_compression"] = self.grad_compression
         strategy = STRATEGIES.get(self.strategy)
         if self.clip_norm is not None and strategy is not None and "gradient_clipping" in strategy.option_names:
             options["gradient_clipping"] = self.clip_norm

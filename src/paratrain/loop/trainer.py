@@ -34,6 +34,8 @@ from paratrain.loop.window import TrainWindow
 from paratrain.tasks.api import Evaluation, Task
 
 UNBOUNDED_EPOCHS = 1_000_000  # with max_steps the step count ends the run, not the epochs
+#: Steps timed for the communication report (after the first ones, which warm up), see _time_steps.
+COMM_WARMUP_STEPS, COMM_TIMED_STEPS = 3, 10
 
 
 class Trainer:
@@ -68,6 +70,7 @@ class Trainer:
         self.last_evaluation: Evaluation | None = None
         self._evaluated_at = -1
         self._saved_at = -1
+        self._timing_from: tuple[int, float] | None = None
 
     # ---- the whole run ------------------------------------------------------------------
     def check(self) -> None:
@@ -232,6 +235,7 @@ class Trainer:
     def _after_step(self, epoch: int, window: TrainWindow) -> bool:
         """Log, evaluate and save when due; True when the run must stop. Collective."""
         c, step = self.config, self.state.step
+        self._time_steps(step, window)
         evaluate = bool(c.eval_every) and step % c.eval_every == 0
         if evaluate or step % c.log_every == 0 or step >= self.total_steps:
             self._log_train(epoch, *window.take())
@@ -242,6 +246,21 @@ class Trainer:
         if c.save_every and step % c.save_every == 0:
             self._save()
         return False
+
+    def _time_steps(self, step: int, window: TrainWindow) -> None:
+        """After the first steps of this run, say whether communication bounds the job (a
+        multi-node DDP strategy compares its measured link with the step time)."""
+        if self._timing_from is None:
+            self._timing_from = (step + COMM_WARMUP_STEPS, math.nan)
+        start, clock = self._timing_from
+        if step == start:
+            self._timing_from = (start, window.train_seconds)
+        elif step == start + COMM_TIMED_STEPS and not math.isnan(clock):
+            seconds = (window.train_seconds - clock) / COMM_TIMED_STEPS
+            text = self.runtime.strategy.communication_report(seconds)
+            if text:
+                self.log.console(text)
+                self.log.record("communication", step, step_seconds=seconds, report=text)
 
     def _end_epoch(self, epoch: int) -> None:
         """Evaluate (when asked per epoch) and save at the end of a full pass. Collective."""

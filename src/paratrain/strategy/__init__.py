@@ -40,6 +40,9 @@ def create_strategy(name: str, runtime, **options: Any) -> Strategy:
     """
     if name == "auto":
         name = "ddp" if runtime.process.world_size > 1 else "single"
+        if name == "single":
+            # One process sends no gradients: the compression asked for a job of several has nothing to do.
+            options.pop("grad_compression", None)
     try:
         cls = STRATEGIES[name]
     except KeyError:

@@ -217,6 +217,19 @@ class Strategy(abc.ABC):
         A strategy whose state torch cannot see (DeepSpeed's ZeRO partitions) returns its own."""
         return None
 
+    def state_dict(self) -> dict[str, Any]:
+        """The strategy's own state for checkpoints (e.g. PowerSGD's error feedback); ``{}`` when
+        it has none. It may differ per rank: the Checkpointer saves every rank's."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (this rank's)."""
+
+    def communication_report(self, step_seconds: float) -> str | None:
+        """Communication vs compute for a measured optimizer step, in words; None when there is
+        nothing to say (one process, or no link measured)."""
+        return None
+
     def load_model_state_dict(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
         """Load a full state dict as :meth:`model_state_dict` returns it. Collective for sharded strategies."""
         self.unwrap(model).load_state_dict(state)

@@ -15,6 +15,7 @@ from torch.nn.parallel import DistributedDataParallel
 from paratrain import comm
 from paratrain.errors import ConfigError, DistributedError
 from paratrain.strategy.api import Strategy
+from paratrain.strategy.gradient_comm import GradientCommunication
 from paratrain.strategy.unused_parameters import unused_parameters_message
 
 
@@ -33,7 +34,9 @@ class AdvisingDistributedDataParallel(DistributedDataParallel):
 
 class DDPStrategy(Strategy):
     """Options: ``find_unused_parameters``, ``static_graph``, ``bucket_cap_mb``,
-    ``gradient_as_bucket_view``, ``broadcast_buffers`` (see torch's DDP)."""
+    ``gradient_as_bucket_view``, ``broadcast_buffers`` (see torch's DDP), and
+    ``grad_compression``: ``"none"`` (default), ``"bf16"``, ``"fp16"``, ``"powersgd[:RANK]"``
+    or ``"auto"`` (see :mod:`paratrain.strategy.gradient_comm`)."""
 
     name = "ddp"
     option_names = (
@@ -42,7 +45,16 @@ class DDPStrategy(Strategy):
         "bucket_cap_mb",
         "gradient_as_bucket_view",
         "broadcast_buffers",
+        "grad_compression",
     )
+
+    def __init__(self, runtime, **options):
+        super().__init__(runtime, **options)
+        self.gradient_comm = GradientCommunication(
+            self.options.get("grad_compression", "none"),
+            num_nodes=runtime.process.num_nodes,
+            bucket_cap_mb=self.options.get("bucket_cap_mb"),
+        )
 
     def wrap(self, module: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> torch.nn.Module:
         if not comm.is_initialized():
@@ -51,10 +63,21 @@ class DDPStrategy(Strategy):
             return module
         if not any(p.requires_grad for p in module.parameters()):
             raise ConfigError("strategy 'ddp' needs a model with trainable parameters; this one has none")
-        kwargs = dict(self.options)
+        kwargs = {k: v for k, v in self.options.items() if k != "grad_compression"}
         if self.device.type == "cuda":
             kwargs.update(device_ids=[self.device.index], output_device=self.device.index)
-        return AdvisingDistributedDataParallel(module, **kwargs)
+        wrapped = AdvisingDistributedDataParallel(module, **kwargs)
+        self.gradient_comm.attach(wrapped, module)
+        return wrapped
+
+    def state_dict(self) -> dict:
+        return self.gradient_comm.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.gradient_comm.load_state_dict(state)
+
+    def communication_report(self, step_seconds: float) -> str | None:
+        return self.gradient_comm.report(step_seconds)
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
         ddp = getattr(model, "_orig_mod", model)

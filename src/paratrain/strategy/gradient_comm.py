@@ -1,0 +1,145 @@
+"""How a DDP job's gradients cross the network: measured, chosen, registered, reported.
+
+At wrap time on a multi-node job the link is measured (a few all-reduces, see
+:mod:`paratrain.diagnostics.link_probe`) and logged; ``grad_compression="auto"``
+picks from that measurement and the gradient size (:func:`choose_compression`);
+the chosen compression is one of torch's DDP communication hooks. After the first
+steps :meth:`GradientCommunication.report` compares the predicted communication time
+with the measured step and says whether the job is communication-bound, by how
+much, and what gradient accumulation would buy.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+from paratrain import comm
+from paratrain.strategy.grad_compression import (
+    Choice,
+    Compression,
+    choose_compression,
+    gradient_bytes,
+    gradient_shapes,
+    parse_compression,
+)
+from paratrain.strategy.powersgd_state import PowerSGDComm, powersgd_hook
+
+#: Communication above this share of a step is called communication-bound.
+BOUND_SHARE = 0.5
+#: DDP's bucket size when not given (MB), which decides how many all-reduces a step makes.
+DEFAULT_BUCKET_MB = 25.0
+
+
+def bf16_compress(process_group, bucket):  # unannotated: DDP checks hook annotations as objects, not strings
+    """torch's ``bf16_compress_hook`` under another name.
+
+    DDP refuses a hook *named* ``bf16_compress_hook`` unless CUDA with NCCL ≥ 2.10 is
+    present, a guard for NCCL; gloo reduces bfloat16 tensors on CPU, so the same hook
+    works there when registered under this name.
+    """
+    return default_hooks.bf16_compress_hook(process_group, bucket)
+
+
+class GradientCommunication:
+    """One DDP job's gradient communication: the requested compression, what it became, the link.
+
+    Args:
+        spec: ``"none" | "bf16" | "fp16" | "powersgd[:RANK]" | "auto"``.
+        num_nodes: nodes in the job (one node never measures and ``auto`` keeps fp32).
+        bucket_cap_mb: DDP's bucket size (for the number of all-reduces per step).
+
+    Raises:
+        ConfigError: an unknown ``spec``.
+    """
+
+    def __init__(self, spec: str, num_nodes: int, bucket_cap_mb: float | None = None):
+        self.requested = parse_compression(spec)  # None: auto
+        self.num_nodes = num_nodes
+        self.bucket_cap_mb = bucket_cap_mb or DEFAULT_BUCKET_MB
+        self.link: Any = None
+        self.choice: Choice | None = None
+        self.powersgd: PowerSGDComm | None = None
+        self.gradient_bytes = 0
+        self.shapes: list[torch.Size] = []
+
+    @property
+    def compression(self) -> Compression:
+        return self.choice.compression if self.choice else (self.requested or Compression("none"))
+
+    def attach(self, ddp: torch.nn.parallel.DistributedDataParallel, module: torch.nn.Module) -> None:
+        """Measure the link (several nodes), choose, and register the hook on ``ddp``. Collective."""
+        log = comm.get_logger()
+        self.gradient_bytes = gradient_bytes(module)
+        self.shapes = gradient_shapes(module)
+        if self.num_nodes > 1:
+            from paratrain.diagnostics.link_probe import measure_allreduce
+
+            size = int(min(max(self.gradient_bytes, 1 << 16), 16 << 20))
+            self.link = measure_allreduce((4096, size), repeats=3, group=ddp.process_group)
+            log.info(f"link between the {self.num_nodes} nodes: {self.link.describe()}")
+        if self.requested is None:
+            # Every rank has the same measurement (the probe reduces it), so all choose alike.
+            self.choice = choose_compression(self.link, self.gradient_bytes, self.num_nodes)
+            log.info(f"grad_compression auto → {self.choice.compression}: {self.choice.reason}")
+        else:
+            self.choice = Choice(self.requested, "as requested")
+            if self.requested.mode != "none":
+                log.info(f"grad_compression {self.requested}")
+        mode = self.compression.mode
+        if mode == "bf16":
+            ddp.register_comm_hook(ddp.process_group, bf16_compress)
+        elif mode == "fp16":
+            ddp.register_comm_hook(ddp.process_group, default_hooks.fp16_compress_hook)
+        elif mode == "powersgd":
+            self.powersgd = PowerSGDComm(module, self.compression.rank or 1, ddp.process_group)
+            ddp.register_comm_hook(self.powersgd, powersgd_hook)
+
+    # ---- state (PowerSGD's error feedback and warm start; differs per rank) ------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"powersgd": self.powersgd.state_dict()} if self.powersgd is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.powersgd is not None and "powersgd" in state:
+            self.powersgd.load_state_dict(state["powersgd"])
+
+    # ---- after the first steps ---------------------------------------------------------------
+    def communication_seconds(self) -> float:
+        """Predicted gradient communication per optimizer step over the measured link."""
+        if self.link is None or self.link.world_size <= 1:
+            return 0.0
+        message = self.compression.message_bytes(self.gradient_bytes, self.shapes)
+        buckets = max(1, math.ceil(self.gradient_bytes / (self.bucket_cap_mb * 1e6)))
+        calls = buckets * (3 if self.compression.mode == "powersgd" else 1)  # PowerSGD: rest, P, Q
+        factor = 2 * (self.link.world_size - 1) / self.link.world_size
+        return calls * self.link.latency_s + message * factor / self.link.bus_bandwidth_Bps
+
+    def report(self, step_seconds: float) -> str | None:
+        """Plain words on communication vs compute for a measured ``step_seconds``; None on one node."""
+        if self.link is None or step_seconds <= 0:
+            return None
+        comm_s = min(self.communication_seconds(), step_seconds)
+        compute_s = step_seconds - comm_s
+        share = comm_s / step_seconds
+        head = (
+            f"gradient communication ({self.compression}) ~{comm_s * 1e3:.0f} ms of each {step_seconds * 1e3:.0f} ms "
+            f"step ({share:.0%}), compute ~{compute_s * 1e3:.0f} ms"
+        )
+        if share < BOUND_SHARE:
+            return f"{head}: compute-bound, the link keeps up"
+        slower = step_seconds / max(compute_s, 1e-9)
+        advice = []
+        for micro in (2, 4, 8):
+            # Accumulating N micro-batches: N computes, one all-reduce per optimizer step.
+            speedup = micro * step_seconds / (micro * compute_s + comm_s)
+            advice.append(f"--grad-accum {micro}: ~{speedup:.2f}x samples/s")
+        text = (
+            f"{head}: COMMUNICATION-BOUND, each step takes {slower:.1f}x its compute time. "
+            f"Fewer all-reduces per sample: {', '.join(advice)} (a larger global batch)"
+        )
+        if self.compression.mode in ("none", "fp16", "bf16"):
+            text += "; or --grad-compression powersgd:4 (~10-100x fewer bytes)"
+        return text

@@ -1,0 +1,39 @@
+"""grad_compression on 2 real processes: bf16/fp16 stay close to fp32, PowerSGD trains as well."""
+
+from __future__ import annotations
+
+import pytest
+
+import paratrain as pt
+from tests.strategy import workers
+
+STEPS = 30
+#: Largest per-step difference of the mean loss (losses start near 0.69) from fp32: bf16 keeps
+#: 8 mantissa bits (relative rounding 2^-9 per gradient element), fp16 11.
+TOLERANCE = {"bf16": 2e-2, "fp16": 3e-3}
+
+
+def test_bf16_and_fp16_hooks_keep_every_step_loss_within_tolerance_of_fp32():
+    fp32 = pt.spawn(workers.losses_with_compression, 2, args=("none", STEPS))
+    assert fp32[-1] < fp32[0]  # it learns
+    for mode, tolerance in TOLERANCE.items():
+        compressed = pt.spawn(workers.losses_with_compression, 2, args=(mode, STEPS))
+        worst = max(abs(a - b) for a, b in zip(fp32, compressed))
+        assert worst <= tolerance, f"{mode}: a step's loss is {worst:.2e} from fp32's (tolerance {tolerance})"
+        assert compressed != fp32  # the hook really rounded the gradients
+
+
+def test_powersgd_trains_digits_into_the_same_accuracy_band_as_fp32():
+    fp32 = pt.spawn(workers.digits_accuracy_with_compression, 2, args=("none",))
+    powersgd = pt.spawn(workers.digits_accuracy_with_compression, 2, args=("powersgd:4",))
+    assert fp32 >= 0.8 and powersgd >= 0.8
+    assert abs(powersgd - fp32) <= 0.05, f"PowerSGD {powersgd:.3f} vs fp32 {fp32:.3f}"
+
+
+def test_one_process_with_strategy_auto_ignores_the_compression_and_ddp_refuses_a_bad_one():
+    with pt.Runtime(strategy="auto", grad_compression="auto") as rt:
+        assert rt.strategy.name == "single"
+    with pytest.raises(pt.ConfigError, match="grad_compression 'int8' is not one of"):
+        pt.Runtime(strategy="ddp", grad_compression="int8")
+    with pytest.raises(pt.ConfigError, match="strategy 'fsdp' does not take grad_compression"):
+        pt.Runtime(strategy="fsdp", grad_compression="bf16")
