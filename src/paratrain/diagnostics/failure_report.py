@@ -153,9 +153,9 @@ def build_report(outcomes: list[RankOutcome], hint: str = "") -> FailureReport:
     stopped = sorted(o.rank for o in rest if o.signal in {s.name for s in STOPPED_BY_AGENT} and not o.likely_oom)
     consequences = [o for o in rest if o.rank not in stopped]
     if not hint and first.peer_lost:
-        hint = ("this rank lost a peer inside a collective: if no other rank crashed, a collective ran on only "
-                "some ranks — look for a rank-dependent branch (`if rank == 0:` / `if rt.is_main:`) around "
-                "ckpt.save, barrier or all_reduce; every rank must call it")
+        hint = ("this rank lost a peer inside a collective: another rank or host died (its log says why), or "
+                "a collective ran on only some ranks — a rank-dependent branch (`if rank == 0:` / "
+                "`if rt.is_main:`) around ckpt.save, barrier or all_reduce must run on every rank")
     return FailureReport(first, consequences, stopped, hint)
 
 
