@@ -9,8 +9,8 @@ from paratrain.diagnostics.desync import check_same_setup
 from paratrain.errors import ParatrainError
 
 
-def differing_ranks() -> list[str]:
-    """Run every case on each rank; return the error each case raised (same on every rank)."""
+def differing_ranks() -> tuple[list[str], bool]:
+    """Run every case on each rank; return the error each case raised, and whether all ranks got the same."""
     rt = pt.Runtime(strategy="ddp", timeout=30)
     rank = rt.rank
     messages = []
@@ -25,5 +25,6 @@ def differing_ranks() -> list[str]:
             messages.append("no error")
         except ParatrainError as exc:
             messages.append(f"{type(exc).__name__}: {exc}")
+    same_everywhere = all(other == messages for other in pt.all_gather_object(messages))
     rt.close()
-    return messages
+    return messages, same_everywhere

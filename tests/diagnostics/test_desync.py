@@ -11,9 +11,9 @@ from tests.support import ROOT, paratrain_cmd
 
 
 def test_different_models_configs_and_dataset_lengths_fail_at_setup_on_every_rank():
-    per_rank = pt.spawn(differing_ranks, nprocs=2)
-    assert per_rank[0] == per_rank[1]  # the same error on every rank: nobody is left waiting
-    model, config, data = per_rank[0]
+    messages, same_everywhere = pt.spawn(differing_ranks, nprocs=2)
+    assert same_everywhere  # the same error on every rank: nobody is left waiting
+    model, config, data = messages
     assert model == ("DistributedError: ranks disagree at setup: the model differs: parameter #0 is weight (3, 4) "
                      "float32 on rank 0 but weight (5, 4) float32 on rank 1; build the same model on every rank")
     assert config.startswith("DistributedError: ranks disagree at setup: the config differs: epochs (rank 0: 3, rank 1: 4)")
