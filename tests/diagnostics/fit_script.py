@@ -22,6 +22,7 @@ class SleepForever(pt.Callback):
 
     def on_step_end(self, trainer, step, loss):
         if trainer.runtime.rank == self.rank and step == self.step:
+            print(f"STALL BEGINS {time.time()}", flush=True)
             while True:
                 time.sleep(3600)
 
