@@ -153,6 +153,18 @@ def all_reduce(value: T, op: str = "mean") -> T:
     return tensor.item()  # type: ignore[return-value]
 
 
+def any_rank(flags: torch.Tensor) -> torch.Tensor:
+    """Element-wise maximum of a small CPU tensor over all ranks, on the CPU control group. Collective.
+
+    For per-step decisions (stop, save now): under NCCL it runs on the gloo side group, so
+    it never waits for the GPU stream.
+    """
+    flags = flags.detach().clone()
+    if is_initialized() and world_size() > 1:
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=_control())
+    return flags
+
+
 def broadcast_object(obj: T, src: int = 0) -> T:
     """Return rank ``src``'s ``obj`` on every rank (picklable objects). Collective."""
     if not is_initialized() or world_size() == 1:

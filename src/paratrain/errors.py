@@ -38,6 +38,12 @@ class CollectiveTimeoutError(DistributedError, TimeoutError):
         self.late_ranks = list(late_ranks or [])
 
 
+class PreemptedError(ParatrainError):
+    """The run was asked to stop (SIGTERM): it finished its step, saved, and stops; rerun to resume."""
+
+    exit_code = 75  # sysexits.h EX_TEMPFAIL; paratrain.diagnostics.preemption.PREEMPTED_EXIT_CODE
+
+
 class WorkerError(ParatrainError, RuntimeError):
     """A worker process raised; carries its rank, exception type and traceback."""
 

@@ -43,9 +43,9 @@ def test_legacy_script_runs_unchanged_with_the_flag_and_fails_clearly_without():
     assert "the following arguments are required: --local_rank" in without.stderr  # the worker's own message
     last = without.stderr_lines[-1]
     assert re.fullmatch(
-        r"paratrain run: error: rank [01] \(local rank [01], pid \d+\) exited with code 2 "
-        r"\(rank [01] failed too\); its traceback is above; the script parses --local_rank itself: "
-        r"add --legacy-local-rank",
+        r"paratrain run: error: rank [01] \(local rank [01], host \S+, pid \d+\) failed first: it exited with code 2"
+        r"(; after it, rank [01] exited with code 2)?(; rank [01] stopped by the launcher)?; "
+        r"its output is in \S+/stderr\.log; the script parses --local_rank itself: add --legacy-local-rank",
         last,
     ), last
     assert "ChildFailedError" not in without.stderr and "Traceback" not in without.stderr
@@ -85,5 +85,5 @@ def test_module_in_process_with_log_dir(tmp_path, monkeypatch, capfd):
         # Nothing listens beyond loopback: neither the rendezvous store nor gloo's sockets.
         assert report["listening"]["launcher"] == ["127.0.0.1"], report["listening"]
         assert report["listening"]["worker"] == ["127.0.0.1"], report["listening"]
-    assert "[default0]:PROBE" in console.out and "[default1]:PROBE" in console.out  # tee: still on the console
+    assert "[rank0]:PROBE" in console.out and "[rank1]:PROBE" in console.out  # tee: still on the console, tagged
     assert f"per-rank logs: {tmp_path}" in console.err

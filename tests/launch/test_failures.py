@@ -2,6 +2,7 @@
 
 import json
 import signal
+import socket
 
 from torch.distributed.elastic.multiprocessing.errors import (
     ChildFailedError,
@@ -35,22 +36,52 @@ def test_script_failure_names_rank_exit_code_log_and_hint(tmp_path):
     exc = ChildFailedError("train.py", {3: failure(1, 2)})
     error = script_failure(exc)
     assert isinstance(error, LaunchError) and error.exit_code == 2
-    assert str(error) == "rank 3 (local rank 1, pid 4001) exited with code 2; its traceback is above"
+    host = socket.gethostname()
+    # No exception was recorded and no log kept: nothing claims a traceback was printed.
+    assert str(error) == f"rank 3 (local rank 1, host {host}, pid 4001) failed first: it exited with code 2"
     log = tmp_path / "stderr.log"
+    log.write_text("[rank3]: Traceback (most recent call last):\n[rank3]:   File \"train.py\", line 4, in <module>\n"
+                   "[rank3]: ValueError: bad shape (3, 4)\n")
     error = script_failure(exc, log_file=lambda local_rank: log, hint=lambda code: f"fix for {code}")
+    assert "exited with code 2 after ValueError: bad shape (3, 4)" in str(error)  # read from the rank's log
     assert str(error).endswith(f"its output is in {log}; fix for 2")
+    assert error.report.first.last_frames == ['File "train.py", line 4, in <module>']
 
 
-def test_script_failure_with_a_signal_and_several_ranks():
+def test_the_killed_rank_is_first_and_ranks_the_launcher_stopped_did_not_fail(tmp_path):
+    lost = recorded(tmp_path, "RuntimeError: [gloo] Connection closed by peer [127.0.0.1]:1234")
+    exc = ChildFailedError("train.py", {0: failure(0, 1, lost), 1: failure(1, -signal.SIGKILL), 2: failure(2, -signal.SIGTERM)})
+    error = script_failure(exc)
+    text = str(error)
+    assert text.startswith("rank 1 (local rank 1") and "failed first: it was killed by SIGKILL" in text
+    assert "after it, rank 0 exited with code 1 after RuntimeError: [gloo] Connection closed by peer" in text
+    assert "rank 2 stopped by the launcher" in text and "failed too" not in text and "\n" not in text
+    assert "traceback is above" not in text and error.exit_code == 128 + signal.SIGKILL
+
+
+def test_a_lost_peer_with_nobody_else_failing_hints_at_a_rank_dependent_collective(tmp_path):
+    lost = recorded(tmp_path, "RuntimeError: [gloo] Connection closed by peer [127.0.0.1]:1234")
+    text = str(script_failure(ChildFailedError("train.py", {0: failure(0, 1, lost), 1: failure(1, -signal.SIGTERM)})))
+    assert "rank-dependent branch (`if rank == 0:`" in text and "ckpt.save" in text
+
+
+def test_a_stall_verdict_is_the_headline_and_failure_json_keeps_the_facts(tmp_path):
+    stall = recorded(tmp_path, "CollectiveTimeoutError: stall: no progress for 6s: rank 1 (host h, pid 9) at step 3")
+    error = script_failure(ChildFailedError("train.py", {0: failure(0, 124, stall), 1: failure(1, -signal.SIGTERM)}))
+    assert str(error).startswith("the watchdog ended the job: stall: no progress for 6s: rank 1 (host h, pid 9) at step 3")
+    saved = json.loads(error.report.save(tmp_path / "run").read_text())
+    assert saved["first"]["exitcode"] == 124 and saved["stopped_ranks"] == [1] and saved["summary"] == str(error)
+
+
+def test_script_failure_with_a_signal():
     error = script_failure(ChildFailedError("train.py", {0: failure(0, -signal.SIGKILL)}))
     assert "was killed by SIGKILL" in str(error) and error.exit_code == 128 + signal.SIGKILL
-    both = script_failure(ChildFailedError("train.py", {0: failure(0, 1), 1: failure(1, 1)}))
-    assert "failed too" in str(both) and "\n" not in str(both)
+    assert "a killed process prints no traceback" in str(error)
 
 
 def test_script_failure_quotes_a_recorded_exception(tmp_path):
     exc = ChildFailedError("train.py", {1: failure(1, 1, recorded(tmp_path, "ValueError: bad shape\nmore"))})
-    assert "exited with code 1 after ValueError: bad shape;" in str(script_failure(exc))
+    assert "exited with code 1 after ValueError: bad shape; its traceback is above" in str(script_failure(exc))
 
 
 def test_worker_error_for_spawned_functions(tmp_path):

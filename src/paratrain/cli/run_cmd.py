@@ -62,9 +62,27 @@ Environment for the workers (what you set yourself wins):
   NCCL_SOCKET_IFNAME   same
   PARATRAIN_DEBUG=1    full tracebacks from paratrain itself
 
+Output: with 2+ processes every line is whole and tagged ([rank1]: ...), so
+two ranks never print onto one line; --local-ranks-filter 0 shows one rank,
+--output raw passes the streams through (tqdm bars need it), --log-dir keeps
+every rank's stdout/stderr in files (otherwise they go to a temporary folder
+that failure messages name).
+
+Restarts and preemption:
+  --max-restarts R     torch's agent restarts the whole group up to R times when a
+                       worker dies; paratrain train / pt.fit / Checkpointer.resume()
+                       continue from the newest complete checkpoint
+  SIGTERM              (scancel, Kubernetes eviction, kill) to the launcher or the
+                       workers: pt.fit / paratrain train finish the step, save, and
+                       exit with code 75 (EX_TEMPFAIL, "preempted"); rerun to resume
+  --stall-timeout S    a rank without progress for S seconds (pt.fit, rt.watchdog):
+                       every rank dumps its stacks to its log and the job ends with
+                       the stalled rank, host, step, phase and frames named; exit 124
+
 Failure modes (each one line and a non-zero exit code):
-  a worker fails       names its rank, exit code and log file; the others are
-                       stopped; the exit code is the worker's
+  a worker fails       names the rank that failed first, how (exit code, signal,
+                       likely OOM kill, its exception), its log, and what the other
+                       ranks did; the exit code is the worker's
   a node never joins   node 0 stops after --rdzv-timeout naming the address
   master unreachable   other nodes stop after --rdzv-timeout naming address:port
   bad flags            refused before anything starts: missing script, fewer
@@ -145,6 +163,24 @@ def register(subparsers) -> None:
             help=argparse.SUPPRESS,
         )
     work.add_argument("--log-dir", metavar="DIR", help="also write each worker's stdout/stderr to files under DIR")
+    work.add_argument(
+        "--output",
+        metavar="auto|prefixed|raw",
+        help="console output: prefixed tags every whole line with [rankN]: so ranks never share a line "
+        "(default when there are 2+ processes); raw passes the workers' streams through",
+    )
+    work.add_argument(
+        "--local-ranks-filter",
+        "--local_ranks_filter",
+        metavar="R[,R]",
+        help="show only these local ranks' output on the console (all of it stays in the logs)",
+    )
+    work.add_argument(
+        "--stall-timeout",
+        metavar="SECONDS",
+        help="pt.fit / rt.watchdog: end the job with the stalled rank named after this long without "
+        "progress on some rank (default 300)",
+    )
     work.add_argument("-m", "--module", action="store_true", help="run a module like python -m")
     work.add_argument(
         "-v", "--verbose", action="store_true", help="show torch elastic's own log lines and the torchrun argv"

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from paratrain.errors import LaunchError, PreemptedError
 
 MANUAL = """\
 Train a built-in task on its bundled data with the fit loop, on --nproc-per-node
@@ -36,6 +39,19 @@ Output (--out DIR, default runs/TASK):
 Resume: run the same command again; it continues from the latest checkpoint in
 DIR (same step, same place in the epoch). DIR holding another task's run is
 refused: use another --out, or --fresh to move the old run aside (nothing is deleted).
+
+Surviving failures:
+  --max-restarts R        a worker that dies (SIGKILL, OOM, a crash) restarts the
+                          group, which resumes from the newest complete checkpoint:
+                          nothing skipped or repeated (bit-exact on CPU fp32)
+  --save-every-minutes M  bounds the work a crash can lose
+  SIGTERM (scancel, Kubernetes, kill): the step in progress finishes, a
+                          checkpoint is written, the exit code is 75 (preempted);
+                          the same command resumes
+  --stall-timeout S       a rank without progress for S seconds: the job ends with
+                          the stalled rank, host, step, phase and stack named (exit 124)
+  A failed job leaves DIR/failure.json: the rank that failed first, how (exit
+  code, signal, likely OOM kill, exception and last frames), the others, the logs.
 """
 
 # Options of the fit loop and the task, forwarded to every worker as they were given.
@@ -56,6 +72,8 @@ TRAIN_OPTIONS: list[tuple[str, object, str]] = [
     ("--metric", str, "dev metric that picks the best checkpoint (default: accuracy; seg: miou)"),
     ("--patience", int, "stop after N evaluations without a new best"),
     ("--save-every", int, "also checkpoint every N steps"),
+    ("--save-every-minutes", float, "also checkpoint when M minutes passed since the last save (bounds what a crash loses)"),
+    ("--stall-timeout", float, "end the job naming the stalled rank after this many seconds without progress (default 300; 0: off)"),
     ("--keep-last", int, "checkpoints to keep besides the best (default 2)"),
     ("--log-every", int, "steps between log lines (default 50)"),
     ("--strategy", str, "auto, single, ddp, fsdp, dp, deepspeed (default auto: ddp on several processes)"),
@@ -120,6 +138,8 @@ def register(subparsers) -> None:
     launch.add_argument("--node-rank", metavar="K", help="this node's rank")
     launch.add_argument("--master-addr", metavar="HOST", help="address of node 0")
     launch.add_argument("--master-port", metavar="PORT", help="port on node 0")
+    launch.add_argument("--max-restarts", metavar="R", help="restart the workers up to R times when one dies; "
+                        "each restart resumes from the newest complete checkpoint (default 0)")
     launch.add_argument("--fresh", action="store_true", help="move an existing --out run aside and start from step 0")
     launch.add_argument("--list", action="store_true", help="list the tasks and exit")
     parser.set_defaults(handler=handler)
@@ -161,11 +181,29 @@ def _launch(args: argparse.Namespace) -> int:
     from paratrain.launch.torchrun import launch
 
     run_words = ["run", "--nproc-per-node", str(args.nproc_per_node)]
-    for flag in ("--nnodes", "--node-rank", "--master-addr", "--master-port"):
+    for flag in ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--max-restarts"):
         value = getattr(args, _dest(flag))
         if value is not None:
             run_words += [flag, str(value)]
     run_args = build_parser().parse_args([*run_words, "-m", "paratrain.tasks.worker", *train_argv(args)])
     config = LaunchConfig.from_args(run_args)
     config.validate()
-    return launch(config)
+    try:
+        return launch(config)
+    except LaunchError as exc:
+        _explain(exc, Path(args.out))
+        raise
+
+
+def _explain(exc, out: Path) -> None:
+    """Leave the failure in OUT/failure.json; a preemption names the checkpoint to resume from."""
+    from paratrain.checkpoint.catalog import complete
+
+    report = getattr(exc, "report", None)
+    if report is not None:
+        path = report.save(out)
+        exc.args = (f"{exc.args[0]}; details in {path}",)
+    elif exc.exit_code == PreemptedError.exit_code:
+        saved = complete(out / "checkpoints")
+        saved = f"the newest checkpoint is at step {saved[-1][1].step}" if saved else "no checkpoint was saved"
+        exc.args = (f"{exc.args[0]} ({saved} in {out / 'checkpoints'})",)

@@ -23,6 +23,7 @@ RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
 DEFAULT_MASTER_PORT = 29500  # torchrun's default for the static rendezvous
 DEFAULT_C10D_PORT = 29400  # torchrun's default for the c10d rendezvous
 DEFAULT_RDZV_TIMEOUT_S = 600  # torch's static and c10d defaults
+OUTPUT_MODES = ("auto", "prefixed", "raw")
 
 # torchrun takes each flag's default from PET_<FLAG> (torch.distributed.argparse_util.env);
 # Kubeflow's PyTorchJob sets PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR,
@@ -61,6 +62,16 @@ class LaunchConfig:
     threads_per_proc: int | None = None
     verbose: bool = False
     slurm_cpus: int | None = None  # CPUs the SLURM step gave this node (SLURM_CPUS_ON_NODE), if any
+    output: str = "auto"  # "prefixed": whole lines tagged [rankN]: ; "raw": the workers' streams as they are
+    local_ranks_filter: tuple[int, ...] | None = None  # show only these local ranks on the console
+    stall_timeout: float | None = None  # exported as PARATRAIN_STALL_TIMEOUT for the workers' watchdog
+
+    @property
+    def prefixed_output(self) -> bool:
+        """Rank-tagged whole lines: the default as soon as two processes share a console."""
+        if self.output == "auto":
+            return self.nproc_per_node * self.max_nodes > 1 or self.local_ranks_filter is not None
+        return self.output == "prefixed"
 
     # ---- derived answers --------------------------------------------------------------
     @property
@@ -131,6 +142,9 @@ class LaunchConfig:
             threads_per_proc=_int("--threads-per-proc", args.threads_per_proc),
             verbose=bool(args.verbose),
             slurm_cpus=_slurm_cpus(environ),
+            output=getattr(args, "output", None) or "auto",
+            local_ranks_filter=_ranks("--local-ranks-filter", getattr(args, "local_ranks_filter", None)),
+            stall_timeout=_float("--stall-timeout", getattr(args, "stall_timeout", None)),
         )
 
     # ---- checking ---------------------------------------------------------------------
@@ -174,6 +188,15 @@ class LaunchConfig:
             raise ConfigError(f"--nnodes {self.min_nodes}:{self.max_nodes} needs 1 <= MIN <= MAX")
         if self.max_restarts < 0:
             raise ConfigError(f"--max-restarts {self.max_restarts} must be 0 or more")
+        if self.output not in OUTPUT_MODES:
+            raise ConfigError(f"--output {self.output!r} is not one of {', '.join(OUTPUT_MODES)}")
+        if self.local_ranks_filter is not None and not all(0 <= r < self.nproc_per_node for r in self.local_ranks_filter):
+            raise ConfigError(
+                f"--local-ranks-filter {','.join(map(str, self.local_ranks_filter))} names local ranks outside "
+                f"0..{self.nproc_per_node - 1}; list local ranks of this node, e.g. 0 or 0,1"
+            )
+        if self.stall_timeout is not None and not self.stall_timeout > 0:
+            raise ConfigError(f"--stall-timeout {self.stall_timeout:g} must be a positive number of seconds")
         if self.threads_per_proc is not None and self.threads_per_proc < 1:
             raise ConfigError(f"--threads-per-proc {self.threads_per_proc} must be at least 1")
         if self.legacy_local_rank is not None and self.legacy_local_rank not in LEGACY_CHOICES:
@@ -257,6 +280,24 @@ def parse_nproc(value: str) -> int:
     if not str(value).lstrip("-").isdigit():
         raise ConfigError(f"--nproc-per-node {value!r} is neither a number nor 'auto'")
     return int(value)
+
+
+def _float(flag: str, value) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{flag} {value!r} is not a number of seconds") from None
+
+
+def _ranks(flag: str, value) -> tuple[int, ...] | None:
+    if value is None or value == "":
+        return None
+    try:
+        return tuple(sorted({int(part) for part in str(value).split(",")}))
+    except ValueError:
+        raise ConfigError(f"{flag} {value!r} is not a comma-separated list of local ranks, e.g. 0 or 0,1") from None
 
 
 def _int(flag: str, value, default: int | None = None) -> int | None:

@@ -18,12 +18,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
+import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from paratrain.errors import LaunchError
+from paratrain.diagnostics.failure_report import oom_kill_count
+from paratrain.errors import LaunchError, PreemptedError
 from paratrain.launch import network
 from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, LaunchConfig
 from paratrain.launch.environ import scoped_environ
@@ -32,13 +35,17 @@ from paratrain.launch.legacy import local_rank_argument, parses_local_rank
 from paratrain.launch.torch_logs import torch_log_level
 
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+LINE_PREFIX_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 
 
-def torchrun_argv(config: LaunchConfig, master_port: int | None, run_id: str) -> list[str]:
+def torchrun_argv(config: LaunchConfig, master_port: int | None, run_id: str, log_dir: str | None = None) -> list[str]:
     """The argv for ``torch.distributed.run.main``.
 
-    ``master_port`` is the port actually used (the loopback store's on one node).
+    ``master_port`` is the port actually used (the loopback store's on one node);
+    ``log_dir`` where the workers' streams go (``--log-dir``, or a temporary folder for
+    prefixed output).
     """
+    log_dir = log_dir or config.log_dir
     argv = [
         f"--nnodes={config.min_nodes}:{config.max_nodes}",
         f"--nproc-per-node={config.nproc_per_node}",
@@ -58,9 +65,12 @@ def torchrun_argv(config: LaunchConfig, master_port: int | None, run_id: str) ->
             f"--rdzv-endpoint={rendezvous_endpoint(config)}",
             f"--rdzv-conf=join_timeout={config.rdzv_timeout}",
         ]
-    if config.log_dir:
-        # 3 = stdout and stderr of every local rank; tee keeps them on the console too.
-        argv += [f"--log-dir={config.log_dir}", "--redirects=3", "--tee=3"]
+    if log_dir:
+        # 3 = stdout and stderr of every local rank; tee keeps them on the console too, whole
+        # lines at a time with the [rankN]: prefix, so two ranks never share a line.
+        argv += [f"--log-dir={log_dir}", "--redirects=3", "--tee=3"]
+    if config.local_ranks_filter is not None:
+        argv.append(f"--local-ranks-filter={','.join(map(str, config.local_ranks_filter))}")
     if config.module:
         argv.append("--module")
     argv.append(config.target)
@@ -107,6 +117,10 @@ def worker_env(config: LaunchConfig, environ: Mapping[str, str], interface: netw
     for var in SOCKET_IFNAME_VARS:
         if not environ.get(var):
             env[var] = interface.name
+    if config.stall_timeout is not None:
+        env["PARATRAIN_STALL_TIMEOUT"] = f"{config.stall_timeout:g}"
+    if config.prefixed_output and not environ.get(LINE_PREFIX_VAR):
+        env[LINE_PREFIX_VAR] = "[rank${rank}]:"  # torch elastic's template; its default says [default0]:
     return env
 
 
@@ -136,7 +150,8 @@ def launch(config: LaunchConfig) -> int:
             port = port or DEFAULT_MASTER_PORT
         interface = socket_interface(config)
         env = worker_env(config, os.environ, interface)
-        argv = torchrun_argv(config, port, run_id)
+        log_dir = config.log_dir or (tempfile.mkdtemp(prefix="paratrain-logs-") if config.prefixed_output else None)
+        argv = torchrun_argv(config, port, run_id, log_dir)
         if config.multi_node and config.rdzv_backend == "static" and config.node_rank > 0:
             network.wait_for_listener(config.master_addr, port, config.rdzv_timeout)
         if config.multi_node and any(var in env for var in SOCKET_IFNAME_VARS):
@@ -149,23 +164,23 @@ def launch(config: LaunchConfig) -> int:
             _info("torchrun " + " ".join(argv))
         stack.enter_context(scoped_environ(env))
         stack.enter_context(torch_log_level(logging.INFO if config.verbose else logging.CRITICAL))
+        oom_kills_before = oom_kill_count()
         try:
             torchrun.main(argv)
         except ChildFailedError as exc:
             raise script_failure(
-                exc, lambda local_rank: _log_file(config, run_id, local_rank), lambda code: _hint(config, code)
+                exc, lambda local_rank: _log_file(log_dir, run_id, local_rank), lambda code: _hint(config, code),
+                oom_kills_before,
             ) from None
         except SignalException as exc:  # the agent turns SIGTERM/SIGINT/... into this after stopping the workers
-            stopped = LaunchError(f"stopped by {exc.sigval.name}; the workers were stopped too")
-            stopped.exit_code = 128 + int(exc.sigval)
-            raise stopped from None
+            raise _stopped(exc.sigval) from None
         except Exception as exc:
             if not _is_rendezvous_error(exc):
                 raise
             raise _rendezvous_error(config, port, exc) from None
     if config.log_dir:
         _info(
-            f"per-rank logs: {_log_root(config, run_id) or config.log_dir}/attempt_*/<local rank>/{{stdout,stderr}}.log"
+            f"per-rank logs: {_log_root(config.log_dir, run_id) or config.log_dir}/attempt_*/<local rank>/{{stdout,stderr}}.log"
         )
     return 0
 
@@ -203,16 +218,34 @@ def _hint(config: LaunchConfig, exitcode: int) -> str:
     return ""
 
 
-def _log_root(config: LaunchConfig, run_id: str) -> Path | None:
+def _stopped(sigval) -> LaunchError:
+    """The launcher got a signal; the agent has passed it to the workers and waited for them.
+
+    SIGTERM is how SLURM and Kubernetes preempt: pt.fit and ``paratrain train`` finish
+    their step and save before they exit, so the launcher says "preempted" and exits 75.
+    """
+    if sigval == signal.SIGTERM:
+        stopped = LaunchError(
+            "preempted by SIGTERM: the workers were asked to finish their step and save (pt.fit and paratrain "
+            "train do; other scripts stop where they are); run the same command again to resume"
+        )
+        stopped.exit_code = PreemptedError.exit_code
+        return stopped
+    stopped = LaunchError(f"stopped by {sigval.name}; the workers were stopped too")
+    stopped.exit_code = 128 + int(sigval)
+    return stopped
+
+
+def _log_root(log_dir: str | None, run_id: str) -> Path | None:
     """torch's per-run log folder: ``LOG_DIR/<run id>_<random>`` (the newest one)."""
-    if not config.log_dir:
+    if not log_dir:
         return None
-    runs = sorted(Path(config.log_dir).glob(f"{run_id}_*"), key=lambda p: p.stat().st_mtime)
+    runs = sorted(Path(log_dir).glob(f"{run_id}_*"), key=lambda p: p.stat().st_mtime)
     return runs[-1] if runs else None
 
 
-def _log_file(config: LaunchConfig, run_id: str, local_rank: int) -> Path | None:
-    root = _log_root(config, run_id)
+def _log_file(log_dir: str | None, run_id: str, local_rank: int) -> Path | None:
+    root = _log_root(log_dir, run_id)
     if root is None:
         return None
     attempts = sorted(root.glob("attempt_*"), key=lambda p: int(p.name.split("_")[-1]))

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from paratrain.diagnostics.watchdog import DEFAULT_STALL_TIMEOUT_S
 from paratrain.errors import ConfigError
 
 SCHEDULES = ("linear", "constant")
@@ -41,6 +42,8 @@ class FitConfig:
     patience: int | None = None
     out_dir: str | None = None  # None: no checkpoints, logs or metrics files
     save_every: int | None = None  # steps, besides the saves at evaluations and epoch ends
+    save_every_minutes: float | None = None  # also save when this much time passed since the last save
+    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT_S  # seconds without progress on a rank → named error; 0/None: off
     keep_last: int = 2
     log_every: int = 50  # steps between console lines / metric records
     strategy: str = "auto"
@@ -64,6 +67,11 @@ class FitConfig:
         for name in ("lr", "weight_decay", "clip_norm"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (int, float)) or value < 0 or (name != "weight_decay" and value == 0)):
+                raise ConfigError(f"{_flag(name)} must be a positive number, got {value!r}")
+        for name in ("save_every_minutes", "stall_timeout"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+                                      or (name == "save_every_minutes" and value == 0)):
                 raise ConfigError(f"{_flag(name)} must be a positive number, got {value!r}")
         if self.warmup is not None and not 0 <= self.warmup < 1:
             raise ConfigError(f"--warmup is a fraction of the steps in [0, 1), got {self.warmup!r}")

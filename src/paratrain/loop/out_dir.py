@@ -24,7 +24,7 @@ def prepare_out_dir(out_dir: str | Path, task: str, options: dict | None = None,
     run (nothing is deleted), else ``None``. Not collective: call it on one rank.
 
     Raises:
-        ConfigError: ``out_dir`` is a file; it holds another task's run, a run with
+        ConfigError: ``out_dir`` is a file or cannot be created; it holds another task's run, a run with
             another ``--model-path``, or files that are not a run — each message says
             how to start fresh (another ``--out``, or ``--fresh``).
     """
@@ -41,7 +41,10 @@ def prepare_out_dir(out_dir: str | Path, task: str, options: dict | None = None,
         out.rename(moved_to)
     elif out.is_dir():
         _check_same_run(out, task, options or {})
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # /proc/x, /dev/null/x, a read-only or full disk: one line, not a traceback
+        raise ConfigError(f"cannot create --out {out} ({exc.strerror or exc}); pick a writable directory") from None
     return out, moved_to
 
 

@@ -11,6 +11,8 @@ step takes, on every rank::
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import gc
 import math
 from pathlib import Path
@@ -19,7 +21,10 @@ from typing import Any
 import torch
 
 from paratrain import comm
-from paratrain.errors import ConfigError
+from paratrain.diagnostics import watchdog
+from paratrain.diagnostics.desync import check_same_setup
+from paratrain.diagnostics.preemption import PreemptionGuard
+from paratrain.errors import ConfigError, PreemptedError
 from paratrain.loop.batches import batch_length, move_to
 from paratrain.loop.callbacks import Callback, CallbackList
 from paratrain.loop.checkpoints import LoopCheckpoints, metric_mode
@@ -71,6 +76,7 @@ class Trainer:
         self._evaluated_at = -1
         self._saved_at = -1
         self._timing_from: tuple[int, float] | None = None
+        self._preemption = PreemptionGuard()
 
     # ---- the whole run ------------------------------------------------------------------
     def check(self) -> None:
@@ -126,6 +132,8 @@ class Trainer:
         self.check()
         self.out_dir = self._prepare_out_dir()
         self.log = RunLog(self.out_dir, rt.rank, c.tensorboard)
+        # Every rank must train the same thing: one collective here beats a hang or garbage later.
+        check_same_setup(config={"task": task.name, "options": task.options.to_dict(), "fit": self._agreed_config()})
         train_data, eval_data = task.datasets()
         model = task.build_model()
         optimizer = task.build_optimizer(model, c.lr, c.weight_decay)
@@ -153,13 +161,21 @@ class Trainer:
         self.epoch = self.train_loader.epoch
         self._announce(len(train_data), len(eval_data), resumed_from)
         self.callbacks("on_fit_start", self)
-        window = self._train()
+        # SIGTERM → finish the step, save, stop; no progress on some rank → a named stall.
+        hang_watch = watchdog.Watchdog(c.stall_timeout) if c.stall_timeout else contextlib.nullcontext()
+        with PreemptionGuard(c.save_every_minutes) as self._preemption, hang_watch:
+            window = self._train()
         train_seconds = window.train_seconds  # before the final evaluation
         if self._evaluated_at != self.state.step:
             self._evaluate()
         if self._saved_at != self.state.step and self.checkpoints is not None:
             self._save()
         return self._finish(resumed_from, train_seconds, window.samples_total)
+
+    def _agreed_config(self) -> dict[str, Any]:
+        """The options that must be equal on every rank (not the ones about this rank's console)."""
+        local = ("progress", "tensorboard", "num_workers", "fresh")
+        return {k: v for k, v in dataclasses.asdict(self.config).items() if k not in local}
 
     def _prepare_out_dir(self) -> Path | None:
         """Rank 0 checks the directory; every rank gets its verdict (and raises the same error). Collective."""
@@ -197,6 +213,7 @@ class Trainer:
                 self.train_loader.set_epoch(epoch)  # a resumed epoch keeps its saved position
                 batches = len(self.train_loader)
                 self.model.train()
+                watchdog.mark("data", state.step)
                 for index, batch in enumerate(self.train_loader):
                     # Gradients are all-reduced only on the last micro-batch of a step (nanoGPT's no_sync trick).
                     sync = (index + 1) % c.grad_accum == 0 or index + 1 == batches
@@ -204,13 +221,18 @@ class Trainer:
                     window.add(loss, samples)
                     state.samples += samples
                     if not sync:
+                        watchdog.mark("data")
                         continue
+                    watchdog.mark("optimizer")
                     self.runtime.step(self.optimizer, clip_norm=c.clip_norm)
                     self.scheduler.step()
                     state.step += 1
+                    watchdog.mark("logging", state.step)
                     bar.update(1)
                     self.callbacks("on_step_end", self, state.step, loss.detach())
                     done = window.pause(self._after_step, epoch, window)
+                    window.pause(self._save_if_asked)
+                    watchdog.mark("data")
                     if done or (state.step >= self.total_steps and index + 1 < batches):
                         done = True  # stopped, or max_steps reached mid-epoch (a full epoch ends below)
                         break
@@ -226,9 +248,11 @@ class Trainer:
         """Forward and backward of one micro-batch; returns its loss and the job's sample count."""
         rt = self.runtime
         batch = move_to(batch, rt.device)
+        watchdog.mark("forward")
         with rt.accumulate(self.model, steps=self.config.grad_accum, sync=sync):  # backward divides by the steps
             with rt.autocast():
                 loss, _ = self.task.forward(self.model, batch)
+            watchdog.mark("backward")
             rt.backward(loss)
         return loss, batch_length(batch) * rt.world_size  # padded shards: equal batches on every rank
 
@@ -261,6 +285,23 @@ class Trainer:
             if text:
                 self.log.console(text)
                 self.log.record("communication", step, step_seconds=seconds, report=text)
+
+    def _save_if_asked(self) -> None:
+        """Save now when any rank got SIGTERM (then stop) or a timed save is due. Collective.
+
+        Raises:
+            PreemptedError: after the checkpoint, on every rank (exit code 75).
+        """
+        watchdog.mark("collective")
+        preempt, due = self._preemption.agree()
+        if (preempt or due) and self._saved_at != self.state.step:
+            self._save()
+        if preempt:
+            where = f"checkpoint at step {self.state.step} in {self.checkpoints.directory}" if self.checkpoints \
+                else "nothing saved (no output directory)"
+            cause = self._preemption.requested_by or "SIGTERM on another rank"
+            raise PreemptedError(f"preempted by {cause} after step {self.state.step}: {where}; "
+                                 "run the same command again to resume")
 
     def _end_epoch(self, epoch: int) -> None:
         """Evaluate (when asked per epoch) and save at the end of a full pass. Collective."""
@@ -295,6 +336,7 @@ class Trainer:
         most = int(comm.all_reduce(batches, op="max"))
         last = None
         for batch in self.eval_loader:
+            watchdog.mark("evaluation")
             last = batch = move_to(batch, rt.device)
             with rt.autocast():
                 loss, scores = task.forward(model, batch)
@@ -337,8 +379,11 @@ class Trainer:
             return
         step = self.state.step
         metrics = self.last_evaluation.metrics if self._evaluated_at == step and self.last_evaluation else None
+        watchdog.mark("checkpoint")
         path = self.checkpoints.save(step=step, epoch=self.epoch, metrics=metrics)
+        watchdog.mark("logging")
         self._saved_at = step
+        self._preemption.saved()
         self.log.file(f"checkpoint step {step}: {path}")
         self.log.record("checkpoint", step, epoch=self.epoch, path=str(path) if path else None)
         self.callbacks("on_checkpoint", self, step)

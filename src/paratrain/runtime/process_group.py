@@ -66,14 +66,17 @@ def _generation_store(info: ProcessInfo, timeout_s: float) -> dist.Store:
     where the group's ranks published their addresses. A second group made through
     ``env://`` again would read those stale addresses and connect to closed ports; every
     rank makes its groups in the same order, so a per-process count names the same fresh
-    prefix on all of them.
+    prefix on all of them; the restart count of torch elastic separates attempts.
     """
     global _store, _generations
     if _store is None:
         _store, _, _ = next(dist.rendezvous("env://", info.rank, info.world_size, timeout=timedelta(seconds=timeout_s)))
     _generations += 1
     _store.set_timeout(timedelta(seconds=timeout_s))
-    return dist.PrefixStore(f"paratrain/group{_generations}", _store)
+    # torch elastic restarts the workers with the same store (ours on loopback outlives the
+    # attempts): without the attempt in the prefix a restarted group reads the dead one's addresses.
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"paratrain/attempt{attempt}/group{_generations}", _store)
 
 
 def destroy_process_group() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from paratrain import comm
+from paratrain.diagnostics.watchdog import mark as mark_progress
 from paratrain.env import ProcessInfo, detect
 from paratrain.runtime.device import resolve_backend, resolve_device
 from paratrain.runtime.process_group import destroy_process_group, init_process_group
@@ -120,12 +121,19 @@ class Runtime:
             ConfigError: the model was set up before, has no parameters (fsdp), or an
                 optimizer already has state for parameters being replaced.
             CollectiveTimeoutError: a rank did not reach ``setup`` in time (names it).
+            DistributedError: the ranks differ in paratrain/torch version, strategy,
+                precision or model structure (names the ranks and values).
         """
+        from paratrain.diagnostics.desync import check_same_setup
+
+        if isinstance(model, torch.nn.Module):
+            check_same_setup(self, model)
         return self.strategy.setup(model, *optimizers)
 
     def backward(self, loss: torch.Tensor, model: torch.nn.Module | None = None) -> None:
         """``loss.backward()`` with the precision's scaling (fp16), divided by ``steps``
         inside ``accumulate(model, steps=N)``."""
+        mark_progress("backward")
         self.strategy.backward(loss, model)
 
     def step(
@@ -139,6 +147,7 @@ class Runtime:
         """
         if self._check_loaders is not None:
             self._check_loaders()
+        mark_progress("optimizer")
         return self.strategy.step(optimizer, clip_norm=clip_norm, model=model)
 
     def accumulate(self, model: torch.nn.Module, steps: int = 1, sync: bool | None = None):
@@ -211,6 +220,23 @@ class Runtime:
         from paratrain.loop.progress import progress
 
         return progress(iterable, **tqdm_options)
+
+    def watchdog(self, stall_timeout: float | None = None, **options: Any):
+        """A hang watchdog for an own loop: a context manager (start it on every rank).
+
+        When some rank makes no progress for ``stall_timeout`` seconds (default
+        ``PARATRAIN_STALL_TIMEOUT`` or 300), every rank writes its stacks to its log and
+        the job ends with one error naming the stalled rank, host, step, phase and
+        frames. ``rt.backward``/``rt.step`` mark progress; ``watchdog.progress(step,
+        phase)`` names steps and phases. See :class:`paratrain.diagnostics.watchdog.Watchdog`.
+
+        Raises:
+            ConfigError: a stall timeout that is not a positive number.
+        """
+        from paratrain.diagnostics.watchdog import DEFAULT_STALL_TIMEOUT_S, Watchdog
+
+        timeout = DEFAULT_STALL_TIMEOUT_S if stall_timeout is None else stall_timeout
+        return Watchdog(timeout, rank=self.rank, world_size=self.world_size, **options)
 
     # ---- collectives ------------------------------------------------------------------
     barrier = staticmethod(comm.barrier)

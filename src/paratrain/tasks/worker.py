@@ -33,7 +33,8 @@ def build_run(args: argparse.Namespace):
         name: getattr(args, name)
         for name in ("epochs", "max_steps", "batch_size", "eval_batch_size", "lr", "weight_decay", "warmup",
                      "schedule", "grad_accum", "clip_norm", "eval_every", "metric", "patience", "save_every",
-                     "keep_last", "log_every", "strategy", "zero_stage", "grad_compression", "precision", "seed", "num_workers")
+                     "keep_last", "log_every", "strategy", "zero_stage", "grad_compression", "precision", "seed",
+                     "num_workers", "save_every_minutes")
         if getattr(args, name) is not None
     }
     config = FitConfig(
@@ -42,6 +43,7 @@ def build_run(args: argparse.Namespace):
         sync_batchnorm=args.sync_bn,
         out_dir=args.out,
         progress=False if args.no_progress else None,
+        **({"stall_timeout": args.stall_timeout or None} if args.stall_timeout is not None else {}),
         tensorboard=False if args.no_tensorboard else None,
     )
     return task, config

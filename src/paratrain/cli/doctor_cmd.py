@@ -1,0 +1,115 @@
+"""``paratrain doctor``: check this machine, its network and (with 2+ ranks) a real all_reduce."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+MANUAL = """\
+Check what a distributed job needs, and say how to fix what is wrong: Python,
+torch, CUDA, cuDNN, NCCL and gloo; devices and free memory; the environment
+variables that steer a job (MASTER_*, RANK..., *_SOCKET_IFNAME, NCCL_*,
+OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES); network interfaces and the one that
+routes to the master; whether the master port is free (node 0) or answers
+(other nodes). With --nproc-per-node N > 1, or on several nodes, it also starts
+a real job and all-reduces across every rank: latency and bus bandwidth.
+
+Every finding is ok, info, warning or problem (with its fix). The exit code is
+1 when a problem would stop a job, else 0.
+
+  paratrain doctor                                   # this machine
+  paratrain doctor --nproc-per-node 2                # + a 2-process all_reduce here
+  node0$ paratrain doctor --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500
+  node1$ paratrain doctor --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500
+  paratrain doctor --json                            # the same as one JSON object
+"""
+
+
+def register(subparsers) -> None:
+    """Add the ``doctor`` command."""
+    parser = subparsers.add_parser(
+        "doctor", help="environment and network report, cross-node all_reduce probe",
+        description=MANUAL, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--nnodes", metavar="N", help="nodes in the probe job (run doctor on each)")
+    parser.add_argument("--node-rank", metavar="K", help="this node's rank")
+    parser.add_argument("--master-addr", metavar="HOST", help="address of node 0")
+    parser.add_argument("--master-port", metavar="PORT", help="port on node 0")
+    parser.add_argument("--nproc-per-node", metavar="N", help="processes per node for the all_reduce probe")
+    parser.add_argument("--rdzv-timeout", metavar="SECONDS", default="120", help="how long nodes wait for each other (default 120)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    parser.set_defaults(handler=handler)
+
+
+def handler(args: argparse.Namespace) -> int:
+    from paratrain.diagnostics import doctor
+    from paratrain.launch.config import LaunchConfig, parse_nnodes, parse_nproc
+
+    nproc = parse_nproc(args.nproc_per_node or "1")
+    _, max_nodes = parse_nnodes(args.nnodes or "1")
+    config = None
+    if nproc > 1 or max_nodes > 1:
+        config = _probe_config(args)
+        config.validate()  # bad flags: one line, before anything starts
+    node_rank = config.node_rank if config else 0
+    findings = doctor.software() + doctor.devices() + doctor.environment()
+    findings += doctor.network(args.master_addr, config.master_port if config else None, node_rank)
+    probe = None
+    if config is not None and not doctor.has_problem(findings):
+        probe, finding = _run_probe(config)
+        findings.append(finding)
+    if args.json:
+        print(json.dumps({"findings": [f.to_dict() for f in findings], "probe": probe,
+                          "ok": not doctor.has_problem(findings)}, indent=2))
+    else:
+        for finding in findings:
+            print(finding.line())
+        problems = sum(f.status == doctor.PROBLEM for f in findings)
+        print(f"{problems} problem(s)" if problems else "no problems found")
+    return 1 if doctor.has_problem(findings) else 0
+
+
+def _probe_config(args: argparse.Namespace):
+    from paratrain.cli.main import build_parser
+    from paratrain.launch.config import LaunchConfig
+
+    words = ["run", "--output", "raw", "--rdzv-timeout", str(args.rdzv_timeout)]
+    for flag in ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--nproc-per-node"):
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is not None:
+            words += [flag, str(value)]
+    run_args = build_parser().parse_args([*words, "-m", "paratrain.diagnostics.doctor_probe", "RESULT"])
+    return LaunchConfig.from_args(run_args)
+
+
+def _run_probe(config):
+    """Start the probe job on this node; returns (its result or None, a finding)."""
+    import dataclasses
+
+    from paratrain.diagnostics.doctor import OK, PROBLEM, Finding
+    from paratrain.errors import ParatrainError
+    from paratrain.launch.torchrun import launch
+
+    with tempfile.TemporaryDirectory(prefix="paratrain-doctor-") as tmp:
+        path = os.path.join(tmp, "probe.json")
+        config = dataclasses.replace(config, target_args=(path,))
+        try:
+            launch(config)
+        except ParatrainError as exc:
+            return None, Finding("all_reduce probe", PROBLEM, str(exc),
+                                 "run doctor on every node with the same --nnodes/--master-addr/--master-port; "
+                                 "fix the findings above")
+        if not os.path.exists(path):
+            return None, Finding("all_reduce probe", PROBLEM, "the probe job ended without a result", "run again with -v")
+        with open(path) as result:
+            probe = json.load(result)
+    if not probe["sum_ok"]:
+        return probe, Finding("all_reduce probe", PROBLEM, "the all_reduce returned a wrong sum",
+                              "check the network (packet corruption) and the backend")
+    hosts = sorted(set(probe["hosts"]))
+    return probe, Finding("all_reduce probe", OK,
+                          f"{probe['world_size']} ranks on {len(hosts)} host(s) ({', '.join(hosts)}), backend "
+                          f"{probe['backend']}: {probe['describe']}")

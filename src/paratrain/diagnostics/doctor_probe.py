@@ -1,0 +1,46 @@
+"""The worker of ``paratrain doctor``'s probe: ``python -m paratrain.diagnostics.doctor_probe RESULT.json``.
+
+Started on every rank by the launch layer; joins the job, checks that every rank got
+there with the same software, times all-reduces (:mod:`paratrain.diagnostics.link_probe`)
+and checks their result. Local rank 0 of every node writes the (identical) outcome
+to RESULT.json for its node's ``paratrain doctor`` to report.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    from paratrain import comm
+    from paratrain.diagnostics.desync import check_same_setup
+    from paratrain.diagnostics.link_probe import measure_allreduce
+    from paratrain.runtime.runtime import Runtime
+
+    result_path = (argv or sys.argv[1:])[0]
+    with Runtime(seed=None) as rt:
+        check_same_setup(rt)
+        total = comm.all_reduce(torch.tensor(float(rt.rank + 1)), op="sum")
+        expected = rt.world_size * (rt.world_size + 1) / 2
+        link = measure_allreduce(sizes_bytes=(4096, 1 << 20, 8 << 20), repeats=3)
+        hosts = comm.all_gather_object(socket.gethostname())
+        outcome = {
+            "world_size": rt.world_size,
+            "backend": rt.backend,
+            "hosts": hosts,
+            "sum_ok": float(total) == expected,
+            "link": link.to_dict(),
+            "describe": link.describe(),
+        }
+        if rt.local_rank == 0:
+            with open(result_path, "w") as out:
+                json.dump(outcome, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

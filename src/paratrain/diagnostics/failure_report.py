@@ -1,0 +1,236 @@
+"""What happened to a failed job, rank by rank: the facts, one summary line, and ``failure.json``.
+
+Built by the launcher from torch elastic's failure records (``ProcessFailure``: exit code,
+pid, the error file a worker wrote through ``@record`` / the ErrorHandler). The rank that
+failed *first* is the cause; ranks that ended after it are consequences, and ranks the
+agent stopped (SIGTERM, then SIGKILL after its grace period) did not fail at all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Errors a rank gets when a *peer* is gone or late: consequences, never the cause.
+_PEER_LOST = re.compile(
+    r"Connection (closed|reset) by peer|Broken pipe|Timed out waiting|timed out|recvBytes|"
+    r"DistNetworkError|ECONNRESET|NCCL communicator was aborted|Socket Timeout|op\.preamble",
+    re.IGNORECASE,
+)
+_OOM_CGROUP_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+STOPPED_BY_AGENT = (signal.SIGTERM, signal.SIGKILL)
+
+
+@dataclass
+class RankOutcome:
+    """How one rank ended."""
+
+    rank: int
+    local_rank: int
+    pid: int
+    host: str
+    exitcode: int
+    signal: str | None = None
+    exception_type: str | None = None
+    exception_message: str | None = None
+    last_frames: list[str] = field(default_factory=list)
+    log: str | None = None
+    likely_oom: bool = False
+    timestamp: int = 0
+
+    @property
+    def stall_verdict(self) -> bool:
+        return bool(self.exception_message and self.exception_message.startswith("stall:"))
+
+    @property
+    def peer_lost(self) -> bool:
+        return bool(self.exception_message and _PEER_LOST.search(f"{self.exception_type}: {self.exception_message}"))
+
+    def how(self, brief: bool = False) -> str:
+        """How it ended; ``brief`` cuts the exception message (for ranks that only followed)."""
+        if self.signal:
+            text = f"was killed by {self.signal}"
+            return text + (" (likely the kernel's OOM killer: out of memory)" if self.likely_oom else "")
+        text = f"exited with code {self.exitcode}"
+        if self.exception_type:
+            message = (self.exception_message or "").splitlines()[0] if self.exception_message else ""
+            if brief and len(message) > 60:
+                message = message[:57] + "..."
+            text += f" after {self.exception_type}" + (f": {message}" if message else "")
+        return text
+
+
+@dataclass
+class FailureReport:
+    """The job's failure: the first failed rank, what the others did, where the logs are."""
+
+    first: RankOutcome
+    consequences: list[RankOutcome]  # failed after the first one (lost their peer, …)
+    stopped: list[int]  # ranks the launcher stopped: not failures
+    hint: str = ""
+
+    def summary(self) -> str:
+        """One line, first cause first."""
+        f = self.first
+        if f.stall_verdict:  # the watchdog's line already names the stalled rank(s) and every other one
+            text = f"the watchdog ended the job: {f.exception_message}"
+            return text + (f"; rank {f.rank}'s output is in {f.log}" if f.log else "")
+        text = f"rank {f.rank} (local rank {f.local_rank}, host {f.host}, pid {f.pid}) failed first: it {f.how()}"
+        if self.consequences:
+            after = ", ".join(f"rank {c.rank} {c.how(brief=True)}" for c in self.consequences)
+            text += f"; after it, {after}"
+        if self.stopped:
+            text += f"; rank{'s' * (len(self.stopped) > 1)} {', '.join(map(str, self.stopped))} stopped by the launcher"
+        if f.log:
+            text += f"; its output is in {f.log}"
+        elif f.exception_type:
+            text += "; its traceback is above"
+        elif f.signal:
+            text += " (a killed process prints no traceback; look at its last lines above)"
+        if self.hint:
+            text += f"; {self.hint}"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "summary": self.summary(),
+            "first": asdict(self.first),
+            "consequences": [asdict(c) for c in self.consequences],
+            "stopped_ranks": self.stopped,
+            "hint": self.hint,
+        }
+
+    def save(self, directory: str | Path) -> Path:
+        """Write ``failure.json`` in ``directory`` (created if needed); returns its path."""
+        path = Path(directory) / "failure.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        return path
+
+
+def rank_outcome(rank: int, failure: Any, log: str | None, oom_kills_before: int | None) -> RankOutcome:
+    """A :class:`RankOutcome` from torch elastic's ``ProcessFailure``."""
+    recorded = recorded_exception(failure)
+    name = None
+    if failure.exitcode < 0:
+        try:
+            name = signal.Signals(-failure.exitcode).name
+        except ValueError:
+            name = f"signal {-failure.exitcode}"
+    outcome = RankOutcome(
+        rank=rank, local_rank=failure.local_rank, pid=failure.pid, host=socket.gethostname(),
+        exitcode=failure.exitcode, signal=name, log=log, timestamp=int(failure.timestamp or 0),
+    )
+    recorded = recorded or (exception_from_log(log) if log else None)
+    if recorded:
+        outcome.exception_type, outcome.exception_message, traceback = recorded
+        outcome.last_frames = last_frames(traceback)
+    if name == "SIGKILL":
+        outcome.likely_oom = oom_killed(failure.pid, oom_kills_before)
+    return outcome
+
+
+def build_report(outcomes: list[RankOutcome], hint: str = "") -> FailureReport:
+    """Order the outcomes: the cause first, then consequences; agent-stopped ranks apart.
+
+    torch's timestamps are coarse (seconds) and, for a killed process, the moment the
+    agent *noticed*, which can be after its peers reported losing it. So the cause is
+    a stall verdict first, then a rank that did not merely lose its peer or get the
+    agent's SIGTERM, and only then the earliest.
+    """
+
+    def blame(o: RankOutcome) -> tuple:
+        return (not o.stall_verdict, o.signal == "SIGTERM", o.peer_lost, o.timestamp, o.rank)
+
+    ordered = sorted(outcomes, key=blame)
+    first, rest = ordered[0], ordered[1:]
+    stopped = sorted(o.rank for o in rest if o.signal in {s.name for s in STOPPED_BY_AGENT} and not o.likely_oom)
+    consequences = [o for o in rest if o.rank not in stopped]
+    if not hint and first.peer_lost:
+        hint = ("this rank lost a peer inside a collective: another rank or host died (its log says why), or "
+                "a collective ran on only some ranks — a rank-dependent branch (`if rank == 0:` / "
+                "`if rt.is_main:`) around ckpt.save, barrier or all_reduce must run on every rank")
+    return FailureReport(first, consequences, stopped, hint)
+
+
+def recorded_exception(failure: Any) -> tuple[str, str, str] | None:
+    """(type, message, traceback) from the worker's error file, when it wrote one (``@record``)."""
+    data = failure.error_file_data or {}
+    message = data.get("message")
+    if isinstance(message, str):  # some torch versions store the JSON as a string
+        try:
+            message = json.loads(message)
+        except ValueError:
+            return None  # torch's "<NONE>": the worker wrote no error file
+    if not isinstance(message, dict) or not message.get("message"):
+        return None
+    text = str(message["message"])
+    traceback = str(message.get("extraInfo", {}).get("py_callstack", ""))
+    exc_type, _, detail = text.partition(": ")
+    return exc_type.strip(), detail.strip(), traceback
+
+
+_TAG = re.compile(r"^(\[[\w ]+\]:\s?)+")  # [rank1]: prefixes (ours, torch's excepthook's)
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)\w*)(?:: (.*))?$")
+
+
+def exception_from_log(path: str | Path, tail_bytes: int = 65536) -> tuple[str, str, str] | None:
+    """(type, message, traceback) of the last Python traceback in a rank's stderr log, if any.
+
+    For scripts that do not write torch elastic's error file (no ``@record``).
+    """
+    try:
+        with open(path, "rb") as log:
+            log.seek(0, 2)
+            log.seek(max(0, log.tell() - tail_bytes))
+            lines = [_TAG.sub("", line) for line in log.read().decode(errors="replace").splitlines()]
+    except OSError:
+        return None
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    if not starts:
+        return None
+    block = lines[starts[-1]:]
+    for line in block[1:]:
+        match = _EXCEPTION_LINE.match(line)
+        if match and not line.startswith(" "):
+            exc_type = match.group(1).rsplit(".", 1)[-1]
+            end = block.index(line)
+            return exc_type, (match.group(2) or "").strip(), "\n".join(block[: end + 1])
+    return None
+
+
+def last_frames(traceback: str, count: int = 3) -> list[str]:
+    """The last ``count`` ``File "…", line N, in f`` lines of a formatted traceback."""
+    frames = [line.strip() for line in traceback.splitlines() if line.strip().startswith("File ")]
+    return frames[-count:]
+
+
+def oom_kill_count() -> int | None:
+    """The memory cgroup's OOM-kill counter, when readable (cgroup v2 or v1)."""
+    for name in _OOM_CGROUP_FILES:
+        try:
+            for line in Path(name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def oom_killed(pid: int, kills_before: int | None) -> bool:
+    """True when the cgroup counted a new OOM kill, or the kernel log names ``pid``."""
+    now = oom_kill_count()
+    if kills_before is not None and now is not None and now > kills_before:
+        return True
+    try:
+        log = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=3).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return bool(re.search(rf"(Out of memory|oom-kill).*\b{pid}\b|Killed process {pid}\b", log))

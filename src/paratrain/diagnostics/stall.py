@@ -1,0 +1,106 @@
+"""Who stalled? Pure functions over the ranks' progress records (no processes, no store).
+
+Every rank publishes a :class:`Beat`: the steps it completed, the phase it is in, and
+for how long it has not moved. When one rank stops (a hang, a sleep, a deadlock), the
+others soon wait for it inside a collective, so *every* rank eventually stops moving.
+The stalled rank is the one *behind*: fewest steps completed, then earliest phase of
+its step. A rank whose watchdog stopped publishing (frozen process, the GIL held by C
+code) is stalled too. Ranks that are behind in different phases of the same step,
+one of them in a checkpoint or collective, point at a collective that only some ranks
+reached (``if rank == 0: ckpt.save(...)``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+# The order of the phases within one step; after the optimizer step the counter grows and
+# the rank is in "logging" (logs, evaluation, checkpoints, callbacks) of the new count.
+PHASES = ("setup", "logging", "checkpoint", "evaluation", "data", "forward", "backward", "optimizer", "collective")
+COLLECTIVE_PHASES = ("checkpoint", "evaluation", "backward", "optimizer", "collective")
+
+
+@dataclass(frozen=True)
+class Beat:
+    """One rank's progress, as published: ``idle_s`` is measured on that rank's own clock."""
+
+    rank: int
+    host: str
+    pid: int
+    step: int
+    phase: str
+    idle_s: float
+    tick: int  # grows at every publication: a rank whose tick stops has a dead watchdog
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: bytes | str) -> Beat:
+        return cls(**json.loads(text))
+
+    @property
+    def position(self) -> tuple[int, int]:
+        order = PHASES.index(self.phase) if self.phase in PHASES else len(PHASES)
+        return (self.step, order)
+
+    def where(self) -> str:
+        return f"rank {self.rank} (host {self.host}, pid {self.pid}) at step {self.step}, phase {self.phase}"
+
+
+def stalled_ranks(beats: list[Beat], stall_timeout_s: float, silent: set[int] = frozenset()) -> list[int]:
+    """The ranks to blame, or ``[]`` while no rank has been idle for ``stall_timeout_s``.
+
+    ``silent`` are ranks whose watchdog stopped publishing for that long (seen by the reader).
+    """
+    if not beats:
+        return []
+    if silent:
+        return sorted(silent)
+    if max(beat.idle_s for beat in beats) < stall_timeout_s:
+        return []
+    behind = min(beat.position for beat in beats)
+    return sorted(beat.rank for beat in beats if beat.position == behind)
+
+
+def subset_collective(beats: list[Beat], stalled: list[int]) -> bool:
+    """True when the ranks stopped at different places of one step with a collective among them.
+
+    That is what a collective inside a rank-dependent branch looks like: some ranks wait
+    in it, the others never arrive (they wait in another collective, or ended).
+    """
+    places = {(beat.step, beat.phase) for beat in beats}
+    if len(places) < 2 or len(stalled) == len(beats):
+        return False
+    steps = {beat.step for beat in beats}
+    # The rank behind is itself waiting in a collective (not sleeping in its own code).
+    behind_waits = all(beat.phase in COLLECTIVE_PHASES for beat in beats if beat.rank in stalled)
+    return max(steps) - min(steps) <= 1 and behind_waits
+
+
+SUBSET_HINT = (
+    "a collective reached by only some ranks looks like this: a rank-dependent branch "
+    "(`if rank == 0:` / `if rt.is_main:`) around ckpt.save, barrier, all_reduce or evaluation "
+    "must run on every rank"
+)
+
+
+def stall_message(beats: list[Beat], stalled: list[int], stall_timeout_s: float, frames: dict[int, str]) -> str:
+    """One line: who stalled, where, the top frames of its stack, what the others do, a hint."""
+    by_rank = {beat.rank: beat for beat in beats}
+    parts = []
+    for rank in stalled:
+        beat = by_rank.get(rank)
+        where = beat.where() if beat else f"rank {rank}"
+        stack = frames.get(rank) or "no stack received (frozen, or C code holds the GIL); see its log"
+        parts.append(f"{where}, in {stack}")
+    others = [by_rank[r] for r in sorted(by_rank) if r not in stalled]
+    waiting = "; ".join(f"rank {b.rank} waits at step {b.step}, phase {b.phase}" for b in others)
+    head = f"stall: no progress for {stall_timeout_s:g}s: " + "; ".join(parts)
+    text = head + (f"; {waiting}" if waiting else "")
+    if subset_collective(beats, stalled):
+        text += f"; {SUBSET_HINT}"
+    elif len(stalled) == len(beats) and len(beats) > 1:
+        text += "; every rank stopped at the same place: a deadlock in the code or a network problem (paratrain doctor)"
+    return text + "; every rank's Python stack is in its log"

@@ -1,0 +1,239 @@
+"""The hang watchdog: progress out of band through the job's store, a named stall, a clean exit.
+
+gloo never says which rank is late: when one rank stalls, the *waiting* ranks time out
+(after the process-group timeout, minutes) and the launcher blames one of them. NCCL's
+own watchdog fires after 10–30 minutes. Here every rank runs a small thread that
+
+* publishes its progress (steps completed, phase, seconds without progress) under its
+  own key in the job's TCPStore, through its own connection (the main thread may be
+  blocked inside a collective or a store call);
+* reads every rank's progress; when some rank made no progress for ``stall_timeout``
+  seconds, finds the rank(s) *behind* (:mod:`paratrain.diagnostics.stall`), writes all of
+  its threads' stacks to its log (faulthandler), shares its main thread's top frames
+  through the store, and ends its process with one message naming the stalled rank,
+  host, step, phase and frames (also in torch elastic's error file, so ``paratrain run``
+  quotes it) and exit code :data:`STALL_EXIT_CODE`.
+
+All ranks see the same records, so all of them stop within a few polls of each other;
+none waits for gloo's timeout. If C code holds the GIL forever the thread cannot run:
+faulthandler's own timer, re-armed at every progress, dumps the stacks and exits instead.
+
+Usage in an own loop (``pt.fit`` does this itself)::
+
+    with rt.watchdog(stall_timeout=120) as watchdog:
+        for step, batch in enumerate(loader):
+            watchdog.progress(step, "data")     # optional: rt.backward / rt.step mark their phases
+            ...
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import socket
+import sys
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+from paratrain.diagnostics import stacks
+from paratrain.diagnostics.stall import Beat, stall_message, stalled_ranks
+from paratrain.errors import ConfigError
+
+DEFAULT_STALL_TIMEOUT_S = float(os.environ.get("PARATRAIN_STALL_TIMEOUT", "300"))  # NCCL's: 600–1800 s
+FINISHED = "finished"  # the phase a rank publishes when its watchdog stops normally
+STALL_EXIT_CODE = 124  # as GNU timeout: "it timed out"
+_STACK_WAIT_S = 5.0  # how long the reporters wait for the stalled rank's frames
+_HARD_EXIT_GRACE_S = 30.0  # faulthandler's last resort fires this long after the stall timeout
+
+_active: Watchdog | None = None
+
+
+def mark(phase: str, step: int | None = None) -> None:
+    """Record this rank's progress on the running watchdog, if any (cheap; main thread)."""
+    if _active is not None:
+        _active.progress(step, phase)
+
+
+class Watchdog:
+    """Stall detection for this rank. Start it on every rank (it is not a collective, but a
+    rank without one is seen only as idle by the others).
+
+    Args:
+        stall_timeout: seconds without progress on some rank before the job is ended.
+        rank, world_size: this process's place (default: torch.distributed's, else 0 of 1).
+        poll: seconds between publications (default: stall_timeout / 10, within 0.5–10).
+        store: a ``torch.distributed.Store`` shared by all ranks (default: a new client of
+            the job's store at MASTER_ADDR:MASTER_PORT; none with one process).
+        on_stall: called with the message instead of ending the process (tests, notebooks).
+
+    Raises:
+        ConfigError: a stall timeout that is not a positive number.
+    """
+
+    def __init__(
+        self,
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT_S,
+        rank: int | None = None,
+        world_size: int | None = None,
+        poll: float | None = None,
+        store: Any = None,
+        on_stall: Any = None,
+    ):
+        if isinstance(stall_timeout, bool) or not isinstance(stall_timeout, (int, float)) or not stall_timeout > 0:
+            raise ConfigError(f"stall_timeout must be a positive number of seconds, got {stall_timeout!r}")
+        from paratrain import comm
+
+        self.stall_timeout = float(stall_timeout)
+        self.rank = comm.rank() if rank is None else rank
+        self.world_size = comm.world_size() if world_size is None else world_size
+        self.poll = poll if poll is not None else min(10.0, max(0.5, self.stall_timeout / 10))
+        self._store = store
+        self._on_stall = on_stall
+        self._host = socket.gethostname()
+        self._step = 0
+        self._phase = "setup"
+        self._moved_at = time.monotonic()
+        self._moves = 0
+        self._counted_steps = True  # until progress() is given an explicit step
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.report: str | None = None
+        self._finished: set[int] = set()
+
+    # ---- main thread ------------------------------------------------------------------------
+    def progress(self, step: int | None = None, phase: str | None = None) -> None:
+        """This rank moved: optionally at ``step`` (steps completed) and in ``phase``."""
+        if step is not None:
+            self._step, self._counted_steps = int(step), False
+        elif phase == "optimizer" and self._counted_steps and self._phase != "optimizer":
+            self._step += 1  # an own loop that never names its steps: count rt.step calls
+        if phase is not None:
+            self._phase = phase
+        self._moves += 1
+        self._moved_at = time.monotonic()
+
+    def start(self) -> Watchdog:
+        global _active
+        if self._thread is not None:
+            return self
+        if self._store is None and self.world_size > 1:
+            self._store = _job_store(self.stall_timeout)
+        self._prefix = f"paratrain/watchdog/{os.environ.get('TORCHELASTIC_RUN_ID', 'job')}/" \
+                       f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+        self._thread = threading.Thread(target=self._run, name="paratrain-watchdog", daemon=True)
+        self._thread.start()
+        _active = self
+        return self
+
+    def stop(self) -> None:
+        global _active
+        if _active is self:
+            _active = None
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.poll + 5)
+        faulthandler.cancel_dump_traceback_later()
+        if self._store is not None and self._thread is not None and self.report is None:
+            try:  # the others must not take a rank that finished for a silent one
+                finished = Beat(self.rank, self._host, os.getpid(), self._step, FINISHED, 0.0, -1)
+                self._store.set(f"{self._prefix}beat/{self.rank}", finished.to_json())
+            except Exception:
+                pass
+
+    def __enter__(self) -> Watchdog:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # ---- the watchdog thread ------------------------------------------------------------
+    def _run(self) -> None:
+        tick, armed_at = 0, -1
+        seen: dict[int, tuple[int, float]] = {}  # rank -> (its last tick, when it changed, our clock)
+        while not self._stop.wait(self.poll):
+            tick += 1
+            if self._moves != armed_at:  # the last resort, if this thread ever stops running
+                armed_at = self._moves
+                faulthandler.dump_traceback_later(self.stall_timeout + _HARD_EXIT_GRACE_S, exit=True)
+            beat = Beat(self.rank, self._host, os.getpid(), self._step, self._phase,
+                        round(time.monotonic() - self._moved_at, 3), tick)
+            try:
+                beats = self._exchange(beat)
+            except Exception:  # the store is gone: the job is ending anyway; keep the last resort only
+                return
+            now = time.monotonic()
+            beats = [b for b in beats if b.phase != FINISHED]
+            for other in beats:
+                if seen.get(other.rank, (None,))[0] != other.tick:
+                    seen[other.rank] = (other.tick, now)
+            silent = {r for r, (_, changed) in seen.items() if now - changed > self.stall_timeout + self.poll}
+            missing = set(range(self.world_size)) - {b.rank for b in beats} - self._finished
+            stalled = stalled_ranks(beats, self.stall_timeout, silent)
+            if not stalled and missing and beat.idle_s >= self.stall_timeout:
+                stalled = sorted(missing)  # never started a watchdog, or never got this far
+            if stalled:
+                self._report(beats, stalled)
+                return
+
+    def _exchange(self, beat: Beat) -> list[Beat]:
+        if self._store is None:
+            return [beat]
+        self._store.set(f"{self._prefix}beat/{self.rank}", beat.to_json())
+        keys = [f"{self._prefix}beat/{r}" for r in range(self.world_size)]
+        present = [k for k in keys if self._store.check([k])]
+        beats = [Beat.from_json(v) for v in self._store.multi_get(present)] if present else []
+        self._finished = {b.rank for b in beats if b.phase == FINISHED}
+        return beats
+
+    def _report(self, beats: list[Beat], stalled: list[int]) -> None:
+        stacks.dump_all_threads(f"paratrain watchdog: rank {self.rank}: a stall was detected; this rank's threads:")
+        frames = {self.rank: stacks.main_thread_frames()}
+        if self._store is not None:
+            self._store.set(f"{self._prefix}frames/{self.rank}", frames[self.rank])
+            deadline = time.monotonic() + _STACK_WAIT_S
+            for rank in stalled:
+                key = f"{self._prefix}frames/{rank}"
+                while rank not in frames and time.monotonic() < deadline:
+                    if self._store.check([key]):
+                        frames[rank] = self._store.get(key).decode()
+                    else:
+                        time.sleep(0.1)
+        self.report = stall_message(beats, stalled, self.stall_timeout, frames)
+        if self._on_stall is not None:
+            faulthandler.cancel_dump_traceback_later()
+            self._on_stall(self.report)
+            return
+        _end_process(self.report)
+
+
+def _job_store(timeout_s: float):
+    """A new client connection to the job's TCPStore (torchrun's, or rank 0's under SLURM/MPI)."""
+    import torch.distributed as dist
+
+    host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if not host or not port:
+        return None
+    return dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=max(30.0, timeout_s)))
+
+
+def _end_process(report: str) -> None:
+    """Print the report, leave it in torch elastic's error file, and exit without unwinding.
+
+    The main thread is stuck (in a collective or the stalled code): nothing else can end it.
+    """
+    from paratrain.errors import CollectiveTimeoutError
+
+    print(f"paratrain watchdog: error: {report}", file=sys.stderr, flush=True)
+    error = CollectiveTimeoutError(report)
+    try:
+        from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+        handler = get_error_handler()
+        handler.initialize()
+        handler.record_exception(error)
+    except Exception:  # no error file (not under torchrun): the printed line is the report
+        pass
+    sys.stderr.flush()
+    os._exit(STALL_EXIT_CODE)

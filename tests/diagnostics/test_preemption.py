@@ -1,0 +1,60 @@
+"""SIGTERM (SLURM scancel, Kubernetes eviction) to the launcher mid-run: finish the step, save, exit 75, resume."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+from paratrain.diagnostics.preemption import PREEMPTED_EXIT_CODE, PreemptionGuard
+from tests.diagnostics.killing import newest_checkpoint_step
+from tests.launch.processes import HANG_GUARD_S
+from tests.support import ROOT, paratrain_cmd
+
+DIGITS = ["digits", "--nproc-per-node", "2", "--limit-train", "384", "--limit-eval", "64", "--max-steps", "60",
+          "--save-every", "4", "--no-eval-per-epoch", "--no-tensorboard", "--log-every", "1"]
+
+
+def _steps_logged(out) -> int:
+    path = out / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return max((json.loads(line)["step"] for line in lines if '"train"' in line), default=0)
+
+
+def test_sigterm_to_the_launcher_saves_the_current_step_exits_preempted_and_the_rerun_resumes(tmp_path, cli_env):
+    out = tmp_path / "digits"
+    command = paratrain_cmd("train", *DIGITS, "--out", str(out))
+    launcher = subprocess.Popen(command, cwd=ROOT, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while _steps_logged(out) < 6:  # past the first timed checkpoints, mid-run
+            assert launcher.poll() is None, launcher.communicate()
+            time.sleep(0.02)
+        launcher.send_signal(signal.SIGTERM)
+        _, stderr = launcher.communicate(timeout=HANG_GUARD_S)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == PREEMPTED_EXIT_CODE == 75, stderr
+    saved = newest_checkpoint_step(out / "checkpoints")
+    assert saved == _steps_logged(out) < 60  # the last finished step was saved; training stopped there
+    assert f"preempted by SIGTERM after step {saved}: checkpoint at step {saved}" in stderr
+    assert stderr.strip().splitlines()[-1].startswith("paratrain train: error: preempted by SIGTERM")
+    assert f"the newest checkpoint is at step {saved}" in stderr.strip().splitlines()[-1]
+
+    rerun = subprocess.run(command, cwd=ROOT, env=cli_env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumed_from_step"] == saved and summary["steps"] == 60
+
+
+def test_a_timed_save_is_due_after_the_minutes_and_sigterm_is_only_a_flag():
+    with PreemptionGuard(save_every_minutes=0.001) as guard:  # 60 ms
+        assert guard.agree() == (False, False)
+        time.sleep(0.1)
+        assert guard.agree() == (False, True)
+        guard.saved()
+        assert guard.agree() == (False, False)
+        signal.raise_signal(signal.SIGTERM)  # the process goes on: the loop decides when to stop
+        assert guard.agree() == (True, False) and guard.requested_by == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))

@@ -1,0 +1,67 @@
+"""Who stalled, from the ranks' progress records; and the watchdog thread on one process."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from paratrain.diagnostics.stall import Beat, stall_message, stalled_ranks, subset_collective
+from paratrain.diagnostics.watchdog import Watchdog
+from paratrain.errors import ConfigError
+
+
+def beat(rank, step, phase, idle):
+    return Beat(rank, "host", 100 + rank, step, phase, idle, 1)
+
+
+def test_the_rank_behind_is_stalled_not_the_ones_waiting_for_it():
+    # rank 1 sleeps after step 3; rank 0 went on and waits in step 4's gradient all-reduce.
+    beats = [beat(0, 3, "backward", 9.0), beat(1, 3, "logging", 10.0)]
+    assert stalled_ranks(beats, 10.0) == [1]
+    assert stalled_ranks(beats, 11.0) == []  # not yet
+    message = stall_message(beats, [1], 10.0, {1: "on_step_end (train.py:12: time.sleep(3600))"})
+    assert message.startswith("stall: no progress for 10s: rank 1 (host host, pid 101) at step 3, phase logging")
+    assert "time.sleep(3600)" in message and "rank 0 waits at step 3, phase backward" in message
+    assert "rank-dependent" not in message  # rank 1 sleeps in its own code, not in a collective
+
+
+def test_a_collective_on_one_rank_only_gets_the_hint():
+    # `if rt.is_main: ckpt.save(...)`: rank 0 waits inside the save, rank 1 in the next step's backward.
+    beats = [beat(0, 3, "checkpoint", 12.0), beat(1, 3, "backward", 11.9)]
+    stalled = stalled_ranks(beats, 10.0)
+    assert stalled == [0] and subset_collective(beats, stalled)
+    assert "`if rank == 0:` / `if rt.is_main:`" in stall_message(beats, stalled, 10.0, {})
+
+
+def test_everyone_at_the_same_place_and_silent_ranks():
+    beats = [beat(0, 5, "backward", 20.0), beat(1, 5, "backward", 20.0)]
+    assert stalled_ranks(beats, 10.0) == [0, 1]
+    assert "deadlock in the code or a network problem" in stall_message(beats, [0, 1], 10.0, {})
+    assert stalled_ranks(beats[:1], 100.0, silent={1}) == [1]  # its watchdog stopped publishing
+
+
+def stuck_in_user_code(seconds):
+    time.sleep(seconds)
+
+
+def test_the_watchdog_reports_this_process_stalled_in_the_frame_where_it_sleeps():
+    reports = []
+    with Watchdog(0.6, rank=0, world_size=1, poll=0.1, on_stall=reports.append) as watchdog:
+        watchdog.progress(7, "forward")
+        stuck_in_user_code(2.0)
+    assert len(reports) == 1
+    assert "rank 0 (host" in reports[0] and "at step 7, phase forward" in reports[0]
+    assert "stuck_in_user_code (test_stall.py" in reports[0] and "time.sleep(seconds)" in reports[0]
+
+
+def test_the_watchdog_stays_quiet_while_progress_is_made_and_refuses_bad_timeouts():
+    reports = []
+    with Watchdog(0.5, rank=0, world_size=1, poll=0.1, on_stall=reports.append) as watchdog:
+        for step in range(15):
+            watchdog.progress(step, "forward")
+            time.sleep(0.1)
+    assert reports == []
+    for bad in (0, -1, "10", True):
+        with pytest.raises(ConfigError, match="stall_timeout must be a positive number"):
+            Watchdog(bad)
