@@ -37,3 +37,16 @@ def cli_env():
     from tests.support import clean_env
 
     return clean_env()
+
+
+@pytest.fixture
+def two_hosts():
+    """(namespace, interface, address) for node 0 and node 1 — two network namespaces joined by a
+    veth pair (tests/netns.py); always deleted afterwards."""
+    from tests import netns
+
+    try:
+        with netns.two_hosts() as hosts:
+            yield [(h.namespace, h.interface, h.address) for h in hosts]
+    except netns.NetnsUnavailable as exc:
+        pytest.skip(f"two-node test: {exc}")

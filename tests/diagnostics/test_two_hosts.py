@@ -1,6 +1,6 @@
 """Two hosts in network namespaces: doctor on both, a training across them, and one host lost.
 
-Reuses the veth-pair fixture of tests/launch/test_two_nodes.py.
+Uses the two_hosts fixture (tests/conftest.py: two network namespaces joined by a veth pair).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import subprocess
 import time
 
 from tests.launch.processes import HANG_GUARD_S, finish, start
-from tests.launch.test_two_nodes import two_hosts  # noqa: F401  (the fixture)
 from tests.support import ROOT, clean_env, paratrain_cmd
 
 FIT = str(ROOT / "tests" / "diagnostics" / "fit_script.py")
@@ -32,7 +31,7 @@ def _steps(out) -> int:
     return max((json.loads(line)["step"] for line in lines if '"train"' in line), default=0)
 
 
-def test_doctor_training_and_a_lost_host_across_two_namespaces(two_hosts, tmp_path):  # noqa: F811
+def test_doctor_training_and_a_lost_host_across_two_namespaces(two_hosts, tmp_path):
     (ns0, _, addr0), (ns1, if1, _) = two_hosts
     env = clean_env()
 
