@@ -28,6 +28,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_powersgd
 
+from paratrain.errors import ConfigError
+
 #: Compression starts at this iteration. DDP rebuilds its buckets after iteration 1, and
 #: torch requires ≥ 2 with error feedback; later starts spend more slow fp32 steps.
 START_ITER = 2
@@ -99,17 +101,17 @@ class PowerSGDComm:
         """Restore :meth:`state_dict`'s output; it reaches the buckets at the next backward.
 
         Raises:
-            ValueError: the state was saved with another rank or for other parameters.
+            ConfigError: the state was saved with another rank or for other parameters.
         """
         state = self.torch_state
         if int(saved["rank"]) != state.matrix_approximation_rank:
-            raise ValueError(
+            raise ConfigError(
                 f"the checkpoint's PowerSGD state has rank {saved['rank']}, this run uses "
                 f"{state.matrix_approximation_rank}; resume with --grad-compression powersgd:{saved['rank']}"
             )
         unknown = sorted((set(saved["error"]) | set(saved["q"])) - set(self.names.values()))
         if unknown:
-            raise ValueError(f"the checkpoint's PowerSGD state is for other parameters ({', '.join(unknown[:3])})")
+            raise ConfigError(f"the checkpoint's PowerSGD state is for other parameters ({', '.join(unknown[:3])})")
         state.iter = int(saved["iter"])
         rng = saved["rng"]
         state.rng.set_state(
