@@ -33,7 +33,7 @@ def test_bad_values_are_named(capsys, tmp_path):
     code, _, err = _run(capsys, "digits", "--limit-train", "-3", "--out", str(tmp_path / "x"))
     assert code == 2 and "--limit-train must be a positive integer" in err
     code, _, err = _run(capsys, "seg", "--metric", "accuracy", "--out", str(tmp_path / "x"))
-    assert code == 2 and "--metric 'accuracy' is not computed by task 'seg'; choose one of: loss, miou, pixel_accuracy" in err
+    assert code == 2 and "--metric accuracy is not computed by task 'seg'; choose one of: loss, miou, pixel_accuracy" in err
     assert not (tmp_path / "x").exists()
 
 

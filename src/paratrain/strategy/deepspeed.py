@@ -120,9 +120,24 @@ class DeepSpeedStrategy(Strategy):
             )
         if not self.accumulation.should_step:
             return None
+        self.accumulation.take_pending()  # the loss was divided in backward (the engine owns the gradients)
         self.engine.step()
         norm = self.engine.get_global_grad_norm()
         return None if norm is None else torch.as_tensor(norm)
+
+    def accumulate(self, model: torch.nn.Module, steps: int | None = None, sync: bool | None = None):
+        """One micro-step (see :meth:`Strategy.accumulate`).
+
+        Raises:
+            ConfigError: ``sync=`` without ``steps=``: the engine owns the gradients, so
+                the loss is divided in ``backward`` by the cycle's length, known up front.
+        """
+        if sync is not None and steps is None:
+            raise ConfigError(
+                "strategy 'deepspeed' divides the loss before its engine's backward and needs the number of "
+                "micro-steps up front: rt.accumulate(model, steps=N, sync=...) (or steps=N alone)"
+            )
+        return super().accumulate(model, steps=steps, sync=sync)
 
     @contextlib.contextmanager
     def no_sync(self, model: torch.nn.Module):

@@ -25,6 +25,7 @@ from torch.distributed.tensor import DTensor
 from paratrain.errors import ConfigError
 from paratrain.strategy.api import Strategy
 from paratrain.strategy.optimizers import (
+    mark_replaced,
     parameter_names,
     rebind_optimizers,
     reject_stateful,
@@ -66,6 +67,7 @@ class FSDPStrategy(Strategy):
             )
         reject_meta(module)
         names_before = parameter_names(module)
+        parameters_before = list(module.parameters())
         reject_stateful(optimizers, names_before)
         # fully_shard keeps each rank's own slice of its local tensor, so the full
         # tensors must agree first.
@@ -82,6 +84,7 @@ class FSDPStrategy(Strategy):
             fully_shard(block, **settings)
         fully_shard(module, **settings)
         rebind_optimizers(optimizers, names_before, module)
+        mark_replaced(names_before, parameters_before)  # an optimizer not given to setup still holds these
         return module
 
     def blocks(self, module: torch.nn.Module) -> list[torch.nn.Module]:

@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from paratrain.arguments import cli_spelling
 from paratrain.errors import ParatrainError
 
 
@@ -56,8 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     add_train_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        task, config = build_run(args)
-        Trainer(task, config).fit()
+        with cli_spelling():  # errors name the flags this command was given
+            task, config = build_run(args)
+            Trainer(task, config).fit()
     except ParatrainError as exc:
         if os.environ.get("PARATRAIN_DEBUG"):
             raise
