@@ -58,6 +58,7 @@ TRAIN_OPTIONS: list[tuple[str, object, str]] = [
     ("--save-every", int, "also checkpoint every N steps"),
     ("--keep-last", int, "checkpoints to keep besides the best (default 2)"),
     ("--log-every", int, "steps between log lines (default 50)"),
+    ("--check-sync-every", int, "check every N steps that all processes hold the same weights (default 100; 0: never)"),
     ("--strategy", str, "auto, single, ddp, fsdp, dp, deepspeed (default auto: ddp on several processes)"),
     ("--zero-stage", int, "with --strategy deepspeed: ZeRO stage 1, 2 or 3 (default 2)"),
     ("--precision", str, "32-true, bf16-mixed, fp16-mixed (default 32-true)"),

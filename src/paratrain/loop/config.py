@@ -45,6 +45,9 @@ class FitConfig:
     save_every: int | None = None  # steps, besides the saves at evaluations and epoch ends
     keep_last: int = 2
     log_every: int = 50  # steps between console lines / metric records
+    # Steps between checks that all ranks hold the same weights (0: never). The default costs
+    # well under 0.5 % of the step time (benchmarks/check_sync_cost.py).
+    check_sync_every: int = 100
     strategy: str = "auto"
     precision: str = "32-true"
     seed: int = 42
@@ -71,6 +74,7 @@ class FitConfig:
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"{option('schedule', self.schedule)} is not one of {', '.join(SCHEDULES)}")
         check_type("", "num_workers", self.num_workers, "int >= 0")
+        check_type("", "check_sync_every", self.check_sync_every, "int >= 0")
         check_type("", "seed", self.seed, "int")
         for name in ("eval_per_epoch", "sync_batchnorm", "fresh"):
             check_type("", name, getattr(self, name), "bool")

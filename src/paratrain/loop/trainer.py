@@ -233,6 +233,8 @@ class Trainer:
     def _after_step(self, epoch: int, window: TrainWindow) -> bool:
         """Log, evaluate and save when due; True when the run must stop. Collective."""
         c, step = self.config, self.state.step
+        if c.check_sync_every and step % c.check_sync_every == 0:
+            self.runtime.check_same_weights(self.model, step=step)  # drift raises here, naming tensor and ranks
         evaluate = bool(c.eval_every) and step % c.eval_every == 0
         if evaluate or step % c.log_every == 0 or step >= self.total_steps:
             self._log_train(epoch, *window.take())

@@ -127,8 +127,11 @@ class Runtime:
         to ``rt.device``, wraps it for the strategy (DDP, FSDP2, DataParallel, …),
         makes its weights identical on all ranks (rank 0's, whatever each rank's
         seed), and compiles it (``compile=True``). Optimizers created before
-        ``setup`` keep working: if the strategy replaces parameters (FSDP shards
-        them), their param groups are repointed in place.
+        ``setup`` and given to it keep working: if the strategy replaces parameters
+        (FSDP shards them), their param groups are repointed in place. One created
+        before and *not* given would train the replaced tensors: ``rt.step`` refuses it.
+        With several processes, ``rt.backward``/``rt.step``/``rt.accumulate`` refuse a
+        model or optimizer that ``setup`` did not return (the ranks would drift apart).
 
         Returns the wrapped model, or ``(model, *optimizers)`` when optimizers are given.
         Collective: all ranks must call it together.
@@ -225,14 +228,19 @@ class Runtime:
 
         return save_weights(self.full_state_dict(model), path)
 
-    def check_same_weights(self, model: torch.nn.Module) -> None:
+    def check_same_weights(self, model: torch.nn.Module, step: int | None = None) -> None:
         """Check that every rank holds bit-identical weights (exact checksums). Collective.
 
+        One pass over the weights and a small all-reduce of checksums; call it every
+        few hundred steps of your own loop (``pt.fit`` does, see ``check_sync_every``).
+        Sharded strategies compare what every rank holds identically (buffers, shard
+        layout); ``single`` compares nothing (its ranks train their own models).
+
         Raises:
-            DistributedError: names the first differing parameter or buffer and the
-                ranks that differ from rank 0.
+            DistributedError: names the first differing parameter or buffer, the
+                ranks that differ from rank 0, and ``step`` when given.
         """
-        self.strategy.check_same_weights(model)
+        self.strategy.check_same_weights(model, step=step)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Context for the forward pass and loss: bf16/fp16 autocast, or nothing for 32-true."""

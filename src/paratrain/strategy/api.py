@@ -29,8 +29,9 @@ from paratrain import comm
 from paratrain.errors import ConfigError
 from paratrain.strategy.accumulation import GradientAccumulation
 from paratrain.strategy.optimizers import check_trains_current_parameters
+from paratrain.strategy.setup_guard import SetupGuard
 from paratrain.strategy.sync_batchnorm import convert_sync_batchnorm
-from paratrain.strategy.weights import check_same_weights, named_tensors
+from paratrain.strategy.weights import check_same_weights, replicated_tensors
 
 if TYPE_CHECKING:
     from paratrain.precision import Precision
@@ -70,6 +71,7 @@ class Strategy(abc.ABC):
         self.compile = compile
         self.options = options
         self.accumulation = GradientAccumulation()
+        self.guard = SetupGuard()
         self.check_world_size(runtime.process.world_size)
 
     @property
@@ -120,6 +122,7 @@ class Strategy(abc.ABC):
         setattr(module, SETUP_MARK, self.name)
         if self.compile:
             wrapped = torch.compile(wrapped)
+        self.guard.add(wrapped, self.unwrap(wrapped), optimizers)
         return (wrapped, *optimizers) if optimizers else wrapped
 
     def _prepare(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -145,7 +148,12 @@ class Strategy(abc.ABC):
     # ---- training step -----------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, model: torch.nn.Module | None = None) -> None:
         """``loss.backward()`` through the precision (scaled for fp16). Inside ``accumulate``
-        the gradients add up; ``step`` divides them by the micro-batches they hold."""
+        the gradients add up; ``step`` divides them by the micro-batches they hold.
+
+        Raises:
+            ConfigError: several processes, and the loss does not come from a model ``setup`` returned.
+        """
+        self.guard.check_backward()
         self.precision.backward(loss)
 
     def step(
@@ -159,6 +167,7 @@ class Strategy(abc.ABC):
         if not self.accumulation.should_step:
             return None
         check_trains_current_parameters(optimizer)
+        self.guard.check_step(optimizer)
         self.precision.unscale(optimizer)
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         self.accumulation.average(params)  # k micro-batches: the mean gradient of one batch of k·b
@@ -167,6 +176,7 @@ class Strategy(abc.ABC):
             norm = self.clip_grad_norm(params, clip_norm)
         self.precision.optimizer_step(optimizer)
         optimizer.zero_grad(set_to_none=True)
+        self.guard.stepped()
         return norm
 
     def clip_grad_norm(self, parameters: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
@@ -185,8 +195,10 @@ class Strategy(abc.ABC):
         (see :mod:`paratrain.strategy.accumulation`).
 
         Raises:
-            ConfigError: ``steps`` < 1, a ``sync`` that is not a bool, or nested contexts.
+            ConfigError: ``steps`` < 1, a ``sync`` that is not a bool, nested contexts, or
+                (several processes) a model that ``setup`` did not return.
         """
+        self.guard.check_model(model)
         sync_now = self.accumulation.enter(steps, sync)
         try:
             with contextlib.nullcontext() if sync_now else self.no_sync(model):
@@ -208,13 +220,16 @@ class Strategy(abc.ABC):
         """Remove this strategy's own wrapper (identity when it does not wrap)."""
         return model
 
-    def check_same_weights(self, model: torch.nn.Module) -> None:
+    def check_same_weights(self, model: torch.nn.Module, step: int | None = None) -> None:
         """Check that all ranks hold identical parameters and buffers. Collective.
 
+        BatchNorm statistics without SyncBatchNorm are left out: each rank updates them
+        from its own batch (DDP re-broadcasts rank 0's before every forward).
+
         Raises:
-            DistributedError: names the first differing tensor and the ranks.
+            DistributedError: names the first differing tensor, the ranks and ``step``.
         """
-        check_same_weights(named_tensors(self.unwrap(model)))
+        check_same_weights(replicated_tensors(self.unwrap(model)), step=step)
 
     def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The full (unsharded) state dict with the user's key names (no ``module.``).

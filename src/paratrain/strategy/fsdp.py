@@ -33,8 +33,9 @@ from paratrain.strategy.optimizers import (
 from paratrain.strategy.weights import (
     broadcast_module,
     check_same_weights,
-    named_tensors,
     reject_meta,
+    replicated_tensors,
+    shard_layouts,
 )
 
 
@@ -117,10 +118,13 @@ class FSDPStrategy(Strategy):
             raise ConfigError("accumulate(model) needs the model returned by rt.setup(model), not the original module")
         return _gradient_sync_off(fsdp)
 
-    def check_same_weights(self, model: torch.nn.Module) -> None:
-        """Compares the replicated tensors (buffers, unsharded parameters); shards differ by design."""
-        named = [(n, t) for n, t in named_tensors(self.unwrap(model)) if not isinstance(t, DTensor)]
-        check_same_weights(named)
+    def check_same_weights(self, model: torch.nn.Module, step: int | None = None) -> None:
+        """Compares what every rank holds identically: replicated tensors (buffers, unsharded
+        parameters) and the layout of the shards (global shape, dtype, placements); the
+        shards' values differ by design."""
+        tensors = replicated_tensors(self.unwrap(model))
+        replicated = [(n, t) for n, t in tensors if not isinstance(t, DTensor)]
+        check_same_weights(replicated + shard_layouts(tensors), step=step)
 
     def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """Full tensors gathered to CPU on rank 0; other ranks get ``{}``. Collective."""

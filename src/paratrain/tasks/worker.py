@@ -34,7 +34,7 @@ def build_run(args: argparse.Namespace):
         name: getattr(args, name)
         for name in ("epochs", "max_steps", "batch_size", "eval_batch_size", "lr", "weight_decay", "warmup",
                      "schedule", "grad_accum", "clip_norm", "eval_every", "metric", "patience", "save_every",
-                     "keep_last", "log_every", "strategy", "zero_stage", "precision", "seed", "num_workers")
+                     "keep_last", "log_every", "check_sync_every", "strategy", "zero_stage", "precision", "seed", "num_workers")
         if getattr(args, name) is not None
     }
     config = FitConfig(
