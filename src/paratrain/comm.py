@@ -1,9 +1,13 @@
 """Collective helpers that are correct with and without a process group.
 
-Without an initialised process group (a plain ``python script.py``) every helper
-returns the single-process answer: ``world_size() == 1``, ``all_reduce(x) == x``,
-``all_gather(t) == [t]``. With one, the helpers are *collectives*: **all ranks must
-call them together, in the same order**, or the job deadlocks until the timeout.
+Without an initialised process group every collective returns the single-process
+answer: ``all_reduce(x) == x``, ``all_gather(t) == [t]``. Who this process is —
+``rank()``, ``world_size()``, ``is_main()``, and so ``print`` and ``get_logger`` —
+comes from the group when there is one, else from the launcher's environment
+(torchrun, SLURM, OpenMPI/PMI), so rank 0 alone prints also before a group is made
+and after it is closed; a plain ``python script.py`` is rank 0 of 1. With a group,
+the collectives must be called by **all ranks together, in the same order**, or the
+job deadlocks until the timeout.
 
 Every wait has a timeout. Barriers use gloo's ``monitored_barrier`` (on a side gloo
 group when the main backend is NCCL), which names the ranks that did not arrive.
@@ -36,25 +40,36 @@ def is_initialized() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+def _launcher() -> tuple[int, int, int]:
+    """``(rank, world_size, local_rank)`` as the launcher set them (RANK/WORLD_SIZE,
+    SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/…), or a plain single process's."""
+    from paratrain.env import detect_position
+
+    return detect_position()
+
+
 def rank() -> int:
-    """Global rank; 0 without a process group."""
-    return dist.get_rank() if is_initialized() else 0
+    """Global rank: the process group's, or — before one exists and after it is closed —
+    the launcher's (torchrun, SLURM, OpenMPI/PMI variables); 0 for a plain process."""
+    return dist.get_rank() if is_initialized() else _launcher()[0]
 
 
 def world_size() -> int:
-    """Number of processes in the job; 1 without a process group."""
-    return dist.get_world_size() if is_initialized() else 1
+    """Number of processes in the job: the process group's, or without one the launcher's; 1 for a plain process.
+
+    Without a group the collectives below still give one-process answers: there is
+    nobody to talk to, whatever the job's size.
+    """
+    return dist.get_world_size() if is_initialized() else _launcher()[1]
 
 
 def local_rank() -> int:
     """Rank within this node (``LOCAL_RANK``/``SLURM_LOCALID``/…); 0 for one process."""
-    from paratrain.env import detect
-
-    return detect().local_rank
+    return _launcher()[2]
 
 
 def is_main() -> bool:
-    """True on global rank 0 (and in a single process)."""
+    """True on global rank 0 (and in a single process), with or without a process group."""
     return rank() == 0
 
 

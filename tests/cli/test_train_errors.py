@@ -10,6 +10,7 @@ import pytest
 
 from paratrain.cli.main import main
 from paratrain.cli.train_cmd import add_train_arguments, train_argv
+from paratrain.loop.config import FitConfig
 from paratrain.tasks.worker import build_run
 
 
@@ -33,7 +34,7 @@ def test_bad_values_are_named(capsys, tmp_path):
     code, _, err = _run(capsys, "digits", "--limit-train", "-3", "--out", str(tmp_path / "x"))
     assert code == 2 and "--limit-train must be a positive integer" in err
     code, _, err = _run(capsys, "seg", "--metric", "accuracy", "--out", str(tmp_path / "x"))
-    assert code == 2 and "--metric 'accuracy' is not computed by task 'seg'; choose one of: loss, miou, pixel_accuracy" in err
+    assert code == 2 and "--metric accuracy is not computed by task 'seg'; choose one of: loss, miou, pixel_accuracy" in err
     assert not (tmp_path / "x").exists()
 
 
@@ -77,13 +78,14 @@ def test_worker_gets_the_same_options_back():
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)
     args = parser.parse_args(["seg", "--sync-bn", "--epochs", "3", "--lr", "0.01", "--limit-train", "64",
-                              "--out", "o", "--no-progress", "--grad-accum", "2"])
+                              "--out", "o", "--no-progress", "--grad-accum", "2", "--check-sync-every", "7"])
     again = parser.parse_args(train_argv(args))
     assert vars(again) == vars(args)
     task, config = build_run(again)
     assert task.name == "seg" and task.options.limit_train == 64
     assert config.sync_batchnorm and config.epochs == 3 and config.lr == 0.01 and config.grad_accum == 2
     assert config.progress is False and config.out_dir == "o" and config.eval_per_epoch
+    assert config.check_sync_every == 7 and FitConfig().check_sync_every == 100
 
 
 @pytest.mark.parametrize("words", [["train", "--help"], ["predict", "--help"]])

@@ -17,21 +17,32 @@ from paratrain.tasks.api import Recipe
 @pytest.mark.parametrize(
     "options, needle",
     [
-        ({"epochs": 0}, "--epochs must be a positive integer"),
-        ({"grad_accum": -1}, "--grad-accum must be a positive integer"),
-        ({"lr": 0}, "--lr must be a positive number"),
-        ({"warmup": 1.5}, r"--warmup is a fraction of the steps in \[0, 1\)"),
-        ({"schedule": "cosine"}, "--schedule 'cosine' is not one of linear, constant"),
-        ({"patience": True}, "--patience must be a positive integer"),
+        ({"epochs": 0}, "^epochs must be a positive integer"),
+        ({"grad_accum": -1}, "^grad_accum must be a positive integer"),
+        ({"lr": 0}, "^lr must be a positive number"),
+        ({"warmup": 1.5}, r"^warmup is a fraction of the steps in \[0, 1\)"),
+        ({"schedule": "cosine"}, "^schedule='cosine' is not one of linear, constant"),
+        ({"patience": True}, "^patience must be a positive integer"),
+        ({"seed": "42"}, "^seed must be an int, got '42'"),
+        ({"fresh": "yes"}, "^fresh must be a bool, got 'yes'"),
     ],
 )
-def test_bad_values_are_refused_naming_the_flag(options, needle):
+def test_bad_values_are_refused_naming_the_argument(options, needle):
     with pytest.raises(ConfigError, match=needle):
         FitConfig(**options)
 
 
+def test_under_the_cli_the_same_checks_name_the_flags():
+    from paratrain.arguments import cli_spelling
+
+    with cli_spelling(), pytest.raises(ConfigError, match="^--grad-accum must be a positive integer"):
+        FitConfig(grad_accum=0)
+    with cli_spelling(), pytest.raises(ConfigError, match="^--schedule cosine is not one of"):
+        FitConfig(schedule="cosine")
+
+
 def test_unknown_option_lists_the_known_ones():
-    with pytest.raises(ConfigError, match="unknown fit option.*epoch.*known: .*epochs"):
+    with pytest.raises(ConfigError, match="pt.fit\\(\\) got an unexpected argument 'epoch'; did you mean 'epochs'\\?"):
         FitConfig.check_names({"epoch": 3})
 
 
@@ -73,7 +84,7 @@ def test_out_dir_refuses_another_tasks_run_and_fresh_moves_it_aside(tmp_path):
         prepare_out_dir(out, "seg")
     message = str(info.value)
     assert "holds checkpoints of task 'digits', not 'seg'" in message
-    assert "another --out" in message and "--fresh" in message
+    assert "another out_dir" in message and "fresh=True" in message and "--" not in message
     assert (out / "task.json").exists()  # nothing touched
     same, moved = prepare_out_dir(out, "digits")
     assert same == out and moved is None
@@ -91,5 +102,5 @@ def test_out_dir_refuses_foreign_files_a_file_and_another_model_path(tmp_path):
     run = tmp_path / "bert"
     run.mkdir()
     (run / "task.json").write_text(json.dumps({"task": "text-cls", "options": {"model_path": "/models/a"}}))
-    with pytest.raises(ConfigError, match="holds a run with --model-path /models/a, this one has /models/b"):
+    with pytest.raises(ConfigError, match="holds a run with model_path='/models/a', this one has model_path='/models/b'"):
         prepare_out_dir(run, "text-cls", {"model_path": "/models/b"})

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from paratrain import comm
+from paratrain.arguments import check_type, reject_objects
 from paratrain.checkpoint import catalog, restoring, saving
 from paratrain.checkpoint.agreement import main_then_share
 from paratrain.checkpoint.manifest import Manifest, verify
@@ -35,6 +36,21 @@ from paratrain.checkpoint.model_state import TorchStateAccess
 from paratrain.checkpoint.restoring import CheckpointState
 from paratrain.checkpoint.stateful import Stateful, by_name, collect
 from paratrain.errors import ConfigError
+
+_BY_NAME = "pass the objects to save by name: pt.Checkpointer(rt, directory, model=model, optimizer=opt, loader=train)"
+
+
+def _check_arguments(runtime: Any, directory: Any, keep_last: Any, best_metric: Any, mode: Any) -> None:
+    """Raises:
+    ConfigError: a model/optimizer/loader where an option belongs, or an option of the wrong type.
+    """
+    call = "pt.Checkpointer()"
+    if runtime is not None and not hasattr(runtime, "strategy"):
+        raise ConfigError(f"{call}: the first argument is the pt.Runtime (or None), got a {type(runtime).__name__}; {_BY_NAME}")
+    reject_objects(call, _BY_NAME, directory=directory, keep_last=keep_last, best_metric=best_metric, mode=mode)
+    if not isinstance(directory, (str, Path)):
+        raise ConfigError(f"{call}: directory must be a path (str or Path), got {type(directory).__name__}")
+    check_type(call, "best_metric", best_metric, "str", allow_none=True)
 
 
 class Checkpointer:
@@ -58,8 +74,9 @@ class Checkpointer:
     the same on all ranks (a training loader is).
 
     Raises:
-        ConfigError: ``keep_last`` < 1, a bad ``mode``, a directory path that is a
-            file, or an object that cannot be checkpointed.
+        ConfigError: objects passed by position (they go by name), ``keep_last`` < 1, a
+            bad ``mode``, a directory path that is a file, or an object that cannot be
+            checkpointed.
     """
 
     def __init__(
@@ -71,6 +88,7 @@ class Checkpointer:
         mode: str = "max",
         **stateful: Any,
     ):
+        _check_arguments(runtime, directory, keep_last, best_metric, mode)
         if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1):
             raise ConfigError(
                 f"keep_last={keep_last!r}: keep at least 1 checkpoint (the newest), or None to keep all; "
@@ -113,11 +131,15 @@ class Checkpointer:
             extra: any JSON-serialisable dict, returned by ``resume()``.
 
         Raises:
-            ConfigError: no step/epoch, non-numeric metrics, non-JSON ``extra``.
+            ConfigError: no step/epoch, non-numeric metrics, non-JSON ``extra``, or
+                gradients of accumulation micro-steps still wait for an optimizer step.
             CheckpointError: any rank failed (read-only directory, disk full, a state
                 that is not plain data); every rank raises it, the half-written
                 checkpoint is removed and earlier ones are untouched.
         """
+        strategy = getattr(self.runtime, "strategy", None)
+        if strategy is not None:  # pending gradients are not state a checkpoint can hold
+            strategy.accumulation.check_no_pending("ckpt.save()")
         return saving.save(self, step, epoch, metrics, extra)
 
     # ---- reading ---------------------------------------------------------------------------

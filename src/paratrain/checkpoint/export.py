@@ -63,19 +63,7 @@ def export(path: str | Path, output: str | Path, model: str | None = None, force
     if output.is_dir():
         raise CheckpointError(f"{output} is a directory; give a file name such as {output / 'model.safetensors'}")
     state, source = read_model_state(path, model)
-    from safetensors.torch import save_file
-
-    temporary = output.with_name(f".{output.name}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        save_file(safetensors_ready("model", state), str(temporary), metadata={"format": "pt", "source": str(source)})
-        fsync_path(temporary)
-        os.replace(temporary, output)
-        fsync_path(output.parent)
-    except OSError as exc:
-        raise CheckpointError(describe_os_error(exc, f"cannot write {output}")) from exc
-    finally:
-        temporary.unlink(missing_ok=True)
+    write_weights_file(state, output, metadata={"format": "pt", "source": str(source)})
     return {
         "source": str(source),
         "output": str(output),
@@ -83,3 +71,41 @@ def export(path: str | Path, output: str | Path, model: str | None = None, force
         "parameters": sum(t.numel() for t in state.values()),
         "bytes": output.stat().st_size,
     }
+
+
+def write_weights_file(state: dict[str, torch.Tensor], output: str | Path, metadata: dict[str, str] | None = None) -> Path:
+    """Write ``state`` to the safetensors file ``output`` atomically (replacing it). Not collective.
+
+    Raises:
+        CheckpointError: a non-tensor entry, or the file cannot be written.
+    """
+    from safetensors.torch import save_file
+
+    output = Path(output)
+    if output.is_dir():
+        raise CheckpointError(f"{output} is a directory; give a file name such as {output / 'model.safetensors'}")
+    temporary = output.with_name(f".{output.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        save_file(safetensors_ready("model", state), str(temporary), metadata=metadata or {"format": "pt"})
+        fsync_path(temporary)
+        os.replace(temporary, output)
+        fsync_path(output.parent)
+    except OSError as exc:
+        raise CheckpointError(describe_os_error(exc, f"cannot write {output}")) from exc
+    finally:
+        temporary.unlink(missing_ok=True)
+    return output
+
+
+def save_weights(state: dict[str, torch.Tensor], output: str | Path) -> Path:
+    """Rank 0 writes ``state`` (its full weights) to ``output``; every rank returns the path. Collective.
+
+    Raises:
+        CheckpointError: on every rank, when rank 0 could not write the file.
+    """
+    from paratrain import comm
+    from paratrain.checkpoint.agreement import main_then_share
+
+    main_then_share(f"cannot write {output}", lambda: str(write_weights_file(state, output)) if comm.is_main() else None)
+    return Path(output)

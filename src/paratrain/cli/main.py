@@ -22,6 +22,7 @@ import importlib
 import os
 import sys
 
+from paratrain.arguments import cli_spelling
 from paratrain.errors import ParatrainError
 
 # Each module has `register(subparsers)` that adds its parser and sets `handler`.
@@ -56,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.handler(args) or 0)
+        with cli_spelling():  # errors name --flags here, keyword arguments in the library
+            return int(args.handler(args) or 0)
     except ParatrainError as exc:
         if os.environ.get("PARATRAIN_DEBUG"):
             raise

@@ -76,6 +76,7 @@ TRAIN_OPTIONS: list[tuple[str, object, str]] = [
     ("--stall-timeout", float, "end the job naming the stalled rank after this many seconds without progress (default 300; 0: off)"),
     ("--keep-last", int, "checkpoints to keep besides the best (default 2)"),
     ("--log-every", int, "steps between log lines (default 50)"),
+    ("--check-sync-every", int, "check every N steps that all processes hold the same weights (default 100; 0: never)"),
     ("--strategy", str, "auto, single, ddp, fsdp, dp, deepspeed (default auto: ddp on several processes)"),
     ("--grad-compression", str, "ddp gradients over the network: none, bf16, fp16, powersgd[:RANK] or auto "
      "(picks from the link measured at start; one node keeps none) (default none)"),

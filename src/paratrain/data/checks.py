@@ -12,6 +12,7 @@ from typing import Any
 from torch.utils.data import IterableDataset
 
 from paratrain import comm
+from paratrain.arguments import check_type
 from paratrain.errors import DataError
 
 
@@ -21,10 +22,15 @@ def check_request(
     """Validate the arguments of ``make_loader`` (local, no communication).
 
     Raises:
-        DataError: bad batch size, an IterableDataset, or a contradictory combination.
+        DataError: bad batch size, a flag that is not a bool (``shuffle="no"``), a bad
+            ``num_workers``/``seed``, an IterableDataset, or a contradictory combination.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
         raise DataError(f"batch_size must be a positive integer (samples per rank per step), got {batch_size!r}")
+    for name, value in (("shuffle", shuffle), ("exact", exact), ("drop_last", drop_last)):
+        check_type("loader()", name, value, "bool", error=DataError)
+    check_type("loader()", "num_workers", options.get("num_workers", 0), "int >= 0", error=DataError)
+    check_type("loader()", "seed", options.get("seed"), "int", allow_none=True, error=DataError)
     if isinstance(dataset, IterableDataset):
         # Sharding a stream by rank gives each rank an unknown, usually unequal number of
         # batches: one rank takes an extra step and waits forever in the all-reduce.
@@ -41,7 +47,7 @@ def check_request(
         raise DataError("exact=True keeps dataset order so results can be gathered in order; drop shuffle=True")
     if exact and drop_last:
         raise DataError("exact=True counts every sample once and drop_last=True would drop some; drop drop_last=True")
-    if "batch_sampler" in options:
+    if "batch_sampler" in options:  # options: the DataLoader's, plus num_workers and seed
         raise DataError("batch_sampler cannot be resumed or sharded here; pass a per-sample sampler= and batch_size= instead")
 
 

@@ -60,6 +60,16 @@ class DistributedLoader:
         self._taken = 0  # batches handed out by the current pass
         self._pass_len = 0  # batches the current pass yields in all
         self._started = False
+        self._listeners: list[Any] = []
+
+    def add_position_listener(self, listener: Any) -> None:
+        """Tell ``listener`` where each batch sits in its pass: ``listener.loader_batch(index, total)``
+        before a batch is handed out, ``listener.loader_done()`` when the pass ends or the loop leaves it.
+
+        The runtime's gradient accumulation listens to its training loaders, so the
+        last batch of an epoch always flushes the accumulated gradients.
+        """
+        self._listeners.append(listener)
 
     @property
     def dataset(self) -> Any:
@@ -112,9 +122,16 @@ class DistributedLoader:
         return self._count(iter(self.dataloader))
 
     def _count(self, batches: Iterator[Any]) -> Iterator[Any]:
-        for batch in batches:
-            self._taken += 1
-            yield batch
+        try:
+            for batch in batches:
+                index = self._taken
+                self._taken += 1
+                for listener in self._listeners:
+                    listener.loader_batch(index, self._pass_len)
+                yield batch
+        finally:
+            for listener in self._listeners:
+                listener.loader_done()
 
     def __len__(self) -> int:
         """Batches of the current pass, or of the next one (a resumed epoch yields only its rest)."""
@@ -206,7 +223,8 @@ def make_loader(
             ``exact=True`` with a sampler; ``exact`` with ``shuffle`` or ``drop_last``;
             fewer training samples than ranks; dataset lengths that differ across ranks.
     """
-    check_request(dataset, batch_size, shuffle, exact, drop_last, sampler, dataloader_kwargs)
+    check_request(dataset, batch_size, shuffle, exact, drop_last, sampler,
+                  {**dataloader_kwargs, "num_workers": num_workers, "seed": seed})
     rank = runtime.rank if runtime is not None else comm.rank()
     world_size = runtime.world_size if runtime is not None else comm.world_size()
     if seed is not None:

@@ -48,6 +48,16 @@ class ClusterEnvironment(abc.ABC):
             ConfigError: a variable is missing or malformed (names the variable).
         """
 
+    def position(self, environ: Mapping[str, str]) -> tuple[int, int, int]:
+        """``(rank, world_size, local_rank)`` alone — what rank-aware printing and logging
+        need, without the rendezvous address that :meth:`read` may require.
+
+        Raises:
+            ConfigError: a variable is missing or malformed (names the variable).
+        """
+        info = self.read(environ)
+        return info.rank, info.world_size, info.local_rank
+
 
 def env_int(environ: Mapping[str, str], name: str, default: int | None = None) -> int:
     """``int(environ[name])`` with an error that names the variable."""

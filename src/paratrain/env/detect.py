@@ -36,6 +36,22 @@ def detect(environ: Mapping[str, str] | None = None) -> ProcessInfo:
     raise AssertionError("SingleProcessEnvironment always matches")
 
 
+def detect_position(environ: Mapping[str, str] | None = None) -> tuple[int, int, int]:
+    """``(rank, world_size, local_rank)`` from the first launcher detected; ``(0, 1, 0)`` when
+    its variables cannot be read (``detect()`` reports those when the process group is made)."""
+    from paratrain.errors import ParatrainError
+
+    environ = os.environ if environ is None else environ
+    for environment in ENVIRONMENTS:
+        if environment.detected(environ):
+            try:
+                rank, world_size, local_rank = environment.position(environ)
+            except ParatrainError:
+                return 0, 1, 0
+            return (rank, world_size, local_rank) if 0 <= rank < world_size else (0, 1, 0)
+    return 0, 1, 0
+
+
 def _check(info: ProcessInfo) -> None:
     from paratrain.errors import ConfigError
 

@@ -35,6 +35,10 @@ class MPIEnvironment(ClusterEnvironment):
     def detected(self, environ: Mapping[str, str]) -> bool:
         return self._family(environ) is not None
 
+    def position(self, environ: Mapping[str, str]) -> tuple[int, int, int]:
+        rank_var, size_var, local_var, _ = self._family(environ)
+        return env_int(environ, rank_var), env_int(environ, size_var), env_int(environ, local_var, 0)
+
     def read(self, environ: Mapping[str, str]) -> ProcessInfo:
         """Rank and sizes from MPI; master address and port from MASTER_ADDR/PORT.
 

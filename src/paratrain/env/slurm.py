@@ -38,6 +38,9 @@ class SlurmEnvironment(ClusterEnvironment):
         # per task; only srun-started tasks have SLURM_PROCID and SLURM_STEP_ID.
         return "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ and "SLURM_STEP_ID" in environ
 
+    def position(self, environ: Mapping[str, str]) -> tuple[int, int, int]:
+        return env_int(environ, "SLURM_PROCID"), env_int(environ, "SLURM_NTASKS"), env_int(environ, "SLURM_LOCALID", 0)
+
     def read(self, environ: Mapping[str, str]) -> ProcessInfo:
         world_size = env_int(environ, "SLURM_NTASKS")
         num_nodes = env_int(environ, "SLURM_NNODES", 1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from paratrain.arguments import option
 from paratrain.errors import ConfigError
 from paratrain.tasks.api import TASK_FILE, read_task_record
 
@@ -25,12 +26,12 @@ def prepare_out_dir(out_dir: str | Path, task: str, options: dict | None = None,
 
     Raises:
         ConfigError: ``out_dir`` is a file or cannot be created; it holds another task's run, a run with
-            another ``--model-path``, or files that are not a run — each message says
-            how to start fresh (another ``--out``, or ``--fresh``).
+            another ``model_path``, or files that are not a run — each message says
+            how to start fresh (another ``out_dir``, or ``fresh=True``; the CLI's flags under it).
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file; give a directory")
+        raise ConfigError(f"{option('out_dir', str(out))} is a file; give a directory")
     moved_to = None
     if fresh and out.is_dir() and any(out.iterdir()):
         moved_to = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -49,18 +50,18 @@ def prepare_out_dir(out_dir: str | Path, task: str, options: dict | None = None,
 
 
 def _check_same_run(out: Path, task: str, options: dict) -> None:
-    how = f"use another --out directory, or add --fresh to move {out} aside and start over"
+    how = f"use another {option('out_dir')} directory, or pass {option('fresh', True)} to move {out} aside and start over"
     record = read_task_record(out)
     if record is None:
         strangers = sorted(p.name for p in out.iterdir() if p.name not in RUN_FILES)
         if strangers:
-            raise ConfigError(f"--out {out} already holds files that are not a paratrain run ({', '.join(strangers[:3])}); {how}")
+            raise ConfigError(f"{option('out_dir', str(out))} already holds files that are not a paratrain run ({', '.join(strangers[:3])}); {how}")
         return
     if record["task"] != task:
-        raise ConfigError(f"--out {out} holds checkpoints of task {record['task']!r}, not {task!r}; refusing to mix them; {how}")
+        raise ConfigError(f"{option('out_dir', str(out))} holds checkpoints of task {record['task']!r}, not {task!r}; refusing to mix them; {how}")
     saved_path = (record.get("options") or {}).get("model_path")
     if saved_path != options.get("model_path"):
         raise ConfigError(
-            f"--out {out} holds a run with --model-path {saved_path or '(none)'}, this one has "
-            f"{options.get('model_path') or '(none)'}; refusing to mix them; {how}"
+            f"{option('out_dir', str(out))} holds a run with {option('model_path', saved_path)}, this one has "
+            f"{option('model_path', options.get('model_path'))}; refusing to mix them; {how}"
         )

@@ -6,7 +6,7 @@ Built only on the public layers: ``Runtime`` (process group, strategy, precision
 step takes, on every rank::
 
     batch → device → accumulate(sync on the last micro-batch) → autocast → forward
-          → backward (loss / grad_accum) → step(clip) → LR schedule → log / eval / save
+          → backward → step(mean of the micro-batches' gradients, clip) → LR schedule → log / eval / save
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from paratrain import comm
+from paratrain.arguments import option
 from paratrain.diagnostics import watchdog
 from paratrain.diagnostics.desync import check_same_setup
 from paratrain.diagnostics.preemption import PreemptionGuard
@@ -88,7 +89,7 @@ class Trainer:
         known = ("loss", *self.task.metric_names)
         if self.task.metric_names and self.config.metric not in known:
             raise ConfigError(
-                f"--metric {self.config.metric!r} is not computed by task {self.task.name!r}; choose one of: {', '.join(known)}"
+                f"{option('metric', self.config.metric)} is not computed by task {self.task.name!r}; choose one of: {', '.join(known)}"
             )
 
     def fit(self) -> FitResult:
@@ -189,7 +190,7 @@ class Trainer:
             except ConfigError as exc:  # every rank must raise it, or the others wait in the next collective
                 verdict = (exc, None)
             except OSError as exc:
-                verdict = (ConfigError(f"cannot use --out {self.config.out_dir} ({exc}); pick a writable directory"), None)
+                verdict = (ConfigError(f"cannot use {option('out_dir', self.config.out_dir)} ({exc}); pick a writable directory"), None)
         error, moved = comm.broadcast_object(verdict)
         if error is not None:
             raise error
@@ -249,7 +250,7 @@ class Trainer:
         rt = self.runtime
         batch = move_to(batch, rt.device)
         watchdog.mark("forward")
-        with rt.accumulate(self.model, steps=self.config.grad_accum, sync=sync):  # backward divides by the steps
+        with rt.accumulate(self.model, steps=self.config.grad_accum, sync=sync):  # step averages the micro-batches
             with rt.autocast():
                 loss, _ = self.task.forward(self.model, batch)
             watchdog.mark("backward")
@@ -260,6 +261,8 @@ class Trainer:
         """Log, evaluate and save when due; True when the run must stop. Collective."""
         c, step = self.config, self.state.step
         self._time_steps(step, window)
+        if c.check_sync_every and step % c.check_sync_every == 0:
+            self.runtime.check_same_weights(self.model, step=step)  # drift raises here, naming tensor and ranks
         evaluate = bool(c.eval_every) and step % c.eval_every == 0
         if evaluate or step % c.log_every == 0 or step >= self.total_steps:
             self._log_train(epoch, *window.take())
@@ -362,7 +365,7 @@ class Trainer:
         self._evaluated_at = state.step
         value = evaluation.metrics.get(c.metric)
         if value is None:
-            raise ConfigError(f"--metric {c.metric!r} is not computed by task {self.task.name!r}; choose one of: {', '.join(evaluation.metrics)}")
+            raise ConfigError(f"{option('metric', c.metric)} is not computed by task {self.task.name!r}; choose one of: {', '.join(evaluation.metrics)}")
         best = state.improve(float(value), state.step, evaluation.metrics, metric_mode(c.metric) == "max")
         if c.patience and state.evals_without_improvement >= c.patience:
             state.stopped_early = True

@@ -6,6 +6,7 @@ import os
 
 import torch
 
+from paratrain.arguments import option
 from paratrain.errors import ConfigError
 
 BACKENDS = ("auto", "gloo", "nccl")
@@ -28,7 +29,7 @@ def resolve_backend(requested: str | None = None) -> str:
     if requested == "auto":
         return "nccl" if torch.cuda.is_available() else "gloo"
     if requested == "nccl" and not torch.cuda.is_available():
-        raise ConfigError("backend nccl needs CUDA, and no CUDA device is visible; use --backend gloo (or auto)")
+        raise ConfigError(f"backend nccl needs CUDA, and no CUDA device is visible; use {option('backend', 'gloo')} (or auto)")
     return requested
 
 

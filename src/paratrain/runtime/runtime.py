@@ -16,11 +16,29 @@ from typing import Any
 import torch
 
 from paratrain import comm
+from paratrain.arguments import check_type, reject_objects, reject_unknown
 from paratrain.diagnostics.watchdog import mark as mark_progress
 from paratrain.env import ProcessInfo, detect
 from paratrain.runtime.device import resolve_backend, resolve_device
 from paratrain.runtime.process_group import destroy_process_group, init_process_group
 from paratrain.runtime.seeding import rank_seed, seed_everything
+
+RUNTIME_ARGUMENTS = ("strategy", "precision", "seed", "backend", "timeout", "sync_batchnorm", "compile")
+
+
+def _check_arguments(strategy, precision, seed, backend, timeout, sync_batchnorm, compile) -> None:
+    """Raises:
+    ConfigError: an argument of the wrong type, or a model/optimizer where a setting belongs.
+    """
+    call = "pt.Runtime()"
+    reject_objects(call, "models and optimizers go to rt.setup(model, optimizer)",
+                   strategy=strategy, precision=precision, seed=seed, backend=backend)
+    for name, value in (("strategy", strategy), ("precision", precision), ("backend", backend)):
+        check_type(call, name, value, "str")
+    check_type(call, "seed", seed, "int", allow_none=True)
+    check_type(call, "timeout", timeout, "positive number")
+    check_type(call, "sync_batchnorm", sync_batchnorm, "bool")
+    check_type(call, "compile", compile, "bool")
 
 
 class Runtime:
@@ -38,7 +56,8 @@ class Runtime:
     Creating a Runtime in a multi-process job is collective: all ranks must do it.
 
     Raises:
-        ConfigError: unknown strategy/precision/backend, or a bad combination.
+        ConfigError: unknown strategy/precision/backend, an unknown argument (with the
+            closest known name), a value of the wrong type, or a bad combination.
         DistributedError: the process group could not be joined in time.
     """
 
@@ -54,8 +73,12 @@ class Runtime:
         **strategy_options: Any,
     ):
         from paratrain.precision import create_precision
-        from paratrain.strategy import create_strategy
+        from paratrain.strategy import STRATEGIES, create_strategy
 
+        _check_arguments(strategy, precision, seed, backend, timeout, sync_batchnorm, compile)
+        # A typo of a Runtime argument (precison=) is not a strategy option: name the right one.
+        reject_unknown("pt.Runtime()", strategy_options,
+                       [*RUNTIME_ARGUMENTS, *(o for cls in STRATEGIES.values() for o in cls.option_names)])
         self.process: ProcessInfo = detect()
         self.backend = resolve_backend(backend)
         self.device = resolve_device(self.backend, self.process.local_rank)
@@ -111,8 +134,11 @@ class Runtime:
         to ``rt.device``, wraps it for the strategy (DDP, FSDP2, DataParallel, …),
         makes its weights identical on all ranks (rank 0's, whatever each rank's
         seed), and compiles it (``compile=True``). Optimizers created before
-        ``setup`` keep working: if the strategy replaces parameters (FSDP shards
-        them), their param groups are repointed in place.
+        ``setup`` and given to it keep working: if the strategy replaces parameters
+        (FSDP shards them), their param groups are repointed in place. One created
+        before and *not* given would train the replaced tensors: ``rt.step`` refuses it.
+        With several processes, ``rt.backward``/``rt.step``/``rt.accumulate`` refuse a
+        model or optimizer that ``setup`` did not return (the ranks would drift apart).
 
         Returns the wrapped model, or ``(model, *optimizers)`` when optimizers are given.
         Collective: all ranks must call it together.
@@ -131,43 +157,53 @@ class Runtime:
         return self.strategy.setup(model, *optimizers)
 
     def backward(self, loss: torch.Tensor, model: torch.nn.Module | None = None) -> None:
-        """``loss.backward()`` with the precision's scaling (fp16), divided by ``steps``
-        inside ``accumulate(model, steps=N)``."""
+        """``loss.backward()`` with the precision's scaling (fp16). Inside ``accumulate``
+        the gradients add up; ``step`` averages them over the micro-batches."""
         mark_progress("backward")
         self.strategy.backward(loss, model)
 
     def step(
         self, optimizer: torch.optim.Optimizer, clip_norm: float | None = None, model: torch.nn.Module | None = None
     ) -> torch.Tensor | None:
-        """Unscale → clip → optimizer step (skipped on inf/NaN under fp16) → scaler update → zero_grad.
+        """Unscale → average accumulated gradients → clip → optimizer step (skipped on
+        inf/NaN under fp16) → scaler update → zero_grad.
 
         Returns the gradient norm before clipping when ``clip_norm`` is given, else
         None; on a non-final accumulation micro-step does nothing and returns None.
         Collective for sharded strategies (the norm spans all shards).
+
+        Raises:
+            ConfigError: the optimizer holds parameters that ``setup`` replaced (fsdp)
+                because it was not passed to ``setup``.
         """
         if self._check_loaders is not None:
             self._check_loaders()
         mark_progress("optimizer")
         return self.strategy.step(optimizer, clip_norm=clip_norm, model=model)
 
-    def accumulate(self, model: torch.nn.Module, steps: int = 1, sync: bool | None = None):
-        """Context for one micro-step of gradient accumulation over ``steps`` micro-batches.
+    def accumulate(self, model: torch.nn.Module, steps: int | None = None, sync: bool | None = None):
+        """Context for one micro-step of gradient accumulation.
 
-        Gradients are all-reduced only on every ``steps``-th micro-step (DDP
-        ``no_sync``, FSDP2 ``set_requires_gradient_sync``), ``rt.backward`` divides
-        the loss by ``steps`` and ``rt.step`` only steps on that last micro-step, so
-        ``steps`` micro-batches of ``b`` train exactly like one batch of ``steps * b``::
+        ``k`` micro-batches of ``b`` train exactly like one batch of ``k·b``: gradients
+        are all-reduced only on the micro-step that synchronises (DDP ``no_sync``,
+        FSDP2 ``set_requires_gradient_sync``), ``rt.step`` only steps there and divides
+        the summed gradients by the micro-batches they hold. Either count::
 
             for batch in loader:
                 with rt.accumulate(model, steps=4):
                     rt.backward(model(batch).loss)
                     rt.step(optimizer)
 
-        ``sync=True/False`` decides the micro-step explicitly instead of counting.
-        ``model`` is the one ``setup`` returned.
+        or decide with ``sync=True`` on the micro-step that must synchronise. The last
+        batch of a pass over an ``rt.loader`` training loader always synchronises and
+        steps (a short last cycle is averaged over its real size), and the count
+        restarts every epoch: nothing pending crosses an epoch or a checkpoint
+        (``Checkpointer.save`` refuses while gradients are pending), so resuming is
+        bit-exact. ``model`` is the one ``setup`` returned.
 
         Raises:
-            ConfigError: ``steps`` < 1, nested contexts, or an unwrapped model.
+            ConfigError: ``steps`` < 1, nested contexts, or an unwrapped model;
+                with deepspeed, ``sync=`` without ``steps=``.
         """
         return self.strategy.accumulate(model, steps=steps, sync=sync)
 
@@ -175,14 +211,53 @@ class Runtime:
         """The user's module without DDP/DP/compile wrappers (state-dict keys without ``module.``)."""
         return self.strategy.unwrap(model)
 
-    def check_same_weights(self, model: torch.nn.Module) -> None:
-        """Check that every rank holds bit-identical weights (exact checksums). Collective.
+    def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The model's whole weights as plain CPU tensors with the user's key names. Collective.
+
+        No ``module.``/``_orig_mod.`` prefixes, no DTensor shards, no ZeRO partitions
+        (deepspeed gives its fp32 master weights): what ``paratrain ckpt export`` writes.
+        Rank 0 gets the dict, other ranks ``{}``. All ranks must call it together —
+        sharded strategies (fsdp, deepspeed) gather the shards — so never under
+        ``if rt.is_main:``. The role of Accelerate's ``get_state_dict``.
+        """
+        state = self.strategy.model_state_dict(model)
+        if not self.is_main:
+            return {}
+        # A snapshot, not views of the live parameters (fsdp/deepspeed already copied to CPU).
+        return {
+            key: value.detach().cpu() if value.device.type != "cpu" else value.detach().clone()
+            for key, value in state.items()
+            if isinstance(value, torch.Tensor)
+        }
+
+    def save_weights(self, model: torch.nn.Module, path: Any):
+        """Write the model's whole weights to one safetensors file from rank 0; return its path. Collective.
+
+        The file is :meth:`full_state_dict` — the same as ``paratrain ckpt export`` makes
+        from a checkpoint — and loads with plain PyTorch:
+        ``module.load_state_dict(safetensors.torch.load_file(path))``. It replaces
+        ``path`` atomically. The role of Accelerate's ``save_model``.
 
         Raises:
-            DistributedError: names the first differing parameter or buffer and the
-                ranks that differ from rank 0.
+            CheckpointError: on every rank, when rank 0 cannot write ``path``.
         """
-        self.strategy.check_same_weights(model)
+        from paratrain.checkpoint.export import save_weights
+
+        return save_weights(self.full_state_dict(model), path)
+
+    def check_same_weights(self, model: torch.nn.Module, step: int | None = None) -> None:
+        """Check that every rank holds bit-identical weights (exact checksums). Collective.
+
+        One pass over the weights and a small all-reduce of checksums; call it every
+        few hundred steps of your own loop (``pt.fit`` does, see ``check_sync_every``).
+        Sharded strategies compare what every rank holds identically (buffers, shard
+        layout); ``single`` compares nothing (its ranks train their own models).
+
+        Raises:
+            DistributedError: names the first differing parameter or buffer, the
+                ranks that differ from rank 0, and ``step`` when given.
+        """
+        self.strategy.check_same_weights(model, step=step)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Context for the forward pass and loss: bf16/fp16 autocast, or nothing for 32-true."""
@@ -197,7 +272,10 @@ class Runtime:
         """
         from paratrain.data import make_loader
 
-        return make_loader(self, dataset, batch_size, **options)
+        loader = make_loader(self, dataset, batch_size, **options)
+        if not options.get("exact"):  # a training loader: its epoch ends flush gradient accumulation
+            loader.add_position_listener(self.strategy.accumulation)
+        return loader
 
     def gather(self, *values: Any, dst: int | None = None):
         """Per-rank results of ``exact=True`` evaluation, concatenated in dataset order. Collective.

@@ -28,8 +28,10 @@ import torch
 from paratrain import comm
 from paratrain.errors import ConfigError
 from paratrain.strategy.accumulation import GradientAccumulation
+from paratrain.strategy.optimizers import check_trains_current_parameters
+from paratrain.strategy.setup_guard import SetupGuard
 from paratrain.strategy.sync_batchnorm import convert_sync_batchnorm
-from paratrain.strategy.weights import check_same_weights, named_tensors
+from paratrain.strategy.weights import check_same_weights, replicated_tensors
 
 if TYPE_CHECKING:
     from paratrain.precision import Precision
@@ -69,6 +71,7 @@ class Strategy(abc.ABC):
         self.compile = compile
         self.options = options
         self.accumulation = GradientAccumulation()
+        self.guard = SetupGuard()
         self.check_world_size(runtime.process.world_size)
 
     @property
@@ -94,12 +97,19 @@ class Strategy(abc.ABC):
         Collective: all ranks must call it together with the same model structure.
 
         Raises:
-            ConfigError: the model was set up before, or the strategy cannot wrap it.
+            ConfigError: the model was set up before, an argument is not a module/optimizer,
+                or the strategy cannot wrap it.
             DistributedError: the ranks' weights still differ after wrapping.
             CollectiveTimeoutError: a rank did not reach ``setup`` in time (names it).
         """
         if not isinstance(model, torch.nn.Module):
             raise ConfigError(f"setup() takes a torch.nn.Module, got {type(model).__name__}")
+        for position, optimizer in enumerate(optimizers, start=2):
+            if not isinstance(optimizer, torch.optim.Optimizer):
+                raise ConfigError(
+                    f"setup(model, *optimizers): argument {position} is a {type(optimizer).__name__}, not a "
+                    "torch.optim.Optimizer; setup takes the model, then its optimizers"
+                )
         done = getattr(self.unwrap(model), SETUP_MARK, None)
         if done is not None:
             raise ConfigError(
@@ -112,6 +122,7 @@ class Strategy(abc.ABC):
         setattr(module, SETUP_MARK, self.name)
         if self.compile:
             wrapped = torch.compile(wrapped)
+        self.guard.add(wrapped, self.unwrap(wrapped), optimizers)
         return (wrapped, *optimizers) if optimizers else wrapped
 
     def _prepare(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -136,9 +147,14 @@ class Strategy(abc.ABC):
 
     # ---- training step -----------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, model: torch.nn.Module | None = None) -> None:
-        """``loss.backward()`` through the precision (scaled for fp16), divided by the
-        accumulation steps inside ``accumulate(model, steps=N)``."""
-        self.precision.backward(self.accumulation.scale_loss(loss))
+        """``loss.backward()`` through the precision (scaled for fp16). Inside ``accumulate``
+        the gradients add up; ``step`` divides them by the micro-batches they hold.
+
+        Raises:
+            ConfigError: several processes, and the loss does not come from a model ``setup`` returned.
+        """
+        self.guard.check_backward()
+        self.precision.backward(loss)
 
     def step(
         self, optimizer: torch.optim.Optimizer, clip_norm: float | None = None, model: torch.nn.Module | None = None
@@ -150,13 +166,17 @@ class Strategy(abc.ABC):
         """
         if not self.accumulation.should_step:
             return None
+        check_trains_current_parameters(optimizer)
+        self.guard.check_step(optimizer)
         self.precision.unscale(optimizer)
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        self.accumulation.average(params)  # k micro-batches: the mean gradient of one batch of k·b
         norm = None
         if clip_norm is not None:
-            params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
             norm = self.clip_grad_norm(params, clip_norm)
         self.precision.optimizer_step(optimizer)
         optimizer.zero_grad(set_to_none=True)
+        self.guard.stepped()
         return norm
 
     def clip_grad_norm(self, parameters: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
@@ -167,14 +187,18 @@ class Strategy(abc.ABC):
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
 
     @contextlib.contextmanager
-    def accumulate(self, model: torch.nn.Module, steps: int = 1, sync: bool | None = None) -> Iterator[None]:
+    def accumulate(self, model: torch.nn.Module, steps: int | None = None, sync: bool | None = None) -> Iterator[None]:
         """One micro-step; gradients are all-reduced only on the last of ``steps``.
 
-        ``sync`` overrides the count (True on the micro-step that must synchronise).
+        ``sync`` overrides the count (True on the micro-step that must synchronise);
+        the last batch of a training loader's pass always synchronises
+        (see :mod:`paratrain.strategy.accumulation`).
 
         Raises:
-            ConfigError: ``steps`` < 1 or nested contexts.
+            ConfigError: ``steps`` < 1, a ``sync`` that is not a bool, nested contexts, or
+                (several processes) a model that ``setup`` did not return.
         """
+        self.guard.check_model(model)
         sync_now = self.accumulation.enter(steps, sync)
         try:
             with contextlib.nullcontext() if sync_now else self.no_sync(model):
@@ -196,13 +220,16 @@ class Strategy(abc.ABC):
         """Remove this strategy's own wrapper (identity when it does not wrap)."""
         return model
 
-    def check_same_weights(self, model: torch.nn.Module) -> None:
+    def check_same_weights(self, model: torch.nn.Module, step: int | None = None) -> None:
         """Check that all ranks hold identical parameters and buffers. Collective.
 
+        BatchNorm statistics without SyncBatchNorm are left out: each rank updates them
+        from its own batch (DDP re-broadcasts rank 0's before every forward).
+
         Raises:
-            DistributedError: names the first differing tensor and the ranks.
+            DistributedError: names the first differing tensor, the ranks and ``step``.
         """
-        check_same_weights(named_tensors(self.unwrap(model)))
+        check_same_weights(replicated_tensors(self.unwrap(model)), step=step)
 
     def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The full (unsharded) state dict with the user's key names (no ``module.``).

@@ -105,6 +105,7 @@ class DeepSpeedStrategy(Strategy):
 
     def backward(self, loss: torch.Tensor, model: torch.nn.Module | None = None) -> None:
         # The engine's own gradient_accumulation_steps stays 1; paratrain divides the loss.
+        self.guard.check_backward()
         self.engine.backward(self.accumulation.scale_loss(loss))
 
     def step(self, optimizer, clip_norm: float | None = None, model=None):
@@ -120,9 +121,26 @@ class DeepSpeedStrategy(Strategy):
             )
         if not self.accumulation.should_step:
             return None
+        self.guard.check_step(optimizer)
+        self.accumulation.take_pending()  # the loss was divided in backward (the engine owns the gradients)
         self.engine.step()
+        self.guard.stepped()
         norm = self.engine.get_global_grad_norm()
         return None if norm is None else torch.as_tensor(norm)
+
+    def accumulate(self, model: torch.nn.Module, steps: int | None = None, sync: bool | None = None):
+        """One micro-step (see :meth:`Strategy.accumulate`).
+
+        Raises:
+            ConfigError: ``sync=`` without ``steps=``: the engine owns the gradients, so
+                the loss is divided in ``backward`` by the cycle's length, known up front.
+        """
+        if sync is not None and steps is None:
+            raise ConfigError(
+                "strategy 'deepspeed' divides the loss before its engine's backward and needs the number of "
+                "micro-steps up front: rt.accumulate(model, steps=N, sync=...) (or steps=N alone)"
+            )
+        return super().accumulate(model, steps=steps, sync=sync)
 
     @contextlib.contextmanager
     def no_sync(self, model: torch.nn.Module):

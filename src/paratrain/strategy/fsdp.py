@@ -25,6 +25,7 @@ from torch.distributed.tensor import DTensor
 from paratrain.errors import ConfigError
 from paratrain.strategy.api import Strategy
 from paratrain.strategy.optimizers import (
+    mark_replaced,
     parameter_names,
     rebind_optimizers,
     reject_stateful,
@@ -32,8 +33,9 @@ from paratrain.strategy.optimizers import (
 from paratrain.strategy.weights import (
     broadcast_module,
     check_same_weights,
-    named_tensors,
     reject_meta,
+    replicated_tensors,
+    shard_layouts,
 )
 
 
@@ -66,6 +68,7 @@ class FSDPStrategy(Strategy):
             )
         reject_meta(module)
         names_before = parameter_names(module)
+        parameters_before = list(module.parameters())
         reject_stateful(optimizers, names_before)
         # fully_shard keeps each rank's own slice of its local tensor, so the full
         # tensors must agree first.
@@ -82,6 +85,7 @@ class FSDPStrategy(Strategy):
             fully_shard(block, **settings)
         fully_shard(module, **settings)
         rebind_optimizers(optimizers, names_before, module)
+        mark_replaced(names_before, parameters_before)  # an optimizer not given to setup still holds these
         return module
 
     def blocks(self, module: torch.nn.Module) -> list[torch.nn.Module]:
@@ -114,10 +118,13 @@ class FSDPStrategy(Strategy):
             raise ConfigError("accumulate(model) needs the model returned by rt.setup(model), not the original module")
         return _gradient_sync_off(fsdp)
 
-    def check_same_weights(self, model: torch.nn.Module) -> None:
-        """Compares the replicated tensors (buffers, unsharded parameters); shards differ by design."""
-        named = [(n, t) for n, t in named_tensors(self.unwrap(model)) if not isinstance(t, DTensor)]
-        check_same_weights(named)
+    def check_same_weights(self, model: torch.nn.Module, step: int | None = None) -> None:
+        """Compares what every rank holds identically: replicated tensors (buffers, unsharded
+        parameters) and the layout of the shards (global shape, dtype, placements); the
+        shards' values differ by design."""
+        tensors = replicated_tensors(self.unwrap(model))
+        replicated = [(n, t) for n, t in tensors if not isinstance(t, DTensor)]
+        check_same_weights(replicated + shard_layouts(tensors), step=step)
 
     def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """Full tensors gathered to CPU on rank 0; other ranks get ``{}``. Collective."""

@@ -35,6 +35,33 @@ def reject_stateful(optimizers: Sequence[torch.optim.Optimizer], names_before: d
             )
 
 
+#: Attribute set on a parameter that a wrapper replaced (its value: the parameter's name).
+REPLACED_MARK = "_paratrain_replaced"
+
+
+def mark_replaced(module_before: dict[int, str], parameters: Sequence[torch.nn.Parameter]) -> None:
+    """Mark ``parameters`` (the ones a wrapper just replaced) so an optimizer still holding them is refused."""
+    for parameter in parameters:
+        setattr(parameter, REPLACED_MARK, module_before.get(id(parameter), "?"))
+
+
+def check_trains_current_parameters(optimizer: torch.optim.Optimizer) -> None:
+    """Raises:
+    ConfigError: ``optimizer`` holds parameters that ``setup`` replaced (FSDP shards
+        them) and was not given to ``setup``: stepping it would change tensors the
+        model no longer uses, so the weights would never change.
+    """
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            name = getattr(parameter, REPLACED_MARK, None)
+            if name is not None:
+                raise ConfigError(
+                    f"{type(optimizer).__name__} holds the parameters the model had before rt.setup() replaced them "
+                    f"({name!r}, …), so it would train nothing; pass it to setup — model, optimizer = "
+                    "rt.setup(model, optimizer) — or build it after setup from model.parameters()"
+                )
+
+
 def rebind_optimizers(
     optimizers: Sequence[torch.optim.Optimizer],
     names_before: dict[int, str],

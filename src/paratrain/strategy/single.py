@@ -17,5 +17,5 @@ class SingleDeviceStrategy(Strategy):
     def wrap(self, module: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> torch.nn.Module:
         return module
 
-    def check_same_weights(self, model: torch.nn.Module) -> None:
+    def check_same_weights(self, model: torch.nn.Module, step: int | None = None) -> None:
         """Nothing to compare: each process trains its own model."""

@@ -8,13 +8,17 @@ saves rank 0's weights to a file and reloads them everywhere to avoid it).
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist
 
+from torch.nn.modules.batchnorm import _BatchNorm
+
 from paratrain import comm
 from paratrain.errors import ConfigError, DistributedError
+from paratrain.strategy.sync_batchnorm import CPUSyncBatchNorm
 
 _CHUNK = 1 << 22
 _INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -23,6 +27,18 @@ _INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 def named_tensors(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     """Parameters then buffers of ``module``, by name (shared tensors once)."""
     return [*module.named_parameters(), *module.named_buffers()]
+
+
+def replicated_tensors(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """What every rank must hold identically during training: parameters and buffers, except
+    BatchNorm statistics that each rank updates from its own batch (no SyncBatchNorm)."""
+    local_statistics = {
+        f"{prefix}.{name}" if prefix else name
+        for prefix, layer in module.named_modules()
+        if isinstance(layer, _BatchNorm) and not isinstance(layer, (torch.nn.SyncBatchNorm, CPUSyncBatchNorm))
+        for name, _ in layer.named_buffers(recurse=False)
+    }
+    return [(name, tensor) for name, tensor in named_tensors(module) if name not in local_statistics]
 
 
 def reject_meta(module: torch.nn.Module) -> None:
@@ -65,40 +81,59 @@ def _checksum(tensor: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def check_same_weights(named: Iterable[tuple[str, torch.Tensor]], what: str = "model") -> None:
+def check_same_weights(named: Iterable[tuple[str, torch.Tensor]], what: str = "model", step: int | None = None) -> None:
     """Check that every rank holds bit-identical tensors. Collective.
 
-    All ranks must call it together with tensors of the same names and shapes.
-    Costs one pass over the weights and one small all-gather (2 int64 per tensor).
+    All ranks must call it together. Costs one pass over the tensors (an exact
+    integer checksum each), a 2-integer all-reduce that compares the tensor counts,
+    and one all-reduce of ``world_size × tensors × 2`` int64 (each rank fills its row).
 
     Raises:
-        DistributedError: a tensor differs; names the first one and the ranks that
-            disagree with rank 0, or says which ranks have different tensor lists.
+        DistributedError: a tensor differs; names the first one, the ranks that
+            disagree with rank 0 and ``step`` when given — or says that the ranks
+            have different numbers of tensors.
     """
     if not comm.is_initialized() or comm.world_size() == 1:
         return
     named = list(named)
-    names = [name for name, _ in named]
-    local = (
-        torch.stack([_checksum(t) for _, t in named]).cpu()
-        if named
-        else torch.zeros((0, 2), dtype=torch.int64)
-    )
-    gathered = comm.all_gather(local)
-    counts = [len(rows) for rows in gathered]
-    if len(set(counts)) > 1:
+    device = comm._collective_device()
+    counts = torch.tensor([len(named), -len(named)], dtype=torch.int64, device=device)
+    dist.all_reduce(counts, op=dist.ReduceOp.MAX)
+    if int(counts[0]) != -int(counts[1]):
         raise DistributedError(
-            f"the {what} has a different number of parameters/buffers per rank ({counts}); "
-            "build the same model on every rank"
+            f"the {what} has a different number of parameters/buffers per rank (from {-int(counts[1])} to "
+            f"{int(counts[0])}); build the same model on every rank"
         )
-    reference = gathered[0]
-    differing = (torch.stack(gathered) != reference).any(dim=2)  # [rank, tensor]
+    table = torch.zeros((comm.world_size(), len(named), 2), dtype=torch.int64, device=device)
+    if named:
+        table[comm.rank()] = torch.stack([_checksum(t).to(device) for _, t in named])
+    dist.all_reduce(table)  # a sum in which each rank contributes only its own row
+    differing = (table != table[0]).any(dim=2)  # [rank, tensor]
     if differing.any():
         first = int(differing.any(dim=0).nonzero()[0])
         ranks = [int(r) for r in differing[:, first].nonzero().flatten()]
         count = int(differing.any(dim=0).sum())
+        when = f" at step {step}" if step is not None else ""
         raise DistributedError(
-            f"{what} weights differ across ranks: {names[first]!r} on rank(s) {', '.join(map(str, ranks))} "
-            f"differs from rank 0 ({count} tensor(s) differ); call rt.setup(model) on every rank, "
-            "which copies rank 0's weights, and do not change weights on one rank only"
+            f"{what} weights differ across ranks{when}: {named[first][0]!r} on rank(s) {', '.join(map(str, ranks))} "
+            f"differs from rank 0 ({count} tensor(s) differ); set the model up with rt.setup(model) on every rank "
+            "(it copies rank 0's weights), and look for weights or buffers changed on some ranks only "
+            "(a rank-dependent branch, a non-deterministic op)"
         )
+
+
+def shard_layouts(named: Iterable[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
+    """For sharded (DTensor) tensors, what every rank must agree on: global shape, dtype, placements.
+
+    Each entry is a small int64 tensor (a CRC of the description and the element
+    count) to compare with :func:`check_same_weights`; the shards themselves differ
+    by design.
+    """
+    layouts = []
+    for name, tensor in named:
+        placements = getattr(tensor, "placements", None)
+        if placements is None:
+            continue
+        description = repr((tuple(tensor.shape), str(tensor.dtype), tuple(map(str, placements))))
+        layouts.append((f"{name} (shard layout)", torch.tensor([zlib.crc32(description.encode()), tensor.numel()])))
+    return layouts

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from paratrain.arguments import option
 from paratrain.errors import ConfigError
 
 TASK_FILE = "task.json"  # in the output directory: which task (and options) the checkpoints belong to
@@ -50,8 +51,7 @@ class TaskOptions:
         for name in ("limit_train", "limit_eval", "max_len"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                flag = "--" + name.replace("_", "-")
-                raise ConfigError(f"{flag} must be a positive integer, got {value!r}")
+                raise ConfigError(f"{option(name)} must be a positive integer, got {value!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -213,7 +213,7 @@ def read_task_record(directory: str | Path) -> dict[str, Any] | None:
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path} is not a readable task record ({exc}); use another --out directory") from None
+        raise ConfigError(f"{path} is not a readable task record ({exc}); use another {option('out_dir')} directory") from None
     if not isinstance(record, dict) or not isinstance(record.get("task"), str):
-        raise ConfigError(f"{path} names no task; use another --out directory")
+        raise ConfigError(f"{path} names no task; use another {option('out_dir')} directory")
     return record

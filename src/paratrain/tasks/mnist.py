@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from paratrain.arguments import option
 from paratrain.errors import ConfigError, DataError
 from paratrain.tasks.api import Evaluator, Recipe, Task, stack_pairs
 from paratrain.tasks.classification import METRICS, ClassificationEvaluator
@@ -52,11 +53,11 @@ class MnistTask(Task):
     def _directory(self) -> Path:
         if not self.options.data:
             raise ConfigError(
-                f"the mnist task needs --data DIR holding {', '.join(TRAIN_FILES + TEST_FILES)} (raw or .gz)"
+                f"the mnist task needs {option('data', 'DIR')} holding {', '.join(TRAIN_FILES + TEST_FILES)} (raw or .gz)"
             )
         directory = Path(self.options.data)
         if not directory.is_dir():
-            raise DataError(f"--data {directory} is not a directory; point it at the folder with the MNIST IDX files")
+            raise DataError(f"{option('data', str(directory))} is not a directory; point it at the folder with the MNIST IDX files")
         return directory
 
     def check(self) -> None:

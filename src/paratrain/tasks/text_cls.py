@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from paratrain.arguments import option
 from paratrain.errors import ConfigError, MissingDependencyError, require
 from paratrain.tasks.api import Evaluator, Prediction, Recipe, Task
 from paratrain.tasks.char_tokenizer import VOCAB_FILE, CharTokenizer
@@ -123,7 +124,7 @@ class TextClsTask(Task):
         directory = Path(self.options.model_path)
         if not (directory / "config.json").is_file():
             raise ConfigError(
-                f"--model-path {directory} holds no config.json; point it at a directory written by model.save_pretrained(DIR)"
+                f"{option('model_path', str(directory))} holds no config.json; point it at a directory written by model.save_pretrained(DIR)"
             )
         return directory
 
@@ -138,7 +139,7 @@ class TextClsTask(Task):
                 )
             except (OSError, ValueError) as exc:
                 raise ConfigError(
-                    f"cannot load a BERT from --model-path {self.options.model_path} ({str(exc).splitlines()[0]}); "
+                    f"cannot load a BERT from {option('model_path', self.options.model_path)} ({str(exc).splitlines()[0]}); "
                     "it needs config.json and model weights written by save_pretrained"
                 ) from None
         else:

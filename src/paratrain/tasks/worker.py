@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from paratrain.arguments import cli_spelling
 from paratrain.errors import ParatrainError
 
 
@@ -33,8 +34,8 @@ def build_run(args: argparse.Namespace):
         name: getattr(args, name)
         for name in ("epochs", "max_steps", "batch_size", "eval_batch_size", "lr", "weight_decay", "warmup",
                      "schedule", "grad_accum", "clip_norm", "eval_every", "metric", "patience", "save_every",
-                     "keep_last", "log_every", "strategy", "zero_stage", "grad_compression", "precision", "seed",
-                     "num_workers", "save_every_minutes")
+                     "keep_last", "log_every", "check_sync_every", "strategy", "zero_stage", "grad_compression",
+                     "precision", "seed", "num_workers", "save_every_minutes")
         if getattr(args, name) is not None
     }
     config = FitConfig(
@@ -58,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     add_train_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        task, config = build_run(args)
-        Trainer(task, config).fit()
+        with cli_spelling():  # errors name the flags this command was given
+            task, config = build_run(args)
+            Trainer(task, config).fit()
     except ParatrainError as exc:
         if os.environ.get("PARATRAIN_DEBUG"):
             raise

@@ -1,0 +1,102 @@
+"""Argument checks at the API boundary, and errors that name the interface the user typed.
+
+The library and the CLI share their checks (``FitConfig``, the output directory),
+but a user of ``pt.fit(out_dir=..., fresh=True)`` never typed ``--out``/``--fresh``.
+Messages therefore spell options through :func:`option`: keyword arguments by
+default, command-line flags while a CLI command runs (:func:`cli_spelling`).
+
+The checks raise :class:`~paratrain.errors.ConfigError` with one line: the
+argument, what it got, what it takes — and for a typo, the closest known name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from paratrain.errors import ConfigError
+
+#: Option names whose command-line flag is not ``--`` + the name with dashes.
+CLI_FLAGS = {
+    "out_dir": "--out",
+    "sync_batchnorm": "--sync-bn",
+    "eval_per_epoch": "--no-eval-per-epoch",
+    "progress": "--no-progress",
+    "tensorboard": "--no-tensorboard",
+}
+
+_cli = [False]
+
+
+@contextlib.contextmanager
+def cli_spelling() -> Iterator[None]:
+    """Within this context, :func:`option` spells command-line flags (the CLI's commands run in it)."""
+    before = _cli[0]
+    _cli[0] = True
+    try:
+        yield
+    finally:
+        _cli[0] = before
+
+
+def option(name: str, value: Any = ...) -> str:
+    """``name`` as the user wrote it: ``grad_accum`` / ``fresh=True`` in Python, ``--grad-accum`` / ``--fresh`` on the CLI."""
+    if _cli[0]:
+        flag = CLI_FLAGS.get(name, "--" + name.replace("_", "-"))
+        return flag if value is ... or value is True else f"{flag} {value}"
+    return name if value is ... else f"{name}={value!r}"
+
+
+def reject_unknown(call: str, given: Iterable[str], known: Iterable[str], hint: str = "") -> None:
+    """Raises:
+    ConfigError: a name in ``given`` is not in ``known``; suggests the closest known name.
+    """
+    known = list(known)
+    for name in given:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        guess = f"did you mean {close[0]!r}?" if close else f"it takes: {', '.join(sorted(known))}"
+        raise ConfigError(f"{call} got an unexpected argument {name!r}; {guess}{hint}")
+
+
+def is_training_object(value: Any) -> bool:
+    """A model, optimizer, loader or other stateful object (what a user passes by mistake as an option)."""
+    return hasattr(value, "state_dict") and hasattr(value, "load_state_dict")
+
+
+def reject_objects(call: str, takes: str, **options: Any) -> None:
+    """Raises:
+    ConfigError: an option holds a model/optimizer/loader; says which argument takes such objects.
+    """
+    for name, value in options.items():
+        if is_training_object(value):
+            raise ConfigError(
+                f"{call}: {name} got a {type(value).__name__}, which is not a value for {name}; {takes}"
+            )
+
+
+def check_type(call: str, name: str, value: Any, kind: str, allow_none: bool = False, error: type[ConfigError] = ConfigError) -> None:
+    """Check one argument: ``kind`` is ``"bool"``, ``"int"``, ``"positive int"``, ``"int >= 0"``,
+    ``"positive number"`` or ``"str"``.
+
+    Raises:
+        ConfigError (or ``error``): the value does not have that type (``"42"`` is not an int, ``"no"`` not a bool).
+    """
+    if value is None and allow_none:
+        return
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    ok = {
+        "bool": isinstance(value, bool),
+        "int": is_int,
+        "positive int": is_int and value >= 1,
+        "int >= 0": is_int and value >= 0,
+        "positive number": isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
+        "str": isinstance(value, str),
+    }[kind]
+    if not ok:
+        article = "an" if kind[0] in "aeiou" else "a"
+        extra = " or None" if allow_none else ""
+        raise error(f"{call + ': ' if call else ''}{option(name)} must be {article} {kind}{extra}, got {value!r}")

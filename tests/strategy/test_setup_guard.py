@@ -1,0 +1,51 @@
+"""No silent divergence on 2 real processes: steps on what rt.setup did not return, and drifting weights."""
+
+from __future__ import annotations
+
+import pytest
+
+import paratrain as pt
+from tests.strategy.guard_workers import diverged, unwrapped_steps
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    return pt.spawn(unwrapped_steps, nprocs=2)
+
+
+def test_a_model_never_set_up_is_refused_on_every_rank_before_it_steps(ranks):
+    for out in ranks:
+        assert out["backward"].startswith("ConfigError: rt.backward(): the loss does not come from a model that rt.setup() returned")
+        assert "model = rt.setup(model)" in out["backward"] and "\n" not in out["backward"]
+        assert "rt.step(): this SGD trains parameters of a model that rt.setup() did not return" in out["step"]
+        assert out["unchanged"]  # refused before anything moved
+
+
+def test_forward_through_model_module_and_accumulate_on_the_original_are_refused(ranks):
+    for out in ranks:
+        assert "not the original module, not model.module" in out["inner_module"]
+        assert "rt.accumulate(model) needs the model that rt.setup() returned" in out["accumulate_original"]
+
+
+def test_the_set_up_model_and_an_optimizer_built_after_setup_step(ranks):
+    for out in ranks:
+        assert out["set_up_step"] is None and out["late_optimizer"] is None
+
+
+def test_one_process_stays_permissive():
+    import torch
+
+    rt = pt.Runtime(strategy="single")
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    rt.backward(model(torch.ones(1, 2)).sum())
+    rt.step(optimizer)
+
+
+@pytest.mark.parametrize("strategy, name", [("ddp", "0.weight"), ("fsdp", "1.scale")])
+def test_a_rank_nudged_at_step_3_is_reported_at_the_check_of_step_4(tmp_path, strategy, name):
+    pt.spawn(diverged, nprocs=2, args=(strategy, name, str(tmp_path)))
+    for rank in (0, 1):
+        message = (tmp_path / f"rank{rank}.txt").read_text()
+        assert message.startswith("DistributedError: model weights differ across ranks at step 4: "
+                                  f"{name!r} on rank(s) 1 differs from rank 0"), message
