@@ -78,7 +78,7 @@ def test_pairs_must_match_in_size_count_and_labels(tmp_path):
 
 
 def test_missing_data_directory_or_files(tmp_path):
-    with pytest.raises(ConfigError, match="mnist task needs --data DIR holding train-images-idx3-ubyte"):
+    with pytest.raises(ConfigError, match="mnist task needs data='DIR' holding train-images-idx3-ubyte"):
         create_task("mnist").check()
     with pytest.raises(DataError, match="is not a directory"):
         create_task("mnist", TaskOptions(data=str(tmp_path / "nowhere"))).check()

@@ -28,7 +28,7 @@ def test_registry_names_the_four_tasks_and_lists_them_for_an_unknown_one():
 
 @pytest.mark.parametrize("field", ["limit_train", "limit_eval", "max_len"])
 def test_task_options_must_be_positive(field):
-    with pytest.raises(ConfigError, match=f"--{field.replace('_', '-')} must be a positive integer"):
+    with pytest.raises(ConfigError, match=f"^{field} must be a positive integer"):
         TaskOptions(**{field: 0})
 
 
