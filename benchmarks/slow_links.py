@@ -26,6 +26,7 @@ import json
 import os
 import re
 import signal
+import shutil
 import statistics
 import subprocess
 import sys
@@ -81,10 +82,14 @@ def two_nodes(args: argparse.Namespace, hosts: tuple[Host, Host], out: Path, mod
     words = _train_words(args, out, steps, limit_eval) + [
         "--grad-compression", mode, "--nnodes", "2", "--nproc-per-node", "1",
         "--master-addr", hosts[0].address, "--master-port", str(PORT)]
+    # Both nodes write to one directory (the namespaces share this machine's disk), as every rank of a
+    # job must: the fit loop's setup check refuses ranks with different options. The old run goes first,
+    # not through --fresh, so the two launchers never race to move it aside.
+    shutil.rmtree(out, ignore_errors=True)
+    words.remove("--fresh")
     nodes = []
     for rank, host in enumerate(hosts):
-        node_out = out if rank == 0 else out.with_name(out.name + "-node1")
-        argv = [w if w != str(out) else str(node_out) for w in words] + ["--node-rank", str(rank)]
+        argv = words + ["--node-rank", str(rank)]
         nodes.append(subprocess.Popen(host.command(argv), env=_env(), stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     outputs = []

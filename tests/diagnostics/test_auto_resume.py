@@ -72,7 +72,9 @@ def test_killed_three_times_train_and_an_own_checkpointer_loop_finish_bit_identi
     assert run.returncode == 0, context
     resumes = [json.loads(line) for line in (digits_out / "metrics.jsonl").read_text().splitlines()
                if '"resume"' in line]
-    assert len(resumes) == 3, context  # every restart continued from a checkpoint, none from step 0
+    # Every restart that got as far as loading continued from a checkpoint, none from step 0 (a kill may
+    # also land while a restarted attempt is still starting, before it logs its resume).
+    assert 1 <= len(resumes) <= 3 and run.stdout.count("starting from step 0") == 1, context
     assert _same(_final_digits_weights(digits_out), _final_digits_weights(tmp_path / "digits-ref")), context
 
     own_out = tmp_path / "own"

@@ -21,7 +21,7 @@ def test_two_nodes_on_a_slow_link_measure_it_choose_and_report(tmp_path):
                  "--master-port", "29517", "--grad-compression", "auto", "--max-steps", "16", "--limit-train", "640",
                  "--limit-eval", "64", "--no-tensorboard", "--log-every", "8"]
         nodes = [subprocess.Popen(host.command(paratrain_cmd(*words, "--node-rank", str(rank),
-                                                             "--out", str(tmp_path / f"node{rank}"))),
+                                                             "--out", str(tmp_path / "run"))),
                                   env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                  for rank, host in enumerate(hosts)]
         outputs = [node.communicate(timeout=300)[0] for node in nodes]
