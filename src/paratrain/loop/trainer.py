@@ -106,7 +106,8 @@ class Trainer:
         if owns_runtime:
             c = self.config
             self.runtime = Runtime(strategy=c.strategy, precision=c.precision, seed=c.seed,
-                                   sync_batchnorm=c.sync_batchnorm, **c.strategy_options())
+                                   sync_batchnorm=c.sync_batchnorm, compile=c.compile, tf32=c.tf32,
+                                   **c.strategy_options())
         try:
             return self._fit()
         finally:
@@ -137,7 +138,7 @@ class Trainer:
         check_same_setup(config={"task": task.name, "options": task.options.to_dict(), "fit": self._agreed_config()})
         train_data, eval_data = task.datasets()
         model = task.build_model()
-        optimizer = task.build_optimizer(model, c.lr, c.weight_decay)
+        optimizer = task.build_optimizer(model, c.lr, c.weight_decay, fused=c.fused_optimizer)
         self.model, self.optimizer = rt.setup(model, optimizer)
         self.train_loader = rt.loader(train_data, c.batch_size, shuffle=True, collate_fn=task.collate, num_workers=c.num_workers)
         self.eval_loader = rt.loader(eval_data, c.eval_batch_size, exact=True, collate_fn=task.collate, num_workers=c.num_workers)

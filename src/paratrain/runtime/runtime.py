@@ -19,14 +19,14 @@ from paratrain import comm
 from paratrain.arguments import check_type, reject_objects, reject_unknown
 from paratrain.diagnostics.watchdog import mark as mark_progress
 from paratrain.env import ProcessInfo, detect
-from paratrain.runtime.device import resolve_backend, resolve_device
+from paratrain.runtime.device import allow_tf32, resolve_backend, resolve_device
 from paratrain.runtime.process_group import destroy_process_group, init_process_group
 from paratrain.runtime.seeding import rank_seed, seed_everything
 
-RUNTIME_ARGUMENTS = ("strategy", "precision", "seed", "backend", "timeout", "sync_batchnorm", "compile")
+RUNTIME_ARGUMENTS = ("strategy", "precision", "seed", "backend", "timeout", "sync_batchnorm", "compile", "tf32")
 
 
-def _check_arguments(strategy, precision, seed, backend, timeout, sync_batchnorm, compile) -> None:
+def _check_arguments(strategy, precision, seed, backend, timeout, sync_batchnorm, compile, tf32) -> None:
     """Raises:
     ConfigError: an argument of the wrong type, or a model/optimizer where a setting belongs.
     """
@@ -39,6 +39,7 @@ def _check_arguments(strategy, precision, seed, backend, timeout, sync_batchnorm
     check_type(call, "timeout", timeout, "positive number")
     check_type(call, "sync_batchnorm", sync_batchnorm, "bool")
     check_type(call, "compile", compile, "bool")
+    check_type(call, "tf32", tf32, "bool")
 
 
 class Runtime:
@@ -51,6 +52,10 @@ class Runtime:
             data streams use per-rank seeds derived from it.
         backend: ``"auto"`` (nccl on CUDA, else gloo), ``"gloo"`` or ``"nccl"``.
         timeout: seconds any collective may wait before failing with the late ranks named.
+        sync_batchnorm: convert BatchNorm layers to SyncBatchNorm in ``setup``.
+        compile: ``torch.compile`` the model in ``setup`` (single, ddp, fsdp).
+        tf32: on CUDA, float32 matmuls and convolutions in TF32 (the default; False keeps
+            full float32). Nothing changes on CPU.
         **strategy_options: passed to the strategy (e.g. ``find_unused_parameters=True``).
 
     Creating a Runtime in a multi-process job is collective: all ranks must do it.
@@ -70,18 +75,20 @@ class Runtime:
         timeout: float = comm.DEFAULT_TIMEOUT_S,
         sync_batchnorm: bool = False,
         compile: bool = False,
+        tf32: bool = True,
         **strategy_options: Any,
     ):
         from paratrain.precision import create_precision
         from paratrain.strategy import STRATEGIES, create_strategy
 
-        _check_arguments(strategy, precision, seed, backend, timeout, sync_batchnorm, compile)
+        _check_arguments(strategy, precision, seed, backend, timeout, sync_batchnorm, compile, tf32)
         # A typo of a Runtime argument (precison=) is not a strategy option: name the right one.
         reject_unknown("pt.Runtime()", strategy_options,
                        [*RUNTIME_ARGUMENTS, *(o for cls in STRATEGIES.values() for o in cls.option_names)])
         self.process: ProcessInfo = detect()
         self.backend = resolve_backend(backend)
         self.device = resolve_device(self.backend, self.process.local_rank)
+        allow_tf32(self.device, tf32)
         self.timeout = float(timeout)
         self.seed = seed
         # Validate names before any rendezvous so a typo fails fast on every rank.
@@ -151,9 +158,11 @@ class Runtime:
                 precision or model structure (names the ranks and values).
         """
         from paratrain.diagnostics.desync import check_same_setup
+        from paratrain.strategy.optimizer_kernels import hint_fusable
 
         if isinstance(model, torch.nn.Module):
             check_same_setup(self, model)
+        hint_fusable(optimizers, self.device)
         return self.strategy.setup(model, *optimizers)
 
     def backward(self, loss: torch.Tensor, model: torch.nn.Module | None = None) -> None:

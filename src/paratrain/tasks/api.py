@@ -19,6 +19,7 @@ import torch
 
 from paratrain.arguments import option
 from paratrain.errors import ConfigError
+from paratrain.strategy.optimizer_kernels import kernel_options
 
 TASK_FILE = "task.json"  # in the output directory: which task (and options) the checkpoints belong to
 
@@ -148,9 +149,16 @@ class Task(abc.ABC):
     def build_model(self) -> torch.nn.Module:
         """A new model; the same weights on every rank for the same seed."""
 
-    def build_optimizer(self, model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-        """AdamW by default; a task may pick what its model was designed with."""
-        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    def build_optimizer(
+        self, model: torch.nn.Module, lr: float, weight_decay: float, fused: bool = True
+    ) -> torch.optim.Optimizer:
+        """AdamW by default; a task may pick what its model was designed with.
+
+        ``fused``: use torch's fused (else foreach) update kernel where it has one
+        (:func:`~paratrain.strategy.optimizer_kernels.kernel_options`); False keeps torch's default.
+        """
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
+                                 **kernel_options(torch.optim.AdamW, model.parameters(), enabled=fused))
 
     @abc.abstractmethod
     def forward(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

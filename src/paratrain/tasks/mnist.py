@@ -12,6 +12,7 @@ from torch.utils.data import TensorDataset
 
 from paratrain.arguments import option
 from paratrain.errors import ConfigError, DataError
+from paratrain.strategy.optimizer_kernels import kernel_options
 from paratrain.tasks.api import Evaluator, Recipe, Task, stack_pairs
 from paratrain.tasks.classification import METRICS, ClassificationEvaluator
 from paratrain.tasks.idx import read_pair
@@ -83,9 +84,10 @@ class MnistTask(Task):
     def build_model(self) -> nn.Module:
         return MnistNet()
 
-    def build_optimizer(self, model, lr, weight_decay):
+    def build_optimizer(self, model, lr, weight_decay, fused=True):
         # Seed 004's optimizer: SGD with momentum 0.5.
-        return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.5, weight_decay=weight_decay)
+        return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.5, weight_decay=weight_decay,
+                               **kernel_options(torch.optim.SGD, model.parameters(), enabled=fused))
 
     def forward(self, model, batch):
         log_probs = model(batch["images"])
