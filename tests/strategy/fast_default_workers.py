@@ -53,30 +53,28 @@ def train_variant(strategy: str, fused: bool = True, precision: str = "32-true",
     return result
 
 
-def fused_and_unfused(strategies: list[str]) -> dict:
-    """``{strategy: {"fused": run, "unfused": run}}``; the first Runtime owns the process group."""
-    group = pt.Runtime(strategy="ddp", seed=SEED)
-    try:
-        return {s: {label: train_variant(s, fused=fused) for label, fused in (("fused", True), ("unfused", False))}
-                for s in strategies}
-    finally:
-        group.close()
+def fused_and_unfused(strategy: str) -> dict:
+    """``{"fused": run, "unfused": run}``."""
+    return {label: train_variant(strategy, fused=fused) for label, fused in (("fused", True), ("unfused", False))}
 
 
-def compiled_and_eager(strategies: list[str], checkpoint_dir: str) -> dict:
-    """``{strategy: {"eager", "compiled", "resumed"}}``: the same run eager, under ``compile=True``
+def compiled_and_eager(strategy: str, checkpoint_dir: str) -> dict:
+    """``{"eager", "compiled", "resumed", "frames"}``: the same run eager, under ``compile=True``
     (2 accumulation micro-steps a step), and compiled with a checkpoint and resume half-way.
     ``frames`` counts the frames dynamo compiled (0 would mean compile did nothing)."""
+    torch._dynamo.utils.counters.clear()
+    out = {label: train_variant(strategy, compile=compiled, accumulate=2)
+           for label, compiled in (("eager", False), ("compiled", True))}
+    out["frames"] = torch._dynamo.utils.counters["frames"]["ok"]
+    out["resumed"] = train_variant(strategy, compile=True, accumulate=2, checkpoint_dir=f"{checkpoint_dir}/{strategy}")
+    return out
+
+
+def fast_defaults_on_two_ranks(strategies: list[str], checkpoint_dir: str) -> dict:
+    """``{strategy: {"kernels": fused_and_unfused, "compile": compiled_and_eager}}`` in one
+    2-process job; the first Runtime owns the process group the variants share."""
     group = pt.Runtime(strategy="ddp", seed=SEED)
     try:
-        out = {}
-        for strategy in strategies:
-            torch._dynamo.utils.counters.clear()
-            out[strategy] = {label: train_variant(strategy, compile=compiled, accumulate=2)
-                             for label, compiled in (("eager", False), ("compiled", True))}
-            out[strategy]["frames"] = sum(torch._dynamo.utils.counters["frames"].values())
-            out[strategy]["resumed"] = train_variant(strategy, compile=True, accumulate=2,
-                                                     checkpoint_dir=f"{checkpoint_dir}/{strategy}")
-        return out
+        return {s: {"kernels": fused_and_unfused(s), "compile": compiled_and_eager(s, checkpoint_dir)} for s in strategies}
     finally:
         group.close()
