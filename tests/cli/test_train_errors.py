@@ -94,3 +94,13 @@ def test_help_is_a_manual(capsys, words):
         main(words)
     out = capsys.readouterr().out
     assert "paratrain predict runs/text-cls" in out
+
+
+def test_fast_default_switches_reach_the_worker():
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    _, default = build_run(parser.parse_args(["digits"]))
+    assert (default.fused_optimizer, default.tf32, default.compile) == (True, True, False)
+    args = parser.parse_args(["digits", "--no-fused-optimizer", "--no-tf32", "--compile"])
+    _, config = build_run(parser.parse_args(train_argv(args)))
+    assert (config.fused_optimizer, config.tf32, config.compile) == (False, False, True)

@@ -11,6 +11,7 @@ import torch
 import paratrain as pt
 from paratrain.strategy.optimizer_kernels import kernel_options
 from tests.strategy.recipes import CLIP, SEED, Net, flat_state, train
+from tests.strategy.workers import _count_allreduces
 
 STEPS = 8
 
@@ -32,10 +33,15 @@ def train_variant(strategy: str, fused: bool = True, precision: str = "32-true",
     if strategy == "deepspeed":  # DeepSpeed clips inside its engine: it takes the norm at construction
         options["gradient_clipping"] = CLIP
 
+    rounds = [[0]]  # ddp: gradient all-reduce rounds of each model built
+
     def build():
         rt = pt.Runtime(strategy=strategy, precision=precision, seed=SEED, compile=compile, **options)
         model = Net()
-        return (rt, *rt.setup(model, adamw(model.parameters(), fused)))
+        model, optimizer = rt.setup(model, adamw(model.parameters(), fused))
+        if strategy == "ddp":
+            rounds.append(_count_allreduces(getattr(model, "_orig_mod", model)))
+        return rt, model, optimizer
 
     rt, model, optimizer = build()
     result = train(rt, model, optimizer, steps=STEPS // 2, accumulate=accumulate)
@@ -46,6 +52,7 @@ def train_variant(strategy: str, fused: bool = True, precision: str = "32-true",
         assert pt.Checkpointer(rt, checkpoint_dir, model=model, optimizer=optimizer).resume() is not None
     second = train(rt, model, optimizer, steps=STEPS // 2, accumulate=accumulate)
     result = {key: result[key] + second[key] for key in result}
+    result["allreduce_rounds"] = sum(count[0] for count in rounds)
     result["state"] = flat_state(rt.strategy.model_state_dict(model))
     result["fused"] = optimizer.defaults.get("fused")
     result["foreach"] = optimizer.defaults.get("foreach")
@@ -75,6 +82,11 @@ def fast_defaults_on_two_ranks(strategies: list[str], checkpoint_dir: str) -> di
     2-process job; the first Runtime owns the process group the variants share."""
     group = pt.Runtime(strategy="ddp", seed=SEED)
     try:
-        return {s: {"kernels": fused_and_unfused(s), "compile": compiled_and_eager(s, checkpoint_dir)} for s in strategies}
+        out = {s: {"kernels": fused_and_unfused(s), "compile": compiled_and_eager(s, checkpoint_dir)} for s in strategies}
+        out["bucket_view"] = {
+            given: pt.Runtime(strategy="ddp", **options).setup(Net()).gradient_as_bucket_view
+            for given, options in (("default", {}), ("False", {"gradient_as_bucket_view": False}))
+        }
+        return out
     finally:
         group.close()

@@ -8,9 +8,15 @@ import torch
 
 
 def move_to(batch: Any, device: torch.device) -> Any:
-    """``batch`` with every tensor (in dicts, lists, tuples) on ``device``."""
+    """``batch`` with every tensor (in dicts, lists, tuples) on ``device``.
+
+    A copy from pinned host memory to a GPU is asynchronous (``non_blocking``): the
+    host goes on while the copy runs, and the GPU's stream orders it before the
+    kernels that read it. Any other copy blocks — a non-blocking copy *to* the host
+    could be read before it has arrived.
+    """
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
+        return batch.to(device, non_blocking=batch.is_pinned() and torch.device(device).type == "cuda")
     if isinstance(batch, dict):
         return {key: move_to(value, device) for key, value in batch.items()}
     if isinstance(batch, (list, tuple)):

@@ -34,9 +34,16 @@ class AdvisingDistributedDataParallel(DistributedDataParallel):
 
 class DDPStrategy(Strategy):
     """Options: ``find_unused_parameters``, ``static_graph``, ``bucket_cap_mb``,
-    ``gradient_as_bucket_view``, ``broadcast_buffers`` (see torch's DDP), and
-    ``grad_compression``: ``"none"`` (default), ``"bf16"``, ``"fp16"``, ``"powersgd[:RANK]"``
-    or ``"auto"`` (see :mod:`paratrain.strategy.gradient_comm`)."""
+    ``gradient_as_bucket_view`` (default True here, False in torch), ``broadcast_buffers``
+    (see torch's DDP), and ``grad_compression``: ``"none"`` (default), ``"bf16"``, ``"fp16"``,
+    ``"powersgd[:RANK]"`` or ``"auto"`` (see :mod:`paratrain.strategy.gradient_comm`).
+
+    ``gradient_as_bucket_view=True`` makes each ``.grad`` a view into DDP's all-reduce
+    bucket instead of a separate copy: one gradient-sized buffer less and no copy back
+    after every all-reduce. Everything paratrain does to gradients (averaging accumulated
+    micro-batches, clipping, fp16 unscaling) works in place, which is what the view
+    needs; ``zero_grad(set_to_none=True)`` only drops the view, DDP re-attaches it.
+    """
 
     name = "ddp"
     option_names = (
@@ -63,7 +70,8 @@ class DDPStrategy(Strategy):
             return module
         if not any(p.requires_grad for p in module.parameters()):
             raise ConfigError("strategy 'ddp' needs a model with trainable parameters; this one has none")
-        kwargs = {k: v for k, v in self.options.items() if k != "grad_compression"}
+        kwargs = {"gradient_as_bucket_view": True}
+        kwargs.update((k, v) for k, v in self.options.items() if k != "grad_compression")
         if self.device.type == "cuda":
             kwargs.update(device_ids=[self.device.index], output_device=self.device.index)
         wrapped = AdvisingDistributedDataParallel(module, **kwargs)
