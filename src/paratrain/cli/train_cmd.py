@@ -85,6 +85,8 @@ TRAIN_OPTIONS: list[tuple[str, object, str]] = [
     ("--seed", int, "seed for the model init and the data order (default 42)"),
     ("--sync-bn", None, "convert BatchNorm to SyncBatchNorm (statistics over all processes)"),
     ("--num-workers", int, "data loader worker processes per process (default 0)"),
+    ("--no-group-by-length", None, "draw training batches at random instead of grouping similar lengths "
+     "(text tasks group by default: less padding, same samples per epoch)"),
     ("--no-progress", None, "no progress bar (it shows only on a terminal anyway)"),
     ("--no-tensorboard", None, "do not write TensorBoard files"),
     ("--data", str, "directory with the task's data files (mnist: the IDX files)"),
