@@ -57,16 +57,18 @@ import gc
 import json
 import logging
 import os
-import platform
 import statistics
 import tempfile
 import time
+import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields as dataclass_fields
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
+
+from paratrain.bench.machine import detect_machine
 
 # paratrain's row: what a user passes to pt.Runtime for this job. Everything else (compile,
 # fused optimizer, TF32, ...) is left to paratrain's own defaults, so the row follows them.
@@ -350,31 +352,25 @@ def release(job: Job) -> None:
 
 
 def measure(method: str, job: Job, data: Dataset) -> dict:
+    """One method once. A method that fails is reported in its row (traceback on stderr), not fatal:
+    one broken peer must not cost the other rows of a GPU run."""
     release(job)
     clock = StepClock(job)
-    note = RUNNERS[method](job, data, clock)
-    seconds = clock.seconds()
+    try:
+        note = RUNNERS[method](job, data, clock)
+        rate = job.steps * job.batch / clock.seconds()
+    except Exception as error:  # noqa: BLE001 - any peer's failure becomes its row's note
+        traceback.print_exc()
+        note, rate = f"FAILED: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", None
     peak = torch.cuda.max_memory_allocated(job.device) / 2**30 if job.cuda else None
     release(job)
-    return {"samples_per_s": job.steps * job.batch / seconds, "peak_gib": peak, "note": note}
+    return {"samples_per_s": rate, "peak_gib": peak, "note": note}
 
 
-def versions() -> dict[str, str]:
-    import accelerate
-    import lightning
-    import transformers
-
-    import paratrain
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__,
-            "accelerate": accelerate.__version__, "lightning": lightning.__version__,
-            "paratrain": paratrain.__version__, "python": platform.python_version()}
-
-
-def device_name(device: torch.device) -> str:
+def device_name(device: torch.device, machine) -> str:
     if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        return f"{torch.cuda.get_device_name(device)} (CUDA {machine.cuda}, NCCL {machine.nccl})"
+    return f"CPU {machine.cpu_model} ({machine.cpu_cores} cores, {torch.get_num_threads()} torch threads)"
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -385,6 +381,7 @@ def run(args: argparse.Namespace) -> dict:
         # pt.Runtime has no device argument: it takes cuda:LOCAL_RANK whenever CUDA is visible,
         # unless the environment holds PARATRAIN_DEVICE=cpu (runtime/device.py).
         os.environ["PARATRAIN_DEVICE"] = "cpu"
+    machine = detect_machine()  # before the runs: the load average the runs start under
     shape = TINY if args.tiny else BERT_BASE
     compile_raw = {"on": True, "off": False, "auto": device.type == "cuda"}[args.compile]
     per_sample, per_sample_dense = flops_per_sample(build_model(shape), shape)
@@ -396,29 +393,34 @@ def run(args: argparse.Namespace) -> dict:
         for round_index in range(args.rounds):
             order = args.methods if round_index % 2 == 0 else args.methods[::-1]
             for method in order:
-                runs[method].append(measure(method, job, data))
+                outcome = measure(method, job, data)
+                runs[method].append(outcome)
+                rate = outcome["samples_per_s"]
                 print(f"  batch {batch} round {round_index + 1}/{args.rounds} {method}: "
-                      f"{runs[method][-1]['samples_per_s']:.1f} samples/s", flush=True)
+                      + (f"{rate:.1f} samples/s" if rate else outcome["note"]), flush=True)
         for method in args.methods:
-            rate = statistics.median(r["samples_per_s"] for r in runs[method])
+            rates = [r["samples_per_s"] for r in runs[method] if r["samples_per_s"] is not None]
+            rate = statistics.median(rates) if rates else None
             peaks = [r["peak_gib"] for r in runs[method] if r["peak_gib"] is not None]
             rows.append({
-                "method": method, "batch": batch, "samples_per_s": rate,
-                "rounds": [r["samples_per_s"] for r in runs[method]],
-                "mfu": rate * per_sample / (args.peak_tflops * 1e12),
-                "mfu_dense": rate * per_sample_dense / (args.peak_tflops * 1e12),
-                "peak_gib": max(peaks) if peaks else None, "note": runs[method][-1]["note"],
+                "method": method, "batch": batch, "samples_per_s": rate, "rounds": rates,
+                "mfu": rate * per_sample / (args.peak_tflops * 1e12) if rate else None,
+                "mfu_dense": rate * per_sample_dense / (args.peak_tflops * 1e12) if rate else None,
+                "peak_gib": max(peaks) if peaks else None,
+                # a failure in any round is shown, else the last round's note
+                "note": next((r["note"] for r in runs[method] if r["samples_per_s"] is None), runs[method][-1]["note"]),
             })
         reference = next((r["samples_per_s"] for r in rows if r["batch"] == batch and r["method"] == "hf-trainer"), None)
         for row in rows:
             if row["batch"] == batch:
-                row["vs_hf_trainer"] = row["samples_per_s"] / reference if reference else None
+                row["vs_hf_trainer"] = row["samples_per_s"] / reference if reference and row["samples_per_s"] else None
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": device_name(device), "versions": versions(), "shape": asdict(shape),
+        "device": device_name(device, machine), "versions": machine.versions, "python": machine.python,
+        "shape": asdict(shape),
         "steps": args.steps, "warmup_steps": args.warmup_steps, "rounds": args.rounds,
         "peak_tflops": args.peak_tflops, "flops_per_sample": per_sample, "flops_per_sample_dense": per_sample_dense,
-        "paratrain_options": PARATRAIN_OPTIONS, "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "paratrain_options": PARATRAIN_OPTIONS, "load_average": machine.load_average, "machine": machine.to_dict(),
         "rows": rows,
     }
 
@@ -429,7 +431,7 @@ def table(result: dict) -> str:
     on_cpu = result["device"].startswith("CPU")  # no meaningful peak: MFU is printed for GPUs only
     lines = [
         f"{result['date']}  {result['device']}",
-        "  ".join(f"{k} {v}" for k, v in result["versions"].items()),
+        "  ".join(f"{k} {v}" for k, v in result["versions"].items() if v) + f"  python {result['python']}",
         f"BERT hidden {shape['hidden']} x {shape['layers']} layers, seq {shape['seq']}; "
         f"{result['warmup_steps']} warm-up + {result['steps']} timed steps, median of {result['rounds']} alternating rounds; "
         f"{result['flops_per_sample'] / 1e9:.3g} GFLOP/sample ({result['flops_per_sample_dense'] / 1e9:.3g} dense); "
@@ -439,10 +441,11 @@ def table(result: dict) -> str:
     ]
     for r in result["rows"]:
         ratio = f"{r['vs_hf_trainer']:.2f}x" if r.get("vs_hf_trainer") else "-"
+        rate = f"{r['samples_per_s']:.1f}" if r["samples_per_s"] else "-"
         peak = f"{r['peak_gib']:.2f}" if r["peak_gib"] is not None else "-"
         rounds = " ".join(f"{x:.1f}" for x in r["rounds"])
-        mfu, dense = ("-", "-") if on_cpu else (f"{r['mfu']:.1%}", f"{r['mfu_dense']:.1%}")
-        lines.append(f"{r['method']:<18}{r['batch']:>6}{r['samples_per_s']:>11.1f}{ratio:>7}"
+        mfu, dense = ("-", "-") if on_cpu or not r["mfu"] else (f"{r['mfu']:.1%}", f"{r['mfu_dense']:.1%}")
+        lines.append(f"{r['method']:<18}{r['batch']:>6}{rate:>11}{ratio:>7}"
                      f"{mfu:>7}{dense:>7}{peak:>10}  [{rounds}] {r['note']}")
     return "\n".join(lines)
 
