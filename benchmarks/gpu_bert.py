@@ -18,8 +18,8 @@ hits all of them; each row is the median of its rounds.
     fabric             Fabric(precision="bf16-mixed"), setup, fabric.backward
     raw-compiled       plain loop: torch.autocast(bf16), torch.compile, AdamW(fused=True)
 
-On the CPU nothing compiles unless ``--compile on`` (paratrain-compile is then left out
-and raw-compiled runs uncompiled), and raw-compiled's AdamW is not fused there.
+On the CPU nothing compiles unless ``--compile on`` (without it paratrain-compile is left
+out and raw-compiled runs uncompiled).
 
 Timing: each method's first ``--warmup-steps`` optimizer steps (torch.compile, cuDNN/
 cuBLAS autotuning, allocator growth) are not timed; the clock starts after a
@@ -42,7 +42,10 @@ stricter figure (BERT-base here: 109.5 M parameters, 23.8 M of them embeddings;
 On a GPU machine (an estimate, not yet measured: 5-10 minutes for the defaults on an H100,
 most of it the torch.compile warm-ups; split --batch-sizes over two calls to stay shorter):
 
-    python benchmarks/gpu_bert.py --batch-sizes 32 256 --json gpu_bert.json
+    PYTHONPATH=src python benchmarks/gpu_bert.py --batch-sizes 32 256 --json gpu_bert.json
+
+(one visible GPU: HF Trainer would spread over all visible GPUs with DataParallel, so the
+script refuses more; pick one with CUDA_VISIBLE_DEVICES=N).
 
 Smoke run on a CPU (2-layer, 64-wide BERT, sequence 32, batch 4, 3 timed steps):
 
@@ -300,8 +303,7 @@ def run_fabric(job: Job, data: Dataset, clock: StepClock) -> str:
 
 def run_raw_compiled(job: Job, data: Dataset, clock: StepClock) -> str:
     model = build_model(job.shape).to(job.device)
-    # fused=True is CUDA's single-kernel AdamW (CPU has one too, but it is what the GPU row is about).
-    optimizer = adamw(model, fused=True) if job.cuda else adamw(model)
+    optimizer = adamw(model, fused=True)
     step_model = torch.compile(model) if job.compile_raw else model
     for batch in loader(data, job):
         batch = {k: v.to(job.device, non_blocking=True) for k, v in batch.items()}
@@ -315,10 +317,17 @@ def run_raw_compiled(job: Job, data: Dataset, clock: StepClock) -> str:
 
 
 def optimizer_kind(optimizer) -> str:
-    """'AdamW fused' / 'AdamW foreach' / 'AdamW for-loop' (foreach=None means torch's default choice)."""
+    """'AdamW fused', 'AdamW foreach', or torch's own choice when neither was asked for
+    (foreach for CUDA parameters, the per-parameter for-loop for CPU ones)."""
     inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's and Fabric's wrappers
     defaults = getattr(inner, "defaults", {})
-    mode = "fused" if defaults.get("fused") else "foreach" if defaults.get("foreach") else "default impl"
+    if defaults.get("fused"):
+        mode = "fused"
+    elif defaults.get("foreach"):
+        mode = "foreach"
+    else:
+        on_cuda = all(p.is_cuda for group in inner.param_groups for p in group["params"])
+        mode = "foreach (torch's default)" if on_cuda else "for-loop (torch's default)"
     return f"{type(inner).__name__} {mode}"
 
 
@@ -453,7 +462,7 @@ def table(result: dict) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                        help="cuda (the first visible GPU: pick one with CUDA_VISIBLE_DEVICES) or cpu")
+                        help="cuda (exactly one visible GPU: pick it with CUDA_VISIBLE_DEVICES) or cpu")
     parser.add_argument("--tiny", action="store_true", help="2-layer 64-wide BERT, seq 32; batch 4, 3 steps unless given")
     parser.add_argument("--batch-sizes", type=int, nargs="+", help="per-step batch sizes (default 32 256; --tiny: 4)")
     parser.add_argument("--steps", type=int, help="timed steps per method and round (default 50; --tiny: 3)")
@@ -479,6 +488,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--steps, --warmup-steps and --rounds must be at least 1 (the clock starts after a warm-up step)")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible here; use --device cpu --tiny for the smoke run")
+    if args.device == "cuda" and torch.cuda.device_count() > 1:
+        parser.error(f"{torch.cuda.device_count()} GPUs are visible and HF Trainer would use all of them (DataParallel); "
+                     "set CUDA_VISIBLE_DEVICES to one GPU")
     return args
 
 
