@@ -7,7 +7,7 @@ import signal
 import subprocess
 import time
 
-from paratrain.diagnostics.preemption import PREEMPTED_EXIT_CODE, PreemptionGuard
+from paratrain.diagnostics.preemption import PREEMPTED_EXIT_CODE, PreemptionGuard, poll_interval
 from tests.diagnostics.killing import newest_checkpoint_step
 from tests.launch.processes import HANG_GUARD_S
 from tests.support import ROOT, paratrain_cmd
@@ -58,3 +58,13 @@ def test_a_timed_save_is_due_after_the_minutes_and_sigterm_is_only_a_flag():
         signal.raise_signal(signal.SIGTERM)  # the process goes on: the loop decides when to stop
         assert guard.agree() == (True, False) and guard.requested_by == "SIGTERM"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
+
+
+def test_poll_agrees_about_once_a_second_whatever_the_step_time():
+    assert poll_interval(0.001) == 1000 and poll_interval(0.05) == 20 and poll_interval(3.0) == 1
+    with PreemptionGuard() as guard:
+        assert guard.poll() == (False, False)  # the first step agrees; then fast steps agree rarely
+        assert guard._interval > 100
+        signal.raise_signal(signal.SIGTERM)
+        answers = [guard.poll() for _ in range(guard._interval)]
+        assert answers[:-1] == [(False, False)] * (len(answers) - 1) and answers[-1] == (True, False)

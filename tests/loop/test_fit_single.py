@@ -136,3 +136,32 @@ def test_a_crashed_run_resumes_from_its_last_checkpoint_and_ends_like_an_uninter
     assert "rank 0: step 12 local loss" in (out / "logs" / "rank0.log").read_text()
     assert any((out / "tensorboard").iterdir())
     assert resumed.best_checkpoint and resumed.best_checkpoint.startswith(str(out / "checkpoints"))
+
+
+def test_own_model_with_lengths_trains_on_length_grouped_batches():
+    """pt.fit(model, ..., lengths=) pads each batch to similar lengths; group_by_length=False draws at random."""
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 40, (256,), generator=generator).tolist()
+    data = [(torch.ones(n), n % 2) for n in lengths]
+    widths = []
+
+    def collate(samples):
+        width = max(len(x) for x, _ in samples)
+        widths.append(width)
+        inputs = torch.zeros(len(samples), 40)
+        for i, (x, _) in enumerate(samples):
+            inputs[i, : len(x)] = x
+        return inputs, torch.tensor([y for _, y in samples])
+
+    for grouped in (True, False):
+        widths.clear()
+        pt.fit(torch.nn.Linear(40, 2), data, data[:16], lengths=lengths, collate_fn=collate, epochs=1, batch_size=16,
+               group_by_length=grouped, progress=False, tensorboard=False)
+        training = widths[: 256 // 16]
+        if grouped:
+            grouped_mean = sum(training) / len(training)
+        else:
+            random_mean = sum(training) / len(training)
+    assert grouped_mean < 0.8 * random_mean  # random batches of 16 nearly always hold a ~39-long sample
+    with pytest.raises(ConfigError, match="lengths= goes with your own model"):
+        pt.fit("digits", lengths=[1])

@@ -88,6 +88,8 @@ TRAIN_OPTIONS: list[tuple[str, object, str]] = [
     ("--no-fused-optimizer", None, "keep torch's default optimizer kernel instead of the fused one"),
     ("--no-tf32", None, "on CUDA, keep float32 matmuls in full float32 instead of TF32"),
     ("--num-workers", int, "data loader worker processes per process (default 0)"),
+    ("--no-group-by-length", None, "draw training batches at random instead of grouping similar lengths "
+     "(text tasks group by default: less padding, same samples per epoch)"),
     ("--no-progress", None, "no progress bar (it shows only on a terminal anyway)"),
     ("--no-tensorboard", None, "do not write TensorBoard files"),
     ("--data", str, "directory with the task's data files (mnist: the IDX files)"),

@@ -23,7 +23,7 @@ after ``k`` batches resumes at batch ``k + 1`` with any ``num_workers``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -196,6 +196,7 @@ def make_loader(
     collate_fn: Callable[[list[Any]], Any] | None = None,
     sampler: Any = None,
     seed: int | None = None,
+    group_by_length: Sequence[int] | None = None,
     **dataloader_kwargs: Any,
 ) -> DistributedLoader:
     """Build this rank's loader over ``dataset``. Collective when several ranks run.
@@ -215,13 +216,17 @@ def make_loader(
         collate_fn: passed to DataLoader.
         sampler: your own per-sample sampler (it then does the sharding, if any).
         seed: shuffle seed (same on every rank); defaults to the runtime's seed.
+        group_by_length: one length per sample (e.g. token counts): each step's
+            batches then hold samples of similar length, so little of the compute goes
+            to padding (:mod:`paratrain.data.length_groups`). Training loaders only.
         **dataloader_kwargs: passed to DataLoader, overriding the defaults
             (``pin_memory`` on CUDA, ``persistent_workers`` when ``num_workers > 0``).
 
     Raises:
         DataError: ``batch_size <= 0``; an IterableDataset; ``shuffle=True`` or
             ``exact=True`` with a sampler; ``exact`` with ``shuffle`` or ``drop_last``;
-            fewer training samples than ranks; dataset lengths that differ across ranks.
+            fewer training samples than ranks; dataset lengths that differ across ranks;
+            ``group_by_length`` with ``exact`` or a sampler, or not one length per sample.
     """
     check_request(dataset, batch_size, shuffle, exact, drop_last, sampler,
                   {**dataloader_kwargs, "num_workers": num_workers, "seed": seed})
@@ -236,13 +241,16 @@ def make_loader(
     length = dataset_length(dataset)
     check_same_length(length)
 
+    if group_by_length is not None and (exact or sampler is not None):
+        raise DataError(f"group_by_length orders training batches; drop it for {'exact=True' if exact else 'your own sampler'}")
     if sampler is not None:
         resumable: ResumableSampler = ResumableWrapper(sampler)
     elif exact:
         resumable = ExactShardSampler(length, world_size, rank)
     else:
         check_enough_samples(length, world_size, batch_size, drop_last)
-        resumable = ResumableDistributedSampler(length, world_size, rank, shuffle, base_seed, drop_last)
+        resumable = ResumableDistributedSampler(length, world_size, rank, shuffle, base_seed, drop_last,
+                                                group_by_length=group_by_length, batch_size=batch_size)
 
     on_cuda = runtime is not None and runtime.device.type == "cuda"
     options: dict[str, Any] = {

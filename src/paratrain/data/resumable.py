@@ -52,6 +52,10 @@ class ResumableSampler(Sampler[int]):
     def _config_state(self) -> dict[str, Any]:
         return {}
 
+    def _state_defaults(self) -> dict[str, Any]:
+        """Values for state keys that older versions did not save."""
+        return {}
+
     def _check_config(self, state: Mapping[str, Any]) -> None:
         """Raise DataError when ``state`` was saved by an incompatible sampler."""
 
@@ -119,6 +123,8 @@ class ResumableSampler(Sampler[int]):
                 for a different dataset or configuration.
         """
         expected = {"epoch", "position", *self._config_state()}
+        if isinstance(state, Mapping):
+            state = {**self._state_defaults(), **state}
         if not isinstance(state, Mapping) or not expected <= set(state):
             got = sorted(state) if isinstance(state, Mapping) else type(state).__name__
             raise DataError(

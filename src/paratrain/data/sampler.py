@@ -10,6 +10,10 @@ the tests compare the two):
    default, so no sample is dropped), or cut its tail with ``drop_last=True``;
 3. rank ``r`` takes ``order[r::world_size]``.
 
+With ``group_by_length`` (per-sample lengths) step 1's order is reordered so that each
+step's global batch holds samples of similar length (:mod:`paratrain.data.length_groups`);
+the rest is unchanged.
+
 Every rank therefore has the same number of samples and runs the same number of
 steps (a rank with one more step would wait forever in the gradient all-reduce).
 Padding repeats at most ``world_size - 1`` samples per epoch; evaluation must not
@@ -29,12 +33,13 @@ epoch is sharded normally.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from paratrain import comm
+from paratrain.data.length_groups import check_lengths, group_by_length
 from paratrain.data.resumable import ResumableSampler
 from paratrain.errors import DataError
 
@@ -65,9 +70,13 @@ class ResumableDistributedSampler(ResumableSampler):
         shuffle: a new permutation every epoch (seeded with ``seed + epoch``).
         seed: must be the same on every rank.
         drop_last: cut the tail to a multiple of the world size instead of padding.
+        group_by_length: one length per sample; each step's batches then hold samples
+            of similar length (less padding). Needs ``batch_size``.
+        batch_size: samples per rank per step (only used to group by length).
 
     Raises:
-        DataError: ``rank`` is outside ``[0, num_replicas)``.
+        DataError: ``rank`` is outside ``[0, num_replicas)``; lengths that are not one
+            non-negative int per sample.
     """
 
     def __init__(
@@ -78,6 +87,8 @@ class ResumableDistributedSampler(ResumableSampler):
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
+        group_by_length: Sequence[int] | None = None,
+        batch_size: int = 1,
     ):
         super().__init__()
         self.dataset_len = dataset_length(dataset)
@@ -90,9 +101,18 @@ class ResumableDistributedSampler(ResumableSampler):
         self.drop_last = bool(drop_last)
         # Entries of this epoch's global order consumed under an earlier world size.
         self.skip = 0
+        self.lengths = None if group_by_length is None else check_lengths(group_by_length, self.dataset_len)
+        # Entries per length group: one global batch. An epoch resumed under another world
+        # size keeps the saved run's grouping, or its consumed entries would not be a prefix.
+        self.batch_size = int(batch_size)
+        self.group_size = self._fresh_group_size()
+
+    def _fresh_group_size(self) -> int:
+        return self.num_replicas * self.batch_size if self.lengths is not None else 0
 
     def _on_new_epoch(self) -> None:
         self.skip = 0
+        self.group_size = self._fresh_group_size()
 
     def global_order(self) -> list[int]:
         """This epoch's order for all ranks after ``skip``, padded or cut to a multiple of the world size."""
@@ -102,6 +122,12 @@ class ResumableDistributedSampler(ResumableSampler):
             order = torch.randperm(self.dataset_len, generator=generator).tolist()
         else:
             order = list(range(self.dataset_len))
+        if self.lengths is not None:
+            shuffler = None
+            if self.shuffle:
+                shuffler = torch.Generator()
+                shuffler.manual_seed(self.seed + self.epoch + 1_000_003)  # independent of the permutation's
+            order = group_by_length(order, self.lengths, self.group_size, shuffler)
         rest = order[self.skip :]
         if self.drop_last:
             return rest[: len(rest) - len(rest) % self.num_replicas]
@@ -135,16 +161,27 @@ class ResumableDistributedSampler(ResumableSampler):
             "world_size": self.num_replicas,
             "dataset_len": self.dataset_len,
             "num_samples": self.num_samples,
+            "group_size": self.group_size,
         }
 
+    def _state_defaults(self) -> dict[str, Any]:
+        return {"group_size": 0}  # states saved before length grouping existed
+
     def _next_epoch_state(self) -> dict[str, Any]:
-        return {**super()._next_epoch_state(), "skip": 0, "num_samples": self.samples_per_epoch}
+        return {**super()._next_epoch_state(), "skip": 0, "num_samples": self.samples_per_epoch,
+                "group_size": self._fresh_group_size()}
 
     def _check_config(self, state: Mapping[str, Any]) -> None:
         if int(state["dataset_len"]) != self.dataset_len:
             raise DataError(
                 f"the saved sampler state is for a dataset of {state['dataset_len']} samples, this one has "
                 f"{self.dataset_len}; resume with the same dataset, or start a new run without loading the loader state"
+            )
+        if bool(state["group_size"]) != (self.lengths is not None):
+            saved = "grouped by length" if state["group_size"] else "not grouped by length"
+            raise DataError(
+                f"the saved sampler state is {saved}, this loader is not the same; resume with the same "
+                "group_by_length setting (paratrain train: --group-by-length / --no-group-by-length)"
             )
         for key in ("shuffle", "drop_last"):
             if bool(state[key]) != getattr(self, key):
@@ -157,6 +194,7 @@ class ResumableDistributedSampler(ResumableSampler):
         # The saved seed wins: the resumed epoch must have the saved run's order.
         self.seed = int(state["seed"])
         self.epoch = int(state["epoch"])
+        self.group_size = int(state["group_size"])
         saved_world = int(state["world_size"])
         if saved_world == self.num_replicas:
             self.skip = int(state["skip"])

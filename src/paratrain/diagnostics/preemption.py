@@ -8,6 +8,8 @@ checkpoint is a collective, so the ranks must *agree* on the step after which th
 :meth:`PreemptionGuard.agree` is that agreement: one all-reduce of two flags on the CPU
 control group per step (no GPU synchronisation), which also carries "a timed save is
 due" for ``--save-every-minutes`` (ranks' clocks differ; the decision must not).
+A loop calls :meth:`PreemptionGuard.poll` every step instead: it agrees only about every
+:data:`POLL_SECONDS`, so fast steps pay for one small all-reduce per second, not per step.
 """
 
 from __future__ import annotations
@@ -24,6 +26,17 @@ from paratrain.errors import PreemptedError
 #: Exit status of a preempted run: sysexits.h's EX_TEMPFAIL, "temporary failure; try again".
 #: The launcher (``paratrain run``/``train``) exits with it too; rerunning resumes.
 PREEMPTED_EXIT_CODE = PreemptedError.exit_code
+#: How often :meth:`PreemptionGuard.poll` agrees: far inside every grace period (≥ 30 s),
+#: rare enough that a 10 ms step pays about 0.05 % for it instead of a few percent.
+POLL_SECONDS = 1.0
+MAX_POLL_STEPS = 1000
+
+
+def poll_interval(seconds_per_step: float) -> int:
+    """Steps between agreements for steps of ``seconds_per_step`` (the slowest rank's)."""
+    if not seconds_per_step > 0:
+        return 1
+    return max(1, min(MAX_POLL_STEPS, int(POLL_SECONDS / seconds_per_step)))
 
 
 class PreemptionGuard:
@@ -42,6 +55,9 @@ class PreemptionGuard:
         self._previous: Any = None
         self._installed = False
         self._last_save = time.monotonic()
+        self._interval = 1  # steps between agreements (poll); the same on every rank
+        self._since = 0
+        self._polled_at = time.monotonic()
 
     def __enter__(self) -> PreemptionGuard:
         if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
@@ -67,6 +83,24 @@ class PreemptionGuard:
         from paratrain import comm
 
         due = self.save_every_s is not None and time.monotonic() - self._last_save >= self.save_every_s
-        flags = torch.tensor([float(self.requested_by is not None), float(due)])
-        flags = comm.any_rank(flags)
+        flags = comm.any_rank(self._flags(due))
+        return bool(flags[0]), bool(flags[1])
+
+    def _flags(self, due: bool, seconds_per_step: float = 0.0) -> torch.Tensor:
+        return torch.tensor([float(self.requested_by is not None), float(due), seconds_per_step], dtype=torch.float64)
+
+    def poll(self) -> tuple[bool, bool]:
+        """:meth:`agree`, every :func:`poll_interval` calls; ``(False, False)`` between. Collective:
+        every rank calls it once per step (the interval comes from the agreed slowest step
+        time, so all ranks communicate on the same steps)."""
+        from paratrain import comm
+
+        self._since += 1
+        if self._since < self._interval:
+            return False, False
+        now = time.monotonic()
+        due = self.save_every_s is not None and now - self._last_save >= self.save_every_s
+        flags = comm.any_rank(self._flags(due, (now - self._polled_at) / self._since))
+        self._interval = poll_interval(float(flags[2]))
+        self._since, self._polled_at = 0, time.monotonic()
         return bool(flags[0]), bool(flags[1])

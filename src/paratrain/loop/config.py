@@ -62,6 +62,8 @@ class FitConfig:
     zero_stage: int | None = None  # strategy "deepspeed": ZeRO stage 1, 2 or 3 (its default: 2)
     grad_compression: str | None = None  # strategy "ddp": none | bf16 | fp16 | powersgd[:RANK] | auto
     num_workers: int = 0
+    # Batches of similar-length samples when the task gives lengths (text): far less padding.
+    group_by_length: bool = True
     fresh: bool = False  # move an existing out_dir aside instead of resuming from it
     progress: bool | None = None  # None: a bar when stderr is a terminal
     tensorboard: bool | None = None  # None: when the tensorboard package is installed
@@ -89,7 +91,7 @@ class FitConfig:
         check_type("", "num_workers", self.num_workers, "int >= 0")
         check_type("", "check_sync_every", self.check_sync_every, "int >= 0")
         check_type("", "seed", self.seed, "int")
-        for name in ("eval_per_epoch", "sync_batchnorm", "fresh", "fused_optimizer", "tf32", "compile"):
+        for name in ("eval_per_epoch", "sync_batchnorm", "fresh", "group_by_length", "fused_optimizer", "tf32", "compile"):
             check_type("", name, getattr(self, name), "bool")
         for name in ("progress", "tensorboard"):
             check_type("", name, getattr(self, name), "bool", allow_none=True)

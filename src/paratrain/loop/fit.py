@@ -37,6 +37,7 @@ def fit(
     collate_fn: Callable[[list[Any]], Any] | None = None,
     evaluator: Callable[[], Evaluator] | None = None,
     label_names: list[str] | None = None,
+    lengths: Any = None,
     **options: Any,
 ) -> FitResult:
     """Train and evaluate; return the :class:`FitResult` (on every rank). Collective.
@@ -53,6 +54,8 @@ def fit(
         task_options: options of a built-in task given by name (``data=``, ``limit_train=``…).
         forward, collate_fn, evaluator, label_names: with a model only; see
             :class:`~paratrain.loop.model_task.ModelTask`.
+        lengths: with a model only: each training sample's length (e.g. tokens), so
+            that batches group similar lengths and pad little (``group_by_length``).
 
     Raises:
         ConfigError: an unknown task or option, a bad value, or an output
@@ -62,11 +65,14 @@ def fit(
     from paratrain.errors import ConfigError
     from paratrain.tasks.registry import create_task
 
+    if lengths is not None and not isinstance(task, torch.nn.Module):
+        raise ConfigError("lengths= goes with your own model (pt.fit(model, train, dev, lengths=...)); "
+                          "a task gives its lengths through Task.sample_lengths")
     if isinstance(task, str):
         task = create_task(task, task_options)
     elif isinstance(task, torch.nn.Module):
         task = ModelTask(task, train_data, eval_data, forward=forward, collate_fn=collate_fn,
-                         evaluator=evaluator, label_names=label_names)
+                         evaluator=evaluator, label_names=label_names, lengths=lengths)
     elif not isinstance(task, Task):
         raise ConfigError(f"fit() takes a task name, a Task or a torch.nn.Module, got {type(task).__name__}")
     config = (config or FitConfig()).replace(**FitConfig.check_names(options))

@@ -56,6 +56,7 @@ class ModelTask(Task):
         evaluator: Callable[[], Evaluator] | None = None,
         label_names: list[str] | None = None,
         metric: str = "accuracy",
+        lengths: Any = None,
     ):
         super().__init__()
         if train_data is None or eval_data is None:
@@ -66,10 +67,14 @@ class ModelTask(Task):
         self._collate = collate_fn
         self._evaluator = evaluator
         self.label_names = list(label_names or [])
+        self._lengths = lengths
         self.recipe = Recipe(metric=metric)
 
     def datasets(self):
         return self._data
+
+    def sample_lengths(self, dataset):
+        return None if self._lengths is None else list(self._lengths)
 
     def collate(self, samples):
         if self._collate is not None:

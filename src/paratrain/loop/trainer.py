@@ -30,18 +30,18 @@ from paratrain.loop.batches import batch_length, move_to
 from paratrain.loop.callbacks import Callback, CallbackList
 from paratrain.loop.checkpoints import LoopCheckpoints, metric_mode
 from paratrain.loop.config import FitConfig
+from paratrain.loop.evaluation import evaluate
 from paratrain.loop.out_dir import prepare_out_dir
 from paratrain.loop.progress import epochs, progress
 from paratrain.loop.result import FitResult
 from paratrain.loop.run_log import RunLog
 from paratrain.loop.schedule import stretch_to, warmup_schedule
 from paratrain.loop.state import FitState
+from paratrain.loop.step_clock import StepClock
 from paratrain.loop.window import TrainWindow
 from paratrain.tasks.api import Evaluation, Task
 
 UNBOUNDED_EPOCHS = 1_000_000  # with max_steps the step count ends the run, not the epochs
-#: Steps timed for the communication report (after the first ones, which warm up), see _time_steps.
-COMM_WARMUP_STEPS, COMM_TIMED_STEPS = 3, 10
 
 
 class Trainer:
@@ -76,7 +76,7 @@ class Trainer:
         self.last_evaluation: Evaluation | None = None
         self._evaluated_at = -1
         self._saved_at = -1
-        self._timing_from: tuple[int, float] | None = None
+        self._step_clock = StepClock()
         self._preemption = PreemptionGuard()
 
     # ---- the whole run ------------------------------------------------------------------
@@ -140,7 +140,9 @@ class Trainer:
         model = task.build_model()
         optimizer = task.build_optimizer(model, c.lr, c.weight_decay, fused=c.fused_optimizer)
         self.model, self.optimizer = rt.setup(model, optimizer)
-        self.train_loader = rt.loader(train_data, c.batch_size, shuffle=True, collate_fn=task.collate, num_workers=c.num_workers)
+        lengths = task.sample_lengths(train_data) if c.group_by_length else None
+        self.train_loader = rt.loader(train_data, c.batch_size, shuffle=True, collate_fn=task.collate,
+                                      num_workers=c.num_workers, group_by_length=lengths)
         self.eval_loader = rt.loader(eval_data, c.eval_batch_size, exact=True, collate_fn=task.collate, num_workers=c.num_workers)
         self.steps_per_epoch = math.ceil(self.train_loader.steps_per_epoch / c.grad_accum)
         self.total_steps = c.max_steps or c.epochs * self.steps_per_epoch
@@ -276,15 +278,9 @@ class Trainer:
         return False
 
     def _time_steps(self, step: int, window: TrainWindow) -> None:
-        """After the first steps of this run, say whether communication bounds the job (a
-        multi-node DDP strategy compares its measured link with the step time)."""
-        if self._timing_from is None:
-            self._timing_from = (step + COMM_WARMUP_STEPS, math.nan)
-        start, clock = self._timing_from
-        if step == start:
-            self._timing_from = (start, window.train_seconds)
-        elif step == start + COMM_TIMED_STEPS and not math.isnan(clock):
-            seconds = (window.train_seconds - clock) / COMM_TIMED_STEPS
+        """After the first steps, say whether communication bounds the job (multi-node DDP)."""
+        seconds = self._step_clock.after_step(step, window.train_seconds)
+        if seconds is not None:
             text = self.runtime.strategy.communication_report(seconds)
             if text:
                 self.log.console(text)
@@ -297,7 +293,7 @@ class Trainer:
             PreemptedError: after the checkpoint, on every rank (exit code 75).
         """
         watchdog.mark("collective")
-        preempt, due = self._preemption.agree()
+        preempt, due = self._preemption.poll()
         if (preempt or due) and self._saved_at != self.state.step:
             self._save()
         if preempt:
@@ -322,42 +318,12 @@ class Trainer:
         return self.should_stop
 
     # ---- evaluation ---------------------------------------------------------------------
-    @torch.no_grad()
     def evaluate(self) -> Evaluation:
         """Score the model on the whole dev set (each sample once across ranks). Collective.
 
-        Every rank runs the same number of forward passes: the exact shards may
-        differ by one batch, and a wrapped model's forward can be a collective
-        (FSDP gathers parameters, DDP broadcasts buffers on the first one), so a
-        rank with fewer batches repeats one and discards the result.
+        See :func:`paratrain.loop.evaluation.evaluate`.
         """
-        rt, task, model = self.runtime, self.task, self.model
-        model.eval()
-        evaluator = task.evaluator()
-        loss_sum = torch.zeros((), dtype=torch.float64)
-        count = 0
-        batches = len(self.eval_loader)
-        most = int(comm.all_reduce(batches, op="max"))
-        last = None
-        for batch in self.eval_loader:
-            watchdog.mark("evaluation")
-            last = batch = move_to(batch, rt.device)
-            with rt.autocast():
-                loss, scores = task.forward(model, batch)
-            evaluator.update(scores.float(), batch)
-            size = batch_length(batch)
-            loss_sum += loss.detach().double().cpu() * size
-            count += size
-        for _ in range(most - batches):
-            if last is None:  # this rank's shard is empty (fewer dev samples than ranks)
-                last = move_to(task.collate([self.eval_loader.dataset[0]]), rt.device)
-            with rt.autocast():
-                task.forward(model, last)
-        result = evaluator.compute()
-        totals = comm.all_reduce(torch.stack([loss_sum, torch.tensor(float(count), dtype=torch.float64)]), op="sum")
-        metrics = {"loss": float(totals[0] / totals[1]) if totals[1] > 0 else math.nan, **result.metrics}
-        model.train()
-        return Evaluation(metrics=metrics, report=result.report)
+        return evaluate(self.runtime, self.task, self.model, self.eval_loader)
 
     def _evaluate(self) -> Evaluation:
         c, state = self.config, self.state

@@ -23,14 +23,15 @@ class TrainWindow:
         self._reset(self.started)
 
     def _reset(self, now: float) -> None:
-        self._loss = torch.zeros((), dtype=torch.float64)
+        self._loss: torch.Tensor | None = None  # on the loss's device: no host sync per step
         self._batches = 0
         self._samples = 0
         self._start = now
 
     def add(self, loss: torch.Tensor, samples: int) -> None:
         """One micro-batch: its loss on this rank and the samples all ranks trained on."""
-        self._loss += loss.detach().double().cpu()
+        value = loss.detach().double()
+        self._loss = value if self._loss is None else self._loss + value
         self._batches += 1
         self._samples += samples
         self.samples_total += samples
@@ -38,7 +39,8 @@ class TrainWindow:
     def take(self) -> tuple[torch.Tensor, float]:
         """``(mean loss of this rank, samples per second)`` since the last take; starts a new window."""
         now = time.perf_counter()
-        result = (self._loss / max(self._batches, 1), self._samples / max(now - self._start, 1e-9))
+        loss = self._loss.cpu() if self._loss is not None else torch.zeros((), dtype=torch.float64)
+        result = (loss / max(self._batches, 1), self._samples / max(now - self._start, 1e-9))
         self._reset(now)
         return result
 

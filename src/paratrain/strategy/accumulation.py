@@ -116,9 +116,9 @@ class GradientAccumulation:
         """Divide the summed gradients by the micro-batches they hold (the mean of one big batch)."""
         micro_batches = self.take_pending()
         if micro_batches > 1:
-            for parameter in parameters:
-                if parameter.grad is not None:
-                    parameter.grad.div_(micro_batches)
+            grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
+            if grads:
+                torch._foreach_div_(grads, micro_batches)  # one kernel launch per dtype/device, not one per tensor
 
     @property
     def pending(self) -> int:

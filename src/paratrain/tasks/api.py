@@ -140,6 +140,12 @@ class Task(abc.ABC):
             MissingDependencyError: an optional package the task needs is not installed.
         """
 
+    def sample_lengths(self, dataset: Any) -> list[int] | None:
+        """Each training sample's length in the units its batch is padded in (tokens), or
+        ``None`` when batches are not padded (images). With lengths the fit loop groups
+        similar lengths into one step's batches (``group_by_length``)."""
+        return None
+
     @abc.abstractmethod
     def collate(self, samples: list[Any]) -> dict[str, torch.Tensor]:
         """A list of dataset items → one batch of tensors (with a ``labels`` entry)."""

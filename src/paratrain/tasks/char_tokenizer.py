@@ -45,6 +45,10 @@ class CharTokenizer:
     def pad_id(self) -> int:
         return self.ids[PAD]
 
+    def length(self, text: str, max_len: int) -> int:
+        """Tokens :meth:`encode` gives ``text``: its characters (no spaces) plus [CLS] and [SEP], at most ``max_len``."""
+        return min(sum(1 for char in text if not char.isspace()) + 2, max_len)
+
     def encode(self, texts: list[str], max_len: int) -> dict[str, torch.Tensor]:
         """``input_ids`` and ``attention_mask`` of shape (len(texts), longest ≤ max_len): [CLS] chars [SEP]."""
         unk = self.ids[UNK]

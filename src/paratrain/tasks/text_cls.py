@@ -61,6 +61,10 @@ class PretrainedTokenizer:
     def encode(self, texts: list[str], max_len: int) -> dict[str, torch.Tensor]:
         return dict(self.tokenizer(texts, truncation=True, max_length=max_len, padding=True, return_tensors="pt"))
 
+    def length(self, text: str, max_len: int) -> int:
+        """Tokens :meth:`encode` gives ``text`` (with special tokens), at most ``max_len``."""
+        return min(len(self.tokenizer(text, truncation=True, max_length=max_len)["input_ids"]), max_len)
+
     def save_into(self, directory: Path) -> dict[str, str]:
         """Write the tokenizer's files into ``directory/tokenizer``; return how to find them again."""
         self.tokenizer.save_pretrained(str(directory / TOKENIZER_DIR))
@@ -107,6 +111,10 @@ class TextClsTask(Task):
         else:
             self.tokenizer = CharTokenizer.from_texts(text for text, _ in train)
         return train, dev  # lists of (text, label): map-style datasets as they are
+
+    def sample_lengths(self, dataset: list[tuple[str, int]]) -> list[int]:
+        encoder = self._encoder()
+        return [encoder.length(text, self.max_len) for text, _ in dataset]
 
     def collate(self, samples: list[tuple[str, int]]) -> dict[str, torch.Tensor]:
         texts, labels = zip(*samples)

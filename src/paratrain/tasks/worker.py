@@ -42,6 +42,7 @@ def build_run(args: argparse.Namespace):
         **given,
         eval_per_epoch=not args.no_eval_per_epoch,
         sync_batchnorm=args.sync_bn,
+        group_by_length=not args.no_group_by_length,
         compile=args.compile, fused_optimizer=not args.no_fused_optimizer, tf32=not args.no_tf32,
         out_dir=args.out,
         progress=False if args.no_progress else None,
