@@ -74,6 +74,23 @@ def test_out_dir_of_another_task_is_refused_untouched(capsys, tmp_path):
     assert json.loads((out / "task.json").read_text()) == record
 
 
+@pytest.mark.parametrize("saved, given", [(None, "bert"), ("bert", None)])
+def test_out_dir_of_a_run_with_another_model_path_says_which_was_given(capsys, tmp_path, saved, given):
+    model = tmp_path / "bert"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    out = tmp_path / "run"
+    out.mkdir()
+    record = {"task": "text-cls", "options": {"model_path": saved and str(model)}}
+    (out / "task.json").write_text(json.dumps(record))
+    code, _, err = _run(capsys, "text-cls", "--out", str(out), *(["--model-path", str(model)] if given else []))
+    assert code == 2 and err.count("\n") == 1 and "None" not in err
+    with_path, without_path = f"--model-path {model}", "no --model-path (the task's own model)"
+    first, second = (with_path, without_path) if saved else (without_path, with_path)
+    assert f"holds a run with {first}, this one has {second}; refusing to mix them" in err
+    assert [p.name for p in out.iterdir()] == ["task.json"] and json.loads((out / "task.json").read_text()) == record
+
+
 def test_worker_gets_the_same_options_back():
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)

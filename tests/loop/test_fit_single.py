@@ -165,3 +165,14 @@ def test_own_model_with_lengths_trains_on_length_grouped_batches():
     assert grouped_mean < 0.8 * random_mean  # random batches of 16 nearly always hold a ~39-long sample
     with pytest.raises(ConfigError, match="lengths= goes with your own model"):
         pt.fit("digits", lengths=[1])
+def test_save_every_also_saves_on_the_steps_that_log(tmp_path):
+    import json
+
+    out = tmp_path / "run"
+    pt.fit("digits", task_options=pt.tasks.TaskOptions(limit_train=256, limit_eval=32), max_steps=5, batch_size=16,
+           save_every=2, log_every=2, keep_last=5, eval_per_epoch=False, out_dir=str(out), progress=False,
+           tensorboard=False)
+    events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in events if e["event"] == "train"] == [2, 4, 5]
+    assert [e["step"] for e in events if e["event"] == "checkpoint"] == [2, 4, 5]  # 5: the last step
+    assert sorted(p.name for p in (out / "checkpoints").glob("step-*")) == ["step-000002", "step-000004", "step-000005"]

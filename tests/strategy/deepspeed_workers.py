@@ -42,14 +42,24 @@ def _two_groups(stage: int) -> list[dict]:
             for group in access.optimizer_state(access.module, optimizer)["param_groups"]]
 
 
+def _unclipped(strategy: str, **options) -> dict:
+    """The recipe with no clipping asked for: DeepSpeed must not clip on its own (its default is 1.0)."""
+    rt = pt.Runtime(strategy=strategy, seed=SEED, **options)
+    model = Net()
+    optimizer = sgd(model.parameters())
+    model, optimizer = rt.setup(model, optimizer)
+    return train(rt, model, optimizer, clip=None)
+
+
 def zero_stages_train_alike() -> dict:
-    """ZeRO 1, 2 and 3, with and without accumulation, and bf16-mixed: rank 0's results."""
+    """ZeRO 1, 2 and 3, with and without accumulation, unclipped beside ddp, and bf16-mixed: rank 0's results."""
     group = pt.Runtime(strategy="ddp", seed=SEED)  # owns the process group the engines share
     try:
         out = {f"zero{stage}": _zero_run(stage) for stage in (1, 2, 3)}
         for stage in (2, 3):
             out[f"zero{stage}_accum"] = _zero_run(stage, accumulate=4, steps=5)
         out["two_groups"] = {stage: _two_groups(stage) for stage in (2, 3)}
+        out["unclipped"] = {"ddp": _unclipped("ddp"), **{f"zero{stage}": _unclipped("deepspeed", zero_stage=stage) for stage in (1, 2)}}
         out["zero2_bf16-mixed"] = _zero_run(2, precision="bf16-mixed", clip=None, steps=30)
         return out
     finally:

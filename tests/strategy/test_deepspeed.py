@@ -8,7 +8,7 @@ import torch
 
 import paratrain as pt
 from tests.strategy.recipes import BATCH, STEPS, run_single
-from tests.strategy.test_parity import assert_same_run
+from tests.strategy.test_parity import RTOL, assert_same_run
 
 pytest.importorskip("deepspeed", reason="strategy 'deepspeed' needs: pip install 'paratrain[deepspeed]'")
 from tests.strategy.deepspeed_workers import zero_stages_train_alike  # noqa: E402
@@ -31,6 +31,14 @@ def test_zero_two_ranks_match_one_process_with_the_whole_batch(runs, single, sta
     # the engine clips at gradient_clipping=0.5 and reports the pre-clip global norm
     torch.testing.assert_close(torch.tensor(run["norms"]), torch.tensor(single["plain"]["norms"]), rtol=1e-5, atol=0)
     assert max(single["plain"]["norms"]) > 0.5
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_zero_without_clipping_asked_follows_ddp_step_by_step(runs, stage):
+    """Nothing asks for clipping: the engine must not clip at DeepSpeed's own default norm of 1.0."""
+    ddp, zero = runs["unclipped"]["ddp"], runs["unclipped"][f"zero{stage}"]
+    assert max(zero["norms"]) > 1.5  # the engine's pre-clip norms: steps that a norm-1 clip would change
+    torch.testing.assert_close(torch.tensor(zero["losses"]), torch.tensor(ddp["losses"]), rtol=RTOL, atol=0)
 
 
 @pytest.mark.parametrize("stage", [2, 3])

@@ -45,7 +45,7 @@ def prepare_out_dir(out_dir: str | Path, task: str, options: dict | None = None,
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # /proc/x, /dev/null/x, a read-only or full disk: one line, not a traceback
-        raise ConfigError(f"cannot create --out {out} ({exc.strerror or exc}); pick a writable directory") from None
+        raise ConfigError(f"cannot create {option('out_dir', str(out))} ({exc.strerror or exc}); pick a writable directory") from None
     return out, moved_to
 
 
@@ -62,6 +62,11 @@ def _check_same_run(out: Path, task: str, options: dict) -> None:
     saved_path = (record.get("options") or {}).get("model_path")
     if saved_path != options.get("model_path"):
         raise ConfigError(
-            f"{option('out_dir', str(out))} holds a run with {option('model_path', saved_path)}, this one has "
-            f"{option('model_path', options.get('model_path'))}; refusing to mix them; {how}"
+            f"{option('out_dir', str(out))} holds a run with {_model_path_text(saved_path)}, this one has "
+            f"{_model_path_text(options.get('model_path'))}; refusing to mix them; {how}"
         )
+
+
+def _model_path_text(path: str | None) -> str:
+    """The model path as the user gave it, or that none was given (the task builds its own model)."""
+    return option("model_path", path) if path else f"no {option('model_path')} (the task's own model)"

@@ -267,15 +267,16 @@ class Trainer:
         if c.check_sync_every and step % c.check_sync_every == 0:
             self.runtime.check_same_weights(self.model, step=step)  # drift raises here, naming tensor and ranks
         evaluate = bool(c.eval_every) and step % c.eval_every == 0
+        stop = False
         if evaluate or step % c.log_every == 0 or step >= self.total_steps:
             self._log_train(epoch, *window.take())
             if evaluate:
                 self._evaluate()
                 self._save()
-            return self._stop_requested()
-        if c.save_every and step % c.save_every == 0:
-            self._save()
-        return False
+            stop = self._stop_requested()
+        if c.save_every and step % c.save_every == 0 and self._saved_at != step:
+            self._save()  # a save step that is also a log step (or the last step, or a stop) saves too
+        return stop
 
     def _time_steps(self, step: int, window: TrainWindow) -> None:
         """After the first steps, say whether communication bounds the job (multi-node DDP)."""

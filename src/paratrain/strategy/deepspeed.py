@@ -31,7 +31,8 @@ _PRECISION_CONFIG = {
 
 
 class DeepSpeedStrategy(Strategy):
-    """Options: ``zero_stage`` (1, 2 or 3; default 2), ``gradient_clipping`` (float),
+    """Options: ``zero_stage`` (1, 2 or 3; default 2), ``gradient_clipping`` (float; default:
+    no clipping, as with every other strategy),
     ``config`` (a DeepSpeed config dict merged over the one built here).
 
     Raises:
@@ -68,10 +69,11 @@ class DeepSpeedStrategy(Strategy):
             # The user's optimizer is any torch.optim class (seed recipes use SGD and AdamW);
             # without this flag DeepSpeed asserts on everything but its own Adam/Lamb.
             "zero_allow_untested_optimizer": True,
+            # Always explicit: DeepSpeed's own default (1.0 in 0.19) would clip every run at
+            # norm 1 unasked, and it leaves the path of ddp at the first larger gradient.
+            "gradient_clipping": float(self.options.get("gradient_clipping") or 0.0),
             **_PRECISION_CONFIG[self.precision.name],
         }
-        if self.options.get("gradient_clipping") is not None:
-            config["gradient_clipping"] = float(self.options["gradient_clipping"])
         config.update(self.options.get("config") or {})
         return config
 
