@@ -170,7 +170,7 @@ def launch(config: LaunchConfig) -> int:
         except ChildFailedError as exc:
             raise script_failure(
                 exc, lambda local_rank: _log_file(log_dir, run_id, local_rank), lambda code: _hint(config, code),
-                oom_kills_before,
+                oom_kills_before, lambda ranks, peer: _lost_node(config, ranks, peer),
             ) from None
         except SignalException as exc:  # the agent turns SIGTERM/SIGINT/... into this after stopping the workers
             raise _stopped(exc.sigval) from None
@@ -216,6 +216,29 @@ def _hint(config: LaunchConfig, exitcode: int) -> str:
     if exitcode == 2 and not config.legacy_local_rank and parses_local_rank(config.target, config.module):
         return "the script parses --local_rank itself: add --legacy-local-rank"
     return ""
+
+
+def _lost_node(config: LaunchConfig, failed: list[int], peer: str | None) -> str:
+    """Every failed rank of this node lost its peers: on several nodes, another node is gone."""
+    if not config.multi_node:
+        return ""
+    world = config.nproc_per_node * config.max_nodes
+    others = [r for r in range(world) if r // config.nproc_per_node != config.node_rank]
+    if config.rdzv_backend == "static" and config.max_nodes == 2:
+        lost = f"node {1 - config.node_rank} (rank{'s' * (len(others) > 1)} {_span(others)})"
+    else:
+        lost = "another node"
+    return (
+        f"every rank of this node ({_span(failed)}) lost its peers at once: {lost}"
+        + (f" at {peer}" if peer else "")
+        + " died or became unreachable; check that host, then start every node again "
+        "(or launch with --nnodes MIN:MAX --max-restarts K to let the remaining nodes go on without it)"
+    )
+
+
+def _span(ranks: list[int]) -> str:
+    return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)) \
+        else ", ".join(map(str, ranks))
 
 
 def _stopped(sigval) -> LaunchError:
