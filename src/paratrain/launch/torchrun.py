@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from paratrain.diagnostics.failure_report import oom_kill_count
+from paratrain.env.torchelastic import LINE_PREFIX_VAR, PROGRESS_TTY_VAR
 from paratrain.errors import LaunchError, PreemptedError
 from paratrain.launch import network
 from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, LaunchConfig
@@ -35,7 +36,9 @@ from paratrain.launch.legacy import local_rank_argument, parses_local_rank
 from paratrain.launch.torch_logs import torch_log_level
 
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
-LINE_PREFIX_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+# On a terminal each tagged line first clears the line it lands on: rank 0's progress bar,
+# drawn there directly (PROGRESS_TTY_VAR), stays below the scrolling lines as with tqdm.write.
+CLEAR_LINE = "\r\x1b[K"
 
 
 def torchrun_argv(config: LaunchConfig, master_port: int | None, run_id: str, log_dir: str | None = None) -> list[str]:
@@ -119,9 +122,25 @@ def worker_env(config: LaunchConfig, environ: Mapping[str, str], interface: netw
             env[var] = interface.name
     if config.stall_timeout is not None:
         env["PARATRAIN_STALL_TIMEOUT"] = f"{config.stall_timeout:g}"
+    terminal = console_terminal()
     if config.prefixed_output and not environ.get(LINE_PREFIX_VAR):
-        env[LINE_PREFIX_VAR] = "[rank${rank}]:"  # torch elastic's template; its default says [default0]:
+        # torch elastic's template; its default says [default0]:
+        env[LINE_PREFIX_VAR] = (CLEAR_LINE if terminal else "") + "[rank${rank}]:"
+    if config.prefixed_output and terminal and config.node_rank == 0 and (
+        config.local_ranks_filter is None or 0 in config.local_ranks_filter
+    ):
+        env[PROGRESS_TTY_VAR] = terminal
     return env
+
+
+def console_terminal() -> str | None:
+    """The terminal this launcher writes to (stdout and stderr both on it), else None."""
+    try:
+        if sys.stdout.isatty() and sys.stderr.isatty():
+            return os.ttyname(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
 
 
 def launch(config: LaunchConfig) -> int:
