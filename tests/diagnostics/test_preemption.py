@@ -58,3 +58,34 @@ def test_a_timed_save_is_due_after_the_minutes_and_sigterm_is_only_a_flag():
         signal.raise_signal(signal.SIGTERM)  # the process goes on: the loop decides when to stop
         assert guard.agree() == (True, False) and guard.requested_by == "SIGTERM"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
+
+
+OWN_LOOP = str(ROOT / "tests" / "diagnostics" / "preemption_script.py")
+
+
+def test_an_own_loop_with_rt_preemption_saves_on_sigterm_exits_75_and_resumes(tmp_path, cli_env):
+    out = tmp_path / "own"
+    out.mkdir()
+    command = paratrain_cmd("run", "--nproc-per-node", "2", OWN_LOOP, str(out))
+    launcher = subprocess.Popen([*command, "1000000"], cwd=ROOT, env=cli_env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    steps = out / "steps.txt"
+    try:
+        while not (steps.exists() and steps.read_text() and int(steps.read_text()) >= 5):
+            assert launcher.poll() is None, launcher.communicate()
+            time.sleep(0.02)
+        launcher.send_signal(signal.SIGTERM)
+        _, stderr = launcher.communicate(timeout=HANG_GUARD_S)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == PREEMPTED_EXIT_CODE, stderr
+    assert "[rank0]:paratrain: preempted by SIGTERM; the loop saved and stops" in stderr, stderr
+    saved = newest_checkpoint_step(out / "checkpoints")
+    assert saved is not None and saved >= 5  # saved only because of the SIGTERM: no other save in the loop
+
+    rerun = subprocess.run([*command, str(saved + 3)], cwd=ROOT, env=cli_env, capture_output=True, text=True,
+                           timeout=HANG_GUARD_S)
+    assert rerun.returncode == 0, rerun.stderr
+    assert int((out / "resumed.txt").read_text()) == saved
+    assert newest_checkpoint_step(out / "checkpoints") == saved + 3

@@ -268,8 +268,9 @@ def _stopped(sigval) -> LaunchError:
     """
     if sigval == signal.SIGTERM:
         stopped = LaunchError(
-            "preempted by SIGTERM: the workers were asked to finish their step and save (pt.fit and paratrain "
-            "train do; other scripts stop where they are); run the same command again to resume"
+            "preempted by SIGTERM: the workers were asked to finish their step and save (pt.fit, paratrain "
+            "train and loops using rt.preemption() do; other scripts stop where they are); run the same command "
+            "again to resume"
         )
         stopped.exit_code = PreemptedError.exit_code
         return stopped
