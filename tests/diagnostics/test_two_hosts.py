@@ -86,3 +86,28 @@ def test_a_lost_host_ends_the_other_with_a_named_error(two_hosts, tmp_path):
     last = survivor.stderr_lines[-1]
     assert last.startswith("paratrain run: error: the watchdog ended the job: stall: no progress for 6s"), last
     assert "rank 1 " in last and "its process died or its host is unreachable" in last, last
+
+
+def test_with_an_elastic_node_range_the_survivor_of_a_lost_host_finishes_alone(two_hosts, tmp_path):
+    """--nnodes 1:2: node 1 dies, node 0 re-rendezvouses alone and resumes from the last checkpoint."""
+    (ns0, _, addr0), (ns1, if1, _) = two_hosts
+    env = clean_env()
+    out = tmp_path / "elastic"
+    elastic = ["--nnodes", "1:2", "--master-addr", addr0, "--master-port", "29614", "--rdzv-timeout", "60",
+               "--stall-timeout", "6"]
+    nodes = [start(_on(ns, *paratrain_cmd("run", *elastic, "--node-rank", str(r), FIT, str(out), "--steps", "30")), env)
+             for r, ns in enumerate((ns0, ns1))]
+    try:
+        while _steps(out) < 8:  # past the first checkpoint (every epoch: 6 steps)
+            assert all(node.poll() is None for node in nodes), "the training ended before the host was lost"
+            time.sleep(0.05)
+        _power_off(ns1, if1)
+        [survivor] = finish([nodes[0]])
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+    assert survivor.returncode == 0, survivor.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["world_size"] == 1 and summary["steps"] == 30 and summary["resumed_from_step"] >= 6
+    assert "was saved by 2 rank(s) and is loaded by 1" in survivor.stderr  # it says it went on with fewer

@@ -41,7 +41,9 @@ SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 CLEAR_LINE = "\r\x1b[K"
 
 
-def torchrun_argv(config: LaunchConfig, master_port: int | None, run_id: str, log_dir: str | None = None) -> list[str]:
+def torchrun_argv(
+    config: LaunchConfig, master_port: int | None, run_id: str, log_dir: str | None = None, local_addr: str | None = None
+) -> list[str]:
     """The argv for ``torch.distributed.run.main``.
 
     ``master_port`` is the port actually used (the loopback store's on one node);
@@ -64,10 +66,16 @@ def torchrun_argv(config: LaunchConfig, master_port: int | None, run_id: str, lo
             f"--rdzv-conf=timeout={config.rdzv_timeout}",
         ]
     else:
-        argv += [
-            f"--rdzv-endpoint={rendezvous_endpoint(config)}",
-            f"--rdzv-conf=join_timeout={config.rdzv_timeout}",
-        ]
+        conf = f"join_timeout={config.rdzv_timeout}"
+        if config.multi_node and not config.rdzv_endpoint and config.rdzv_backend == "c10d":
+            # The endpoint is --master-addr: node 0 hosts the store. torch would guess from the
+            # host name, which need not resolve to that address (containers, several interfaces).
+            conf += f",is_host={'true' if config.node_rank == 0 else 'false'}"
+        argv += [f"--rdzv-endpoint={rendezvous_endpoint(config)}", f"--rdzv-conf={conf}"]
+        if local_addr:
+            # Workers meet at the address rank 0's agent announces, by default its host name,
+            # which may resolve to another interface: announce the one that routes to node 0.
+            argv.append(f"--local-addr={local_addr}")
     if log_dir:
         # 3 = stdout and stderr of every local rank; tee keeps them on the console too, whole
         # lines at a time with the [rankN]: prefix, so two ranks never share a line.
@@ -170,7 +178,7 @@ def launch(config: LaunchConfig) -> int:
         interface = socket_interface(config)
         env = worker_env(config, os.environ, interface)
         log_dir = config.log_dir or (tempfile.mkdtemp(prefix="paratrain-logs-") if config.prefixed_output else None)
-        argv = torchrun_argv(config, port, run_id, log_dir)
+        argv = torchrun_argv(config, port, run_id, log_dir, interface.address if config.multi_node else None)
         if config.multi_node and config.rdzv_backend == "static" and config.node_rank > 0:
             network.wait_for_listener(config.master_addr, port, config.rdzv_timeout)
         if config.multi_node and any(var in env for var in SOCKET_IFNAME_VARS):
