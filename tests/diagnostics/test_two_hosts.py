@@ -64,6 +64,21 @@ def _power_off(host_namespace: str, interface: str) -> None:
             os.kill(int(pid), signal.SIGKILL)
 
 
+def _lose_node_1(nodes, out, after_steps: int, namespace: str, interface: str):
+    """Power node 1 off once the training logged ``after_steps``; node 0's result."""
+    try:
+        while _steps(out) < after_steps:
+            assert all(node.poll() is None for node in nodes), "the training ended before the host was lost"
+            time.sleep(0.05)
+        _power_off(namespace, interface)
+        [survivor] = finish([nodes[0]])
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+    return survivor
+
+
 def test_a_lost_host_ends_the_other_with_a_named_error(two_hosts, tmp_path):
     """Node 1 dies; node 0's watchdog names the silent rank. (Node 0 lost, the store with it: test_stall.py.)"""
     (ns0, _, addr0), (ns1, if1, _) = two_hosts
@@ -72,16 +87,7 @@ def test_a_lost_host_ends_the_other_with_a_named_error(two_hosts, tmp_path):
     nodes = [start(_on(ns, *paratrain_cmd("run", *_node_args(r, addr0, 29613), "--rdzv-timeout", "60",
                                           "--stall-timeout", "6", FIT, str(out), "--steps", "100000")), env)
              for r, ns in enumerate((ns0, ns1))]
-    try:
-        while _steps(out) < 4:
-            assert all(node.poll() is None for node in nodes), "the training ended before the host was lost"
-            time.sleep(0.05)
-        _power_off(ns1, if1)
-        [survivor] = finish([nodes[0]])
-    finally:
-        for node in nodes:
-            if node.poll() is None:
-                node.kill()
+    survivor = _lose_node_1(nodes, out, 4, ns1, if1)
     assert survivor.returncode != 0, survivor.stderr
     last = survivor.stderr_lines[-1]
     assert last.startswith("paratrain run: error: the watchdog ended the job: stall: no progress for 6s"), last
@@ -97,16 +103,7 @@ def test_with_an_elastic_node_range_the_survivor_of_a_lost_host_finishes_alone(t
                "--stall-timeout", "6"]
     nodes = [start(_on(ns, *paratrain_cmd("run", *elastic, "--node-rank", str(r), FIT, str(out), "--steps", "30")), env)
              for r, ns in enumerate((ns0, ns1))]
-    try:
-        while _steps(out) < 8:  # past the first checkpoint (every epoch: 6 steps)
-            assert all(node.poll() is None for node in nodes), "the training ended before the host was lost"
-            time.sleep(0.05)
-        _power_off(ns1, if1)
-        [survivor] = finish([nodes[0]])
-    finally:
-        for node in nodes:
-            if node.poll() is None:
-                node.kill()
+    survivor = _lose_node_1(nodes, out, 8, ns1, if1)  # past the first checkpoint (every epoch: 6 steps)
     assert survivor.returncode == 0, survivor.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 1 and summary["steps"] == 30 and summary["resumed_from_step"] >= 6
