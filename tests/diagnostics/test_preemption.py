@@ -22,12 +22,10 @@ def _steps_logged(out) -> int:
     return max((json.loads(line)["step"] for line in lines if '"train"' in line), default=0)
 
 
-def test_sigterm_to_the_launcher_saves_the_current_step_exits_preempted_and_the_rerun_resumes(tmp_path, cli_env):
-    out = tmp_path / "digits"
-    command = paratrain_cmd("train", *DIGITS, "--out", str(out))
-    launcher = subprocess.Popen(command, cwd=ROOT, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _sigterm_once(launcher: subprocess.Popen, reached) -> str:
+    """SIGTERM to the launcher once ``reached()`` is true; its stderr after it ended."""
     try:
-        while _steps_logged(out) < 6:  # past the first timed checkpoints, mid-run
+        while not reached():
             assert launcher.poll() is None, launcher.communicate()
             time.sleep(0.02)
         launcher.send_signal(signal.SIGTERM)
@@ -35,6 +33,14 @@ def test_sigterm_to_the_launcher_saves_the_current_step_exits_preempted_and_the_
     finally:
         if launcher.poll() is None:
             launcher.kill()
+    return stderr
+
+
+def test_sigterm_to_the_launcher_saves_the_current_step_exits_preempted_and_the_rerun_resumes(tmp_path, cli_env):
+    out = tmp_path / "digits"
+    command = paratrain_cmd("train", *DIGITS, "--out", str(out))
+    launcher = subprocess.Popen(command, cwd=ROOT, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stderr = _sigterm_once(launcher, lambda: _steps_logged(out) >= 6)  # past the first timed checkpoints
     assert launcher.returncode == PREEMPTED_EXIT_CODE == 75, stderr
     saved = newest_checkpoint_step(out / "checkpoints")
     assert saved == _steps_logged(out) < 60  # the last finished step was saved; training stopped there
@@ -68,3 +74,24 @@ def test_poll_agrees_about_once_a_second_whatever_the_step_time():
         signal.raise_signal(signal.SIGTERM)
         answers = [guard.poll() for _ in range(guard._interval)]
         assert answers[:-1] == [(False, False)] * (len(answers) - 1) and answers[-1] == (True, False)
+OWN_LOOP = str(ROOT / "tests" / "diagnostics" / "preemption_script.py")
+
+
+def test_an_own_loop_with_rt_preemption_saves_on_sigterm_exits_75_and_resumes(tmp_path, cli_env):
+    out = tmp_path / "own"
+    out.mkdir()
+    command = paratrain_cmd("run", "--nproc-per-node", "2", OWN_LOOP, str(out))
+    launcher = subprocess.Popen([*command, "1000000"], cwd=ROOT, env=cli_env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    steps = out / "steps.txt"
+    stderr = _sigterm_once(launcher, lambda: steps.exists() and steps.read_text() and int(steps.read_text()) >= 5)
+    assert launcher.returncode == PREEMPTED_EXIT_CODE, stderr
+    assert "[rank0]:paratrain: preempted by SIGTERM; the loop saved and stops" in stderr, stderr
+    saved = newest_checkpoint_step(out / "checkpoints")
+    assert saved is not None and saved >= 5  # saved only because of the SIGTERM: no other save in the loop
+
+    rerun = subprocess.run([*command, str(saved + 3)], cwd=ROOT, env=cli_env, capture_output=True, text=True,
+                           timeout=HANG_GUARD_S)
+    assert rerun.returncode == 0, rerun.stderr
+    assert int((out / "resumed.txt").read_text()) == saved
+    assert newest_checkpoint_step(out / "checkpoints") == saved + 3

@@ -65,3 +65,49 @@ def test_the_watchdog_stays_quiet_while_progress_is_made_and_refuses_bad_timeout
     for bad in (0, -1, "10", True):
         with pytest.raises(ConfigError, match="stall_timeout must be a positive number"):
             Watchdog(bad)
+
+
+def _peer_watch(store, stall_timeout=0.6):
+    reports = []
+    watchdog = Watchdog(stall_timeout, rank=0, world_size=2, poll=0.1, store=store, on_stall=reports.append)
+    with watchdog:
+        watchdog.progress(3, "backward")
+        deadline = time.monotonic() + 20 * stall_timeout
+        while not reports and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return reports
+
+
+def test_a_peer_whose_reports_stop_or_never_came_is_named_as_gone():
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    store.set("paratrain/watchdog/job/0/beat/1", beat(1, 3, "forward", 0.0).to_json())  # then nothing more
+    [report] = _peer_watch(store)
+    assert "rank 1 (host host, pid 101) at step 3, phase forward was its last report: its process died" in report
+    [report] = _peer_watch(dist.HashStore())
+    assert "rank 1 sent no progress report: its process died or its host is unreachable" in report
+
+
+def test_a_store_that_stops_answering_ends_the_waiting_rank_with_node_0_named():
+    import signal
+    import subprocess
+    import sys
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from tests.support import clean_env
+
+    master = subprocess.Popen([sys.executable, "-c", "import sys, time, torch.distributed as d; "
+                               "s = d.TCPStore('127.0.0.1', 0, is_master=True); print(s.port, flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        port = int(master.stdout.readline())
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
+        master.send_signal(signal.SIGSTOP)  # node 0's host stops answering: no reset, no error
+        [report] = _peer_watch(store, stall_timeout=1.0)
+    finally:
+        master.kill()
+        master.wait()
+    assert "has not answered for 1s" in report and "node 0 died or is unreachable" in report, report

@@ -159,6 +159,15 @@ def build_report(outcomes: list[RankOutcome], hint: str = "") -> FailureReport:
     return FailureReport(first, consequences, stopped, hint)
 
 
+_PEER_ADDRESS = re.compile(r"\[([0-9A-Fa-f:.]+)\]:\d+")  # gloo: "Read error [10.0.0.2]:61123: Connection reset"
+
+
+def peer_address(message: str | None) -> str | None:
+    """The peer's address in a gloo connection error, if the message names one."""
+    found = _PEER_ADDRESS.search(message or "")
+    return found.group(1) if found else None
+
+
 def recorded_exception(failure: Any) -> tuple[str, str, str] | None:
     """(type, message, traceback) from the worker's error file, when it wrote one (``@record``)."""
     data = failure.error_file_data or {}

@@ -10,11 +10,13 @@ control group per step (no GPU synchronisation), which also carries "a timed sav
 due" for ``--save-every-minutes`` (ranks' clocks differ; the decision must not).
 A loop calls :meth:`PreemptionGuard.poll` every step instead: it agrees only about every
 :data:`POLL_SECONDS`, so fast steps pay for one small all-reduce per second, not per step.
+``pt.fit`` uses the guard itself; own loops get :class:`Preemption` (``rt.preemption()``).
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -104,3 +106,60 @@ class PreemptionGuard:
         self._interval = poll_interval(float(flags[2]))
         self._since, self._polled_at = 0, time.monotonic()
         return bool(flags[0]), bool(flags[1])
+
+
+class Preemption(PreemptionGuard):
+    """SIGTERM-safe own loops: save when asked, then exit "preempted" (75); ``rt.preemption()``.
+
+    The same agreement ``pt.fit`` uses::
+
+        with rt.preemption(save_every_minutes=30) as preemption:
+            for step, (x, y) in enumerate(loader, start=1):
+                ...                                   # forward, rt.backward, rt.step
+                if preemption.should_save():          # collective: every rank, every step
+                    ckpt.save(step=step)
+                preemption.stop_if_preempted()        # after the save: exit 75 on every rank
+
+    Rerunning the same command resumes (``ckpt.resume()``). The handler is installed on
+    entering the context and the previous one restored on leaving it.
+
+    Args:
+        save_every_minutes: also ask for a save this often (None: only on SIGTERM).
+    """
+
+    def __init__(self, save_every_minutes: float | None = None):
+        super().__init__(save_every_minutes)
+        self.preempted = False
+
+    def should_save(self) -> bool:
+        """True on every rank when a checkpoint is due now: some rank got SIGTERM, or
+        ``save_every_minutes`` passed (the save clock restarts then).
+
+        Collective: call it on every rank at the same point of every step — SIGTERM reaches
+        the ranks at different moments, and a checkpoint needs all of them. Costs one small
+        all-reduce on the CPU (no GPU synchronisation) about once a second (:meth:`poll`).
+        """
+        preempt, due = self.poll()
+        self.preempted = self.preempted or preempt
+        if preempt or due:
+            self.saved()
+        return preempt or due
+
+    def stop_if_preempted(self) -> None:
+        """When :meth:`should_save` agreed on a preemption: end this process with exit code
+        75 (EX_TEMPFAIL; ``paratrain run`` exits with it too). Call it after the save.
+
+        Not a collective: every rank got the same answer from :meth:`should_save`.
+
+        Raises:
+            SystemExit: with code 75, after rank 0 printed one line saying so.
+        """
+        if not self.preempted:
+            return
+        from paratrain import comm
+
+        if comm.is_main():
+            cause = self.requested_by or "SIGTERM on another rank"
+            print(f"paratrain: preempted by {cause}; the loop saved and stops: run the same command again to resume",
+                  file=sys.stderr, flush=True)
+        raise SystemExit(PREEMPTED_EXIT_CODE)

@@ -86,13 +86,23 @@ SUBSET_HINT = (
 )
 
 
-def stall_message(beats: list[Beat], stalled: list[int], stall_timeout_s: float, frames: dict[int, str]) -> str:
-    """One line: who stalled, where, the top frames of its stack, what the others do, a hint."""
+def stall_message(
+    beats: list[Beat], stalled: list[int], stall_timeout_s: float, frames: dict[int, str], gone: set[int] = frozenset()
+) -> str:
+    """One line: who stalled, where, the top frames of its stack, what the others do, a hint.
+
+    ``gone`` are ranks whose progress records stopped coming: dead processes or lost hosts.
+    """
     by_rank = {beat.rank: beat for beat in beats}
     parts = []
     for rank in stalled:
         beat = by_rank.get(rank)
         where = beat.where() if beat else f"rank {rank}"
+        if rank in gone and rank not in frames:
+            last = f"{where} was its last report" if beat else f"rank {rank} sent no progress report"
+            parts.append(f"{last}: its process died or its host is unreachable "
+                         "(look at that host; its launcher's output says why if it still runs)")
+            continue
         stack = frames.get(rank) or "no stack received (frozen, or C code holds the GIL); see its log"
         parts.append(f"{where}, in {stack}")
     others = [by_rank[r] for r in sorted(by_rank) if r not in stalled]

@@ -46,6 +46,7 @@ FINISHED = "finished"  # the phase a rank publishes when its watchdog stops norm
 STALL_EXIT_CODE = 124  # as GNU timeout: "it timed out"
 _STACK_WAIT_S = 5.0  # how long the reporters wait for the stalled rank's frames
 _HARD_EXIT_GRACE_S = 30.0  # faulthandler's last resort fires this long after the stall timeout
+_SILENT_POLLS = 4  # a rank whose publications stopped this many polls ago is gone, once we wait too
 
 _active: Watchdog | None = None
 
@@ -101,6 +102,9 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self.report: str | None = None
         self._finished: set[int] = set()
+        self._silent: set[int] = set()
+        self._store_ok_at = time.monotonic()
+        self._asking_since: float | None = None
 
     # ---- main thread ------------------------------------------------------------------------
     def progress(self, step: int | None = None, phase: str | None = None) -> None:
@@ -124,6 +128,8 @@ class Watchdog:
                        f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
         self._thread = threading.Thread(target=self._run, name="paratrain-watchdog", daemon=True)
         self._thread.start()
+        if self._store is not None:
+            threading.Thread(target=self._watch_store, name="paratrain-watchdog-store", daemon=True).start()
         _active = self
         return self
 
@@ -132,7 +138,7 @@ class Watchdog:
         if _active is self:
             _active = None
         self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
+        if self._thread is not None and self._thread is not threading.current_thread() and self.report is None:
             self._thread.join(timeout=self.poll + 5)
         faulthandler.cancel_dump_traceback_later()
         if self._store is not None and self._thread is not None and self.report is None:
@@ -160,22 +166,68 @@ class Watchdog:
             beat = Beat(self.rank, self._host, os.getpid(), self._step, self._phase,
                         round(time.monotonic() - self._moved_at, 3), tick)
             try:
+                self._asking_since = time.monotonic()
                 beats = self._exchange(beat)
-            except Exception:  # the store is gone: the job is ending anyway; keep the last resort only
-                return
+            except Exception as exc:
+                if self._store_lost(str(exc) or type(exc).__name__):
+                    return
+                continue
+            finally:
+                self._asking_since = None
+            self._store_ok_at = time.monotonic()
             now = time.monotonic()
             beats = [b for b in beats if b.phase != FINISHED]
             for other in beats:
                 if seen.get(other.rank, (None,))[0] != other.tick:
                     seen[other.rank] = (other.tick, now)
             silent = {r for r, (_, changed) in seen.items() if now - changed > self.stall_timeout + self.poll}
+            if not silent and beat.idle_s >= self.stall_timeout:
+                # We wait, and some rank's watchdog stopped publishing a while ago: that rank's
+                # process died or its host is unreachable (a live watchdog publishes every poll).
+                silent = {r for r, (_, changed) in seen.items() if now - changed > _SILENT_POLLS * self.poll}
             missing = set(range(self.world_size)) - {b.rank for b in beats} - self._finished
+            if missing and not silent and beat.idle_s >= self.stall_timeout:
+                silent = missing  # never started a watchdog, or died before its first report
             stalled = stalled_ranks(beats, self.stall_timeout, silent)
-            if not stalled and missing and beat.idle_s >= self.stall_timeout:
-                stalled = sorted(missing)  # never started a watchdog, or never got this far
+            self._silent = silent
             if stalled:
                 self._report(beats, stalled)
                 return
+
+    def _watch_store(self) -> None:
+        """Second thread: a store call that never returns (node 0's host unreachable: no
+        reset, no timeout on every call) must not silence the watchdog."""
+        while not self._stop.wait(self.poll) and self.report is None:
+            since = self._asking_since
+            if since is not None and time.monotonic() - since >= self.stall_timeout:
+                if self._store_lost(f"a call has been waiting for {time.monotonic() - since:.0f}s"):
+                    return
+
+    def _store_lost(self, cause: str) -> bool:
+        """The store did not answer. True when the job is ended for it (this rank waits too).
+
+        The store lives in node 0's launcher (torchrun's rendezvous): when that node dies,
+        every rank elsewhere waits in a collective with nobody to report to.
+        """
+        now = time.monotonic()
+        idle = now - self._moved_at
+        if self.report is not None or idle < self.stall_timeout or now - self._store_ok_at < self.stall_timeout:
+            return False
+        beat = Beat(self.rank, self._host, os.getpid(), self._step, self._phase, round(idle, 3), -1)
+        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+        cause = (cause.strip().splitlines() or ["no answer"])[0]
+        self.report = (
+            f"stall: no progress for {self.stall_timeout:g}s: {beat.where()}, and the job's store at {where} "
+            f"(node 0's launcher) has not answered for {self.stall_timeout:g}s ({cause}): node 0 died or is "
+            "unreachable; check that host, then start every node again"
+        )
+        stacks.dump_all_threads(f"paratrain watchdog: rank {self.rank}: the job's store is lost; this rank's threads:")
+        if self._on_stall is not None:
+            faulthandler.cancel_dump_traceback_later()
+            self._on_stall(self.report)
+            return True
+        _end_process(self.report)
+        return True
 
     def _exchange(self, beat: Beat) -> list[Beat]:
         if self._store is None:
@@ -193,14 +245,14 @@ class Watchdog:
         if self._store is not None:
             self._store.set(f"{self._prefix}frames/{self.rank}", frames[self.rank])
             deadline = time.monotonic() + _STACK_WAIT_S
-            for rank in stalled:
+            for rank in (r for r in stalled if r not in self._silent):  # a gone rank sends no frames
                 key = f"{self._prefix}frames/{rank}"
                 while rank not in frames and time.monotonic() < deadline:
                     if self._store.check([key]):
                         frames[rank] = self._store.get(key).decode()
                     else:
                         time.sleep(0.1)
-        self.report = stall_message(beats, stalled, self.stall_timeout, frames)
+        self.report = stall_message(beats, stalled, self.stall_timeout, frames, gone=self._silent)
         if self._on_stall is not None:
             faulthandler.cancel_dump_traceback_later()
             self._on_stall(self.report)
@@ -215,7 +267,9 @@ def _job_store(timeout_s: float):
     host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
     if not host or not port:
         return None
-    return dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=max(30.0, timeout_s)))
+    # Short enough that a lost store (node 0 gone) is noticed well within the stall timeout.
+    answer_s = min(30.0, max(5.0, timeout_s / 2))
+    return dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=answer_s))
 
 
 def _end_process(report: str) -> None:

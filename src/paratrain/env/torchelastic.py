@@ -6,6 +6,12 @@ from collections.abc import Mapping
 
 from paratrain.env.api import ClusterEnvironment, ProcessInfo, env_int
 
+# torch elastic's template for the tag its console tail puts before each worker line; a worker
+# that sees it knows its lines are tagged already. paratrain run adds, for rank 0's progress
+# bar, the terminal to draw on (the workers' own streams are files).
+LINE_PREFIX_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+PROGRESS_TTY_VAR = "PARATRAIN_PROGRESS_TTY"
+
 
 class TorchElasticEnvironment(ClusterEnvironment):
     name = "torchrun"

@@ -23,6 +23,7 @@ RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
 DEFAULT_MASTER_PORT = 29500  # torchrun's default for the static rendezvous
 DEFAULT_C10D_PORT = 29400  # torchrun's default for the c10d rendezvous
 DEFAULT_RDZV_TIMEOUT_S = 600  # torch's static and c10d defaults
+DEFAULT_ELASTIC_RESTARTS = 3  # --nnodes MIN:MAX without --max-restarts: room to lose a node and go on
 OUTPUT_MODES = ("auto", "prefixed", "raw")
 
 # torchrun takes each flag's default from PET_<FLAG> (torch.distributed.argparse_util.env);
@@ -119,7 +120,12 @@ class LaunchConfig:
             master_addr = master_addr or slurm["master_addr"]
             master_port = slurm["master_port"] if master_port is None else master_port
         min_nodes, max_nodes = parse_nnodes(nnodes or "1")
-        if max_nodes > 1 and args.rdzv_backend in (None, "static") and master_port is None:
+        # A node range is elastic: only a dynamic rendezvous lets the job go on with fewer nodes,
+        # and only restarts make it re-rendezvous when one is lost.
+        elastic = min_nodes < max_nodes
+        rdzv_backend = args.rdzv_backend or ("c10d" if elastic else "static")
+        max_restarts = _int("--max-restarts", args.max_restarts, DEFAULT_ELASTIC_RESTARTS if elastic else 0)
+        if max_nodes > 1 and rdzv_backend == "static" and master_port is None:
             master_port = DEFAULT_MASTER_PORT
         return cls(
             target=target,
@@ -131,8 +137,8 @@ class LaunchConfig:
             node_rank=node_rank or 0,
             master_addr=master_addr,
             master_port=master_port,
-            max_restarts=_int("--max-restarts", args.max_restarts) or 0,
-            rdzv_backend=(args.rdzv_backend or "static"),
+            max_restarts=max_restarts,
+            rdzv_backend=rdzv_backend,
             rdzv_endpoint=args.rdzv_endpoint or None,
             rdzv_id=args.rdzv_id or None,
             rdzv_timeout=_int("--rdzv-timeout", args.rdzv_timeout, DEFAULT_RDZV_TIMEOUT_S),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from paratrain.diagnostics.failure_report import build_report, rank_outcome, recorded_exception
+from paratrain.diagnostics.failure_report import build_report, peer_address, rank_outcome, recorded_exception
 from paratrain.errors import LaunchError, ParatrainError, PreemptedError, WorkerError
 
 PREEMPTED_EXIT_CODE = PreemptedError.exit_code
@@ -37,11 +37,14 @@ def script_failure(
     log_file: Callable[[int], Path | None] = lambda local_rank: None,
     hint: Callable[[int], str] = lambda exitcode: "",
     oom_kills_before: int | None = None,
+    lost_node: Callable[[list[int], str | None], str] = lambda ranks, peer: "",
 ) -> LaunchError:
     """``paratrain run``: a LaunchError naming the rank that failed first; exit code = its own.
 
     ``log_file(local_rank)`` returns the worker's stderr log when logs are kept;
-    ``hint(exitcode)`` may name a likely fix. The error carries the whole
+    ``hint(exitcode)`` may name a likely fix; ``lost_node(failed_ranks, peer_address)``
+    explains a failure where every failed rank here only lost its peers (another node
+    died). The error carries the whole
     :class:`~paratrain.diagnostics.failure_report.FailureReport` as ``.report``.
     """
     outcomes = []
@@ -49,6 +52,9 @@ def script_failure(
         log = log_file(failure.local_rank)
         outcomes.append(rank_outcome(rank, failure, str(log) if log else None, oom_kills_before))
     report = build_report(outcomes)
+    if all(o.peer_lost for o in outcomes):
+        explained = lost_node(sorted(o.rank for o in outcomes), peer_address(report.first.exception_message))
+        report.hint = explained or report.hint
     fix = hint(report.first.exitcode)
     if fix:
         report.hint = fix

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from paratrain.diagnostics.failure_report import oom_kill_count
+from paratrain.env.torchelastic import LINE_PREFIX_VAR, PROGRESS_TTY_VAR
 from paratrain.errors import LaunchError, PreemptedError
 from paratrain.launch import network
 from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, LaunchConfig
@@ -35,10 +36,14 @@ from paratrain.launch.legacy import local_rank_argument, parses_local_rank
 from paratrain.launch.torch_logs import torch_log_level
 
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
-LINE_PREFIX_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+# On a terminal each tagged line first clears the line it lands on: rank 0's progress bar,
+# drawn there directly (PROGRESS_TTY_VAR), stays below the scrolling lines as with tqdm.write.
+CLEAR_LINE = "\r\x1b[K"
 
 
-def torchrun_argv(config: LaunchConfig, master_port: int | None, run_id: str, log_dir: str | None = None) -> list[str]:
+def torchrun_argv(
+    config: LaunchConfig, master_port: int | None, run_id: str, log_dir: str | None = None, local_addr: str | None = None
+) -> list[str]:
     """The argv for ``torch.distributed.run.main``.
 
     ``master_port`` is the port actually used (the loopback store's on one node);
@@ -61,10 +66,16 @@ def torchrun_argv(config: LaunchConfig, master_port: int | None, run_id: str, lo
             f"--rdzv-conf=timeout={config.rdzv_timeout}",
         ]
     else:
-        argv += [
-            f"--rdzv-endpoint={rendezvous_endpoint(config)}",
-            f"--rdzv-conf=join_timeout={config.rdzv_timeout}",
-        ]
+        conf = f"join_timeout={config.rdzv_timeout}"
+        if config.multi_node and not config.rdzv_endpoint and config.rdzv_backend == "c10d":
+            # The endpoint is --master-addr: node 0 hosts the store. torch would guess from the
+            # host name, which need not resolve to that address (containers, several interfaces).
+            conf += f",is_host={'true' if config.node_rank == 0 else 'false'}"
+        argv += [f"--rdzv-endpoint={rendezvous_endpoint(config)}", f"--rdzv-conf={conf}"]
+        if local_addr:
+            # Workers meet at the address rank 0's agent announces, by default its host name,
+            # which may resolve to another interface: announce the one that routes to node 0.
+            argv.append(f"--local-addr={local_addr}")
     if log_dir:
         # 3 = stdout and stderr of every local rank; tee keeps them on the console too, whole
         # lines at a time with the [rankN]: prefix, so two ranks never share a line.
@@ -119,9 +130,25 @@ def worker_env(config: LaunchConfig, environ: Mapping[str, str], interface: netw
             env[var] = interface.name
     if config.stall_timeout is not None:
         env["PARATRAIN_STALL_TIMEOUT"] = f"{config.stall_timeout:g}"
+    terminal = console_terminal()
     if config.prefixed_output and not environ.get(LINE_PREFIX_VAR):
-        env[LINE_PREFIX_VAR] = "[rank${rank}]:"  # torch elastic's template; its default says [default0]:
+        # torch elastic's template; its default says [default0]:
+        env[LINE_PREFIX_VAR] = (CLEAR_LINE if terminal else "") + "[rank${rank}]:"
+    if config.prefixed_output and terminal and config.node_rank == 0 and (
+        config.local_ranks_filter is None or 0 in config.local_ranks_filter
+    ):
+        env[PROGRESS_TTY_VAR] = terminal
     return env
+
+
+def console_terminal() -> str | None:
+    """The terminal this launcher writes to (stdout and stderr both on it), else None."""
+    try:
+        if sys.stdout.isatty() and sys.stderr.isatty():
+            return os.ttyname(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
 
 
 def launch(config: LaunchConfig) -> int:
@@ -151,7 +178,7 @@ def launch(config: LaunchConfig) -> int:
         interface = socket_interface(config)
         env = worker_env(config, os.environ, interface)
         log_dir = config.log_dir or (tempfile.mkdtemp(prefix="paratrain-logs-") if config.prefixed_output else None)
-        argv = torchrun_argv(config, port, run_id, log_dir)
+        argv = torchrun_argv(config, port, run_id, log_dir, interface.address if config.multi_node else None)
         if config.multi_node and config.rdzv_backend == "static" and config.node_rank > 0:
             network.wait_for_listener(config.master_addr, port, config.rdzv_timeout)
         if config.multi_node and any(var in env for var in SOCKET_IFNAME_VARS):
@@ -170,7 +197,7 @@ def launch(config: LaunchConfig) -> int:
         except ChildFailedError as exc:
             raise script_failure(
                 exc, lambda local_rank: _log_file(log_dir, run_id, local_rank), lambda code: _hint(config, code),
-                oom_kills_before,
+                oom_kills_before, lambda ranks, peer: _lost_node(config, ranks, peer),
             ) from None
         except SignalException as exc:  # the agent turns SIGTERM/SIGINT/... into this after stopping the workers
             raise _stopped(exc.sigval) from None
@@ -218,6 +245,29 @@ def _hint(config: LaunchConfig, exitcode: int) -> str:
     return ""
 
 
+def _lost_node(config: LaunchConfig, failed: list[int], peer: str | None) -> str:
+    """Every failed rank of this node lost its peers: on several nodes, another node is gone."""
+    if not config.multi_node:
+        return ""
+    world = config.nproc_per_node * config.max_nodes
+    others = [r for r in range(world) if r // config.nproc_per_node != config.node_rank]
+    if config.rdzv_backend == "static" and config.max_nodes == 2:
+        lost = f"node {1 - config.node_rank} (rank{'s' * (len(others) > 1)} {_span(others)})"
+    else:
+        lost = "another node"
+    return (
+        f"every rank of this node ({_span(failed)}) lost its peers at once: {lost}"
+        + (f" at {peer}" if peer else "")
+        + " died or became unreachable; check that host, then start every node again "
+        "(or launch with --nnodes MIN:MAX --max-restarts K to let the remaining nodes go on without it)"
+    )
+
+
+def _span(ranks: list[int]) -> str:
+    return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)) \
+        else ", ".join(map(str, ranks))
+
+
 def _stopped(sigval) -> LaunchError:
     """The launcher got a signal; the agent has passed it to the workers and waited for them.
 
@@ -226,8 +276,9 @@ def _stopped(sigval) -> LaunchError:
     """
     if sigval == signal.SIGTERM:
         stopped = LaunchError(
-            "preempted by SIGTERM: the workers were asked to finish their step and save (pt.fit and paratrain "
-            "train do; other scripts stop where they are); run the same command again to resume"
+            "preempted by SIGTERM: the workers were asked to finish their step and save (pt.fit, paratrain "
+            "train and loops using rt.preemption() do; other scripts stop where they are); run the same command "
+            "again to resume"
         )
         stopped.exit_code = PreemptedError.exit_code
         return stopped

@@ -7,11 +7,14 @@ stand-in with the same methods, so the loop calls the same code everywhere.
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, TextIO
 
 from paratrain import comm
+from paratrain.env.torchelastic import PROGRESS_TTY_VAR
 
 
 class _SilentBar:
@@ -48,21 +51,36 @@ def progress(iterable: Iterable[Any] | None = None, enabled: bool | None = None,
 
     Args:
         iterable: what to iterate, or ``None`` for a bar you ``update()`` yourself.
-        enabled: ``None`` shows the bar when stderr is a terminal (log files get
-            no carriage-return noise); ``True``/``False`` force it.
+        enabled: ``None`` shows the bar when stderr is a terminal, or when
+            ``paratrain run`` names its terminal (tagged output: the bar is drawn there);
+            log files get no carriage-return noise. ``True``/``False`` force it.
         **tqdm_options: passed to ``tqdm`` (``total``, ``initial``, ``desc``, ``unit``…).
 
     Not collective: every rank may call it, only rank 0 draws.
     """
+    terminal = None if sys.stderr.isatty() else os.environ.get(PROGRESS_TTY_VAR)
     if enabled is None:
-        enabled = sys.stderr.isatty()
+        enabled = sys.stderr.isatty() or bool(terminal)
     if not (enabled and comm.is_main()):
         return _SilentBar(iterable)
     from tqdm.auto import tqdm
 
+    if terminal and "file" not in tqdm_options:
+        # Under paratrain run's tagged output our stderr is a log file, read line by line:
+        # the bar goes to the launcher's terminal instead (its tagged lines clear it first).
+        tqdm_options["file"] = _terminal(terminal) or sys.stderr
     tqdm_options.setdefault("dynamic_ncols", True)
     tqdm_options.setdefault("mininterval", 0.5)
     return tqdm(iterable, **tqdm_options)
+
+
+@functools.lru_cache(maxsize=None)
+def _terminal(path: str) -> TextIO | None:
+    """The launcher's terminal, opened once per process (None when it cannot be opened)."""
+    try:
+        return open(path, "w", buffering=1, encoding="utf-8")  # noqa: SIM115 (kept for the process)
+    except OSError:
+        return None
 
 
 def epochs(start: Any, total: int) -> Iterator[int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -10,6 +11,7 @@ import torch.distributed as dist
 
 from paratrain import comm
 from paratrain.env import ProcessInfo
+from paratrain.env.torchelastic import LINE_PREFIX_VAR
 from paratrain.errors import DistributedError
 
 
@@ -33,6 +35,7 @@ def init_process_group(info: ProcessInfo, backend: str, device: torch.device, ti
     if device.type == "cuda":
         torch.cuda.set_device(device)
         kwargs["device_id"] = device  # eager NCCL init: errors surface here, not mid-step
+    excepthook = sys.excepthook
     try:
         dist.init_process_group(
             backend=backend,
@@ -48,6 +51,10 @@ def init_process_group(info: ProcessInfo, backend: str, device: torch.device, ti
             f"rank {info.rank} could not join the process group at {where} within {timeout_s:g}s "
             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); check that rank 0 runs and the address is reachable"
         ) from exc
+    if os.environ.get(LINE_PREFIX_VAR):
+        # The launcher already tags every line with its rank; torch's excepthook would tag the
+        # traceback again ("[rank0]:[rank0]: Traceback ..."), so keep the hook we had.
+        sys.excepthook = excepthook
     if backend != "gloo":
         # Barriers that name late ranks need gloo (monitored_barrier); NCCL gets a side group.
         comm.set_control_group(dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s)))

@@ -308,6 +308,18 @@ class Runtime:
 
         return progress(iterable, **tqdm_options)
 
+    def preemption(self, save_every_minutes: float | None = None):
+        """SIGTERM handling for an own loop, as ``pt.fit`` does it: a context manager.
+
+        ``preemption.should_save()`` (collective: every rank, every step) is true on every
+        rank when some rank got SIGTERM or ``save_every_minutes`` passed; save then, and call
+        ``preemption.stop_if_preempted()``, which exits with code 75 ("preempted") after a
+        SIGTERM. See :class:`paratrain.diagnostics.preemption.Preemption`.
+        """
+        from paratrain.diagnostics.preemption import Preemption
+
+        return Preemption(save_every_minutes)
+
     def watchdog(self, stall_timeout: float | None = None, **options: Any):
         """A hang watchdog for an own loop: a context manager (start it on every rank).
 
