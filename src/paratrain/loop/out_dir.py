@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from paratrain import comm
 from paratrain.arguments import option
 from paratrain.errors import ConfigError
 from paratrain.tasks.api import TASK_FILE, read_task_record
@@ -47,6 +48,27 @@ def prepare_out_dir(out_dir: str | Path, task: str, options: dict | None = None,
     except OSError as exc:  # /proc/x, /dev/null/x, a read-only or full disk: one line, not a traceback
         raise ConfigError(f"cannot create {option('out_dir', str(out))} ({exc.strerror or exc}); pick a writable directory") from None
     return out, moved_to
+
+
+def agree_on_out_dir(is_main: bool, out_dir: str | Path, task: str, options: dict, fresh: bool) -> Path | None:
+    """:func:`prepare_out_dir` on rank 0, its verdict on every rank: where ``fresh`` moved the old
+    run, or ``None``. Collective.
+
+    Raises:
+        ConfigError: on every rank (the others would otherwise wait in the next collective).
+    """
+    verdict: tuple[Exception | None, Path | None] = (None, None)
+    if is_main:
+        try:
+            verdict = (None, prepare_out_dir(out_dir, task, options, fresh)[1])
+        except ConfigError as exc:
+            verdict = (exc, None)
+        except OSError as exc:
+            verdict = (ConfigError(f"cannot use {option('out_dir', str(out_dir))} ({exc}); pick a writable directory"), None)
+    error, moved = comm.broadcast_object(verdict)
+    if error is not None:
+        raise error
+    return moved
 
 
 def _check_same_run(out: Path, task: str, options: dict) -> None:

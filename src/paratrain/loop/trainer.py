@@ -31,7 +31,7 @@ from paratrain.loop.callbacks import Callback, CallbackList
 from paratrain.loop.checkpoints import LoopCheckpoints, metric_mode
 from paratrain.loop.config import FitConfig
 from paratrain.loop.evaluation import evaluate
-from paratrain.loop.out_dir import prepare_out_dir
+from paratrain.loop.out_dir import agree_on_out_dir
 from paratrain.loop.progress import epochs, progress
 from paratrain.loop.result import FitResult
 from paratrain.loop.run_log import RunLog
@@ -185,18 +185,8 @@ class Trainer:
         """Rank 0 checks the directory; every rank gets its verdict (and raises the same error). Collective."""
         if self.config.out_dir is None:
             return None
-        verdict: tuple[Exception | None, Path | None] = (None, None)
-        if self.runtime.is_main:
-            try:
-                _, moved = prepare_out_dir(self.config.out_dir, self.task.name, self.task.options.to_dict(), self.config.fresh)
-                verdict = (None, moved)
-            except ConfigError as exc:  # every rank must raise it, or the others wait in the next collective
-                verdict = (exc, None)
-            except OSError as exc:
-                verdict = (ConfigError(f"cannot use {option('out_dir', self.config.out_dir)} ({exc}); pick a writable directory"), None)
-        error, moved = comm.broadcast_object(verdict)
-        if error is not None:
-            raise error
+        moved = agree_on_out_dir(self.runtime.is_main, self.config.out_dir, self.task.name,
+                                 self.task.options.to_dict(), self.config.fresh)
         if moved is not None:
             self.log.console(f"moved the previous run in {self.config.out_dir} to {moved}")
         return Path(self.config.out_dir)
