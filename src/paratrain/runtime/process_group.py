@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from datetime import timedelta
 
 import torch
@@ -86,8 +87,22 @@ def _generation_store(info: ProcessInfo, timeout_s: float) -> dist.Store:
     return dist.PrefixStore(f"paratrain/attempt{attempt}/group{_generations}", _store)
 
 
+#: How long leaving a group waits, with the GIL released, for gloo's threads to let go of
+#: finished collectives (see :func:`destroy_process_group`).
+GLOO_DRAIN_S = 0.05
+
+
 def destroy_process_group() -> None:
-    """Leave the process group (idempotent)."""
+    """Leave the process group (idempotent; local, not a collective).
+
+    Before leaving it sleeps :data:`GLOO_DRAIN_S` with the GIL released. A gloo worker
+    thread drops each finished collective while holding its queue lock, and dropping one
+    whose tensors have Python objects (``rt.gather``'s outputs, DDP's gradients) needs the
+    GIL. If the group is freed in that instant by a thread holding the GIL — a DDP reducer
+    collected when the user's function returns after ``rt.close()`` — its destructor waits
+    for the queue lock forever: a worker that printed its last line and never exits.
+    """
     comm.set_control_group(None)
     if dist.is_available() and dist.is_initialized():
+        time.sleep(GLOO_DRAIN_S)  # also for NCCL jobs: their control group is a gloo group
         dist.destroy_process_group()
