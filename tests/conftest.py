@@ -8,6 +8,34 @@ import pytest
 from tests.support import WATCHED_PREFIXES as _WATCHED_PREFIXES
 
 
+#: Test files that must not run at the same time as each other under pytest-xdist: the ones
+#: sharing the session's SLURM cluster, and the ones that add network namespaces and veth
+#: pairs beside the ones that list this host's interfaces.
+SHARED_GROUPS = {
+    "slurm": ("tests/env/test_slurm.py", "tests/env/test_mpi.py"),
+    "network": (
+        "tests/strategy/test_slow_link.py", "tests/diagnostics/test_two_hosts.py", "tests/launch/test_two_nodes.py",
+        "tests/launch/test_pytorchjob.py", "tests/diagnostics/test_doctor.py", "tests/launch/test_network.py",
+        "tests/launch/test_torchrun.py", "tests/launch/test_spawn.py", "tests/env/test_detect.py",
+    ),
+}
+_GROUP_OF_FILE = {path: group for group, paths in SHARED_GROUPS.items() for path in paths}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``-n``, ``--dist loadgroup``): each test file runs on one worker, so
+    its module fixtures are built once, and the files of a :data:`SHARED_GROUPS` entry share one."""
+    root = config.rootpath
+    for item in items:
+        path = item.path.relative_to(root).as_posix()
+        item.add_marker(pytest.mark.xdist_group(_GROUP_OF_FILE.get(path, path)))
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per two cores (most tests start two or three processes), at least two."""
+    return max(2, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2) // 2)
+
+
 def _watched_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(_WATCHED_PREFIXES)}
 
