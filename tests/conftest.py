@@ -9,16 +9,9 @@ from tests.support import WATCHED_PREFIXES as _WATCHED_PREFIXES
 
 
 #: Test files that must not run at the same time as each other under pytest-xdist: the ones
-#: sharing the session's SLURM cluster, and the ones that add network namespaces and veth
-#: pairs beside the ones that list this host's interfaces.
-SHARED_GROUPS = {
-    "slurm": ("tests/env/test_slurm.py", "tests/env/test_mpi.py"),
-    "network": (
-        "tests/strategy/test_slow_link.py", "tests/diagnostics/test_two_hosts.py", "tests/launch/test_two_nodes.py",
-        "tests/launch/test_pytorchjob.py", "tests/diagnostics/test_doctor.py", "tests/launch/test_network.py",
-        "tests/launch/test_torchrun.py", "tests/launch/test_spawn.py", "tests/env/test_detect.py",
-    ),
-}
+#: sharing the session's SLURM cluster. (The network-namespace tests need no group: each
+#: makes its own namespaces, and their veth ends never hold an address in the root namespace.)
+SHARED_GROUPS = {"slurm": ("tests/env/test_slurm.py", "tests/env/test_mpi.py")}
 _GROUP_OF_FILE = {path: group for group, paths in SHARED_GROUPS.items() for path in paths}
 
 

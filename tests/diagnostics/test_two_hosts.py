@@ -100,7 +100,7 @@ def test_with_an_elastic_node_range_the_survivor_of_a_lost_host_finishes_alone(t
     env = clean_env()
     out = tmp_path / "elastic"
     elastic = ["--nnodes", "1:2", "--master-addr", addr0, "--master-port", "29614", "--rdzv-timeout", "60",
-               "--stall-timeout", "6"]
+               "--rdzv-last-call", "5", "--stall-timeout", "6"]  # torch's 30 s last call would only idle
     nodes = [start(_on(ns, *paratrain_cmd("run", *elastic, "--node-rank", str(r), FIT, str(out), "--steps", "30")), env)
              for r, ns in enumerate((ns0, ns1))]
     survivor = _lose_node_1(nodes, out, 8, ns1, if1)  # past the first checkpoint (every epoch: 6 steps)

@@ -60,6 +60,10 @@ def test_sizes_and_nodes_parse():
         config("--nproc-per-node", "many", ALLREDUCE)
     with pytest.raises(ConfigError, match="--master-port 'http' is not an integer"):
         config("--master-port", "http", ALLREDUCE)
+    with pytest.raises(ConfigError, match="--rdzv-last-call applies to a dynamic rendezvous"):
+        config("--nnodes", "2", "--master-addr", "h1", "--rdzv-last-call", "5", ALLREDUCE).validate()
+    with pytest.raises(ConfigError, match="--rdzv-last-call 0 must be a positive"):
+        config("--nnodes", "1:2", "--master-addr", "h1", "--rdzv-last-call", "0", ALLREDUCE).validate()
 
 
 def test_legacy_local_rank_forms():

@@ -70,6 +70,8 @@ def test_c10d_argv_uses_join_timeout_and_the_endpoint():
         "1:3",
     )
     assert rendezvous_endpoint(config("--rdzv-backend", "c10d", "--master-addr", "h2", ALLREDUCE)) == "h2:29400"
+    last_call = config("--nnodes", "1:2", "--rdzv-endpoint", "h1:29400", "--rdzv-last-call", "5", ALLREDUCE)
+    assert torchrun.parse_args(torchrun_argv(last_call, None, "r")).rdzv_conf == "join_timeout=600,last_call_timeout=5"
     assert rendezvous_endpoint(config("--rdzv-backend", "c10d", ALLREDUCE)) == f"{LOOPBACK}:0"
 
 

@@ -136,6 +136,12 @@ def register(subparsers) -> None:
     rdzv.add_argument("--rdzv-endpoint", "--rdzv_endpoint", metavar="HOST:PORT", help="c10d/etcd rendezvous address")
     rdzv.add_argument("--rdzv-id", "--rdzv_id", metavar="ID", help="job id shared by all nodes (c10d/etcd)")
     rdzv.add_argument("--rdzv-timeout", metavar="SECONDS", help="how long nodes wait for each other (default 600)")
+    rdzv.add_argument(
+        "--rdzv-last-call",
+        metavar="SECONDS",
+        help="with a node range: how long the group waits for more nodes once MIN have joined, at the start "
+        "and after losing one (default torch's 30)",
+    )
 
     work = parser.add_argument_group("workers")
     work.add_argument(

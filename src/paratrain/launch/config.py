@@ -57,6 +57,7 @@ class LaunchConfig:
     rdzv_endpoint: str | None = None
     rdzv_id: str | None = None
     rdzv_timeout: int = DEFAULT_RDZV_TIMEOUT_S
+    rdzv_last_call: int | None = None  # seconds a dynamic rendezvous waits for more nodes once MIN joined
     backend: str = "auto"
     legacy_local_rank: str | None = None  # None, "auto", "local_rank" or "local-rank"
     log_dir: str | None = None
@@ -142,6 +143,7 @@ class LaunchConfig:
             rdzv_endpoint=args.rdzv_endpoint or None,
             rdzv_id=args.rdzv_id or None,
             rdzv_timeout=_int("--rdzv-timeout", args.rdzv_timeout, DEFAULT_RDZV_TIMEOUT_S),
+            rdzv_last_call=_int("--rdzv-last-call", getattr(args, "rdzv_last_call", None)),
             backend=(args.backend or "auto").lower(),
             legacy_local_rank=legacy,
             log_dir=args.log_dir or None,
@@ -215,6 +217,14 @@ class LaunchConfig:
             raise ConfigError(f"--rdzv-backend {self.rdzv_backend!r} is not one of {', '.join(RDZV_BACKENDS)}")
         if self.rdzv_timeout <= 0:
             raise ConfigError(f"--rdzv-timeout {self.rdzv_timeout} must be a positive number of seconds")
+        if self.rdzv_last_call is not None:
+            if self.rdzv_last_call <= 0:
+                raise ConfigError(f"--rdzv-last-call {self.rdzv_last_call} must be a positive number of seconds")
+            if self.rdzv_backend == "static":
+                raise ConfigError(
+                    "--rdzv-last-call applies to a dynamic rendezvous: give a node range (--nnodes MIN:MAX) "
+                    "or --rdzv-backend c10d"
+                )
         if self.master_port is not None and not 0 < self.master_port < 65536:
             raise ConfigError(f"--master-port {self.master_port} is not a TCP port (1-65535)")
         static = self.rdzv_backend == "static"

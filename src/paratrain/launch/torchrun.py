@@ -67,6 +67,8 @@ def torchrun_argv(
         ]
     else:
         conf = f"join_timeout={config.rdzv_timeout}"
+        if config.rdzv_last_call:
+            conf += f",last_call_timeout={config.rdzv_last_call}"
         if config.multi_node and not config.rdzv_endpoint and config.rdzv_backend == "c10d":
             # The endpoint is --master-addr: node 0 hosts the store. torch would guess from the
             # host name, which need not resolve to that address (containers, several interfaces).
