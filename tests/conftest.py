@@ -15,6 +15,7 @@ SHARED_GROUPS = {"slurm": ("tests/env/test_slurm.py", "tests/env/test_mpi.py")}
 _GROUP_OF_FILE = {path: group for group, paths in SHARED_GROUPS.items() for path in paths}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into scheduling groups
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``-n``, ``--dist loadgroup``): each test file runs on one worker, so
     its module fixtures are built once, and the files of a :data:`SHARED_GROUPS` entry share one."""

@@ -28,7 +28,7 @@ from pathlib import Path
 from paratrain.diagnostics.failure_report import oom_kill_count
 from paratrain.env.torchelastic import LINE_PREFIX_VAR, PROGRESS_TTY_VAR
 from paratrain.errors import LaunchError, PreemptedError
-from paratrain.launch import network
+from paratrain.launch import network, whole_lines
 from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, LaunchConfig
 from paratrain.launch.environ import scoped_environ
 from paratrain.launch.failures import script_failure
@@ -194,6 +194,7 @@ def launch(config: LaunchConfig) -> int:
         stack.enter_context(scoped_environ(env))
         stack.enter_context(torch_log_level(logging.INFO if config.verbose else logging.CRITICAL))
         oom_kills_before = oom_kill_count()
+        whole_lines.install()  # --tee writes a line in parts behind separate tags otherwise
         try:
             torchrun.main(argv)
         except ChildFailedError as exc:
