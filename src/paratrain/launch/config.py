@@ -143,7 +143,7 @@ class LaunchConfig:
             rdzv_endpoint=args.rdzv_endpoint or None,
             rdzv_id=args.rdzv_id or None,
             rdzv_timeout=_int("--rdzv-timeout", args.rdzv_timeout, DEFAULT_RDZV_TIMEOUT_S),
-            rdzv_last_call=_int("--rdzv-last-call", getattr(args, "rdzv_last_call", None)),
+            rdzv_last_call=_int("--rdzv-last-call", args.rdzv_last_call),
             backend=(args.backend or "auto").lower(),
             legacy_local_rank=legacy,
             log_dir=args.log_dir or None,

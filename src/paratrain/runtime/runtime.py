@@ -351,10 +351,11 @@ class Runtime:
     def close(self) -> None:
         """Leave the process group if this Runtime joined it (idempotent).
 
-        Drop your references to wrapped (DDP) models before calling it: a DDP
-        reducer freed *after* its gloo group is destroyed can deadlock the exit
-        (pytorch/pytorch#56297). Collecting garbage here frees the ones already
-        unreachable.
+        Dropping your references to wrapped (DDP) models before calling it is
+        safest: a DDP reducer freed *after* its gloo group is destroyed can deadlock
+        the exit (pytorch/pytorch#56297). Collecting garbage here frees the ones
+        already unreachable, and leaving the group first lets gloo's threads finish
+        (:func:`paratrain.runtime.process_group.destroy_process_group`).
         """
         if getattr(self, "_check_loaders", None) is not None:
             from paratrain.data import unsharded
