@@ -15,8 +15,9 @@ Needs root and iproute2. Run from the repository root::
     python3 benchmarks/slow_links.py --delay 1ms                  # needs the netem qdisc
     python3 benchmarks/slow_links.py --accuracy-steps 0           # throughput only
 
-Prints one table per rate (samples/s, ratio to one node, what ``auto`` chose) and one
-accuracy table, with the load average before and after; ``--json FILE`` keeps it all.
+Prints one table per rate (samples/s, ratio to one node and to ``two-apart`` — two
+unconnected one-node runs at once, what two nodes can reach on this machine at best —,
+what ``auto`` chose) and one accuracy table, with the load average before and after; ``--json FILE`` keeps it all.
 """
 
 from __future__ import annotations
@@ -76,6 +77,22 @@ def one_node(args: argparse.Namespace, host: Host, out: Path, steps: int, limit_
     return {"summary": _summary(out)}
 
 
+def two_apart(args: argparse.Namespace, hosts: tuple[Host, Host], out: Path, steps: int) -> dict:
+    """This machine's ceiling for two nodes: two one-node runs at once, one in each namespace, not
+    connected. On two real PCs the sum is twice one node; here both processes share two cores (and
+    their caches and memory bandwidth), which costs them speed before any gradient crosses a link."""
+    runs = []
+    for name, host in zip("ab", hosts):
+        words = _train_words(args, out / name, steps, 64)
+        runs.append(subprocess.Popen(host.command(words), env=_env(), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True))
+    for run in runs:
+        text, _ = run.communicate(timeout=args.timeout)
+        if run.returncode != 0:
+            raise RuntimeError(f"a two-apart run failed:\n{text[-3000:]}")
+    return {"summary": {"samples_per_s": sum(_summary(out / name)["samples_per_s"] for name in "ab")}}
+
+
 def two_nodes(args: argparse.Namespace, hosts: tuple[Host, Host], out: Path, mode: str, steps: int,
               limit_eval: int | None) -> dict:
     """``paratrain train`` on node 0 and node 1 (``--nnodes 2``), one process each."""
@@ -114,7 +131,7 @@ def two_nodes(args: argparse.Namespace, hosts: tuple[Host, Host], out: Path, mod
 
 def throughput(args: argparse.Namespace, rate: str, work: Path) -> dict:
     """Samples/s of the one-node baseline and of each mode on two nodes, repetitions alternating."""
-    cases = ["one-node", *args.modes]
+    cases = ["one-node", *(["two-apart"] if args.ceiling else []), *args.modes]
     samples: dict[str, list[float]] = {case: [] for case in cases}
     notes: dict[str, dict] = {}
     with two_hosts(rate=rate, delay=args.delay) as hosts:
@@ -125,14 +142,19 @@ def throughput(args: argparse.Namespace, rate: str, work: Path) -> dict:
                 if case == "one-node":
                     # Twice the steps of a two-node run: the same number of samples.
                     result = one_node(args, hosts[0], out, 2 * args.steps, 64)
+                elif case == "two-apart":
+                    # Each as many steps as the one-node run: the same batches, so the same work per step.
+                    result = two_apart(args, hosts, out, 2 * args.steps)
                 else:
                     result = two_nodes(args, hosts, out, case, args.steps, 64)
                     notes[case] = {k: result[k] for k in ("auto", "link", "report")}
                 samples[case].append(result["summary"]["samples_per_s"])
                 print(f"  {rate} {case:<12} repeat {repeat + 1}: {samples[case][-1]:.1f} samples/s", flush=True)
     base = statistics.median(samples["one-node"])
+    ceiling = statistics.median(samples["two-apart"]) if "two-apart" in samples else None
     rows = {case: {"samples_per_s": values, "median": statistics.median(values),
-                   "vs_one_node": statistics.median(values) / base, **notes.get(case, {})}
+                   "vs_one_node": statistics.median(values) / base,
+                   "of_ceiling": statistics.median(values) / ceiling if ceiling else None, **notes.get(case, {})}
             for case, values in samples.items()}
     return rows
 
@@ -164,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=32, help="per process")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--accuracy-steps", type=int, default=400, help="two-node steps of the accuracy runs (0: skip)")
+    parser.add_argument("--no-ceiling", dest="ceiling", action="store_false",
+                        help="skip the two-apart case (two unconnected one-node runs at once: this machine's ceiling)")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
@@ -187,11 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     for rate, rows in results["rates"].items():
         print(f"\n{args.task}, 2 nodes x 1 process, batch {args.batch_size}/process, link {rate}"
               f"{' + ' + args.delay + ' delay' if args.delay else ''}, {args.steps} steps ({args.repeats} alternating repeats)")
-        print(f"{'case':<12} {'samples/s (median)':>19} {'vs one node':>12}  runs / notes")
+        print(f"{'case':<12} {'samples/s (median)':>19} {'vs one node':>12} {'of two-apart':>13}  runs / notes")
         for case, row in rows.items():
             runs = ", ".join(f"{v:.0f}" for v in row["samples_per_s"])
             chose = f"  auto chose {row['auto']}" if row.get("auto") else ""
-            print(f"{case:<12} {row['median']:>19.1f} {row['vs_one_node']:>11.2f}x  [{runs}]{chose}")
+            ceiling = f"{row['of_ceiling']:>13.2f}" if row.get("of_ceiling") else f"{'':>13}"
+            print(f"{case:<12} {row['median']:>19.1f} {row['vs_one_node']:>11.2f}x {ceiling}  [{runs}]{chose}")
         link = next((row.get("link") for row in rows.values() if row.get("link")), None)
         if link:
             print(f"measured link: {link}")

@@ -7,8 +7,14 @@ import torch
 
 import paratrain as pt
 from paratrain.diagnostics.link_probe import LinkMeasurement
-from paratrain.strategy.grad_compression import Compression, choose_compression, parse_compression, powersgd_elements
-from paratrain.strategy.gradient_comm import GradientCommunication
+from paratrain.strategy.grad_compression import (
+    Choice,
+    Compression,
+    choose_compression,
+    parse_compression,
+    powersgd_elements,
+)
+from paratrain.strategy.gradient_comm import GradientCommunication, bucket_count
 
 TEXT_CLS_GRADIENT = 2_228_000  # bytes: the text-cls model's 557 k fp32 parameters
 
@@ -77,3 +83,21 @@ def test_report_says_communication_bound_with_numbers():
     fast.link, fast.gradient_bytes = link(10), TEXT_CLS_GRADIENT
     assert "compute-bound" in fast.report(step_seconds=0.3)
     assert GradientCommunication("auto", num_nodes=1).report(0.3) is None  # one node: nothing measured
+
+
+def test_bucket_count_follows_ddps_first_small_bucket():
+    mib = 2**20
+    assert bucket_count(TEXT_CLS_GRADIENT, mib, 25 * mib) == 2  # 2.2 MB: 1 MiB first, then the rest
+    assert bucket_count(TEXT_CLS_GRADIENT, 25 * mib, 25 * mib) == 1
+    assert bucket_count(6 * mib, 2 * mib, 2 * mib) == 3
+
+
+def test_powersgd_asks_gloo_for_one_bucket_and_keeps_a_users_size():
+    comm = GradientCommunication("powersgd:4", num_nodes=2)
+    comm.choice, comm.gradient_bytes = Choice(comm.requested, "as requested"), 3 * 2**20
+    assert comm.ddp_bucket_cap_mb("gloo", None) == 4.0  # all gradients and a MiB to spare
+    assert comm.ddp_bucket_cap_mb("gloo", 2.0) == 2.0
+    assert comm.ddp_bucket_cap_mb("nccl", None) is None  # NCCL needs no ordering wait
+    bf16 = GradientCommunication("bf16", num_nodes=2)
+    bf16.choice = Choice(bf16.requested, "as requested")
+    assert bf16.ddp_bucket_cap_mb("gloo", None) is None

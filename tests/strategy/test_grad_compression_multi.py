@@ -30,6 +30,14 @@ def test_powersgd_trains_digits_into_the_same_accuracy_band_as_fp32():
     assert abs(powersgd - fp32) <= 0.05, f"PowerSGD {powersgd:.3f} vs fp32 {fp32:.3f}"
 
 
+def test_powersgd_on_gloo_reduces_all_gradients_in_one_bucket_unless_a_size_is_given():
+    # PowerSGD's hook waits for each bucket's all-reduces on gloo: one bucket waits once per step.
+    # The 16-bit hooks keep DDP's buckets (a small first one overlaps with the backward).
+    assert pt.spawn(workers.rebuilt_buckets_with_compression, 2, args=("powersgd:4",)) == [6303744]
+    assert len(pt.spawn(workers.rebuilt_buckets_with_compression, 2, args=("bf16",))) == 2
+    assert len(pt.spawn(workers.rebuilt_buckets_with_compression, 2, args=("powersgd:4", 2))) == 3
+
+
 def test_one_process_with_strategy_auto_ignores_the_compression_and_ddp_refuses_a_bad_one():
     with pt.Runtime(strategy="auto", grad_compression="auto") as rt:
         assert rt.strategy.name == "single"

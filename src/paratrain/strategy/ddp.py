@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from paratrain import comm
@@ -60,7 +61,6 @@ class DDPStrategy(Strategy):
         self.gradient_comm = GradientCommunication(
             self.options.get("grad_compression", "none"),
             num_nodes=runtime.process.num_nodes,
-            bucket_cap_mb=self.options.get("bucket_cap_mb"),
         )
 
     def wrap(self, module: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> torch.nn.Module:
@@ -74,8 +74,12 @@ class DDPStrategy(Strategy):
         kwargs.update((k, v) for k, v in self.options.items() if k != "grad_compression")
         if self.device.type == "cuda":
             kwargs.update(device_ids=[self.device.index], output_device=self.device.index)
+        self.gradient_comm.choose(module)  # the link is measured over the default group, DDP's
+        bucket_cap_mb = self.gradient_comm.ddp_bucket_cap_mb(dist.get_backend(), kwargs.get("bucket_cap_mb"))
+        if bucket_cap_mb is not None:
+            kwargs["bucket_cap_mb"] = bucket_cap_mb
         wrapped = AdvisingDistributedDataParallel(module, **kwargs)
-        self.gradient_comm.attach(wrapped, module)
+        self.gradient_comm.register(wrapped, module)
         return wrapped
 
     def state_dict(self) -> dict:

@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from paratrain import comm
@@ -30,8 +31,6 @@ from paratrain.strategy.powersgd_state import PowerSGDComm, powersgd_hook
 
 #: Communication above this share of a step is called communication-bound.
 BOUND_SHARE = 0.5
-#: DDP's bucket size when not given (MB), which decides how many all-reduces a step makes.
-DEFAULT_BUCKET_MB = 25.0
 
 
 def bf16_compress(process_group, bucket):  # unannotated: DDP checks hook annotations as objects, not strings
@@ -50,16 +49,15 @@ class GradientCommunication:
     Args:
         spec: ``"none" | "bf16" | "fp16" | "powersgd[:RANK]" | "auto"``.
         num_nodes: nodes in the job (one node never measures and ``auto`` keeps fp32).
-        bucket_cap_mb: DDP's bucket size (for the number of all-reduces per step).
 
     Raises:
         ConfigError: an unknown ``spec``.
     """
 
-    def __init__(self, spec: str, num_nodes: int, bucket_cap_mb: float | None = None):
+    def __init__(self, spec: str, num_nodes: int):
         self.requested = parse_compression(spec)  # None: auto
         self.num_nodes = num_nodes
-        self.bucket_cap_mb = bucket_cap_mb or DEFAULT_BUCKET_MB
+        self.buckets = 1  # all-reduce calls per step without compression (DDP's buckets), set by register
         self.link: Any = None
         self.choice: Choice | None = None
         self.powersgd: PowerSGDComm | None = None
@@ -70,8 +68,10 @@ class GradientCommunication:
     def compression(self) -> Compression:
         return self.choice.compression if self.choice else (self.requested or Compression("none"))
 
-    def attach(self, ddp: torch.nn.parallel.DistributedDataParallel, module: torch.nn.Module) -> None:
-        """Measure the link (several nodes), choose, and register the hook on ``ddp``. Collective."""
+    def choose(self, module: torch.nn.Module, group: Any = None) -> None:
+        """Measure the link (several nodes) and choose the compression. Collective over ``group``
+        (DDP's, default: the whole job); before DDP is built, so that the choice can shape
+        its buckets (:meth:`ddp_bucket_cap_mb`)."""
         log = comm.get_logger()
         self.gradient_bytes = gradient_bytes(module)
         self.shapes = gradient_shapes(module)
@@ -79,7 +79,7 @@ class GradientCommunication:
             from paratrain.diagnostics.link_probe import measure_allreduce
 
             size = int(min(max(self.gradient_bytes, 1 << 16), 16 << 20))
-            self.link = measure_allreduce((4096, size), repeats=3, group=ddp.process_group)
+            self.link = measure_allreduce((4096, size), repeats=3, group=group)
             log.info(f"link between the {self.num_nodes} nodes: {self.link.describe()}")
         if self.requested is None:
             # Every rank has the same measurement (the probe reduces it), so all choose alike.
@@ -89,6 +89,24 @@ class GradientCommunication:
             self.choice = Choice(self.requested, "as requested")
             if self.requested.mode != "none":
                 log.info(f"grad_compression {self.requested}")
+
+    def ddp_bucket_cap_mb(self, backend: str, requested: float | None) -> float | None:
+        """DDP's bucket size for the chosen compression: ``requested`` when the user gave one.
+
+        PowerSGD on gloo gets one bucket for all gradients. Its hook must wait for a bucket's
+        three all-reduces before the next bucket starts (see ``powersgd_hook``), so a bucket
+        that fills during the backward stops the backward for three round trips and lines
+        the ranks up mid-step; with one bucket that happens once, at the end of the backward,
+        where DDP waits anyway.
+        """
+        if requested is not None or self.compression.mode != "powersgd" or backend != "gloo":
+            return requested
+        return self.gradient_bytes / 2**20 + 1  # DDP counts MiB; the first bucket too, once a size is given
+
+    def register(self, ddp: torch.nn.parallel.DistributedDataParallel, module: torch.nn.Module) -> None:
+        """Register the chosen compression's communication hook on ``ddp`` (after :meth:`choose`)."""
+        if self.choice is None:
+            raise RuntimeError("GradientCommunication.register called before choose")
         mode = self.compression.mode
         if mode == "bf16":
             ddp.register_comm_hook(ddp.process_group, bf16_compress)
@@ -97,6 +115,8 @@ class GradientCommunication:
         elif mode == "powersgd":
             self.powersgd = PowerSGDComm(module, self.compression.rank or 1, ddp.process_group)
             ddp.register_comm_hook(self.powersgd, powersgd_hook)
+        first = dist._DEFAULT_FIRST_BUCKET_BYTES if ddp.bucket_bytes_cap_default else ddp.bucket_bytes_cap
+        self.buckets = bucket_count(self.gradient_bytes, first, ddp.bucket_bytes_cap)
 
     # ---- state (PowerSGD's error feedback and warm start; differs per rank) ------------------
     def state_dict(self) -> dict[str, Any]:
@@ -112,8 +132,7 @@ class GradientCommunication:
         if self.link is None or self.link.world_size <= 1:
             return 0.0
         message = self.compression.message_bytes(self.gradient_bytes, self.shapes)
-        buckets = max(1, math.ceil(self.gradient_bytes / (self.bucket_cap_mb * 1e6)))
-        calls = buckets * (3 if self.compression.mode == "powersgd" else 1)  # PowerSGD: rest, P, Q
+        calls = self.buckets * (3 if self.compression.mode == "powersgd" else 1)  # PowerSGD: rest, P, Q
         factor = 2 * (self.link.world_size - 1) / self.link.world_size
         return calls * self.link.latency_s + message * factor / self.link.bus_bandwidth_Bps
 
@@ -143,3 +162,12 @@ class GradientCommunication:
         if self.compression.mode in ("none", "fp16", "bf16"):
             text += "; or --grad-compression powersgd:4 (~10-100x fewer bytes)"
         return text
+
+
+def bucket_count(gradient_bytes: int, first_cap_bytes: int, cap_bytes: int) -> int:
+    """About how many buckets (all-reduce calls per step) DDP makes of ``gradient_bytes``: a first
+    bucket of up to ``first_cap_bytes`` (DDP's 1 MiB when the size is its default), then
+    ``cap_bytes`` each (tensors are not split, so this is a lower bound)."""
+    if gradient_bytes <= first_cap_bytes:
+        return 1
+    return 1 + math.ceil((gradient_bytes - first_cap_bytes) / cap_bytes)
