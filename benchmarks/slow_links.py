@@ -15,9 +15,11 @@ Needs root and iproute2. Run from the repository root::
     python3 benchmarks/slow_links.py --delay 1ms                  # needs the netem qdisc
     python3 benchmarks/slow_links.py --accuracy-steps 0           # throughput only
 
-Prints one table per rate (samples/s, ratio to one node and to ``two-apart`` — two
-unconnected one-node runs at once, what two nodes can reach on this machine at best —,
-what ``auto`` chose) and one accuracy table, with the load average before and after; ``--json FILE`` keeps it all.
+Prints one table per rate — samples/s; the ratio to one node, of the medians and
+*paired* (the median over repetitions of each run against the one-node run of the same
+repetition); the share of ``two-apart``, two unconnected one-node runs at once, which is
+what two nodes can reach on this machine at best; what ``auto`` chose — and one accuracy
+table, with the load average before and after; ``--json FILE`` keeps it all.
 """
 
 from __future__ import annotations
@@ -152,8 +154,12 @@ def throughput(args: argparse.Namespace, rate: str, work: Path) -> dict:
                 print(f"  {rate} {case:<12} repeat {repeat + 1}: {samples[case][-1]:.1f} samples/s", flush=True)
     base = statistics.median(samples["one-node"])
     ceiling = statistics.median(samples["two-apart"]) if "two-apart" in samples else None
+    # Against the one-node run of the same repetition, minutes apart at most: the machine's own
+    # speed drifts by more than that over a whole run.
+    paired = {case: statistics.median(v / b for v, b in zip(values, samples["one-node"]))
+              for case, values in samples.items()}
     rows = {case: {"samples_per_s": values, "median": statistics.median(values),
-                   "vs_one_node": statistics.median(values) / base,
+                   "vs_one_node": statistics.median(values) / base, "paired": paired[case],
                    "of_ceiling": statistics.median(values) / ceiling if ceiling else None, **notes.get(case, {})}
             for case, values in samples.items()}
     return rows
@@ -211,12 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     for rate, rows in results["rates"].items():
         print(f"\n{args.task}, 2 nodes x 1 process, batch {args.batch_size}/process, link {rate}"
               f"{' + ' + args.delay + ' delay' if args.delay else ''}, {args.steps} steps ({args.repeats} alternating repeats)")
-        print(f"{'case':<12} {'samples/s (median)':>19} {'vs one node':>12} {'of two-apart':>13}  runs / notes")
+        print(f"{'case':<12} {'samples/s (median)':>19} {'vs one node':>12} {'paired':>7} {'of two-apart':>13}  runs / notes")
         for case, row in rows.items():
             runs = ", ".join(f"{v:.0f}" for v in row["samples_per_s"])
             chose = f"  auto chose {row['auto']}" if row.get("auto") else ""
             ceiling = f"{row['of_ceiling']:>13.2f}" if row.get("of_ceiling") else f"{'':>13}"
-            print(f"{case:<12} {row['median']:>19.1f} {row['vs_one_node']:>11.2f}x {ceiling}  [{runs}]{chose}")
+            print(f"{case:<12} {row['median']:>19.1f} {row['vs_one_node']:>11.2f}x {row['paired']:>6.2f}x {ceiling}  [{runs}]{chose}")
         link = next((row.get("link") for row in rows.values() if row.get("link")), None)
         if link:
             print(f"measured link: {link}")

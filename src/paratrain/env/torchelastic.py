@@ -11,6 +11,9 @@ from paratrain.env.api import ClusterEnvironment, ProcessInfo, env_int
 # bar, the terminal to draw on (the workers' own streams are files).
 LINE_PREFIX_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 PROGRESS_TTY_VAR = "PARATRAIN_PROGRESS_TTY"
+# The pid of the paratrain launcher that started a worker (its parent): a worker asks the
+# kernel to end it when that process dies (runtime/launcher_death.py).
+LAUNCHER_PID_VAR = "PARATRAIN_LAUNCHER_PID"
 
 
 class TorchElasticEnvironment(ClusterEnvironment):

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from paratrain.diagnostics.failure_report import oom_kill_count
-from paratrain.env.torchelastic import LINE_PREFIX_VAR, PROGRESS_TTY_VAR
+from paratrain.env.torchelastic import LAUNCHER_PID_VAR, LINE_PREFIX_VAR, PROGRESS_TTY_VAR
 from paratrain.errors import LaunchError, PreemptedError
 from paratrain.launch import network, whole_lines
 from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, LaunchConfig
@@ -124,7 +124,7 @@ def socket_interface(config: LaunchConfig) -> network.Interface:
 
 def worker_env(config: LaunchConfig, environ: Mapping[str, str], interface: network.Interface) -> dict[str, str]:
     """Variables to add to the workers' environment (what the user set is kept)."""
-    env = {"OMP_NUM_THREADS": str(threads_per_proc(config, environ))}
+    env = {"OMP_NUM_THREADS": str(threads_per_proc(config, environ)), LAUNCHER_PID_VAR: str(os.getpid())}
     if config.backend != "auto" or not environ.get("PARATRAIN_BACKEND"):
         env["PARATRAIN_BACKEND"] = config.backend  # --backend wins; without it, the user's variable stays
     for var in SOCKET_IFNAME_VARS:

@@ -20,6 +20,7 @@ from paratrain.arguments import check_type, reject_objects, reject_unknown
 from paratrain.diagnostics.watchdog import mark as mark_progress
 from paratrain.env import ProcessInfo, detect
 from paratrain.runtime.device import allow_tf32, resolve_backend, resolve_device
+from paratrain.runtime.launcher_death import die_with_launcher
 from paratrain.runtime.process_group import destroy_process_group, init_process_group
 from paratrain.runtime.seeding import rank_seed, seed_everything
 
@@ -100,6 +101,8 @@ class Runtime:
             compile=compile,
             **strategy_options,
         )
+        if self.process.distributed:
+            die_with_launcher()  # a worker of paratrain run ends when its launcher is killed
         self._owns_group = init_process_group(self.process, self.backend, self.device, self.timeout)
         if self._owns_group:
             atexit.register(self.close)
