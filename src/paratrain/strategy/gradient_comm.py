@@ -57,7 +57,7 @@ class GradientCommunication:
     def __init__(self, spec: str, num_nodes: int):
         self.requested = parse_compression(spec)  # None: auto
         self.num_nodes = num_nodes
-        self.buckets = 1  # all-reduce calls per step without compression (DDP's buckets), set by register
+        self.buckets = 1  # DDP's buckets: all-reduce calls per step (each of PowerSGD's three phases); see register
         self.link: Any = None
         self.choice: Choice | None = None
         self.powersgd: PowerSGDComm | None = None
@@ -104,7 +104,11 @@ class GradientCommunication:
         return self.gradient_bytes / 2**20 + 1  # DDP counts MiB; the first bucket too, once a size is given
 
     def register(self, ddp: torch.nn.parallel.DistributedDataParallel, module: torch.nn.Module) -> None:
-        """Register the chosen compression's communication hook on ``ddp`` (after :meth:`choose`)."""
+        """Register the chosen compression's communication hook on ``ddp`` (after :meth:`choose`).
+
+        Raises:
+            RuntimeError: called before :meth:`choose` (a programming error, not a user's).
+        """
         if self.choice is None:
             raise RuntimeError("GradientCommunication.register called before choose")
         mode = self.compression.mode
@@ -115,7 +119,8 @@ class GradientCommunication:
         elif mode == "powersgd":
             self.powersgd = PowerSGDComm(module, self.compression.rank or 1, ddp.process_group)
             ddp.register_comm_hook(self.powersgd, powersgd_hook)
-        first = dist._DEFAULT_FIRST_BUCKET_BYTES if ddp.bucket_bytes_cap_default else ddp.bucket_bytes_cap
+        small_first = getattr(ddp, "bucket_bytes_cap_default", True)  # DDP's own sizes: a 1 MiB first bucket
+        first = dist._DEFAULT_FIRST_BUCKET_BYTES if small_first else ddp.bucket_bytes_cap
         self.buckets = bucket_count(self.gradient_bytes, first, ddp.bucket_bytes_cap)
 
     # ---- state (PowerSGD's error feedback and warm start; differs per rank) ------------------
