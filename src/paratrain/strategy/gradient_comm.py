@@ -27,7 +27,7 @@ from paratrain.strategy.grad_compression import (
     gradient_shapes,
     parse_compression,
 )
-from paratrain.strategy.powersgd_state import PowerSGDComm, powersgd_hook
+from paratrain.strategy.powersgd_state import PowerSGDComm, powersgd_hook, waits_per_bucket
 
 #: Communication above this share of a step is called communication-bound.
 BOUND_SHARE = 0.5
@@ -99,7 +99,7 @@ class GradientCommunication:
         the ranks up mid-step; with one bucket that happens once, at the end of the backward,
         where DDP waits anyway.
         """
-        if requested is not None or self.compression.mode != "powersgd" or backend != "gloo":
+        if requested is not None or self.compression.mode != "powersgd" or not waits_per_bucket(backend):
             return requested
         return self.gradient_bytes / 2**20 + 1  # DDP counts MiB; the first bucket too, once a size is given
 

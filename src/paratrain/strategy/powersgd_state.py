@@ -59,7 +59,7 @@ class PowerSGDComm:
         self.names = {id(p): name for name, p in trainable}
         self.shapes = {name: p.shape for name, p in trainable}  # a gradient has its parameter's shape
         self.layout: dict[int, tuple[str, ...]] = {}  # bucket index → its parameters' names
-        self.in_order = dist.get_backend(process_group) == "gloo"  # see powersgd_hook
+        self.in_order = waits_per_bucket(dist.get_backend(process_group))
         self.pending: dict[str, dict[str, torch.Tensor]] = {"error": {}, "q": {}}  # per name, not yet in buckets
 
     # ---- the hook ----------------------------------------------------------------------------
@@ -172,6 +172,11 @@ class PowerSGDComm:
             state.q_memory_dict[index] = torch.cat([qs.pop(name).to(buffer).reshape(-1) for name, _ in q_order])
             # P is recomputed from Q before it is read; only its memory has to exist.
             state.p_memory_dict[index] = torch.empty(p_numel, device=buffer.device, dtype=buffer.dtype)
+
+
+def waits_per_bucket(backend: str) -> bool:
+    """Whether :func:`powersgd_hook` waits for each bucket's all-reduces on ``backend`` (gloo)."""
+    return backend == "gloo"
 
 
 def powersgd_hook(comm, bucket):  # unannotated: DDP checks hook annotations as objects, not strings
