@@ -26,9 +26,10 @@ class BreastCancerTask(Task):
     # Defaults a run starts from (every one can be overridden on the command line).
     recipe = Recipe(batch_size=16, eval_batch_size=128, lr=1e-3)
     metric_names = METRICS  # what evaluator() reports besides the loss
+    options_used = ()  # which of --data, --model-path, --max-len it reads: the others are refused
 
     def __init__(self, options=None):
-        super().__init__(options)  # options: --limit-train, --limit-eval, --data, ...
+        super().__init__(options)  # options: --limit-train, --limit-eval (and those in options_used)
         self.label_names = ["malignant", "benign"]
 
     def datasets(self):

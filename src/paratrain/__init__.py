@@ -7,39 +7,72 @@
 See ``paratrain --help`` for the command line.
 """
 
-from paratrain import comm
-from paratrain.comm import (
-    all_gather,
-    all_gather_object,
-    all_reduce,
-    barrier,
-    broadcast_object,
-    gather_object,
-    get_logger,
-    is_main,
-    local_rank,
-    main_first,
-    print,
-    rank,
-    world_size,
-)
-from paratrain.errors import (
-    CheckpointError,
-    CollectiveTimeoutError,
-    ConfigError,
-    DataError,
-    DistributedError,
-    LaunchError,
-    ParatrainError,
-    WorkerError,
-)
-from paratrain.checkpoint import Checkpointer, CheckpointState
-from paratrain.data import gather, make_loader
-from paratrain.launch.spawn import spawn
-from paratrain.metrics import RunningMean, accuracy, classification_report, global_mean
-from paratrain.runtime.runtime import Runtime
-from paratrain.loop import Callback, FitConfig, FitResult, Trainer, fit
-from paratrain.runtime.seeding import rank_seed, seed_everything
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Where each public name lives. They are imported on first use (PEP 562), so that
+#: ``import paratrain`` and the command line start without torch: ``paratrain --help``,
+#: ``paratrain check`` and a refused flag answer at once, and torch is imported by what
+#: needs it.
+_HOMES = {
+    **dict.fromkeys(
+        ("all_gather", "all_gather_object", "all_reduce", "barrier", "broadcast_object", "gather_object",
+         "get_logger", "is_main", "local_rank", "main_first", "print", "rank", "world_size"),
+        "paratrain.comm",
+    ),
+    **dict.fromkeys(
+        ("CheckpointError", "CollectiveTimeoutError", "ConfigError", "DataError", "DistributedError",
+         "LaunchError", "ParatrainError", "WorkerError"),
+        "paratrain.errors",
+    ),
+    **dict.fromkeys(("Checkpointer", "CheckpointState"), "paratrain.checkpoint"),
+    **dict.fromkeys(("gather", "make_loader"), "paratrain.data"),
+    "spawn": "paratrain.launch.spawn",
+    **dict.fromkeys(("RunningMean", "accuracy", "classification_report", "global_mean"), "paratrain.metrics"),
+    "Runtime": "paratrain.runtime.runtime",
+    **dict.fromkeys(("Callback", "FitConfig", "FitResult", "Trainer", "fit"), "paratrain.loop"),
+    **dict.fromkeys(("rank_seed", "seed_everything"), "paratrain.runtime.seeding"),
+}
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports these
+    from paratrain import comm
+    from paratrain.checkpoint import Checkpointer, CheckpointState
+    from paratrain.comm import (
+        all_gather, all_gather_object, all_reduce, barrier, broadcast_object, gather_object, get_logger,
+        is_main, local_rank, main_first, print, rank, world_size,
+    )
+    from paratrain.data import gather, make_loader
+    from paratrain.errors import (
+        CheckpointError, CollectiveTimeoutError, ConfigError, DataError, DistributedError, LaunchError,
+        ParatrainError, WorkerError,
+    )
+    from paratrain.launch.spawn import spawn
+    from paratrain.loop import Callback, FitConfig, FitResult, Trainer, fit
+    from paratrain.metrics import RunningMean, accuracy, classification_report, global_mean
+    from paratrain.runtime.runtime import Runtime
+    from paratrain.runtime.seeding import rank_seed, seed_everything
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is not None:
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value  # the next lookup is a plain one
+        return value
+    if not name.startswith("__"):  # a subpackage, as after an eager import: pt.comm, pt.tasks.TaskOptions
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __version__ = "0.1.0"
 

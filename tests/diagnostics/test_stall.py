@@ -111,3 +111,24 @@ def test_a_store_that_stops_answering_ends_the_waiting_rank_with_node_0_named():
         master.kill()
         master.wait()
     assert "has not answered for 1s" in report and "node 0 died or is unreachable" in report, report
+
+
+def test_a_job_stall_timeout_of_zero_gives_an_own_loop_no_watchdog(monkeypatch):
+    """``paratrain run --stall-timeout 0`` exports PARATRAIN_STALL_TIMEOUT=0: ``rt.watchdog()``
+    keeps its calls and starts no thread; an explicit 0 is still refused."""
+    import threading
+
+    import paratrain as pt
+    from paratrain.diagnostics import watchdog
+
+    rt = pt.Runtime(strategy="single")
+    monkeypatch.setattr(watchdog, "DEFAULT_STALL_TIMEOUT_S", 0.0)
+    threads = threading.active_count()
+    with rt.watchdog() as dog:
+        dog.progress(1, "data")
+        assert isinstance(dog, watchdog.NoWatchdog) and threading.active_count() == threads
+    with pytest.raises(ConfigError, match="stall_timeout must be a positive number"):
+        rt.watchdog(0)
+    monkeypatch.setattr(watchdog, "DEFAULT_STALL_TIMEOUT_S", 300.0)
+    assert isinstance(rt.watchdog(), watchdog.Watchdog)
+    rt.close()

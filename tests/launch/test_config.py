@@ -161,6 +161,8 @@ def test_slurm_step_with_fewer_cpus_than_workers_is_refused():
         (["--rdzv-timeout", "0", ALLREDUCE], "--rdzv-timeout 0"),
         (["--rdzv-backend", "zookeeper", ALLREDUCE], "--rdzv-backend 'zookeeper'"),
         (["--threads-per-proc", "0", ALLREDUCE], "--threads-per-proc 0"),
+        (["--stall-timeout", "-1", ALLREDUCE], "--stall-timeout -1 must be a number of seconds, or 0 to turn the watchdog off"),
+        (["--stall-timeout", "nan", ALLREDUCE], "--stall-timeout nan must be"),
         (["--backend", "mpi", ALLREDUCE], "backend 'mpi' is not one of"),
     ],
 )

@@ -97,6 +97,14 @@ def test_worker_env_sets_threads_backend_and_interfaces_unless_the_user_did():
     assert worker_env(config(ALLREDUCE), {}, LO)["PARATRAIN_BACKEND"] == "auto"
 
 
+def test_the_stall_timeout_reaches_the_workers_and_zero_turns_the_watchdog_off():
+    assert "PARATRAIN_STALL_TIMEOUT" not in worker_env(config(ALLREDUCE), {}, LO)  # the workers' default: 300
+    assert worker_env(config("--stall-timeout", "90", ALLREDUCE), {}, LO)["PARATRAIN_STALL_TIMEOUT"] == "90"
+    off = config("--stall-timeout", "0", ALLREDUCE)
+    off.validate()
+    assert worker_env(off, {}, LO)["PARATRAIN_STALL_TIMEOUT"] == "0"
+
+
 def test_threads_per_proc():
     assert threads_per_proc(config("--threads-per-proc", "3", ALLREDUCE), {"OMP_NUM_THREADS": "8"}) == 3
     assert threads_per_proc(config(ALLREDUCE), {"OMP_NUM_THREADS": "5"}) == 5

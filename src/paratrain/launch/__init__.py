@@ -2,11 +2,6 @@
 
 Flags → :class:`LaunchConfig` (``config``) → validated → argv for
 ``torch.distributed.run`` (``torchrun``), with the network choices it leaves open
-(``network``, ``loopback_store``) and one-line failures (``failures``).
+(``network``, ``loopback_store``) and one-line failures (``failures``). The package imports
+nothing itself, so that the command line can check its flags before torch is imported.
 """
-
-from paratrain.launch.config import LaunchConfig
-from paratrain.launch.spawn import spawn
-from paratrain.launch.torchrun import launch
-
-__all__ = ["LaunchConfig", "launch", "spawn"]

@@ -13,8 +13,6 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from torch.distributed.elastic.utils import macros
-
 from paratrain.errors import ConfigError
 
 SPELLINGS = ("local_rank", "local-rank")
@@ -34,6 +32,8 @@ def local_rank_argument(choice: str, target: str, module: bool = False) -> str:
     """
     if choice not in CHOICES:
         raise ConfigError(f"--legacy-local-rank {choice!r} is not one of {', '.join(CHOICES)}")
+    from torch.distributed.elastic.utils import macros  # here: the command line starts without torch
+
     spelling = spelling_in_source(_source_of(target, module)) if choice == "auto" else choice
     return f"--{spelling}={macros.local_rank}"
 

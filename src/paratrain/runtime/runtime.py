@@ -331,12 +331,16 @@ class Runtime:
         the job ends with one error naming the stalled rank, host, step, phase and
         frames. ``rt.backward``/``rt.step`` mark progress; ``watchdog.progress(step,
         phase)`` names steps and phases. See :class:`paratrain.diagnostics.watchdog.Watchdog`.
+        With no ``stall_timeout`` and ``PARATRAIN_STALL_TIMEOUT=0`` (``paratrain run
+        --stall-timeout 0``) it is a :class:`~paratrain.diagnostics.watchdog.NoWatchdog`.
 
         Raises:
             ConfigError: a stall timeout that is not a positive number.
         """
-        from paratrain.diagnostics.watchdog import DEFAULT_STALL_TIMEOUT_S, Watchdog
+        from paratrain.diagnostics.watchdog import DEFAULT_STALL_TIMEOUT_S, NoWatchdog, Watchdog
 
+        if stall_timeout is None and DEFAULT_STALL_TIMEOUT_S == 0:
+            return NoWatchdog()  # the job turned the watchdog off
         timeout = DEFAULT_STALL_TIMEOUT_S if stall_timeout is None else stall_timeout
         return Watchdog(timeout, rank=self.rank, world_size=self.world_size, **options)
 

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import torch
-from torch.distributed.fsdp import FSDPModule, fully_shard
-from torch.distributed.tensor import DTensor
+
+if TYPE_CHECKING:  # imported where used: torch.distributed.fsdp and .tensor cost every process ~0.7 s
+    from torch.distributed.fsdp import FSDPModule
 
 from paratrain.errors import ConfigError
 from paratrain.strategy.api import Strategy
@@ -74,6 +76,7 @@ class FSDPStrategy(Strategy):
         # tensors must agree first.
         broadcast_module(module)
         from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
 
         mesh = init_device_mesh(self.device.type, (self.runtime.world_size,))
         settings = {
@@ -109,10 +112,14 @@ class FSDPStrategy(Strategy):
     def clip_grad_norm(self, parameters: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
         """Global norm over all shards (collective). clip_grad_norm_ handles DTensor
         gradients: the norm it returns is a replicated DTensor, made a plain tensor here."""
+        from torch.distributed.tensor import DTensor
+
         norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm)
         return norm.full_tensor() if isinstance(norm, DTensor) else norm
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
+        from torch.distributed.fsdp import FSDPModule
+
         fsdp = getattr(model, "_orig_mod", model)
         if not isinstance(fsdp, FSDPModule):
             raise ConfigError("accumulate(model) needs the model returned by rt.setup(model), not the original module")
@@ -122,6 +129,8 @@ class FSDPStrategy(Strategy):
         """Compares what every rank holds identically: replicated tensors (buffers, unsharded
         parameters) and the layout of the shards (global shape, dtype, placements); the
         shards' values differ by design."""
+        from torch.distributed.tensor import DTensor
+
         tensors = replicated_tensors(self.unwrap(model))
         replicated = [(n, t) for n, t in tensors if not isinstance(t, DTensor)]
         check_same_weights(replicated + shard_layouts(tensors), step=step)

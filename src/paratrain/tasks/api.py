@@ -30,9 +30,15 @@ def stack_pairs(samples: list[Any]) -> dict[str, torch.Tensor]:
     return {"images": torch.stack(images), "labels": torch.stack(labels)}
 
 
+#: The options that only some tasks read.
+TASK_SPECIFIC_OPTIONS = ("data", "model_path", "max_len")
+
+
 @dataclass(frozen=True)
 class TaskOptions:
-    """Options every task accepts (``paratrain train`` flags); a task ignores what it does not use.
+    """Options of ``paratrain train`` for the task. ``limit_train``/``limit_eval`` apply to every
+    task; ``data``, ``model_path`` and ``max_len`` only to a task that lists them in
+    :attr:`Task.options_used` (any other refuses them: a flag must not be silently ignored).
 
     Args:
         data: a directory with the task's files (``mnist``: the IDX files).
@@ -118,10 +124,19 @@ class Task(abc.ABC):
     recipe: ClassVar[Recipe] = Recipe()
     #: dev metrics the evaluator reports besides "loss" (empty: known only after an evaluation)
     metric_names: ClassVar[tuple[str, ...]] = ()
+    #: which of :data:`TASK_SPECIFIC_OPTIONS` the task reads (None: any; the built-in tasks say)
+    options_used: ClassVar[tuple[str, ...] | None] = None
     label_names: list[str]
 
     def __init__(self, options: TaskOptions | None = None):
+        """Raises:
+            ConfigError: an option the task does not use (see :attr:`options_used`)."""
         self.options = options or TaskOptions()
+        for name in TASK_SPECIFIC_OPTIONS:
+            value = getattr(self.options, name)
+            if value is not None and self.options_used is not None and name not in self.options_used:
+                takes = f" (it takes {', '.join(option(n) for n in self.options_used)})" if self.options_used else ""
+                raise ConfigError(f"task {self.name!r} does not use {option(name, value)}{takes}; drop it")
 
     # ---- data ---------------------------------------------------------------------------
     def check(self) -> None:

@@ -34,6 +34,7 @@ class DigitsNet(nn.Module):
 
 class DigitsTask(Task):
     name = "digits"
+    options_used = ()
     summary = "small CNN on scikit-learn's 8x8 handwritten digits (bundled, 1797 images)"
     recipe = Recipe(epochs=6, batch_size=16, eval_batch_size=256, lr=2e-3, warmup=0.05)
     metric_names = METRICS

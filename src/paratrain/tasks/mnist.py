@@ -43,6 +43,7 @@ class MnistNet(nn.Module):
 
 class MnistTask(Task):
     name = "mnist"
+    options_used = ("data",)
     summary = "seed 004's CNN on MNIST IDX files from --data DIR (raw or .gz)"
     recipe = Recipe(epochs=2, batch_size=64, eval_batch_size=1000, lr=0.01)
     metric_names = METRICS

@@ -79,6 +79,7 @@ class SegmentationEvaluator(Evaluator):
 
 class SegTask(Task):
     name = "seg"
+    options_used = ()
     summary = "small U-Net with BatchNorm on generated shapes, mIoU (try --sync-bn)"
     recipe = Recipe(epochs=6, batch_size=8, eval_batch_size=64, lr=3e-3, warmup=0.05, metric="miou")
     metric_names = ("miou", "pixel_accuracy")

