@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from paratrain.cli.main import main
 from tests.launch.processes import run_all
-from tests.support import EXAMPLES, ROOT, paratrain_cmd
+from tests.support import EXAMPLES, ROOT, clean_env, paratrain_cmd
 
 ALLREDUCE = str(EXAMPLES / "allreduce.py")
 LEGACY = str(EXAMPLES / "legacy_local_rank.py")
@@ -28,12 +29,13 @@ def test_two_jobs_at_once_both_all_reduce_correctly():
     assert ports[0] != ports[1]  # each job took its own free port
 
 
-def test_legacy_script_runs_unchanged_with_the_flag_and_fails_clearly_without():
+def test_legacy_script_runs_unchanged_with_the_flag_and_fails_clearly_without(tmp_path):
     with_flag, without = run_all(
         [
             paratrain_cmd("run", "--nproc-per-node", "2", "--legacy-local-rank", LEGACY, "--tag", "seed000"),
             paratrain_cmd("run", "--nproc-per-node", "2", LEGACY, "--tag", "seed000"),
-        ]
+        ],
+        env={**clean_env(), "TMPDIR": str(tmp_path)},  # where each run keeps its scratch copy of the ranks' output
     )
     assert with_flag.returncode == 0, with_flag.stderr
     assert "[seed000] rank 0/2: --local_rank=0, all_reduce = 3" in with_flag.stdout
@@ -49,6 +51,9 @@ def test_legacy_script_runs_unchanged_with_the_flag_and_fails_clearly_without():
         last,
     ), last
     assert "ChildFailedError" not in without.stderr and "Traceback" not in without.stderr
+    # The run that succeeded removed its copy of the output; the failed one keeps the log it names.
+    log = Path(re.search(r"its output is in (\S+/stderr\.log)", last).group(1))
+    assert log.is_file() and [p.name for p in tmp_path.iterdir()] == [log.relative_to(tmp_path).parts[0]]
 
 
 def test_module_in_process_with_log_dir(tmp_path, monkeypatch, capfd):

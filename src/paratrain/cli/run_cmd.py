@@ -66,7 +66,7 @@ Output: with 2+ processes every line is whole and tagged ([rank1]: ...), so
 two ranks never print onto one line; --local-ranks-filter 0 shows one rank,
 --output raw passes the streams through (tqdm bars need it), --log-dir keeps
 every rank's stdout/stderr in files (otherwise they go to a temporary folder
-that failure messages name).
+that failure messages name, removed when every worker succeeded).
 
 Restarts and preemption:
   --max-restarts R     torch's agent restarts the whole group up to R times when a

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -212,6 +213,8 @@ def launch(config: LaunchConfig) -> int:
         _info(
             f"per-rank logs: {_log_root(config.log_dir, run_id) or config.log_dir}/attempt_*/<local rank>/{{stdout,stderr}}.log"
         )
+    elif log_dir:  # our own scratch copy of what the console showed; a failure names it, so it stays then
+        shutil.rmtree(log_dir, ignore_errors=True)
     return 0
 
 
