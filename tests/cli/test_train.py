@@ -70,11 +70,30 @@ def test_mnist_on_two_processes_reads_raw_and_gzipped_idx_files(tmp_path, cli_en
     data = write_mnist(tmp_path / "mnist", train=512, test=96, gz_train=False, gz_test=True)
     out = tmp_path / "out"
     result = _train(cli_env, "mnist", "--data", str(data), "--nproc-per-node", "2", "--out", str(out),
-                    "--epochs", "3", "--batch-size", "16", "--lr", "0.05", "--no-tensorboard")
+                    "--epochs", "3", "--batch-size", "16", "--lr", "0.05", "--no-tensorboard",
+                    "--log-dir", str(tmp_path / "logs"), "--threads-per-proc", "1")  # passed on to the launcher
     assert result.returncode == 0, result.stdout + result.stderr
+    assert len(list((tmp_path / "logs").rglob("stdout.log"))) == 2  # one per worker, where --log-dir said
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["best_metrics"]["samples"] == 96
     assert summary["best_metrics"]["accuracy"] > 0.5  # ten classes: chance is 0.1
+
+
+def test_every_process_flag_reaches_the_launcher_as_run_reads_it():
+    from paratrain.cli.main import build_parser
+    from paratrain.cli.train_cmd import RUN_FLAGS, run_words
+    from paratrain.launch.config import LaunchConfig
+
+    given = {"--nnodes": "1:2", "--node-rank": "0", "--master-addr": "127.0.0.1", "--master-port": "29555",
+             "--max-restarts": "2", "--threads-per-proc": "1", "--rdzv-backend": "c10d", "--rdzv-endpoint": "127.0.0.1:29556",
+             "--rdzv-id": "job7", "--rdzv-timeout": "90", "--rdzv-last-call": "5", "--backend": "gloo",
+             "--log-dir": "logs", "--output": "raw", "--local-ranks-filter": "0"}
+    assert sorted(given) == sorted(RUN_FLAGS)
+    train = build_parser().parse_args(["train", "digits", "--nproc-per-node", "2", *[w for kv in given.items() for w in kv]])
+    config = LaunchConfig.from_args(build_parser().parse_args([*run_words(train), "-m", "paratrain.tasks.worker"]), environ={})
+    assert (config.min_nodes, config.max_nodes, config.max_restarts, config.threads_per_proc) == (1, 2, 2, 1)
+    assert (config.rdzv_backend, config.rdzv_id, config.rdzv_timeout, config.rdzv_last_call) == ("c10d", "job7", 90, 5)
+    assert (config.backend, config.log_dir, config.output, config.local_ranks_filter) == ("gloo", "logs", "raw", (0,))
 
 
 def test_same_command_resumes_and_fresh_moves_the_old_run_aside(tmp_path, capsys):

@@ -93,8 +93,8 @@ Failure modes (each one line and a non-zero exit code):
 """
 
 
-def register(subparsers) -> None:
-    """Add the ``run`` command."""
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add the ``run`` command; returns its parser (``train`` reads its process flags there)."""
     parser = subparsers.add_parser(
         "run",
         help="launch a script on N processes / M nodes (torchrun's elastic agent)",
@@ -195,6 +195,7 @@ def register(subparsers) -> None:
 
     parser.add_argument("target", nargs=argparse.REMAINDER, metavar="script.py [args]", help=argparse.SUPPRESS)
     parser.set_defaults(handler=handler, legacy_local_rank=None)
+    return parser
 
 
 def handler(args: argparse.Namespace) -> int:

@@ -10,7 +10,10 @@ from paratrain.errors import LaunchError, PreemptedError
 
 MANUAL = """\
 Train a built-in task on its bundled data with the fit loop, on --nproc-per-node
-processes (started through `paratrain run`, i.e. torchrun's elastic agent).
+processes (started through `paratrain run`, i.e. torchrun's elastic agent, which
+also gets the node, rendezvous and worker flags below: --nnodes, --rdzv-*,
+--backend, --log-dir, --threads-per-proc, --output, ...). One process with none of
+them trains in this process.
 
 Tasks (nothing is downloaded):
   text-cls   BERT (2 layers, 128 wide, character vocabulary, from scratch) on the
@@ -101,6 +104,13 @@ TRAIN_OPTIONS: list[tuple[str, object, str]] = [
 ]
 
 
+#: ``paratrain run``'s flags that ``paratrain train`` takes and passes on (any of them, even with
+#: one process, trains through the launcher rather than in this process).
+RUN_FLAGS = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--max-restarts", "--threads-per-proc",
+             "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--rdzv-timeout", "--rdzv-last-call", "--backend",
+             "--log-dir", "--output", "--local-ranks-filter")
+
+
 def _dest(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
@@ -140,12 +150,8 @@ def register(subparsers) -> None:
     add_train_arguments(parser)
     launch = parser.add_argument_group("processes (passed to paratrain run)")
     launch.add_argument("--nproc-per-node", default="1", metavar="N|auto", help="processes on this node (default 1)")
-    launch.add_argument("--nnodes", metavar="N", help="number of nodes (default 1)")
-    launch.add_argument("--node-rank", metavar="K", help="this node's rank")
-    launch.add_argument("--master-addr", metavar="HOST", help="address of node 0")
-    launch.add_argument("--master-port", metavar="PORT", help="port on node 0")
-    launch.add_argument("--max-restarts", metavar="R", help="restart the workers up to R times when one dies; "
-                        "each restart resumes from the newest complete checkpoint (default 0)")
+    for flag, metavar, text in _run_flags():
+        launch.add_argument(flag, metavar=metavar, help=text)
     launch.add_argument("--fresh", action="store_true", help="move an existing --out run aside and start from step 0")
     launch.add_argument("--list", action="store_true", help="list the tasks and exit")
     parser.set_defaults(handler=handler)
@@ -174,10 +180,31 @@ def handler(args: argparse.Namespace) -> int:
     if moved:
         print(f"paratrain train: moved the previous run in {args.out} to {moved}", file=sys.stderr)
     nproc = parse_nproc(args.nproc_per_node)
-    if nproc == 1 and not args.nnodes:
-        trainer.fit()
+    if nproc == 1 and all(getattr(args, _dest(flag)) is None for flag in RUN_FLAGS):
+        trainer.fit()  # one process and nothing for the launcher to do: train here
         return 0
     return _launch(args)
+
+
+def _run_flags() -> list[tuple[str, str | None, str | None]]:
+    """(flag, metavar, help) of each :data:`RUN_FLAGS` entry, as ``paratrain run`` defines it."""
+    from paratrain.cli import run_cmd
+
+    run_parser = run_cmd.register(argparse.ArgumentParser().add_subparsers())
+    actions = {flag: action for action in run_parser._actions for flag in action.option_strings}  # argparse has no public list
+    text = {"--max-restarts": "restart the workers up to R times when one dies; each restart resumes from the "
+                              "newest complete checkpoint (default 0)"}
+    return [(flag, actions[flag].metavar, text.get(flag, actions[flag].help)) for flag in RUN_FLAGS]
+
+
+def run_words(args: argparse.Namespace) -> list[str]:
+    """``paratrain run``'s words for the process flags given to ``paratrain train``."""
+    words = ["run", "--nproc-per-node", str(args.nproc_per_node)]
+    for flag in RUN_FLAGS:
+        value = getattr(args, _dest(flag))
+        if value is not None:
+            words += [flag, str(value)]
+    return words
 
 
 def _launch(args: argparse.Namespace) -> int:
@@ -186,12 +213,7 @@ def _launch(args: argparse.Namespace) -> int:
     from paratrain.launch.config import LaunchConfig
     from paratrain.launch.torchrun import launch
 
-    run_words = ["run", "--nproc-per-node", str(args.nproc_per_node)]
-    for flag in ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--max-restarts"):
-        value = getattr(args, _dest(flag))
-        if value is not None:
-            run_words += [flag, str(value)]
-    run_args = build_parser().parse_args([*run_words, "-m", "paratrain.tasks.worker", *train_argv(args)])
+    run_args = build_parser().parse_args([*run_words(args), "-m", "paratrain.tasks.worker", *train_argv(args)])
     config = LaunchConfig.from_args(run_args)
     config.validate()
     try:
