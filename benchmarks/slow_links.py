@@ -83,16 +83,26 @@ def two_apart(args: argparse.Namespace, hosts: tuple[Host, Host], out: Path, ste
     """This machine's ceiling for two nodes: two one-node runs at once, one in each namespace, not
     connected. On two real PCs the sum is twice one node; here both processes share two cores (and
     their caches and memory bandwidth), which costs them speed before any gradient crosses a link."""
-    runs = []
-    for name, host in zip("ab", hosts):
-        words = _train_words(args, out / name, steps, 64)
-        runs.append(subprocess.Popen(host.command(words), env=_env(), stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True))
-    for run in runs:
-        text, _ = run.communicate(timeout=args.timeout)
-        if run.returncode != 0:
-            raise RuntimeError(f"a two-apart run failed:\n{text[-3000:]}")
+    _run_both(args, [host.command(_train_words(args, out / name, steps, 64)) for name, host in zip("ab", hosts)],
+              "a two-apart run")
     return {"summary": {"samples_per_s": sum(_summary(out / name)["samples_per_s"] for name in "ab")}}
+
+
+def _run_both(args: argparse.Namespace, commands: list[list[str]], what: str) -> list[tuple[str, str]]:
+    """Start both commands, wait for both (all killed after --timeout); (stdout, stderr) of each."""
+    procs = [subprocess.Popen(command, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for command in commands]
+    outputs = []
+    for proc in procs:
+        try:
+            outputs.append(proc.communicate(timeout=args.timeout))
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                other.kill()
+            raise
+    if any(proc.returncode != 0 for proc in procs):
+        raise RuntimeError(f"{what} failed:\n" + "\n".join(o[0][-2000:] + o[1][-3000:] for o in outputs))
+    return outputs
 
 
 def two_nodes(args: argparse.Namespace, hosts: tuple[Host, Host], out: Path, mode: str, steps: int,
@@ -106,21 +116,8 @@ def two_nodes(args: argparse.Namespace, hosts: tuple[Host, Host], out: Path, mod
     # not through --fresh, so the two launchers never race to move it aside.
     shutil.rmtree(out, ignore_errors=True)
     words.remove("--fresh")
-    nodes = []
-    for rank, host in enumerate(hosts):
-        argv = words + ["--node-rank", str(rank)]
-        nodes.append(subprocess.Popen(host.command(argv), env=_env(), stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    outputs = []
-    for node in nodes:
-        try:
-            outputs.append(node.communicate(timeout=args.timeout))
-        except subprocess.TimeoutExpired:
-            for other in nodes:
-                other.kill()
-            raise
-    if any(node.returncode != 0 for node in nodes):
-        raise RuntimeError("two-node run failed:\n" + "\n".join(o[0][-2000:] + o[1][-3000:] for o in outputs))
+    outputs = _run_both(args, [host.command(words + ["--node-rank", str(rank)]) for rank, host in enumerate(hosts)],
+                        "two-node run")
     text = outputs[0][0] + outputs[0][1]
     found = {name: pattern.search(text) for name, pattern in
              (("auto", AUTO_CHOICE), ("link", LINK_LINE), ("report", REPORT_LINE))}

@@ -132,11 +132,11 @@ class Task(abc.ABC):
         """Raises:
             ConfigError: an option the task does not use (see :attr:`options_used`)."""
         self.options = options or TaskOptions()
-        for name in TASK_SPECIFIC_OPTIONS:
-            value = getattr(self.options, name)
-            if value is not None and self.options_used is not None and name not in self.options_used:
-                takes = f" (it takes {', '.join(option(n) for n in self.options_used)})" if self.options_used else ""
-                raise ConfigError(f"task {self.name!r} does not use {option(name, value)}{takes}; drop it")
+        unused = [] if self.options_used is None else \
+            [name for name in TASK_SPECIFIC_OPTIONS if name not in self.options_used and getattr(self.options, name) is not None]
+        if unused:
+            takes = f" (it takes {', '.join(option(n) for n in self.options_used)})" if self.options_used else ""
+            raise ConfigError(f"task {self.name!r} does not use {option(unused[0], getattr(self.options, unused[0]))}{takes}; drop it")
 
     # ---- data ---------------------------------------------------------------------------
     def check(self) -> None:
