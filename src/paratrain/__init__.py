@@ -24,7 +24,7 @@ _HOMES = {
     ),
     **dict.fromkeys(
         ("CheckpointError", "CollectiveTimeoutError", "ConfigError", "DataError", "DistributedError",
-         "LaunchError", "ParatrainError", "WorkerError"),
+         "LaunchError", "NonFiniteError", "ParatrainError", "RunDirectoryBusyError", "WorkerError"),
         "paratrain.errors",
     ),
     **dict.fromkeys(("Checkpointer", "CheckpointState"), "paratrain.checkpoint"),
@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from paratrain.data import gather, make_loader
     from paratrain.errors import (
         CheckpointError, CollectiveTimeoutError, ConfigError, DataError, DistributedError, LaunchError,
-        ParatrainError, WorkerError,
+        NonFiniteError, ParatrainError, RunDirectoryBusyError, WorkerError,
     )
     from paratrain.launch.spawn import spawn
     from paratrain.loop import Callback, FitConfig, FitResult, Trainer, fit
@@ -116,4 +116,6 @@ __all__ = [
     "WorkerError",
     "DataError",
     "CheckpointError",
+    "NonFiniteError",
+    "RunDirectoryBusyError",
 ]

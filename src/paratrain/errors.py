@@ -67,6 +67,18 @@ class DataError(ParatrainError, ValueError):
     """A dataset, sampler or loader cannot be used as asked."""
 
 
+class NonFiniteError(ParatrainError, RuntimeError):
+    """Training produced a NaN/inf loss, gradient norm or weights; names the step and the last good checkpoint."""
+
+    exit_code = 1
+
+
+class RunDirectoryBusyError(ParatrainError):
+    """Another live paratrain run writes into the same directory; names it (pid, host, command)."""
+
+    exit_code = 1
+
+
 class CheckpointError(ParatrainError):
     """A checkpoint cannot be written, found, verified or loaded."""
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from paratrain.checkpoint.writer_lock import LOCK_FILE
 from paratrain.checkpoint import CheckpointWarning, describe
 from paratrain.errors import CheckpointError
 from tests.checkpoint.helpers import flip_byte, fresh_checkpointer, same_weights, save_steps, truncate
@@ -33,15 +34,18 @@ def test_damaged_newest_checkpoint_falls_back_to_previous_with_a_warning(tmp_pat
     assert "step-000002" in message and file in message and problem in message
     assert state.step == 1 and state.path.name == "step-000001"
     assert same_weights(model, weights[1])
+    # Never deleted: set aside, where the warning says, out of the way of rotation.
+    damaged = tmp_path / "damaged" / "step-000002"
+    assert not (tmp_path / "step-000002").exists() and f"moved to {damaged}" in message
     # An explicit path gets no fallback: the damage is an error naming the file.
     with pytest.raises(CheckpointError, match=f"{file}.*{problem}|{problem}"):
-        ckpt.load(tmp_path / "step-000002")
+        ckpt.load(damaged)
     assert describe(tmp_path / "step-000001")["verified"]
     if file == "manifest.json":
         with pytest.raises(CheckpointError, match="does not match its COMPLETE marker"):
-            describe(tmp_path / "step-000002")
+            describe(damaged)
     else:  # inspect describes the damage instead of refusing
-        report = describe(tmp_path / "step-000002")
+        report = describe(damaged)
         assert not report["verified"]
         assert {f["file"]: f["status"] for f in report["files"]}[file].startswith(problem)
 
@@ -57,12 +61,16 @@ def test_checkpoint_without_marker_is_not_a_checkpoint(tmp_path):
         describe(tmp_path / "step-000002")
 
 
-def test_every_file_damaged_means_a_fresh_start_with_warnings(tmp_path):
-    save_steps(tmp_path, steps=(1,))
+def test_every_checkpoint_damaged_is_an_error_naming_them_and_nothing_is_deleted(tmp_path):
+    # Before: a silent fresh start from step 0, and rotation then deleted the damaged checkpoints.
+    save_steps(tmp_path, steps=(1, 2))
     truncate(tmp_path / "step-000001" / "model.safetensors")
+    truncate(tmp_path / "step-000002" / "model.safetensors")
     _, ckpt = fresh_checkpointer(tmp_path)
-    with pytest.warns(CheckpointWarning, match="model.safetensors"):
-        assert ckpt.resume() is None
+    with pytest.raises(CheckpointError, match=r"holds 2 checkpoint\(s\) and none is intact \(step-000002: .*model.safetensors: "
+                                              r"truncated.*; step-000001: .*nothing was deleted.*--fresh"):
+        ckpt.resume()
+    assert (tmp_path / "step-000001").is_dir() and (tmp_path / "step-000002").is_dir()
 
 
 def test_writer_killed_during_save_leaves_previous_checkpoint_loadable(tmp_path):
@@ -97,4 +105,4 @@ def test_writer_killed_during_save_leaves_previous_checkpoint_loadable(tmp_path)
     assert same_weights(model, load_file(str(tmp_path / "step-000001" / "model.safetensors")))
     # The next save clears what the killed one left.
     ckpt.save(step=2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-000001", "step-000002"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != LOCK_FILE) == ["latest", "step-000001", "step-000002"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,15 @@ CLI_CASES = {
     "doctor master": (["doctor", "--nnodes", "2", "--master-addr", "no-such-host.invalid"], 2,
                       "master address 'no-such-host.invalid' does not resolve"),
     "doctor world size": (["doctor", "--nproc-per-node", "x"], 2, "--nproc-per-node 'x' is neither a number nor 'auto'"),
+    # The run-directory battery: each of these was accepted before, and failed later or silently.
+    "lr nan": (["train", "digits", "--lr", "nan"], 2, "--lr must be a positive number (finite), got nan"),
+    "lr inf": (["train", "digits", "--lr", "inf"], 2, "--lr must be a positive number (finite), got inf"),
+    "weight decay nan": (["train", "digits", "--weight-decay", "nan"], 2, "--weight-decay must be a number >= 0 (finite), got nan"),
+    "nonfinite policy": (["train", "digits", "--on-nonfinite", "ignore"], 2, "--on-nonfinite ignore is not one of stop, skip"),
+    "max len 1": (["train", "text-cls", "--max-len", "1"], 2, "--max-len 1 leaves no room for text"),
+    "predict empty text": (["predict", "notes.txt", ""], 2, "input 1 is empty"),
+    "predict empty file": (["predict", "--file", "empty.txt", "notes.txt"], 2, "--file empty.txt holds no text"),
+    "check empty folder": (["check", "folder"], 2, "folder is a folder with no .py file in it"),
 }
 
 
@@ -63,6 +73,8 @@ def _tree(root: Path) -> dict[str, bytes]:
 def cli_results(tmp_path_factory):
     scratch = tmp_path_factory.mktemp("hostile")
     (scratch / "notes.txt").write_text("not a checkpoint\n")
+    (scratch / "empty.txt").write_text("\n\n")
+    (scratch / "folder").mkdir()
     before = _tree(scratch)
     env = clean_env()
     names, results = list(CLI_CASES), {}
@@ -96,6 +108,7 @@ def test_cli_refusals_wrote_and_overwrote_nothing(cli_results):
 # ---- the API -------------------------------------------------------------------------------
 def _api_cases(tmp_path):
     from paratrain.diagnostics.link_probe import measure_allreduce
+    from paratrain.env.detect import detect
     from paratrain.diagnostics.watchdog import Watchdog
     from paratrain.loop.config import FitConfig
 
@@ -117,12 +130,14 @@ def _api_cases(tmp_path):
         "corrupt checkpoint": (lambda: pt.Checkpointer(rt, tmp_path / "c2", model=model).load(afile), CheckpointError, ""),
         "unknown fit task": (lambda: pt.fit("imagenet"), ConfigError, "imagenet"),
         "probe sizes": (lambda: measure_allreduce(sizes_bytes=[]), ConfigError, "sizes_bytes"),
+        "rank outside world size": (lambda: detect({"RANK": "5", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}),
+                                    ConfigError, "needs its own RANK from 0 to WORLD_SIZE-1; let `paratrain run`"),
     }, rt
 
 
 API_NAMES = ["unknown strategy", "unknown precision", "stall timeout as text", "watchdog timeout zero",
              "negative fit stall timeout", "save minutes as text", "batch size zero", "checkpoint dir is a file",
-             "nothing to checkpoint", "corrupt checkpoint", "unknown fit task", "probe sizes"]
+             "nothing to checkpoint", "corrupt checkpoint", "unknown fit task", "probe sizes", "rank outside world size"]
 
 
 def test_api_refuses_in_one_line(tmp_path):
@@ -160,3 +175,40 @@ def test_a_full_disk_fails_the_save_in_one_line_and_keeps_the_previous_checkpoin
         rt.close()
     finally:
         subprocess.run(["umount", str(disk)])
+
+
+LONE_RANK = """
+import paratrain as pt
+pt.Runtime(timeout=3)
+"""
+
+
+def test_a_rank_started_alone_says_from_its_own_side_what_it_waited_for(tmp_path):
+    # Before: silent for twice the timeout, then a 65-line chained traceback telling rank 0 itself
+    # to "check that rank 0 runs".
+    script = tmp_path / "lone.py"
+    script.write_text(LONE_RANK)
+    port = str(_free_port())
+    procs = [subprocess.Popen([sys.executable, str(script)], env=clean_env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK="0",
+                                                                            MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in (0,)]
+    port_b = str(_free_port())
+    procs.append(subprocess.Popen([sys.executable, str(script)], env=clean_env(RANK="1", WORLD_SIZE="2", LOCAL_RANK="0",
+                                                                               MASTER_ADDR="127.0.0.1", MASTER_PORT=port_b),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    (zero, one) = [p.communicate(timeout=120)[1] for p in procs]
+    last_zero, last_one = zero.strip().splitlines()[-1], one.strip().splitlines()[-1]
+    assert "rank 0 could not join the process group" in last_zero and "rank 0 hosts the rendezvous there" in last_zero
+    assert "check that rank 0 runs" not in last_zero
+    assert "rank 1 could not join the process group" in last_one and "check that rank 0 runs there" in last_one
+    for text in (zero, one):
+        assert "During handling of the above exception" not in text and "direct cause" not in text  # no chained C++ wall
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

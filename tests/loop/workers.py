@@ -30,3 +30,38 @@ def digits_uneven_eval(strategy: str) -> dict:
     result = pt.fit("digits", task_options=TaskOptions(limit_train=128, limit_eval=45), max_steps=4, batch_size=16,
                     eval_batch_size=22, strategy=strategy, progress=False)
     return result.to_dict()
+
+
+class NanAfter(torch.nn.Module):
+    """A linear classifier whose training forward returns NaN logits on its ``first``-th to
+    ``last``-th call (on ``only_rank`` only, when given) — a loss that turns NaN mid-run."""
+
+    def __init__(self, first: int, last: int | None = None, only_rank: int | None = None):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+        self.first, self.last, self.only_rank = first, last, only_rank
+        self.calls = 0
+
+    def forward(self, x):
+        logits = self.linear(x)
+        if self.training:
+            self.calls += 1
+            poisoned = self.first <= self.calls <= (self.last or self.calls)
+            if poisoned and self.only_rank in (None, pt.comm.rank()):
+                logits = logits * float("nan")
+        return logits
+
+
+def separable(n: int, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=generator)
+    return torch.utils.data.TensorDataset(x, (x[:, 0] + x[:, 1] > 0).long())
+
+
+def fit_nan_after(out_dir: str, first: int, last: int | None, only_rank: int | None, policy: str) -> dict:
+    """pt.fit on 64 samples (2 ranks × batch 8: 4 steps an epoch), a checkpoint every 2 steps."""
+    torch.manual_seed(0)
+    model = NanAfter(first, last, only_rank)
+    result = pt.fit(model, separable(64, 1), separable(16, 2), epochs=3, batch_size=8, lr=0.05, save_every=2,
+                    out_dir=out_dir, on_nonfinite=policy, max_nonfinite_skips=3, progress=False, tensorboard=False)
+    return result.to_dict()

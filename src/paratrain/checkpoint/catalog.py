@@ -8,11 +8,12 @@ step-120 later than the damaged one, and the newer is the one to trust.
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from pathlib import Path
 
-from paratrain.checkpoint.files import write_atomic
-from paratrain.checkpoint.layout import LATEST, is_hidden, looks_like_checkpoint
+from paratrain.checkpoint.files import fsync_path, write_atomic
+from paratrain.checkpoint.layout import COMPLETE, LATEST, is_hidden, looks_like_checkpoint
 from paratrain.checkpoint.manifest import Manifest, read_manifest, verify
 from paratrain.errors import CheckpointError
 
@@ -60,6 +61,75 @@ def newest_verified(root: Path) -> Saved | None:
     return None
 
 
+DAMAGED_DIR = "damaged"  # inside a checkpoints directory: damaged checkpoints, set aside, never deleted
+
+
+def resume_point(root: Path) -> Saved | None:
+    """The checkpoint a run resumes from: the newest verified one. For the one writer of ``root`` only.
+
+    Each newer checkpoint whose save had finished but whose files no longer match (truncated,
+    corrupted) is moved to ``root/damaged/`` with a :class:`CheckpointWarning` saying where,
+    so that rotation never deletes it and a person can look at it. ``None`` when ``root``
+    holds no finished checkpoint at all (a fresh start).
+
+    Raises:
+        CheckpointError: finished checkpoints exist but none verifies: starting from step 0
+            would silently throw the run away, so the message names each one and its damage
+            (they are left where they are).
+    """
+    damaged: list[tuple[Path, str]] = []
+    unreadable = _finished_unreadable(root)  # warns about unfinished saves (no marker): skipped, left alone
+    for path, _ in reversed(complete(root)):
+        try:
+            found = path, verify(path)
+        except CheckpointError as exc:
+            damaged.append((path, str(exc)))
+            continue
+        for bad, problem in damaged + unreadable:
+            aside = set_aside(bad)
+            warnings.warn(f"checkpoint {bad.name} is damaged ({problem}); moved to {aside}, resuming from "
+                          f"{path.name}", CheckpointWarning, stacklevel=2)
+        return found
+    finished = damaged + unreadable
+    if finished:
+        listed = "; ".join(f"{p.name}: {problem}" for p, problem in finished)
+        raise CheckpointError(
+            f"{root} holds {len(finished)} checkpoint(s) and none is intact ({listed}); nothing was deleted. "
+            "Restore the files (e.g. from a copy), or start over deliberately with --fresh (pt.fit: fresh=True), "
+            "which moves this run aside"
+        )
+    return None
+
+
+def _finished_unreadable(root: Path) -> list[tuple[Path, str]]:
+    """Checkpoints whose save finished (a ``COMPLETE`` marker) but whose manifest cannot be read,
+    with the reason; a :class:`CheckpointWarning` for each unfinished one (no marker), which is skipped."""
+    found = []
+    for path in _candidates(root):
+        try:
+            read_manifest(path)
+        except CheckpointError as exc:
+            if (path / COMPLETE).exists():
+                found.append((path, str(exc)))
+            else:
+                warnings.warn(f"skipping checkpoint {path}: {exc}", CheckpointWarning, stacklevel=3)
+    return found
+
+
+def set_aside(path: Path) -> Path:
+    """Move a damaged checkpoint to ``<its directory>/damaged/<name>[-N]``; return where."""
+    target_dir = path.parent / DAMAGED_DIR
+    target_dir.mkdir(exist_ok=True)
+    target = target_dir / path.name
+    suffix = 1
+    while target.exists():
+        target = target_dir / f"{path.name}-{suffix}"
+        suffix += 1
+    os.replace(path, target)
+    fsync_path(path.parent)
+    return target
+
+
 def next_sequence(root: Path) -> int:
     return max((m.sequence for _, m in complete(root)), default=0) + 1
 
@@ -80,15 +150,26 @@ def write_latest(root: Path, name: str) -> None:
     write_atomic(Path(root) / LATEST, name + "\n")
 
 
+def is_better(value: object, than: float | None, mode: str) -> bool:
+    """The one rule for "best", used by the fit loop and by the catalog: a finite value that is
+    strictly better than ``than`` (``max``: higher, ``min``: lower). A tie is not better, so the
+    earliest checkpoint to reach a value stays the best; NaN and inf never are."""
+    if not _finite(value):
+        return False
+    return than is None or (value > than if mode == "max" else value < than)  # type: ignore[operator]
+
+
 def best(saved: list[Saved], metric: str | None, mode: str) -> Path | None:
-    """The checkpoint with the best ``metric`` (``max`` or ``min``); the newest wins ties."""
+    """The checkpoint with the best finite ``metric`` (``max`` or ``min``) by :func:`is_better`:
+    on a tie the earliest saved (lowest ``sequence``) wins, as in the fit loop's report."""
     if not metric:
         return None
-    scored = [(m.metrics[metric], m.sequence, p) for p, m in saved if _finite(m.metrics.get(metric))]
-    if not scored:
-        return None
-    sign = 1 if mode == "max" else -1
-    return max(scored, key=lambda item: (sign * item[0], item[1]))[2]
+    found: tuple[float, Path] | None = None
+    for path, manifest in saved:  # oldest first
+        value = manifest.metrics.get(metric)
+        if is_better(value, None if found is None else found[0], mode):
+            found = (value, path)  # type: ignore[assignment]
+    return None if found is None else found[1]
 
 
 def _finite(value: object) -> bool:

@@ -21,7 +21,9 @@ save is atomic, checksummed and all-or-nothing across ranks; see
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ from paratrain.checkpoint.manifest import Manifest, verify
 from paratrain.checkpoint.model_state import TorchStateAccess
 from paratrain.checkpoint.restoring import CheckpointState
 from paratrain.checkpoint.stateful import Stateful, by_name, collect
+from paratrain.checkpoint.writer_lock import WriterLock
 from paratrain.errors import ConfigError
 
 _BY_NAME = "pass the objects to save by name: pt.Checkpointer(rt, directory, model=model, optimizer=opt, loader=train)"
@@ -111,6 +114,11 @@ class Checkpointer:
         if not self.entries:
             raise ConfigError("Checkpointer got nothing to save; pass objects by name, e.g. model=model, optimizer=opt")
         self.by_name = by_name(self.entries)
+        #: one writer per checkpoint directory: rank 0 holds it from the first resume/save on
+        #: until close() (or this object is freed, or the process ends)
+        self._lock = WriterLock(self.directory, "checkpoint directory")
+        self._holding = False  # the same on every rank: whether the hold was taken (collectively)
+        weakref.finalize(self, self._lock.release)
 
     # ---- writing ---------------------------------------------------------------------------
     def save(
@@ -142,17 +150,41 @@ class Checkpointer:
             strategy.accumulation.check_no_pending("ckpt.save()")
         return saving.save(self, step, epoch, metrics, extra)
 
+    def close(self) -> None:
+        """Let another run write into this directory (rank 0 releases the writer lock). Not collective."""
+        self._lock.release()
+        self._holding = False
+
+    def hold_directory(self, reading: bool = False) -> None:
+        """Rank 0 takes the directory's writer lock once; every rank raises if another run holds it.
+        Collective until it is held (every rank tracks ``_holding`` alike). ``reading`` (resume): a
+        directory that does not exist yet, or that this process cannot write, is read without it."""
+        if self._holding:
+            return
+        self._holding = main_then_share(f"cannot write to {self.directory}", lambda: self._acquire(reading))
+
+    def _acquire(self, reading: bool) -> bool:
+        if reading and not (self.directory.is_dir() and os.access(self.directory, os.W_OK)):
+            return False
+        self._lock.acquire()
+        if self._lock.took_over_text():
+            print(f"paratrain: {self._lock.took_over_text()}", file=sys.stderr, flush=True)
+        return True
+
     # ---- reading ---------------------------------------------------------------------------
     def resume(self) -> CheckpointState | None:
         """Load the newest complete, verified checkpoint; ``None`` when there is none.
 
-        Damaged ones (truncated, corrupted, unfinished) are skipped with a
-        :class:`~paratrain.checkpoint.CheckpointWarning` naming the file. Collective.
+        Newer damaged ones (truncated, corrupted) are moved to ``DIRECTORY/damaged/`` with a
+        :class:`~paratrain.checkpoint.CheckpointWarning` naming the file and where it went
+        (never deleted); unfinished saves are skipped. Collective.
 
         Raises:
             CheckpointError: the checkpoint does not fit the objects (another model,
-                missing object) or holds pickled objects.
+                missing object) or holds pickled objects; or checkpoints exist and none
+                is intact (named, nothing deleted: restore them, or start over on purpose).
         """
+        self.hold_directory(reading=True)
         found = main_then_share(f"cannot search {self.directory} for checkpoints", self._newest_verified)
         if found is None:
             return None
@@ -214,7 +246,7 @@ class Checkpointer:
         return config
 
     def _newest_verified(self) -> tuple[str, dict[str, Any]] | None:
-        found = catalog.newest_verified(self.directory)
+        found = catalog.resume_point(self.directory) if self._holding else catalog.newest_verified(self.directory)
         return None if found is None else (str(found[0]), _as_dict(found[1]))
 
     def _locate(self, path: Path) -> tuple[str, dict[str, Any] | None]:

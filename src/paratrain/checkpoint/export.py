@@ -15,6 +15,7 @@ unpickles the metadata without restriction.
 from __future__ import annotations
 
 import os
+import stat
 import uuid
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,7 @@ def write_weights_file(state: dict[str, torch.Tensor], output: str | Path, metad
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         save_file(safetensors_ready("model", state), str(temporary), metadata=metadata or {"format": "pt"})
+        os.chmod(temporary, _file_mode(output))  # safetensors creates 0600: a shared model file must stay readable
         fsync_path(temporary)
         os.replace(temporary, output)
         fsync_path(output.parent)
@@ -96,6 +98,16 @@ def write_weights_file(state: dict[str, torch.Tensor], output: str | Path, metad
     finally:
         temporary.unlink(missing_ok=True)
     return output
+
+
+def _file_mode(output: Path) -> int:
+    """The mode a replaced file keeps, or a new file's usual mode (0666 less the umask)."""
+    try:
+        return stat.S_IMODE(output.stat().st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def save_weights(state: dict[str, torch.Tensor], output: str | Path) -> Path:

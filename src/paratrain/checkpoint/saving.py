@@ -88,6 +88,7 @@ def save(
     name = checkpoint_name(step, epoch)
     manifest = Manifest(name=name, sequence=0, step=step, epoch=epoch, metrics=clean_metrics(metrics),
                         extra=clean_extra(extra), run=ckpt.run_config(), sharded=ckpt.sharded)
+    ckpt.hold_directory()  # one writer per directory; after the arguments were checked, so a refused save writes nothing
     rng_states = comm.gather_object(rng.capture())  # before anything else runs: the state the loop has now
     per_rank = {e.name: comm.gather_object(e.obj.state_dict()) for e in ckpt.entries if e.kind == "per_rank"}
     temporary = Path(main_then_share(f"cannot start checkpoint {name}", lambda: str(_prepare(ckpt.directory, name))))

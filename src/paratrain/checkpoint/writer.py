@@ -7,7 +7,11 @@ files that hold plain data only; FSDP shards to torch.distributed.checkpoint.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +67,9 @@ def write_model(directory: Path, name: str, state: dict[str, Any]) -> dict[str, 
     """``NAME.safetensors`` with prefix-free keys; returns the manifest entry."""
     from safetensors.torch import save_file
 
-    save_file(safetensors_ready(name, state), str(Path(directory) / model_file(name)), metadata={"format": "pt"})
+    target = Path(directory) / model_file(name)
+    with disk_errors_named(target):
+        save_file(safetensors_ready(name, state), str(target), metadata={"format": "pt"})
     return {"kind": "model", "file": model_file(name)}
 
 
@@ -74,8 +80,35 @@ def write_state(directory: Path, name: str, kind: str, state: Any) -> dict[str, 
         CheckpointError: the state holds an object that would need unpickling.
     """
     check_plain(state, name)
-    torch.save(state, Path(directory) / state_file(name))
+    target = Path(directory) / state_file(name)
+    with disk_errors_named(target):
+        torch.save(state, target)
     return {"kind": kind, "file": state_file(name)}
+
+
+#: Below this many free bytes a failed write is taken for a full disk.
+FULL_DISK_BYTES = 1 << 20
+
+
+@contextlib.contextmanager
+def disk_errors_named(target: Path) -> Iterator[None]:
+    """A write that failed because the disk is full raises ``OSError(ENOSPC)`` naming ``target``.
+
+    torch.save and safetensors report a full disk in their own words ("unexpected pos 64 vs 0",
+    "file write failed") as a RuntimeError; the free space left says what happened.
+    """
+    try:
+        yield
+    except OSError:
+        raise
+    except Exception as exc:
+        try:
+            free = shutil.disk_usage(target.parent).free
+        except OSError:
+            raise exc from None
+        if free < FULL_DISK_BYTES:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target)) from exc
+        raise
 
 
 def write_sharded(directory: Path, states: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 MANUAL = """\
 Read training scripts (without running them) for the mistakes that make a
@@ -55,7 +56,8 @@ def handler(args: argparse.Namespace) -> int:
     from paratrain.diagnostics.check import check_file, format_finding
 
     found = 0
-    for script in args.scripts:
+    scripts = _scripts(args.scripts)
+    for script in scripts:
         findings = check_file(script)
         found += len(findings)
         for finding in findings:
@@ -64,6 +66,29 @@ def handler(args: argparse.Namespace) -> int:
             else:
                 print(format_finding(script, finding))
     if not args.json:
-        summary = f"{found} problem(s) found in {len(args.scripts)} script(s)" if found else "no problems found"
+        summary = f"{found} problem(s) found in {len(scripts)} script(s)" if found else f"no problems found in {len(scripts)} script(s)"
         print(summary, file=sys.stderr)
     return 1 if found else 0
+
+
+def _scripts(paths: list[str]) -> list[str]:
+    """The scripts to read: each file as given, each directory's ``*.py`` files (recursively,
+    hidden folders skipped), in order.
+
+    Raises:
+        ConfigError: a directory that holds no Python file.
+    """
+    from paratrain.errors import ConfigError
+
+    scripts: list[str] = []
+    for path in paths:
+        folder = Path(path)
+        if not folder.is_dir():
+            scripts.append(path)
+            continue
+        found = sorted(str(p) for p in folder.rglob("*.py")
+                       if not any(part.startswith(".") for part in p.relative_to(folder).parts))
+        if not found:
+            raise ConfigError(f"{path} is a folder with no .py file in it; pass a training script or a folder of them")
+        scripts += found
+    return scripts

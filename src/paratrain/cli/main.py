@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from paratrain.cli import warning_lines
+
+    warning_lines.install()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):

@@ -42,16 +42,27 @@ def register(subparsers) -> None:
 
 
 def _read_inputs(args: argparse.Namespace) -> list[str]:
+    """The inputs, each non-empty, from the arguments, standard input (``-``) and ``--file``.
+
+    Raises:
+        ConfigError: an empty text argument, an unreadable or empty ``--file``, or no inputs at all.
+    """
     from paratrain.errors import ConfigError
 
+    blank = [i for i, text in enumerate(args.inputs) if text != "-" and not text.strip()]
+    if blank:
+        raise ConfigError(f"input {blank[0] + 1} is empty; give the text to classify (a blank input has no prediction)")
     texts = [text for text in args.inputs if text != "-"]
     if "-" in args.inputs:
         texts += [line.strip() for line in sys.stdin if line.strip()]
     if args.file:
         try:
-            texts += [line.strip() for line in Path(args.file).read_text(encoding="utf-8").splitlines() if line.strip()]
+            lines = [line.strip() for line in Path(args.file).read_text(encoding="utf-8").splitlines() if line.strip()]
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read --file {args.file} ({exc}); give a UTF-8 text file with one input per line") from None
+        if not lines:
+            raise ConfigError(f"--file {args.file} holds no text (every line is empty); give one input per line")
+        texts += lines
     if not texts:
         raise ConfigError('no inputs; give texts after CKPT, --file FILE, or - to read standard input')
     return texts

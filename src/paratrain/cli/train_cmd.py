@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -78,6 +80,9 @@ TRAIN_OPTIONS: list[tuple[str, object, str]] = [
     ("--save-every-minutes", float, "also checkpoint when M minutes passed since the last save (bounds what a crash loses)"),
     ("--stall-timeout", float, "end the job naming the stalled rank after this many seconds without progress (default 300; 0: off)"),
     ("--keep-last", int, "checkpoints to keep besides the best (default 2)"),
+    ("--on-nonfinite", str, "a NaN/inf loss, gradient norm or weights: stop (default: name the step and the last "
+     "good checkpoint, exit 1) or skip (drop that step's update)"),
+    ("--max-nonfinite-skips", int, "with --on-nonfinite skip: stop after this many skipped steps (default 10)"),
     ("--log-every", int, "steps between log lines (default 50)"),
     ("--check-sync-every", int, "check every N steps that all processes hold the same weights (default 100; 0: never)"),
     ("--strategy", str, "auto, single, ddp, fsdp, dp, deepspeed (default auto: ddp on several processes)"),
@@ -160,7 +165,7 @@ def register(subparsers) -> None:
 def handler(args: argparse.Namespace) -> int:
     """Check everything visible here, then train in this process (1 process) or launch workers."""
     from paratrain.launch.config import parse_nproc
-    from paratrain.loop.out_dir import prepare_out_dir
+    from paratrain.loop.out_dir import hold_out_dir, prepare_out_dir
     from paratrain.tasks.registry import TASKS, task_class
     from paratrain.tasks.worker import build_run
 
@@ -176,14 +181,45 @@ def handler(args: argparse.Namespace) -> int:
     task.check()
     trainer = Trainer(task, config)
     trainer.check()
-    _, moved = prepare_out_dir(args.out, task.name, task.options.to_dict(), fresh=args.fresh)
-    if moved:
-        print(f"paratrain train: moved the previous run in {args.out} to {moved}", file=sys.stderr)
     nproc = parse_nproc(args.nproc_per_node)
-    if nproc == 1 and all(getattr(args, _dest(flag)) is None for flag in RUN_FLAGS):
-        trainer.fit()  # one process and nothing for the launcher to do: train here
-        return 0
-    return _launch(args)
+    # One writer per run directory: this command holds --out for the run's life (several nodes:
+    # global rank 0 does, wherever it runs), so a second run is refused before it writes anything.
+    lock = hold_out_dir(args.out) if _one_node(args) else None
+    try:
+        _, moved = prepare_out_dir(args.out, task.name, task.options.to_dict(), fresh=args.fresh)
+        if moved:
+            print(f"paratrain train: moved the previous run in {args.out} to {moved}", file=sys.stderr)
+        if nproc == 1 and all(getattr(args, _dest(flag)) is None for flag in RUN_FLAGS):
+            trainer.fit()  # one process and nothing for the launcher to do: train here
+            return 0
+        with _workers_share(lock):
+            return _launch(args)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _one_node(args: argparse.Namespace) -> bool:
+    return args.nnodes is None or str(args.nnodes).strip() in ("1", "1:1")
+
+
+@contextlib.contextmanager
+def _workers_share(lock):
+    """The workers started under ``lock`` write into its directory without locking it again."""
+    if lock is None:
+        yield
+        return
+    from paratrain.checkpoint.writer_lock import HELD_BY_LAUNCHER_ENV
+
+    before = os.environ.get(HELD_BY_LAUNCHER_ENV)
+    os.environ[HELD_BY_LAUNCHER_ENV] = str(lock.directory.resolve())
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(HELD_BY_LAUNCHER_ENV, None)
+        else:
+            os.environ[HELD_BY_LAUNCHER_ENV] = before
 
 
 def _run_flags() -> list[tuple[str, str | None, str | None]]:

@@ -9,13 +9,18 @@ agent stopped (SIGTERM, then SIGKILL after its grace period) did not fail at all
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
 import subprocess
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+FAILURE_FILE = "failure.json"  # the newest failed attempt's report, in the run directory
+FAILURES_DIR = "failures"  # earlier attempts' reports, kept when a rerun starts
 
 # Errors a rank gets when a *peer* is gone or late: consequences, never the cause.
 _PEER_LOST = re.compile(
@@ -107,11 +112,34 @@ class FailureReport:
         }
 
     def save(self, directory: str | Path) -> Path:
-        """Write ``failure.json`` in ``directory`` (created if needed); returns its path."""
-        path = Path(directory) / "failure.json"
+        """Write ``failure.json`` in ``directory`` (created if needed); returns its path.
+
+        The report of an earlier attempt there is kept: moved to ``failures/`` first (see
+        :func:`archive_failure`)."""
+        archive_failure(directory)
+        path = Path(directory) / FAILURE_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
         return path
+
+
+def archive_failure(directory: str | Path) -> Path | None:
+    """Move ``DIR/failure.json`` (an earlier attempt's report) to ``DIR/failures/failure-<time>.json``
+    and return where, or None when there is none. A rerun of the same command calls it when it
+    starts, so the report of an attempt stays readable and never sits beside a later success."""
+    current = Path(directory) / FAILURE_FILE
+    if not current.is_file():
+        return None
+    archive = Path(directory) / FAILURES_DIR
+    archive.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(current.stat().st_mtime))
+    target = archive / f"failure-{stamp}.json"
+    suffix = 1
+    while target.exists():
+        target = archive / f"failure-{stamp}-{suffix}.json"
+        suffix += 1
+    os.replace(current, target)
+    return target
 
 
 def rank_outcome(rank: int, failure: Any, log: str | None, oom_kills_before: int | None) -> RankOutcome:

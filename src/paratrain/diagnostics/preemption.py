@@ -1,4 +1,4 @@
-"""Preemption: SIGTERM means "finish the step, save, exit with PREEMPTED_EXIT_CODE".
+"""Preemption: SIGTERM (and Ctrl-C's SIGINT) means "finish the step, save, exit with PREEMPTED_EXIT_CODE".
 
 SLURM (``scancel``, time limit, preemption) and Kubernetes (pod eviction) send SIGTERM,
 then SIGKILL after a grace period (SLURM's KillWait, Kubernetes'
@@ -28,6 +28,11 @@ from paratrain.errors import PreemptedError
 #: Exit status of a preempted run: sysexits.h's EX_TEMPFAIL, "temporary failure; try again".
 #: The launcher (``paratrain run``/``train``) exits with it too; rerunning resumes.
 PREEMPTED_EXIT_CODE = PreemptedError.exit_code
+#: The signals that mean "finish the step, save, stop": SIGTERM (batch systems, Kubernetes, kill)
+#: and SIGINT (Ctrl-C, which the terminal sends to the launcher and every worker at once, and
+#: torch's agent passes on again): both end as tidily, with a checkpoint to resume from.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
 #: How often :meth:`PreemptionGuard.poll` agrees: far inside every grace period (≥ 30 s),
 #: rare enough that a 10 ms step pays about 0.05 % for it instead of a few percent.
 POLL_SECONDS = 1.0
@@ -63,13 +68,14 @@ class PreemptionGuard:
 
     def __enter__(self) -> PreemptionGuard:
         if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
-            self._previous = signal.signal(signal.SIGTERM, self._on_signal)
+            self._previous = {signum: signal.signal(signum, self._on_signal) for signum in STOP_SIGNALS}
             self._installed = True
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self._installed:
-            signal.signal(signal.SIGTERM, self._previous)
+            for signum, previous in self._previous.items():
+                signal.signal(signum, previous)
             self._installed = False
 
     def _on_signal(self, signum: int, frame: Any) -> None:

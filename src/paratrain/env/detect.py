@@ -55,9 +55,12 @@ def detect_position(environ: Mapping[str, str] | None = None) -> tuple[int, int,
 def _check(info: ProcessInfo) -> None:
     from paratrain.errors import ConfigError
 
-    if not 0 <= info.rank < info.world_size:
-        raise ConfigError(f"rank {info.rank} is outside world size {info.world_size} ({info.source} environment)")
+    fix = ("each of the WORLD_SIZE processes needs its own RANK from 0 to WORLD_SIZE-1; let `paratrain run` "
+           "(or torchrun, srun, mpirun) set them, or fix the variables you set by hand")
+    if info.world_size < 1 or not 0 <= info.rank < info.world_size:
+        raise ConfigError(f"rank {info.rank} is outside world size {info.world_size} ({info.source} environment); {fix}")
     if not 0 <= info.local_rank < max(info.local_world_size, 1):
         raise ConfigError(
-            f"local rank {info.local_rank} is outside local world size {info.local_world_size} ({info.source} environment)"
+            f"local rank {info.local_rank} is outside local world size {info.local_world_size} ({info.source} environment); "
+            "LOCAL_RANK counts the processes of one node from 0 to LOCAL_WORLD_SIZE-1; let `paratrain run` set it"
         )

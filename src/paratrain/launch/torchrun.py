@@ -288,6 +288,13 @@ def _stopped(sigval) -> LaunchError:
         )
         stopped.exit_code = PreemptedError.exit_code
         return stopped
+    if sigval == signal.SIGINT:
+        stopped = LaunchError(
+            "interrupted by SIGINT (Ctrl-C): the workers were asked to finish their step and save (pt.fit and "
+            "paratrain train do); run the same command again to resume"
+        )
+        stopped.exit_code = 130
+        return stopped
     stopped = LaunchError(f"stopped by {sigval.name}; the workers were stopped too")
     stopped.exit_code = 128 + int(sigval)
     return stopped

@@ -40,6 +40,11 @@ class LoopCheckpoints:
     def save(self, step: int, epoch: int, metrics: dict[str, float] | None) -> Path:
         return self._checkpointer.save(step=step, epoch=epoch, metrics=metrics)
 
+    def newest(self) -> Path | None:
+        """The newest complete checkpoint (each was checked finite before it was saved). Not collective."""
+        saved = self._checkpointer.checkpoints()
+        return saved[-1] if saved else None
+
     def best_path(self) -> str | None:
         best = self._checkpointer.best_path()
         return str(best) if best else None

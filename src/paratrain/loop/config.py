@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,7 @@ from paratrain.diagnostics.watchdog import DEFAULT_STALL_TIMEOUT_S
 from paratrain.errors import ConfigError
 
 SCHEDULES = ("linear", "constant")
+NONFINITE_POLICIES = ("stop", "skip")  # see paratrain.loop.nonfinite
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,10 @@ class FitConfig:
     save_every_minutes: float | None = None  # also save when this much time passed since the last save
     stall_timeout: float | None = DEFAULT_STALL_TIMEOUT_S  # seconds without progress on a rank → named error; 0/None: off
     keep_last: int = 2
+    # A NaN/inf loss, gradient norm or weights: "stop" (name the step and the last good checkpoint)
+    # or "skip" the step's update, at most max_nonfinite_skips times (loop/nonfinite.py).
+    on_nonfinite: str = "stop"
+    max_nonfinite_skips: int = 10
     log_every: int = 50  # steps between console lines / metric records
     # Steps between checks that all ranks hold the same weights (0: never). The default costs
     # well under 0.5 % of the step time (benchmarks/check_sync_cost.py).
@@ -77,8 +83,13 @@ class FitConfig:
                 raise ConfigError(f"{option(name)} must be a positive integer, got {value!r}")
         for name in ("lr", "weight_decay", "clip_norm"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, (int, float)) or value < 0 or (name != "weight_decay" and value == 0)):
-                raise ConfigError(f"{option(name)} must be a positive number, got {value!r}")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                                      or value < 0 or (name != "weight_decay" and value == 0)):
+                kind = "a number >= 0 (finite)" if name == "weight_decay" else "a positive number (finite)"
+                raise ConfigError(f"{option(name)} must be {kind}, got {value!r}")
+        if self.on_nonfinite not in NONFINITE_POLICIES:
+            raise ConfigError(f"{option('on_nonfinite', self.on_nonfinite)} is not one of {', '.join(NONFINITE_POLICIES)}")
+        check_type("", "max_nonfinite_skips", self.max_nonfinite_skips, "int >= 0")
         for name in ("save_every_minutes", "stall_timeout"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0

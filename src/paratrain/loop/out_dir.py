@@ -7,16 +7,22 @@ missing keys, so it is refused up front with the two ways out.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
 from paratrain import comm
 from paratrain.arguments import option
-from paratrain.errors import ConfigError
+from paratrain.checkpoint.writer_lock import LOCK_FILE, WriterLock
+from paratrain.diagnostics.failure_report import FAILURE_FILE, FAILURES_DIR
+from paratrain.errors import ConfigError, ParatrainError
 from paratrain.tasks.api import TASK_FILE, read_task_record
 
-# What a run writes besides its checkpoints; a folder holding only these is ours to resume in.
-RUN_FILES = {TASK_FILE, "logs", "metrics.jsonl", "tensorboard", "summary.json", "checkpoints"}
+# Everything paratrain writes into a run directory (its checkpoints, records, failure reports of
+# earlier attempts, the writer lock); a folder holding only these is ours to resume in, so a
+# rerun of the same command is never refused because of paratrain's own files.
+RUN_FILES = {TASK_FILE, "logs", "metrics.jsonl", "tensorboard", "summary.json", "checkpoints",
+             FAILURE_FILE, FAILURES_DIR, LOCK_FILE}
 
 
 def prepare_out_dir(out_dir: str | Path, task: str, options: dict | None = None, fresh: bool = False) -> tuple[Path, Path | None]:
@@ -34,13 +40,16 @@ def prepare_out_dir(out_dir: str | Path, task: str, options: dict | None = None,
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{option('out_dir', str(out))} is a file; give a directory")
     moved_to = None
-    if fresh and out.is_dir() and any(out.iterdir()):
+    if fresh and out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
         moved_to = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
         suffix = 1
         while moved_to.exists():
             moved_to = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}-{suffix}")
             suffix += 1
-        out.rename(moved_to)
+        moved_to.mkdir()
+        for entry in out.iterdir():  # the writer lock stays: this run holds it
+            if entry.name != LOCK_FILE:
+                entry.rename(moved_to / entry.name)
     elif out.is_dir():
         _check_same_run(out, task, options or {})
     try:
@@ -50,25 +59,50 @@ def prepare_out_dir(out_dir: str | Path, task: str, options: dict | None = None,
     return out, moved_to
 
 
-def agree_on_out_dir(is_main: bool, out_dir: str | Path, task: str, options: dict, fresh: bool) -> Path | None:
-    """:func:`prepare_out_dir` on rank 0, its verdict on every rank: where ``fresh`` moved the old
-    run, or ``None``. Collective.
+def hold_out_dir(out_dir: str | Path) -> WriterLock:
+    """This process's writer lock on ``out_dir`` (see :mod:`paratrain.checkpoint.writer_lock`);
+    says so on stderr when it took over the lock of a run that died. Not collective.
 
     Raises:
-        ConfigError: on every rank (the others would otherwise wait in the next collective).
+        RunDirectoryBusyError: another live run writes there (named).
+        ConfigError: the directory cannot be created.
+    """
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ConfigError(f"{option('out_dir', str(out_dir))} is a file; give a directory")
+    try:
+        lock = WriterLock(out_dir).acquire()
+    except OSError as exc:
+        raise ConfigError(f"cannot create {option('out_dir', str(out_dir))} ({exc.strerror or exc}); pick a writable directory") from None
+    if lock.took_over_text():
+        print(f"paratrain: {lock.took_over_text()}", file=sys.stderr, flush=True)
+    return lock
+
+
+def agree_on_out_dir(is_main: bool, out_dir: str | Path, task: str, options: dict, fresh: bool) -> tuple[Path | None, WriterLock | None]:
+    """Rank 0 takes the writer lock of ``out_dir`` (held until the caller releases it) and runs
+    :func:`prepare_out_dir`; every rank gets its verdict: where ``fresh`` moved the old run (or
+    ``None``), and rank 0 the lock. Collective.
+
+    Raises:
+        ConfigError / RunDirectoryBusyError: on every rank (the others would otherwise wait in the next collective).
     """
     verdict: tuple[Exception | None, Path | None] = (None, None)
+    lock = None
     if is_main:
         try:
+            lock = hold_out_dir(out_dir)
             verdict = (None, prepare_out_dir(out_dir, task, options, fresh)[1])
-        except ConfigError as exc:
+        except ParatrainError as exc:
             verdict = (exc, None)
         except OSError as exc:
             verdict = (ConfigError(f"cannot use {option('out_dir', str(out_dir))} ({exc}); pick a writable directory"), None)
+        if verdict[0] is not None and lock is not None:
+            lock.release()
+            lock = None
     error, moved = comm.broadcast_object(verdict)
     if error is not None:
         raise error
-    return moved
+    return moved, lock
 
 
 def _check_same_run(out: Path, task: str, options: dict) -> None:

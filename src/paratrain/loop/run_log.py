@@ -5,8 +5,12 @@
 * ``OUT/logs/rank<R>.log``: every rank's own lines (its local loss, its timings,
   its warnings) — the first place to look when one rank misbehaves;
 * ``OUT/metrics.jsonl``: rank 0, one JSON object per event (train, eval,
-  checkpoint, resume, summary), appended across resumed runs;
-* ``OUT/tensorboard/``: the same scalars for TensorBoard, when installed.
+  checkpoint, resume, summary), appended across resumed runs; every run of the command
+  (an *attempt*) starts with an ``attempt`` record: its number and how the previous
+  attempt ended; a ``resume`` record names the step it continues from. Its records
+  supersede the earlier attempts' records after that step (:func:`latest_attempt`);
+* ``OUT/tensorboard/``: the same scalars for TensorBoard, when installed; a resumed
+  attempt purges the events after its resume step, so the curves show the latest attempt.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ class RunLog:
         self._file = None
         self._metrics = None
         self._tensorboard = None
+        self._out_dir = out_dir
+        self._tensorboard_wanted = tensorboard
+        self.attempt = 1  # this run's number among the runs of the command in out_dir (start_attempt)
         if out_dir is None:
             return
         (out_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
@@ -51,10 +58,9 @@ class RunLog:
         self._file = open(out_dir / LOG_DIR / f"rank{rank}.log", "a", encoding="utf-8", buffering=1)  # noqa: SIM115
         if self.is_main:
             self._metrics = open(out_dir / METRICS_FILE, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
-            self._tensorboard = self._open_tensorboard(out_dir / TENSORBOARD_DIR, tensorboard)
 
     @staticmethod
-    def _open_tensorboard(directory: Path, wanted: bool | None):
+    def _open_tensorboard(directory: Path, wanted: bool | None, purge_step: int | None = None):
         if wanted is False:
             return None
         if wanted is None:
@@ -66,7 +72,34 @@ class RunLog:
             require("tensorboard", "logging", "TensorBoard logging")
         from torch.utils.tensorboard import SummaryWriter
 
-        return SummaryWriter(log_dir=str(directory))
+        return SummaryWriter(log_dir=str(directory), purge_step=purge_step)
+
+    def start_attempt(self) -> None:
+        """Mark a new attempt in ``metrics.jsonl`` (rank 0), before anything else of it can fail:
+        its number and how the previous one ended; keep the previous attempt's failure report
+        (moved to ``failures/``)."""
+        if not self.is_main or self._out_dir is None:
+            return
+        from paratrain.diagnostics.failure_report import archive_failure
+
+        previous = read_records(self._out_dir / METRICS_FILE)
+        self.attempt = 1 + sum(1 for record in previous if record.get("event") == "attempt")
+        values: dict[str, Any] = {"attempt": self.attempt}
+        if self.attempt > 1:
+            values["previous_attempt"] = _how_it_ended(previous, self._out_dir)
+            self.file(f"attempt {self.attempt}; the previous attempt {values['previous_attempt']}")
+        kept = archive_failure(self._out_dir)
+        if kept is not None:
+            values["previous_failure_report"] = str(kept)
+        self.record("attempt", 0, **values)
+
+    def open_tensorboard(self, resumed_from: int) -> None:
+        """TensorBoard for this attempt (rank 0); a later attempt purges the events after the step it
+        resumed from (0: a fresh start), so every curve shows the latest attempt."""
+        if not self.is_main or self._out_dir is None:
+            return
+        purge = resumed_from if self.attempt > 1 else None
+        self._tensorboard = self._open_tensorboard(self._out_dir / TENSORBOARD_DIR, self._tensorboard_wanted, purge)
 
     # ---- words ----------------------------------------------------------------------------
     def console(self, text: str) -> None:
@@ -109,3 +142,55 @@ class RunLog:
         if self._tensorboard is not None:
             self._tensorboard.close()
         self._file = self._metrics = self._tensorboard = None
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The JSON records of a ``metrics.jsonl`` (a line cut short by a kill is skipped)."""
+    records: list[dict[str, Any]] = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return records
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def latest_attempt(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's history as its latest attempts tell it. An attempt redoes the steps after the one
+    it resumed from (its ``resume`` record; none: step 0), so the earlier attempts' records of those
+    steps are dropped. One curve, no zig-zag."""
+    kept: list[dict[str, Any]] = []
+    cut: int | None = None  # the step the attempt that just began continues from
+    for record in records:
+        event = record.get("event")
+        if event == "attempt":
+            cut = 0
+        elif event == "resume" and cut is not None:
+            cut = int(record.get("step") or 0)
+        elif cut is not None:
+            kept = [r for r in kept if r.get("event") in ("attempt", "resume") or (r.get("step") or 0) <= cut]
+            cut = None
+        kept.append(record)
+    return kept
+
+
+def _how_it_ended(previous: list[dict[str, Any]], out_dir: Path) -> str:
+    """How the attempt before this one ended, as far as the run directory tells."""
+    try:
+        summary = json.loads((out_dir / "failure.json").read_text()).get("summary", "")
+        return f"failed: {summary}"[:500]
+    except (OSError, ValueError, AttributeError):
+        pass
+    events = [r for r in previous if r.get("event") != "attempt"]
+    if not events:
+        return "ended before its first record"
+    last = events[-1]
+    if last.get("event") == "summary":
+        return f"finished at step {last.get('step')}"
+    return f"stopped after step {last.get('step')} without a report (killed, preempted or its node lost)"

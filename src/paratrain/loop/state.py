@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from paratrain.checkpoint.catalog import is_better
 
 
 @dataclass
@@ -18,11 +19,12 @@ class FitState:
     best_metrics: dict[str, float] = field(default_factory=dict)
     evals_without_improvement: int = 0
     stopped_early: bool = False
+    nonfinite_skips: int = 0  # steps skipped for non-finite losses/gradients (--on-nonfinite skip)
 
     def improve(self, value: float, step: int, metrics: dict[str, float], higher_is_better: bool = True) -> bool:
-        """Record an evaluation; True when ``value`` is a new best."""
-        better = self.best_value is None or (value > self.best_value if higher_is_better else value < self.best_value)
-        if not math.isnan(value) and better:
+        """Record an evaluation; True when ``value`` is a new best by :func:`~paratrain.checkpoint.catalog.is_better`
+        (the rule the checkpoint catalog keeps and exports the best by: a tie keeps the earlier, NaN never wins)."""
+        if is_better(value, self.best_value, "max" if higher_is_better else "min"):
             self.best_value, self.best_step, self.best_metrics = value, step, dict(metrics)
             self.evals_without_improvement = 0
             return True

@@ -25,12 +25,13 @@ from paratrain.arguments import option
 from paratrain.diagnostics import watchdog
 from paratrain.diagnostics.desync import check_same_setup
 from paratrain.diagnostics.preemption import PreemptionGuard
-from paratrain.errors import ConfigError, PreemptedError
+from paratrain.errors import ConfigError, NonFiniteError, PreemptedError
 from paratrain.loop.batches import batch_length, move_to
 from paratrain.loop.callbacks import Callback, CallbackList
 from paratrain.loop.checkpoints import LoopCheckpoints, metric_mode
 from paratrain.loop.config import FitConfig
 from paratrain.loop.evaluation import evaluate
+from paratrain.loop.nonfinite import NonFiniteGuard, stop_message
 from paratrain.loop.out_dir import agree_on_out_dir
 from paratrain.loop.progress import epochs, progress
 from paratrain.loop.result import FitResult
@@ -76,21 +77,35 @@ class Trainer:
         self.last_evaluation: Evaluation | None = None
         self._evaluated_at = -1
         self._saved_at = -1
+        self._saved_metrics_at = -1  # the last step saved with its evaluation's metrics
+        self._finite_at = -1  # the last step the ranks agreed that training is finite
+        self._nonfinite = NonFiniteGuard(self.config.on_nonfinite, self.config.max_nonfinite_skips)
         self._step_clock = StepClock()
+        self._out_lock: Any = None  # rank 0's writer lock on out_dir, held for the whole fit
         self._preemption = PreemptionGuard()
 
     # ---- the whole run ------------------------------------------------------------------
     def check(self) -> None:
-        """Refuse what is visible before training: a metric the task does not compute. Not collective.
+        """Refuse what is visible before training: an unknown strategy or precision, a metric the task
+        does not compute, an impossible non-finite policy. Not collective.
 
         Raises:
-            ConfigError: names the metrics the task has.
+            ConfigError: names the valid choices.
         """
+        from paratrain.precision import check_precision_name
+        from paratrain.strategy import check_strategy_name
+
+        if self.runtime is None:  # the names a Runtime will be built from: refused before any process starts
+            check_strategy_name(self.config.strategy)
+            check_precision_name(self.config.precision)
         known = ("loss", *self.task.metric_names)
         if self.task.metric_names and self.config.metric not in known:
             raise ConfigError(
                 f"{option('metric', self.config.metric)} is not computed by task {self.task.name!r}; choose one of: {', '.join(known)}"
             )
+        if self.config.on_nonfinite == "skip" and self.config.strategy == "deepspeed":
+            raise ConfigError(f"{option('on_nonfinite', 'skip')} does not work with {option('strategy', 'deepspeed')} "
+                              "(its engine owns the gradients); use the default stop, or another strategy")
 
     def fit(self) -> FitResult:
         """Train until the epochs or ``max_steps`` are done, or early stopping. Collective.
@@ -115,6 +130,9 @@ class Trainer:
             if owns_runtime:
                 self.release_wrappers()
                 self.runtime.close()
+            if self._out_lock is not None:
+                self._out_lock.release()
+                self._out_lock = None
 
     def release_wrappers(self) -> None:
         """Keep the trained module, drop the strategy's wrapper (DDP and its Reducer).
@@ -134,12 +152,15 @@ class Trainer:
         self.check()
         self.out_dir = self._prepare_out_dir()
         self.log = RunLog(self.out_dir, rt.rank, c.tensorboard)
+        self.log.start_attempt()
         # Every rank must train the same thing: one collective here beats a hang or garbage later.
         check_same_setup(config={"task": task.name, "options": task.options.to_dict(), "fit": self._agreed_config()})
         train_data, eval_data = task.datasets()
         model = task.build_model()
         optimizer = task.build_optimizer(model, c.lr, c.weight_decay, fused=c.fused_optimizer)
         self.model, self.optimizer = rt.setup(model, optimizer)
+        # fp16: the loss scaler skips overflowed steps itself; those are not failures.
+        self._nonfinite.scaler_skips = getattr(rt.precision, "scaler", None) is not None
         lengths = task.sample_lengths(train_data) if c.group_by_length else None
         self.train_loader = rt.loader(train_data, c.batch_size, shuffle=True, collate_fn=task.collate,
                                       num_workers=c.num_workers, group_by_length=lengths)
@@ -160,9 +181,11 @@ class Trainer:
                 self.log.console(f"this run has {self.total_steps} steps, the saved one had {old_total}: "
                                  "the LR schedule now ends at the new last step")
             self._saved_at = resumed_from if resumed_from else -1  # never write the same step twice
+            self._nonfinite.skipped = self.state.nonfinite_skips
             if rt.is_main:
                 task.save(self.out_dir)
         self.epoch = self.train_loader.epoch
+        self.log.open_tensorboard(resumed_from)
         self._announce(len(train_data), len(eval_data), resumed_from)
         self.callbacks("on_fit_start", self)
         # SIGTERM → finish the step, save, stop; no progress on some rank → a named stall.
@@ -172,7 +195,7 @@ class Trainer:
         train_seconds = window.train_seconds  # before the final evaluation
         if self._evaluated_at != self.state.step:
             self._evaluate()
-        if self._saved_at != self.state.step and self.checkpoints is not None:
+        if self._unsaved() and self.checkpoints is not None:
             self._save()
         return self._finish(resumed_from, train_seconds, window.samples_total)
 
@@ -185,8 +208,8 @@ class Trainer:
         """Rank 0 checks the directory; every rank gets its verdict (and raises the same error). Collective."""
         if self.config.out_dir is None:
             return None
-        moved = agree_on_out_dir(self.runtime.is_main, self.config.out_dir, self.task.name,
-                                 self.task.options.to_dict(), self.config.fresh)
+        moved, self._out_lock = agree_on_out_dir(self.runtime.is_main, self.config.out_dir, self.task.name,
+                                                 self.task.options.to_dict(), self.config.fresh)
         if moved is not None:
             self.log.console(f"moved the previous run in {self.config.out_dir} to {moved}")
         return Path(self.config.out_dir)
@@ -208,23 +231,29 @@ class Trainer:
                 batches = len(self.train_loader)
                 self.model.train()
                 watchdog.mark("data", state.step)
+                step_batches: list[tuple[torch.Tensor, int]] = []  # this step's micro-batches: (loss, samples)
                 for index, batch in enumerate(self.train_loader):
                     # Gradients are all-reduced only on the last micro-batch of a step (nanoGPT's no_sync trick).
                     sync = (index + 1) % c.grad_accum == 0 or index + 1 == batches
                     loss, samples = self._micro_step(batch, sync)
-                    window.add(loss, samples)
+                    step_batches.append((loss, samples))
                     state.samples += samples
                     if not sync:
                         watchdog.mark("data")
                         continue
                     watchdog.mark("optimizer")
-                    self.runtime.step(self.optimizer, clip_norm=c.clip_norm)
+                    skipped = self._skip_nonfinite([loss for loss, _ in step_batches])
+                    norm = self.runtime.step(self.optimizer, clip_norm=c.clip_norm)
                     self.scheduler.step()
                     state.step += 1
+                    self._nonfinite.observe(state.step, [] if skipped else [loss for loss, _ in step_batches], norm)
+                    for micro_loss, micro_samples in step_batches:
+                        window.add(None if skipped else micro_loss, micro_samples)
+                    step_batches = []
                     watchdog.mark("logging", state.step)
                     bar.update(1)
                     self.callbacks("on_step_end", self, state.step, loss.detach())
-                    done = window.pause(self._after_step, epoch, window)
+                    done = window.pause(self._after_step, epoch, window, index + 1 == batches)
                     window.pause(self._save_if_asked)
                     watchdog.mark("data")
                     if done or (state.step >= self.total_steps and index + 1 < batches):
@@ -250,15 +279,79 @@ class Trainer:
             rt.backward(loss)
         return loss, batch_length(batch) * rt.world_size  # padded shards: equal batches on every rank
 
-    def _after_step(self, epoch: int, window: TrainWindow) -> bool:
+    def _skip_nonfinite(self, losses: list[torch.Tensor]) -> bool:
+        """``--on-nonfinite skip``: drop this step's gradients when any rank's loss or gradients are
+        not finite (the step still counts). Collective when skipping is on.
+
+        Raises:
+            NonFiniteError: more skipped steps than ``max_nonfinite_skips``.
+        """
+        guard = self._nonfinite
+        if not guard.skips_batches or not guard.should_skip(losses, self.optimizer):
+            return False
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.nonfinite_skips = guard.skipped
+        step = self.state.step + 1
+        self.log.console(f"step {step}: skipped (non-finite loss or gradients; {guard.skipped} of at most "
+                         f"{guard.max_skips} skips)")
+        self.log.record("nonfinite_skip", step, skipped=guard.skipped)
+        if guard.out_of_skips:
+            raise NonFiniteError(
+                f"stopped: more than {guard.max_skips} steps had non-finite losses or gradients (the last at step {step}); "
+                f"{self._last_good_text()}; lower the learning rate, or raise --max-nonfinite-skips"
+            )
+        return True
+
+    def _check_finite(self) -> None:
+        """The ranks agree that losses, gradient norms and weights are finite so far. Collective.
+
+        Called before every log line with a loss, every evaluation and every save, so nothing
+        non-finite is ever reported as a result or written as a checkpoint.
+
+        Raises:
+            NonFiniteError: on every rank, naming the first bad step and the last good checkpoint.
+        """
+        step = self.state.step
+        if self._finite_at == step:
+            return
+        watchdog.mark("collective")
+        verdict = self._nonfinite.agree(step, self.model.parameters())
+        if verdict.bad:
+            self.log.record("nonfinite", verdict.first_step, what=verdict.describe())
+            raise NonFiniteError(stop_message(verdict, self._last_good(), self._nonfinite.skipped))
+        self._finite_at = step
+
+    def _last_good(self) -> str | None:
+        newest = self.checkpoints.newest() if self.checkpoints is not None else None
+        return str(newest) if newest else None
+
+    def _last_good_text(self) -> str:
+        last_good = self._last_good()
+        return f"the last good checkpoint is {last_good}" if last_good else "no checkpoint was saved"
+
+    def _evaluation_due(self, step: int, epoch_ends: bool) -> bool:
+        """An evaluation at ``step``: every ``eval_every`` steps, at an epoch's end (``eval_per_epoch``),
+        and at the last step. A save at the same step always comes after it, so that checkpoint
+        carries the metrics the best one is chosen by."""
+        c = self.config
+        return (bool(c.eval_every) and step % c.eval_every == 0) or (epoch_ends and c.eval_per_epoch) \
+            or step >= self.total_steps
+
+    def _unsaved(self) -> bool:
+        """No checkpoint of this step yet, or one taken before this step's evaluation (without its metrics)."""
+        step = self.state.step
+        return self._saved_at != step or (self._evaluated_at == step and self._saved_metrics_at != step)
+
+    def _after_step(self, epoch: int, window: TrainWindow, epoch_ends: bool) -> bool:
         """Log, evaluate and save when due; True when the run must stop. Collective."""
         c, step = self.config, self.state.step
         self._time_steps(step, window)
         if c.check_sync_every and step % c.check_sync_every == 0:
             self.runtime.check_same_weights(self.model, step=step)  # drift raises here, naming tensor and ranks
-        evaluate = bool(c.eval_every) and step % c.eval_every == 0
+        evaluate = self._evaluation_due(step, epoch_ends)
         stop = False
         if evaluate or step % c.log_every == 0 or step >= self.total_steps:
+            self._check_finite()
             self._log_train(epoch, *window.take())
             if evaluate:
                 self._evaluate()
@@ -290,15 +383,15 @@ class Trainer:
         if preempt:
             where = f"checkpoint at step {self.state.step} in {self.checkpoints.directory}" if self.checkpoints \
                 else "nothing saved (no output directory)"
-            cause = self._preemption.requested_by or "SIGTERM on another rank"
-            raise PreemptedError(f"preempted by {cause} after step {self.state.step}: {where}; "
-                                 "run the same command again to resume")
+            cause = self._preemption.requested_by or "a signal on another rank"
+            verb = "interrupted by SIGINT (Ctrl-C)" if cause == "SIGINT" else f"preempted by {cause}"
+            raise PreemptedError(f"{verb} after step {self.state.step}: {where}; run the same command again to resume")
 
     def _end_epoch(self, epoch: int) -> None:
         """Evaluate (when asked per epoch) and save at the end of a full pass. Collective."""
         if self.config.eval_per_epoch and self._evaluated_at != self.state.step:
             self._evaluate()
-        if self.checkpoints is not None and self._saved_at != self.state.step:
+        if self.checkpoints is not None and self._unsaved():
             self._save()
         self.callbacks("on_epoch_end", self, epoch)
         self._stop_requested()
@@ -318,6 +411,7 @@ class Trainer:
 
     def _evaluate(self) -> Evaluation:
         c, state = self.config, self.state
+        self._check_finite()
         evaluation = self.evaluate()
         self.last_evaluation = evaluation
         self._evaluated_at = state.step
@@ -339,11 +433,13 @@ class Trainer:
         if self.checkpoints is None:
             return
         step = self.state.step
+        self._check_finite()  # never a checkpoint of non-finite weights
         metrics = self.last_evaluation.metrics if self._evaluated_at == step and self.last_evaluation else None
         watchdog.mark("checkpoint")
         path = self.checkpoints.save(step=step, epoch=self.epoch, metrics=metrics)
         watchdog.mark("logging")
         self._saved_at = step
+        self._saved_metrics_at = step if metrics else -1
         self._preemption.saved()
         self.log.file(f"checkpoint step {step}: {path}")
         self.log.record("checkpoint", step, epoch=self.epoch, path=str(path) if path else None)

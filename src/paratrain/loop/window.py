@@ -28,11 +28,13 @@ class TrainWindow:
         self._samples = 0
         self._start = now
 
-    def add(self, loss: torch.Tensor, samples: int) -> None:
-        """One micro-batch: its loss on this rank and the samples all ranks trained on."""
-        value = loss.detach().double()
-        self._loss = value if self._loss is None else self._loss + value
-        self._batches += 1
+    def add(self, loss: torch.Tensor | None, samples: int) -> None:
+        """One micro-batch: its loss on this rank (``None``: a skipped step's, left out of the
+        mean) and the samples all ranks trained on."""
+        if loss is not None:
+            value = loss.detach().double()
+            self._loss = value if self._loss is None else self._loss + value
+            self._batches += 1
         self._samples += samples
         self.samples_total += samples
 

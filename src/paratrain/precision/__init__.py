@@ -28,11 +28,16 @@ def create_precision(name: str, device: torch.device) -> Precision:
     Raises:
         ConfigError: unknown name (lists the valid ones) or not supported on ``device``.
     """
-    try:
-        cls = PRECISIONS[name]
-    except KeyError:
-        raise ConfigError(f"unknown precision {name!r}; choose one of: {', '.join(PRECISIONS)}") from None
-    return cls(device)
+    check_precision_name(name)
+    return PRECISIONS[name](device)
 
 
-__all__ = ["PRECISIONS", "Precision", "create_precision"]
+def check_precision_name(name: str) -> None:
+    """Raises:
+    ConfigError: ``name`` is not a registered precision (lists them).
+    """
+    if name not in PRECISIONS:
+        raise ConfigError(f"unknown precision {name!r}; choose one of: {', '.join(PRECISIONS)}")
+
+
+__all__ = ["PRECISIONS", "Precision", "check_precision_name", "create_precision"]

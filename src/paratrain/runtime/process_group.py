@@ -37,6 +37,7 @@ def init_process_group(info: ProcessInfo, backend: str, device: torch.device, ti
         torch.cuda.set_device(device)
         kwargs["device_id"] = device  # eager NCCL init: errors surface here, not mid-step
     excepthook = sys.excepthook
+    started = time.monotonic()
     try:
         dist.init_process_group(
             backend=backend,
@@ -47,11 +48,10 @@ def init_process_group(info: ProcessInfo, backend: str, device: torch.device, ti
             **kwargs,
         )
     except Exception as exc:  # torch raises DistStoreError, RuntimeError, ValueError…
-        where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-        raise DistributedError(
-            f"rank {info.rank} could not join the process group at {where} within {timeout_s:g}s "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); check that rank 0 runs and the address is reachable"
-        ) from exc
+        error = DistributedError(_join_failure(info, exc, time.monotonic() - started))
+        if os.environ.get("PARATRAIN_DEBUG"):
+            raise error from exc
+        raise error from None  # one line: torch's chained C++ frames say nothing more to a user
     if os.environ.get(LINE_PREFIX_VAR):
         # The launcher already tags every line with its rank; torch's excepthook would tag the
         # traceback again ("[rank0]:[rank0]: Traceback ..."), so keep the hook we had.
@@ -60,6 +60,19 @@ def init_process_group(info: ProcessInfo, backend: str, device: torch.device, ti
         # Barriers that name late ranks need gloo (monitored_barrier); NCCL gets a side group.
         comm.set_control_group(dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s)))
     return True
+
+
+def _join_failure(info: ProcessInfo, exc: BaseException, waited_s: float) -> str:
+    """Why this rank could not join, told from its own side: rank 0 hosts the rendezvous and waits
+    for the others; any other rank waits for rank 0. States the time actually waited."""
+    where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+    head = (f"rank {info.rank} could not join the process group at {where} after waiting {waited_s:.0f}s "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+    if info.rank == 0:
+        return (f"{head}; rank 0 hosts the rendezvous there: check that {os.environ.get('MASTER_ADDR')} is an address "
+                f"of this machine and that the other {info.world_size - 1} rank(s) run with the same "
+                f"MASTER_ADDR/MASTER_PORT and WORLD_SIZE={info.world_size}, or start them all with `paratrain run`")
+    return f"{head}; check that rank 0 runs there (same MASTER_ADDR/MASTER_PORT/WORLD_SIZE) and that the address is reachable"
 
 
 #: The job's rendezvous store, kept for the life of the process, and how many groups it served.

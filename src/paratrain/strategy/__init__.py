@@ -43,11 +43,16 @@ def create_strategy(name: str, runtime, **options: Any) -> Strategy:
         if name == "single":
             # One process sends no gradients: the compression asked for a job of several has nothing to do.
             options.pop("grad_compression", None)
-    try:
-        cls = STRATEGIES[name]
-    except KeyError:
-        raise ConfigError(f"unknown strategy {name!r}; choose one of: auto, {', '.join(STRATEGIES)}") from None
-    return cls(runtime=runtime, **options)
+    check_strategy_name(name)
+    return STRATEGIES[name](runtime=runtime, **options)
 
 
-__all__ = ["STRATEGIES", "Strategy", "create_strategy"]
+def check_strategy_name(name: str) -> None:
+    """Raises:
+    ConfigError: ``name`` is neither ``auto`` nor a registered strategy (lists them).
+    """
+    if name != "auto" and name not in STRATEGIES:
+        raise ConfigError(f"unknown strategy {name!r}; choose one of: auto, {', '.join(STRATEGIES)}")
+
+
+__all__ = ["STRATEGIES", "Strategy", "check_strategy_name", "create_strategy"]

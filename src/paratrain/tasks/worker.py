@@ -35,7 +35,7 @@ def build_run(args: argparse.Namespace):
         for name in ("epochs", "max_steps", "batch_size", "eval_batch_size", "lr", "weight_decay", "warmup",
                      "schedule", "grad_accum", "clip_norm", "eval_every", "metric", "patience", "save_every",
                      "keep_last", "log_every", "check_sync_every", "strategy", "zero_stage", "grad_compression",
-                     "precision", "seed", "num_workers", "save_every_minutes")
+                     "precision", "seed", "num_workers", "save_every_minutes", "on_nonfinite", "max_nonfinite_skips")
         if getattr(args, name) is not None
     }
     config = FitConfig(
@@ -53,10 +53,23 @@ def build_run(args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse, train, and turn a paratrain error into one line (recorded for the launcher)."""
+    """Parse, train, and turn a paratrain error or a Ctrl-C into one line (recorded for the launcher)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # during start-up (imports, data) or after the loop, which saves on it itself
+        if os.environ.get("PARATRAIN_DEBUG"):
+            raise
+        print(f"paratrain train (rank {os.environ.get('RANK', '0')}): interrupted by SIGINT (Ctrl-C) outside a "
+              "training step; run the same command again to resume from the newest checkpoint", file=sys.stderr, flush=True)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    from paratrain.cli import warning_lines
     from paratrain.cli.train_cmd import add_train_arguments
     from paratrain.loop.trainer import Trainer
 
+    warning_lines.install()
     parser = argparse.ArgumentParser(prog="python -m paratrain.tasks.worker")
     add_train_arguments(parser)
     args = parser.parse_args(argv)

@@ -1,0 +1,86 @@
+"""Non-finite training on two real processes: stopped together, nothing bad saved; or skipped, bounded.
+
+Before the guard, a loss that turned NaN trained on to exit 0 and saved NaN weights as the best checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import paratrain as pt
+from paratrain.checkpoint import catalog
+from paratrain.errors import ConfigError, WorkerError
+from paratrain.loop.nonfinite import NonFiniteGuard, Verdict, stop_message
+from tests.loop.workers import fit_nan_after
+
+
+def _weights_finite(checkpoint: Path) -> bool:
+    return all(bool(torch.isfinite(t).all()) for t in load_file(checkpoint / "model.safetensors").values())
+
+
+def test_a_loss_that_turns_nan_on_one_rank_stops_every_rank_and_no_nan_checkpoint_is_saved(tmp_path):
+    out = tmp_path / "run"
+    # Rank 1's 5th forward (step 5) is NaN; rank 0's loss stays finite. The save due at step 6 must not happen.
+    with pytest.raises(WorkerError) as caught:
+        pt.spawn(fit_nan_after, 2, args=(str(out), 5, None, 1, "stop"), timeout=180)
+    message = str(caught.value)
+    assert "NonFiniteError" in message and "training loss was not finite (NaN or inf) at step 5" in message
+    assert "the last good checkpoint is" in message and "step-000004" in message
+    saved = [path for path, _ in catalog.complete(out / "checkpoints")]
+    assert [p.name for p in saved] == ["step-000002", "step-000004"]
+    assert all(_weights_finite(p) for p in saved)
+    assert not (out / "summary.json").exists()  # no result was reported
+    events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "nonfinite" and e["step"] == 5 for e in events)
+
+
+def test_skip_policy_drops_the_bad_steps_and_finishes_with_finite_weights(tmp_path):
+    out = tmp_path / "run"
+    result = pt.spawn(fit_nan_after, 2, args=(str(out), 5, 6, None, "skip"), timeout=180)
+    assert result["steps"] == 12  # skipped steps still count
+    skips = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["event"] == "nonfinite_skip"]
+    assert [e["step"] for e in skips] == [5, 6]
+    assert all(_weights_finite(p) for p, _ in catalog.complete(out / "checkpoints"))
+    best = json.loads((out / "summary.json").read_text())["best_metrics"]
+    assert best["loss"] == best["loss"]  # not NaN
+
+
+def test_skip_policy_stops_after_its_bound(tmp_path):
+    with pytest.raises(WorkerError, match=r"more than 3 steps had non-finite losses or gradients \(the last at step 8\)"):
+        pt.spawn(fit_nan_after, 2, args=(str(tmp_path / "run"), 5, None, None, "skip"), timeout=180)
+
+
+@pytest.mark.parametrize("options, needle", [
+    ({"lr": float("nan")}, "lr must be a positive number (finite), got nan"),
+    ({"lr": float("inf")}, "lr must be a positive number (finite), got inf"),
+    ({"weight_decay": float("nan")}, "weight_decay must be a number >= 0 (finite), got nan"),
+    ({"on_nonfinite": "ignore"}, "on_nonfinite='ignore' is not one of stop, skip"),
+])
+def test_non_finite_hyperparameters_and_unknown_policies_are_refused_up_front(options, needle):
+    with pytest.raises(ConfigError) as caught:
+        pt.FitConfig(**options)
+    assert needle in str(caught.value)
+
+
+def test_fp16_skipped_steps_are_the_scalers_business_only_weights_are_checked():
+    guard = NonFiniteGuard("stop", scaler_skips=True)
+    guard.observe(3, [torch.tensor(float("inf"))], torch.tensor(float("nan")))
+    assert not guard.agree(3, [torch.ones(2)]).bad  # no process group: the local verdict
+    verdict = guard.agree(4, [torch.tensor([1.0, float("nan")])])
+    assert verdict == Verdict(weights_step=4)
+    assert "the weights were not finite (NaN or inf) at step 4" in stop_message(verdict, None)
+
+
+def test_the_first_bad_step_is_kept_and_the_gradient_norm_counts_too():
+    guard = NonFiniteGuard("stop")
+    guard.observe(1, [torch.tensor(0.5)], torch.tensor(1.0))
+    guard.observe(2, [torch.tensor(0.4)], torch.tensor(float("inf")))
+    guard.observe(3, [torch.tensor(float("nan"))], None)
+    verdict = guard.agree(3, [torch.ones(1)])
+    assert (verdict.loss_step, verdict.norm_step, verdict.first_step) == (3, 2, 2)
