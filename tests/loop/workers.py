@@ -65,3 +65,60 @@ def fit_nan_after(out_dir: str, first: int, last: int | None, only_rank: int | N
     result = pt.fit(model, separable(64, 1), separable(16, 2), epochs=3, batch_size=8, lr=0.05, save_every=2,
                     out_dir=out_dir, on_nonfinite=policy, max_nonfinite_skips=3, progress=False, tensorboard=False)
     return result.to_dict()
+
+
+class TupleModel(torch.nn.Module):
+    """Returns (logits, features), as many research models do."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.linear(x), x
+
+
+class DictSet(torch.utils.data.Dataset):
+    """Dict samples ``{"x": ..., key: ...}``."""
+
+    def __init__(self, base, label_key: str = "labels"):
+        self.base, self.label_key = base, label_key
+
+    def __len__(self):
+        return len(self.base)
+
+    def __getitem__(self, index):
+        x, y = self.base[index]
+        return {"x": x, self.label_key: y}
+
+
+def fit_own(out_dir: str | None, case: str, options: dict) -> dict:
+    """pt.fit on 2 ranks with an own model and data shaped by ``case``; its result, or the error's line."""
+    torch.manual_seed(0)
+    options = dict(options)
+    train, dev = separable(64, 1), separable(options.pop("dev", 16), 2)
+    model = torch.nn.Linear(4, 2)
+    if case == "tuple":
+        model = TupleModel()
+    elif case == "dict-positional":
+        train, dev = DictSet(train), DictSet(dev)
+    elif case == "dict-no-labels":  # an own forward that reads "target"; the default evaluator looks for "labels"
+        train, dev = DictSet(train, "target"), DictSet(dev, "target")
+
+        def forward(model, batch):
+            logits = model(batch["x"])
+            return torch.nn.functional.cross_entropy(logits, batch["target"]), logits
+
+        options["forward"] = forward
+    elif case == "empty-dev":
+        dev = torch.utils.data.Subset(dev, [])
+    try:
+        result = pt.fit(model, train, dev, out_dir=out_dir, progress=False, tensorboard=False, **options)
+    except pt.ParatrainError as exc:
+        return {"error": f"{type(exc).__name__}: {exc}", "steps_trained": None}
+    return result.to_dict()
+
+
+def fit_own_cases(cases: list[str], options: dict) -> dict:
+    """:func:`fit_own` for each case in turn, in one job (each fit makes and closes its own group)."""
+    return {case: fit_own(None, case, options) for case in cases}

@@ -27,7 +27,16 @@ from paratrain.tasks.classification import ClassificationEvaluator
 def default_forward(model: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """``model(**batch)`` → (``.loss``, ``.logits``), or ``model(inputs)`` → (cross-entropy, logits)."""
     if isinstance(batch, dict):
-        output = model(**batch)
+        try:
+            output = model(**batch)
+        except TypeError as exc:
+            if "unexpected keyword argument" not in str(exc):
+                raise
+            raise ConfigError(
+                f"the batch is a dict (keys {sorted(batch)}) and pt.fit calls model(**batch), but the model does not take "
+                f"those names ({exc}); have the dataset return (inputs, labels) pairs, or pass "
+                "forward=lambda model, batch: (loss, scores)"
+            ) from None
         loss = getattr(output, "loss", None) if not isinstance(output, dict) else output.get("loss")
         logits = getattr(output, "logits", None) if not isinstance(output, dict) else output.get("logits")
         if loss is None:
@@ -36,6 +45,14 @@ def default_forward(model: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, t
     if isinstance(batch, (list, tuple)) and len(batch) == 2:
         inputs, labels = batch
         logits = model(inputs)
+        if not isinstance(logits, torch.Tensor):
+            logits = getattr(logits, "logits", logits)  # an output object with .logits (transformers)
+        if not isinstance(logits, torch.Tensor):
+            raise ConfigError(
+                f"the model returned a {type(logits).__name__}, not a tensor of logits, and pt.fit's default loss is "
+                "cross_entropy(model(inputs), labels); pass forward=lambda model, batch: (loss, scores) that picks "
+                "the logits out (e.g. model(batch[0])[0])"
+            )
         return torch.nn.functional.cross_entropy(logits, labels), logits
     raise ConfigError(f"cannot train on a batch of type {type(batch).__name__}; pass forward=(model, batch) -> (loss, scores)")
 

@@ -20,6 +20,10 @@ class FitState:
     evals_without_improvement: int = 0
     stopped_early: bool = False
     nonfinite_skips: int = 0  # steps skipped for non-finite losses/gradients (--on-nonfinite skip)
+    # What a step and the best metric meant when saved (0: not recorded); see loop/preflight.py.
+    batch_size: int = 0
+    grad_accum: int = 0
+    dev_samples: int = 0
 
     def improve(self, value: float, step: int, metrics: dict[str, float], higher_is_better: bool = True) -> bool:
         """Record an evaluation; True when ``value`` is a new best by :func:`~paratrain.checkpoint.catalog.is_better`

@@ -32,6 +32,7 @@ from paratrain.loop.checkpoints import LoopCheckpoints, metric_mode
 from paratrain.loop.config import FitConfig
 from paratrain.loop.evaluation import evaluate
 from paratrain.loop.nonfinite import NonFiniteGuard, stop_message
+from paratrain.loop.preflight import check_first_dev_batch, check_resumable
 from paratrain.loop.out_dir import agree_on_out_dir
 from paratrain.loop.progress import epochs, progress
 from paratrain.loop.result import FitResult
@@ -165,6 +166,7 @@ class Trainer:
         self.train_loader = rt.loader(train_data, c.batch_size, shuffle=True, collate_fn=task.collate,
                                       num_workers=c.num_workers, group_by_length=lengths)
         self.eval_loader = rt.loader(eval_data, c.eval_batch_size, exact=True, collate_fn=task.collate, num_workers=c.num_workers)
+        check_first_dev_batch(rt, task, self.model, eval_data)  # fail now, not after an epoch
         self.steps_per_epoch = math.ceil(self.train_loader.steps_per_epoch / c.grad_accum)
         self.total_steps = c.max_steps or c.epochs * self.steps_per_epoch
         self.scheduler = warmup_schedule(self.optimizer, self.total_steps, c.warmup or 0.0, c.schedule)
@@ -176,6 +178,9 @@ class Trainer:
                 loader=self.train_loader, trainer=self.state,
             )
             resumed_from = self.checkpoints.resume()
+            if resumed_from:
+                check_resumable(self.state, c.batch_size, c.grad_accum, len(eval_data), self.out_dir)
+            self.state.batch_size, self.state.grad_accum, self.state.dev_samples = c.batch_size, c.grad_accum, len(eval_data)
             old_total = stretch_to(self.scheduler, self.total_steps, c.warmup or 0.0, c.schedule) if resumed_from else None
             if old_total is not None:
                 self.log.console(f"this run has {self.total_steps} steps, the saved one had {old_total}: "

@@ -1,0 +1,86 @@
+"""Checks at start-up, so that a run fails in its first seconds instead of after an epoch.
+
+* :func:`check_first_dev_batch`: the dev set is not empty, and its first batch goes through the
+  task's forward and evaluator (a dict batch without ``labels``, a model that returns a tuple,
+  a dict batch given to a positional model — each is one line naming the fix).
+* :func:`check_resumable`: a resumed run counts steps and picks its best checkpoint as the saved
+  one did — the same batch size and accumulation, the same dev set — or it is refused in one line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from paratrain.arguments import option
+from paratrain.errors import ConfigError, DataError, ParatrainError
+from paratrain.loop.batches import move_to
+
+PREFLIGHT_SAMPLES = 2
+
+
+def check_first_dev_batch(runtime: Any, task: Any, model: torch.nn.Module, eval_data: Any) -> None:
+    """Run the task's forward and evaluator on the first dev samples, in eval mode, without gradients.
+
+    Collective only as much as the model's forward is (a sharded model gathers its parameters):
+    every rank runs it on the same samples, so all pass or all raise alike. Nothing is trained,
+    no dev metric is kept; the model is put back in training mode.
+
+    Raises:
+        DataError: the dev set is empty, or its first batch cannot be evaluated (names the error and the fix).
+    """
+    if len(eval_data) == 0:
+        raise DataError("the dev set is empty: every run ends with an evaluation, and the best checkpoint is "
+                        "chosen by it; give eval_data at least one sample (or a larger --limit-eval)")
+    batch = task.collate([eval_data[i] for i in range(min(PREFLIGHT_SAMPLES, len(eval_data)))])
+    batch = move_to(batch, runtime.device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), runtime.autocast():
+            _, scores = task.forward(model, batch)
+            task.evaluator().update(scores, batch)
+    except ParatrainError:
+        raise
+    except Exception as exc:  # the user's model, batch and evaluator: any error, named once, now
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise DataError(f"the first dev batch cannot be evaluated ({type(exc).__name__}: {first}); "
+                        f"{_hint(exc, batch)}") from exc
+    finally:
+        model.train(was_training)
+
+
+def _hint(exc: Exception, batch: Any) -> str:
+    if isinstance(exc, KeyError) and isinstance(batch, dict):
+        return (f"the batch has keys {sorted(batch)}: a dict batch needs 'labels' for the default evaluator, "
+                "or pass evaluator= (and forward=) that read your keys")
+    return "checked before training; fix the dataset, collate_fn, forward= or evaluator= it names"
+
+
+def check_resumable(saved: Any, batch_size: int, grad_accum: int, dev_samples: int, out_dir: Any) -> None:
+    """Refuse a resume whose steps or best checkpoint would not mean what they meant when saved.
+
+    ``saved`` is the restored :class:`~paratrain.loop.state.FitState` (fields 0 when an older
+    checkpoint did not record them: not checked). The world size may change (elastic restarts).
+
+    Raises:
+        ConfigError: another batch size or accumulation, or another dev set.
+    """
+    how = f"or pass {option('fresh', True)} to move the run aside and start over"
+    if saved.batch_size and (saved.batch_size, saved.grad_accum) != (batch_size, grad_accum):
+        raise ConfigError(
+            f"the run in {out_dir} was trained with {option('batch_size', saved.batch_size)} × accumulation "
+            f"{saved.grad_accum}, this one has {option('batch_size', batch_size)} × {grad_accum}: a step would "
+            f"hold another number of samples, so its step, epoch and LR-schedule counts would be wrong; "
+            f"resume with the same values, {how}"
+        )
+    if saved.dev_samples and saved.dev_samples != dev_samples:
+        raise ConfigError(
+            f"the dev set has {dev_samples} samples, the run in {out_dir} was evaluated on {saved.dev_samples}: "
+            f"its best checkpoint was chosen on that set, and the metrics would mix; resume with the same dev set "
+            f"(the same {option('limit_eval')}), {how}"
+        )
+
+
+__all__ = ["check_first_dev_batch", "check_resumable"]

@@ -1,0 +1,55 @@
+"""Your own model and data through pt.fit on two real processes: the best on a tie, errors at
+start-up, and resumes that would count wrong are refused.
+
+Each failed on the release before: a tie made the report name one step and the catalog keep
+another (then prune the first); a dict batch without labels, a model returning a tuple and an
+empty dev set failed after an epoch (or in a raw torch error); another batch size or dev set on
+resume reported untrue step counts and mixed metrics.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import paratrain as pt
+from tests.loop.workers import fit_own, fit_own_cases
+
+
+def test_a_tie_keeps_the_earliest_best_everywhere_it_is_reported(tmp_path):
+    # An LR so small the predictions never change: every evaluation ties on accuracy.
+    out = tmp_path / "run"
+    result = pt.spawn(fit_own, 2, args=(str(out), "plain", {"epochs": 3, "batch_size": 8, "lr": 1e-12,
+                                                                 "keep_last": 1}), timeout=180)
+    evals = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["event"] == "eval"]
+    assert len({r["accuracy"] for r in evals}) == 1 and len(evals) == 3  # three ties
+    assert result["best_step"] == evals[0]["step"] == 4
+    assert Path(result["best_checkpoint"]).name == "step-000004" and Path(result["best_checkpoint"]).is_dir()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["best_step"] == 4 and summary["best_checkpoint"] == result["best_checkpoint"]
+
+
+SHAPES = {
+    "tuple": "the model returned a tuple, not a tensor of logits",
+    "dict-positional": "the model does not take those names",
+    "dict-no-labels": "a dict batch needs 'labels' for the default evaluator",
+    "empty-dev": "the dev set is empty",
+}
+
+
+def test_shapes_that_cannot_train_are_named_before_the_first_step():
+    results = pt.spawn(fit_own_cases, 2, args=(list(SHAPES), {"epochs": 1, "batch_size": 8}), timeout=240)
+    for case, needle in SHAPES.items():
+        assert needle in results[case]["error"], (case, results[case]["error"])
+
+
+def test_a_resume_with_another_batch_size_or_dev_set_is_refused(tmp_path):
+    out = str(tmp_path / "run")
+    first = pt.spawn(fit_own, 2, args=(out, "plain", {"epochs": 2, "batch_size": 8}), timeout=180)
+    assert first["steps"] == 8
+    other_batch = pt.spawn(fit_own, 2, args=(out, "plain", {"epochs": 4, "batch_size": 4}), timeout=180)
+    assert "was trained with batch_size=8 × accumulation 1, this one has batch_size=4 × 1" in other_batch["error"]
+    other_dev = pt.spawn(fit_own, 2, args=(out, "plain", {"epochs": 4, "batch_size": 8, "dev": 12}), timeout=180)
+    assert "the dev set has 12 samples, the run in" in other_dev["error"] and "evaluated on 16" in other_dev["error"]
+    same = pt.spawn(fit_own, 2, args=(out, "plain", {"epochs": 4, "batch_size": 8}), timeout=180)
+    assert same["resumed_from_step"] == 8 and same["steps"] == 16 and same["epochs_done"] == 4
