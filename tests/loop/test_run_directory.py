@@ -153,3 +153,29 @@ def test_the_latest_attempts_curve_has_no_zig_zag():
     steps = [r["step"] for r in latest_attempt(records) if r["event"] == "train"]
     assert steps == [10]
     assert [r["step"] for r in latest_attempt(records[:-2]) if r["event"] == "train"] == [10, 20, 30, 40]
+
+
+def test_ctrl_c_at_start_up_is_one_line_per_process_and_the_rerun_trains(tmp_path, cli_env):
+    # Before: a KeyboardInterrupt traceback from inside an import, per rank.
+    out = tmp_path / "run"
+    command = paratrain_cmd("train", "digits", "--nproc-per-node", "2", "--out", str(out), "--no-tensorboard",
+                            "--max-steps", "20")
+    first = subprocess.Popen(command, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "logs" / "rank1.log").exists():  # the workers are loading their data (importing sklearn)
+            assert first.poll() is None and time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.01)
+        os.killpg(first.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the launcher and every worker
+        output, _ = first.communicate(timeout=120)
+    finally:
+        try:
+            os.killpg(first.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert first.returncode == 130, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    assert "interrupted by SIGINT (Ctrl-C)" in output.splitlines()[-1]
+    rerun = _train(cli_env, out, "--max-steps", "20")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
