@@ -47,6 +47,7 @@ WAIT_S = 180  # the longest any one attempt may take to reach its fault or its e
 @dataclass
 class SoakResult:
     faults: Counter = field(default_factory=Counter)
+    landed: Counter = field(default_factory=Counter)  # faults that ended their run (non-zero exit)
     attempts: int = 0
     exit_codes: Counter = field(default_factory=Counter)
     identical: bool = False
@@ -57,8 +58,9 @@ class SoakResult:
 
     def lines(self) -> list[str]:
         kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(self.faults.items()))
+        missed = sum(self.faults.values()) - sum(self.landed.values())
         return [
-            f"faults: {sum(self.faults.values())} ({kinds})",
+            f"faults: {sum(self.faults.values())} ({kinds}); {missed} came after their run had ended",
             f"runs of the command: {self.attempts} (exit codes {dict(sorted(self.exit_codes.items()))})",
             f"final weights bit-identical to an uninterrupted run: {'yes' if self.identical else 'NO'}",
             f"orphan processes: {len(self.orphans)}; temporary checkpoint directories left: {len(self.temporaries)}",
@@ -131,6 +133,7 @@ class Soak:
     def fault(self, out: Path, kind: str, rng: random.Random) -> None:
         """Start the command, inject ``kind`` at a random moment (seeded), wait for the end."""
         last = _last_checkpoint_step(out)
+        seen = _metrics_size(out)  # this attempt's records come after the earlier attempts' ones
         if kind in ("kill-first-save", "kill-in-save"):
             pause = (last // self.save_every + 1 + (kind == "kill-in-save")) * self.save_every
             process = self._start(out, pause_step=min(pause, self.steps))
@@ -142,12 +145,13 @@ class Soak:
                 ready = lambda: (out / "logs" / "rank1.log").exists()  # noqa: E731 - the workers run
             else:
                 target = last + rng.randint(1, 3 * self.save_every)
-                ready = lambda: _progress(out) >= target  # noqa: E731
+                ready = lambda: _progress(out, seen) >= target  # noqa: E731
             if self._wait_for(process, ready, f"{kind} moment"):
                 time.sleep(rng.uniform(0, 0.3))
                 _inject(process, kind)
-        self._finish(process, out)
+        code = self._finish(process, out)
         self.result.faults[kind] += 1
+        self.result.landed[kind] += code != 0
 
     def complete(self, out: Path) -> int:
         """The same command once more, to its end."""
@@ -182,9 +186,19 @@ def plan(faults: int, rng: random.Random) -> list[str]:
 
 
 # ---- reading the run directory ------------------------------------------------------------------
-def _records(out: Path) -> list[dict]:
+def _metrics_size(out: Path) -> int:
     try:
-        lines = (out / "metrics.jsonl").read_text().splitlines()
+        return (out / "metrics.jsonl").stat().st_size
+    except OSError:
+        return 0
+
+
+def _records(out: Path, offset: int = 0) -> list[dict]:
+    """The records of ``metrics.jsonl`` from byte ``offset`` on."""
+    try:
+        with open(out / "metrics.jsonl", "rb") as handle:
+            handle.seek(offset)
+            lines = handle.read().decode("utf-8", "replace").splitlines()
     except OSError:
         return []
     records = []
@@ -196,8 +210,9 @@ def _records(out: Path) -> list[dict]:
     return records
 
 
-def _progress(out: Path) -> int:
-    steps = [r["step"] for r in _records(out) if r.get("event") == "train"]
+def _progress(out: Path, offset: int) -> int:
+    """The last training step logged after byte ``offset`` of ``metrics.jsonl`` (by the running attempt)."""
+    steps = [r["step"] for r in _records(out, offset) if r.get("event") == "train"]
     return max(steps, default=0)
 
 

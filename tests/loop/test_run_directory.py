@@ -30,6 +30,27 @@ def _train(cli_env, out: Path, *words: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, env=cli_env, capture_output=True, text=True, timeout=300, check=False)
 
 
+def _start_until_workers_load(cli_env, out: Path, *words: str) -> subprocess.Popen:
+    """Start the command in a session of its own; return once its workers are loading their data."""
+    command = paratrain_cmd("train", "digits", "--nproc-per-node", "2", "--out", str(out), "--no-tensorboard", *words)
+    process = subprocess.Popen(command, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (out / "logs" / "rank1.log").exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            _kill_session(process)
+            raise AssertionError(f"the workers did not start:\n{process.communicate()[0]}")
+        time.sleep(0.01)
+    return process
+
+
+def _kill_session(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def _records(out: Path, event: str) -> list[dict]:
     lines = (out / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if r["event"] == event]
@@ -60,23 +81,16 @@ def test_a_save_on_an_evaluation_step_carries_its_metrics_and_the_best_survives_
 
 def test_a_second_run_into_the_same_directory_is_refused_and_a_killed_runs_lock_is_taken_over(tmp_path, cli_env):
     out = tmp_path / "run"
-    command = paratrain_cmd("train", "digits", "--nproc-per-node", "2", "--out", str(out), "--no-tensorboard",
-                            "--epochs", "40")
-    first = subprocess.Popen(command, env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+    first = _start_until_workers_load(cli_env, out, "--epochs", "40")
     try:
-        deadline = time.monotonic() + 120
-        while not (out / "logs" / "rank1.log").exists():
-            assert first.poll() is None and time.monotonic() < deadline, "the first run did not start"
-            time.sleep(0.1)
         second = _train(cli_env, out, "--epochs", "40")
         assert second.returncode == 1
         assert f"{out} is in use by another paratrain run (pid {first.pid} on " in second.stderr
         assert not (out / "failure.json").exists()  # the refused run wrote nothing there
         assert len(_records(out, "attempt")) == 1
     finally:
-        os.killpg(first.pid, signal.SIGKILL)  # the whole job dies without releasing anything
-        first.wait(timeout=60)
+        _kill_session(first)  # the whole job dies without releasing anything
+        first.communicate(timeout=60)
 
     third = _train(cli_env, out, "--epochs", "1", "--max-steps", "2")
     assert third.returncode == 0, third.stdout + third.stderr
@@ -86,24 +100,14 @@ def test_a_second_run_into_the_same_directory_is_refused_and_a_killed_runs_lock_
 
 def test_a_crash_before_the_first_checkpoint_does_not_lock_the_directory(tmp_path, cli_env):
     out = tmp_path / "run"
-    command = paratrain_cmd("train", "digits", "--nproc-per-node", "2", "--out", str(out), "--no-tensorboard",
-                            "--epochs", "2")
-    first = subprocess.Popen(command, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
+    first = _start_until_workers_load(cli_env, out, "--epochs", "2")
     try:
-        deadline = time.monotonic() + 120
-        while not (out / "logs" / "rank1.log").exists():
-            assert first.poll() is None and time.monotonic() < deadline, "the run did not start"
-            time.sleep(0.05)
         workers = [p for p in psutil.Process(first.pid).children(recursive=True) if "paratrain.tasks.worker" in " ".join(p.cmdline())]
         assert workers, "no worker found"
         workers[-1].kill()  # the OOM killer, before any checkpoint exists
         output, _ = first.communicate(timeout=120)
     finally:
-        try:
-            os.killpg(first.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill_session(first)
     assert first.returncode != 0 and (out / "failure.json").exists(), output
     assert not catalog.complete(out / "checkpoints")
 
@@ -158,22 +162,12 @@ def test_the_latest_attempts_curve_has_no_zig_zag():
 def test_ctrl_c_at_start_up_is_one_line_per_process_and_the_rerun_trains(tmp_path, cli_env):
     # Before: a KeyboardInterrupt traceback from inside an import, per rank.
     out = tmp_path / "run"
-    command = paratrain_cmd("train", "digits", "--nproc-per-node", "2", "--out", str(out), "--no-tensorboard",
-                            "--max-steps", "20")
-    first = subprocess.Popen(command, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
+    first = _start_until_workers_load(cli_env, out, "--max-steps", "20")  # loading data: importing sklearn
     try:
-        deadline = time.monotonic() + 120
-        while not (out / "logs" / "rank1.log").exists():  # the workers are loading their data (importing sklearn)
-            assert first.poll() is None and time.monotonic() < deadline, "the workers did not start"
-            time.sleep(0.01)
         os.killpg(first.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the launcher and every worker
         output, _ = first.communicate(timeout=120)
     finally:
-        try:
-            os.killpg(first.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill_session(first)
     assert first.returncode == 130, output
     assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
     assert "interrupted by SIGINT (Ctrl-C)" in output.splitlines()[-1]

@@ -119,7 +119,9 @@ class FailureReport:
         archive_failure(directory)
         path = Path(directory) / FAILURE_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        tmp = path.with_suffix(".json.tmp")  # a kill mid-write leaves no half report
+        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        tmp.replace(path)
         return path
 
 

@@ -109,7 +109,7 @@ def _check_same_run(out: Path, task: str, options: dict) -> None:
     how = f"use another {option('out_dir')} directory, or pass {option('fresh', True)} to move {out} aside and start over"
     record = read_task_record(out)
     if record is None:
-        strangers = sorted(p.name for p in out.iterdir() if p.name not in RUN_FILES)
+        strangers = sorted(p.name for p in out.iterdir() if not _ours(p.name))
         if strangers:
             raise ConfigError(f"{option('out_dir', str(out))} already holds files that are not a paratrain run ({', '.join(strangers[:3])}); {how}")
         return
@@ -121,6 +121,11 @@ def _check_same_run(out: Path, task: str, options: dict) -> None:
             f"{option('out_dir', str(out))} holds a run with {_model_path_text(saved_path)}, this one has "
             f"{_model_path_text(options.get('model_path'))}; refusing to mix them; {how}"
         )
+
+
+def _ours(name: str) -> bool:
+    """A file or folder paratrain writes in a run directory, or the temporary of one a kill interrupted."""
+    return name in RUN_FILES or (name.endswith(".tmp") and name[: -len(".tmp")] in RUN_FILES)
 
 
 def _model_path_text(path: str | None) -> str:

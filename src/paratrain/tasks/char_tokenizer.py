@@ -64,7 +64,9 @@ class CharTokenizer:
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
-        path.write_text(json.dumps({"tokens": self.tokens}, ensure_ascii=False), encoding="utf-8")
+        tmp = path.with_suffix(path.suffix + ".tmp")  # rewritten at every start: a kill mid-write keeps the old one
+        tmp.write_text(json.dumps({"tokens": self.tokens}, ensure_ascii=False), encoding="utf-8")
+        tmp.replace(path)
         return path
 
     def save_into(self, directory: Path) -> dict[str, str]:
