@@ -2,7 +2,9 @@
 
 The bench never trusts a method to be alive: the tree gets its own session, and on
 timeout (or Ctrl-C) every process in it — the launcher and all it started, even
-those that moved to a session of their own — is terminated, then killed.
+those that moved to a session of their own — is terminated, then killed. The tree
+never outlives the bench either: its launcher runs under ``tether.py``, which ends
+the tree when the bench dies (even by SIGKILL).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,7 @@ import psutil
 
 from paratrain.bench.record import PROGRESS_FILE
 
+TETHER = Path(__file__).resolve().with_name("tether.py")
 LOG_FILE = "output.log"
 POLL_S = 0.25
 GRACE_S = 3.0
@@ -79,8 +83,10 @@ def run_tree(argv: list[str], env: dict[str, str], work_dir: Path, timeout_s: fl
     started = time.time()
     clock = time.monotonic()
     with log_path.open("wb") as log:
-        process = subprocess.Popen(argv, cwd=work_dir, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        # The tether's stdin is a pipe only this process holds: when the bench dies, however it
+        # dies, the kernel closes it and the tether ends the method's tree.
+        process = subprocess.Popen([sys.executable, "-I", str(TETHER), *argv], cwd=work_dir, env=env,
+                                   stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             while process.poll() is None:
                 elapsed = time.monotonic() - clock
@@ -147,6 +153,8 @@ def kill_tree(process: subprocess.Popen) -> None:
         process.wait(timeout=GRACE_S)
     except subprocess.TimeoutExpired:
         pass
+    if process.stdin is not None:
+        process.stdin.close()  # the tether's signal to end whatever is left
 
 
 def _running(proc: psutil.Process) -> bool:

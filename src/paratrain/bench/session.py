@@ -3,6 +3,7 @@ run every method in turn, score them, write ``bench.md``, ``bench.json`` and ``b
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import shutil
@@ -28,7 +29,7 @@ from paratrain.bench.report_png import render_png
 from paratrain.bench.results import FAILED, MEASURED, NOT_INSTALLED, TIMED_OUT, BenchResult, Row
 from paratrain.bench.runner import ProgressLine, run_tree
 from paratrain.bench.spec import BenchSpec
-from paratrain.errors import ConfigError, ParatrainError
+from paratrain.errors import ConfigError, DataError, ParatrainError
 from paratrain.tasks.api import Task, TaskOptions
 
 REPORT_FILES = ("bench.md", "bench.json", "bench.png")
@@ -112,10 +113,40 @@ def check_out_dir(out: Path) -> None:
         raise ConfigError(f"cannot write to --out {out} ({exc.strerror or exc}); choose a writable directory") from None
 
 
+def check_datasets(train_set, dev_set, task: str) -> None:
+    """Before any method starts: a method cannot train on no samples, nor the bench score on none.
+
+    Raises:
+        DataError: names the empty set and the task.
+    """
+    for name, dataset in (("training", train_set), ("dev", dev_set)):
+        if len(dataset) == 0:
+            raise DataError(f"--task {task}: the {name} set is empty; check the task's data (--data, --limit-train, --limit-eval)")
+
+
+def absolute_path(path: str | Path) -> Path:
+    """``path`` as typed (``~`` expanded), made absolute against the current directory."""
+    return Path(os.path.abspath(Path(path).expanduser()))
+
+
+def settings_from_here(settings: BenchSettings) -> BenchSettings:
+    """The paths a user typed, made absolute here: every method process starts in a folder
+    of its own, where a relative ``--out`` or ``--data`` would name nothing."""
+    options = settings.task_options
+    return dataclasses.replace(
+        settings,
+        out=absolute_path(settings.out),
+        task_options=dataclasses.replace(
+            options, **{name: str(absolute_path(getattr(options, name)))
+                        for name in ("data", "model_path") if getattr(options, name)}),
+    )
+
+
 class Bench:
     """Checks everything it can before it writes anything; then runs the methods one after another."""
 
     def __init__(self, settings: BenchSettings, stream: TextIO = sys.stderr):
+        settings = settings_from_here(settings)
         self.settings = settings
         self.stream = stream
         self.machine = detect_machine()
@@ -128,6 +159,7 @@ class Bench:
         self.task: Task = task_ref.resolve_task(settings.task, settings.task_options)
         self.task.check()
         self.train_set, self.dev_set = self.task.datasets()
+        check_datasets(self.train_set, self.dev_set, settings.task)
         recipe = self.task.recipe
         self.global_batch = settings.global_batch or recipe.batch_size * settings.nproc
         if self.global_batch < 1 or self.global_batch % settings.nproc:

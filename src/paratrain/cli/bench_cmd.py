@@ -48,7 +48,7 @@ Recipes:
   paratrain bench --task examples.my_task:TASK --methods single,ddp,accelerate
   paratrain bench --install-horovod          # build horovod 0.28.1 for this torch (~3 min)
 
-Output (--out DIR, default runs/bench-TASK): bench.md (the table, also printed),
+Output (--out DIR, default runs/bench-TASK, or runs/bench-FILE-ATTR for a task of yours): bench.md (the table, also printed),
 bench.json (every figure, the machine, versions, the command), bench.png (chart),
 methods/NAME/ (each method's spec, log and records).
 """
@@ -103,16 +103,16 @@ def handler(args: argparse.Namespace) -> int:
         for method in METHODS.values():
             print(f"  {method.name:<17} {method.summary}" + (f"  [{method.missing()}]" if method.missing() else ""))
         return 0
+    from paratrain.bench import task_ref
     from paratrain.bench.session import Bench, BenchSettings, parse_timeouts
     from paratrain.tasks.api import TaskOptions
 
     methods = select_methods(args.methods)
     timeout, method_timeouts = parse_timeouts(args.timeout, [m.name for m in methods])
-    label = args.task.rsplit(":", 1)[-1] if ":" in args.task else args.task
     settings = BenchSettings(
         task=args.task,
         methods=methods,
-        out=Path(args.out or f"runs/bench-{label}"),
+        out=Path(args.out or f"runs/bench-{task_ref.label(args.task)}"),
         nproc=args.nproc_per_node,
         steps=args.steps,
         global_batch=args.batch_size,
