@@ -19,7 +19,7 @@ from paratrain.bench.task_ref import label
 from tests.support import ROOT, clean_env, paratrain_cmd
 
 # The README's commands, made small: the same paths and defaults, fewer methods, steps and samples.
-SMALL = ["--methods", "single,ddp", "--steps", "3", "--limit-train", "96", "--limit-eval", "32"]
+SMALL = ["--methods", "single,ddp", "--steps", "3", "--limit-train", "96", "--limit-eval", "32", "--repeats", "1", "--min-time", "0"]
 
 CSV_TASK = '''
 """A user's task: two numbers per row in DATA/train.csv and DATA/dev.csv, the label last."""
@@ -98,7 +98,8 @@ def test_the_readmes_bench_commands_work_from_a_scratch_folder(command, tmp_path
 def test_a_user_task_with_relative_data_and_the_default_out(tmp_path):
     folder = user_folder(tmp_path)
     proc = subprocess.run(
-        paratrain_cmd("bench", "--task", "csv_task.py:TASK", "--data", "data", "--methods", "single,ddp", "--steps", "3"),
+        paratrain_cmd("bench", "--task", "csv_task.py:TASK", "--data", "data", "--methods", "single,ddp", "--steps", "3",
+                      "--repeats", "1", "--min-time", "0"),
         cwd=folder, env=clean_env(), capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -138,10 +139,12 @@ def test_a_sigkilled_bench_takes_its_methods_along(tmp_path):
     workers: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 300
-        while len(list(method_dir.glob("hang.*.pid"))) < 2:
-            assert proc.poll() is None and time.monotonic() < deadline, "the method's workers did not start"
+        while len(list(method_dir.rglob("hang.*.pid"))) < 2:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGTERM)
+                pytest.fail("the method's workers did not start")
             time.sleep(0.2)
-        workers = [psutil.Process(int(path.name.split(".")[1])) for path in method_dir.glob("hang.*.pid")]
+        workers = [psutil.Process(int(path.name.split(".")[1])) for path in method_dir.rglob("hang.*.pid")]
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         _, alive = psutil.wait_procs(workers, timeout=30)
