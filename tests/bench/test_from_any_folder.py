@@ -95,17 +95,23 @@ def test_the_readmes_bench_commands_work_from_a_scratch_folder(command, tmp_path
     assert [(row["method"], row["kind"]) for row in report["rows"]] == [("single", "measured"), ("ddp", "measured")], proc.stdout
 
 
-def test_a_user_task_with_relative_data_and_the_default_out(tmp_path):
+def test_a_user_task_with_relative_data_and_the_default_out_and_a_min_time(tmp_path):
     folder = user_folder(tmp_path)
     proc = subprocess.run(
         paratrain_cmd("bench", "--task", "csv_task.py:TASK", "--data", "data", "--methods", "single,ddp", "--steps", "3",
-                      "--repeats", "1", "--min-time", "0"),
+                      "--repeats", "1", "--min-time", "0.5"),
         cwd=folder, env=clean_env(), capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((folder / "runs" / "bench-csv_task-TASK" / "bench.json").read_text())
     assert [row["kind"] for row in report["rows"]] == ["measured", "measured"], proc.stdout
     assert report["rows"][0]["dev"]["samples"] == 12
+    # 2 measured steps of a tiny model last milliseconds: every method took more, round 1 ran again.
+    steps = report["settings"]["steps"]
+    assert steps > 3 and report["settings"]["steps_asked"] == 3, proc.stderr
+    for row in report["rows"]:
+        assert len(row["runs"]) == 1 and len(row["figures"]["step_losses"]) == steps
+    assert f"every method takes {steps} steps, round 1 again" in proc.stderr
 
 
 def test_two_user_tasks_of_one_name_get_their_own_default_folders():
