@@ -23,6 +23,7 @@ from paratrain.bench.machine import Machine, detect_machine
 from paratrain.bench.methods import Method
 
 # Not a row: the second half of the reference pair (single is the first), run once to calibrate the drift note.
+MAX_RAISES = 3  # round 1 starts again at most this often for --min-time
 REFERENCE_PAIR = Method("reference-pair", "single with each batch split as data parallelism splits it",
                         "reference_pair.py", "python", multi_process=False)
 from paratrain.bench.parity import (PARITY_STEPS, TOLERANCE, departure, differs, drift_envelope, first_departure, judged,
@@ -250,12 +251,12 @@ class Bench:
 
     def _rounds(self, rows: list[Row], spec: BenchSpec, work: Path) -> BenchSpec:
         """Every runnable method once per round, the order rotated each round; returns the spec the
-        rounds ran with (its steps raised when the first measured window fell short of --min-time).
-        A method that failed or timed out is not run again."""
+        rounds ran with. In round 1, a measured window shorter than --min-time raises the steps of
+        every method and starts round 1 again (at most MAX_RAISES times). A method that failed or
+        timed out is not run again."""
         s = self.settings
         runnable = [(method, row) for method, row in zip(s.methods, rows) if row.kind != NOT_INSTALLED]
-        calibrated = s.min_time_s <= 0
-        round_index = 0
+        raises, round_index = 0, 0
         while round_index < s.repeats:
             still = [(m, r) for m, r in runnable if all(run.measured for run in r.runs)]
             order = round_order(still, round_index)
@@ -263,17 +264,17 @@ class Bench:
                 label = f"[{round_index + 1}/{s.repeats} · {position}/{len(order)}] {method.name:<16}"
                 run = self._run_once(round_index + 1, label, method, row, spec, work)
                 row.runs.append(run)
-                if not calibrated and run.measured:
-                    calibrated = True
-                    steps = steps_for_min_time(spec.steps, self.warmup_steps, run.window_s, s.min_time_s)
-                    if steps > spec.steps:
-                        self._say(f"{method.name}: {run.window_s:.2f}s of steady state in {spec.steps} steps, below "
-                                  f"--min-time {s.min_time_s:g}s; every method takes {steps} steps, round 1 again")
-                        spec = dataclasses.replace(spec, steps=steps)
-                        row.runs.clear()
-                        row.figures, row.dev = None, None
-                        break
-            else:
+                steps = steps_for_min_time(spec.steps, self.warmup_steps, run.window_s, s.min_time_s) if run.measured else spec.steps
+                if round_index == 0 and steps > spec.steps and raises < MAX_RAISES:
+                    raises += 1
+                    self._say(f"{method.name}: {run.window_s:.2f}s of steady state in {spec.steps} steps, below "
+                              f"--min-time {s.min_time_s:g}s; every method takes {steps} steps, round 1 again")
+                    spec = dataclasses.replace(spec, steps=steps)
+                    for other in rows:  # measured runs of fewer steps are not comparable; failures stand
+                        other.runs = [r for r in other.runs if not r.measured]
+                        other.figures, other.dev = None, None
+                    break
+            else:  # the round ran to its end
                 round_index += 1
         return spec
 
