@@ -26,8 +26,9 @@ def busy_cores(window_s: float = SAMPLE_S) -> float:
 
 
 def _machine_busy_s() -> float:
-    times = psutil.cpu_times()
-    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+    times = psutil.cpu_times()._asdict()
+    # guest time is already inside user time on Linux; idle and iowait are not work
+    return sum(times.get(name, 0.0) for name in ("user", "nice", "system", "irq", "softirq", "steal"))
 
 
 def _own_tree_s() -> float:
