@@ -60,9 +60,11 @@ Recipes:
   paratrain bench --task examples.my_task:TASK --methods single,ddp,accelerate
   paratrain bench --install-horovod          # build horovod 0.28.1 for this torch (~3 min)
 
-Output (--out DIR, default runs/bench-TASK, or runs/bench-FILE-ATTR for a task of yours): bench.md (the table, also printed),
-bench.json (every figure, the machine, versions, the command), bench.png (chart),
-methods/NAME/ (each method's spec, log and records).
+Output (--out DIR, default runs/bench-TASK; runs/bench-FILE-ATTR for a task of
+yours; relative paths are taken from the current folder): bench.md (the table,
+also printed), bench.json (every figure of every run, the machine, versions, the
+command), bench.png (chart with ranges), methods/NAME/round-R/ (each run's spec,
+log and records).
 """
 
 
