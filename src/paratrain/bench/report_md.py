@@ -67,7 +67,9 @@ def render_markdown(result: BenchResult) -> str:
     s, m = result.settings, result.machine
     versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
     load = ", ".join(f"{x:g}" for x in m["load_average"])
-    baseline = f"`{s['baseline']}`" if s.get("baseline") else "the baseline"
+    baseline = "the baseline"
+    if s.get("baseline"):
+        baseline = f"`{s['baseline']}`" + ("" if s.get("baseline_asked") else " (the fastest median)")
     lines = [
         f"# paratrain bench: {s['task']}",
         "",

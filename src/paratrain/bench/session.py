@@ -216,7 +216,7 @@ class Bench:
         result = BenchResult(
             settings={
                 "task": s.task, "methods": [m.name for m in s.methods], "nproc": s.nproc, "steps": spec.steps,
-                "steps_asked": s.steps, "repeats": s.repeats, "min_time_s": s.min_time_s, "baseline": self.baseline,
+                "steps_asked": s.steps, "repeats": s.repeats, "min_time_s": s.min_time_s, "baseline": self.baseline, "baseline_asked": s.baseline,
                 "drift_reference": self.drift_reference,
                 "global_batch": self.global_batch, "lr": self.lr, "weight_decay": self.task.recipe.weight_decay,
                 "precision": s.precision, "zero_stage": s.zero_stage, "timeout_s": s.timeout_s, "method_timeouts": s.method_timeouts, "seed": s.seed,
