@@ -1,5 +1,5 @@
 """One benchmark from start to end: check the inputs, write the shared initial weights,
-run every method in turn, score them, write ``bench.md``, ``bench.json`` and ``bench.png``."""
+run every method once per round, score them, write ``bench.md``, ``bench.json`` and ``bench.png``."""
 
 from __future__ import annotations
 
@@ -20,28 +20,27 @@ from paratrain.bench import task_ref
 from paratrain.bench.evaluate import evaluate_weights
 from paratrain.bench.figures import compute_figures, read_records
 from paratrain.bench.machine import Machine, detect_machine
+from paratrain.bench.load import Load, OtherWork, busy_cores
 from paratrain.bench.methods import Method
-
-# Not a row: the second half of the reference pair (single is the first), run once to calibrate the drift note.
-MAX_RAISES = 3  # round 1 starts again at most this often for --min-time
-REFERENCE_PAIR = Method("reference-pair", "single with each batch split as data parallelism splits it",
-                        "reference_pair.py", "python", multi_process=False)
 from paratrain.bench.parity import (PARITY_STEPS, TOLERANCE, departure, differs, drift_envelope, first_departure, judged,
                                     loss_parity)
 from paratrain.bench.record import FINAL_WEIGHTS, save_weights
 from paratrain.bench.report_json import render_json
 from paratrain.bench.report_md import render_markdown, table_lines
 from paratrain.bench.report_png import render_png
-from paratrain.bench.load import Load, OtherWork, busy_cores
 from paratrain.bench.results import FAILED, MEASURED, NOT_INSTALLED, TIMED_OUT, BenchResult, Row, Run
 from paratrain.bench.rounds import check_rounds, round_order, steps_for_min_time
-from paratrain.bench.spread import BASELINE, check_baseline, pick_baseline, verdict
 from paratrain.bench.runner import ProgressLine, run_tree
 from paratrain.bench.spec import BenchSpec
+from paratrain.bench.spread import BASELINE, check_baseline, pick_baseline, verdict
 from paratrain.errors import ConfigError, DataError, ParatrainError
 from paratrain.tasks.api import Task, TaskOptions
 
 REPORT_FILES = ("bench.md", "bench.json", "bench.png")
+MAX_RAISES = 3  # round 1 starts again at most this often for --min-time
+# Not a row: the second half of the reference pair (single is the first), run once to calibrate the drift note.
+REFERENCE_PAIR = Method("reference-pair", "single with each batch split as data parallelism splits it",
+                        "reference_pair.py", "python", multi_process=False)
 LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
                       "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS")
 
@@ -216,7 +215,8 @@ class Bench:
         result = BenchResult(
             settings={
                 "task": s.task, "methods": [m.name for m in s.methods], "nproc": s.nproc, "steps": spec.steps,
-                "steps_asked": s.steps, "repeats": s.repeats, "min_time_s": s.min_time_s, "baseline": self.baseline, "baseline_asked": s.baseline,
+                "steps_asked": s.steps, "repeats": s.repeats, "min_time_s": s.min_time_s,
+                "baseline": self.baseline, "baseline_asked": s.baseline,
                 "drift_reference": self.drift_reference,
                 "global_batch": self.global_batch, "lr": self.lr, "weight_decay": self.task.recipe.weight_decay,
                 "precision": s.precision, "zero_stage": s.zero_stage, "timeout_s": s.timeout_s, "method_timeouts": s.method_timeouts, "seed": s.seed,
