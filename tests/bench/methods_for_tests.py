@@ -12,3 +12,5 @@ register(Method("raises", "raises at start", str(SCRIPTS / "raises.py"), "python
 register(Method("hangs", "never ends", str(SCRIPTS / "hangs.py"), "paratrain run"))
 register(Method("absent", "needs a library that is not installed", str(SCRIPTS / "raises.py"), "python",
                 needs=("paratrain_no_such_library",)))
+register(Method("crashes-at-exit", "ddp whose rank 1 aborts after writing its results",
+                str(SCRIPTS / "crashes_at_exit.py"), "paratrain run", options={"strategy": "ddp"}))

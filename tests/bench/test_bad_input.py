@@ -28,6 +28,9 @@ from paratrain.errors import ConfigError
         (["--timeout", "soon"], "is not a positive number of seconds"),
         (["--methods", "single", "--timeout", "60,ddp=5"], "'ddp' is not one of the methods run"),
         (["--nproc-per-node", "0"], "--nproc-per-node must be at least 1"),
+        (["--repeats", "0"], "--repeats must be at least 1"),
+        (["--min-time", "-1"], "--min-time must be 0 or more seconds"),
+        (["--methods", "single,ddp", "--baseline", "accelerate"], "--baseline 'accelerate' is not among the methods run (single, ddp)"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(words, message, tmp_path, capsys, monkeypatch):

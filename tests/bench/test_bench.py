@@ -11,7 +11,7 @@ import pytest
 from paratrain.bench.parity import TOLERANCE
 from tests.support import ROOT, clean_env, paratrain_cmd
 
-METHODS = "hangs,raises,absent,horovod,single,ddp,lr-double"
+METHODS = "hangs,raises,absent,horovod,single,ddp,lr-double,crashes-at-exit"
 
 
 def assert_gone(pid: int) -> None:
@@ -23,7 +23,8 @@ def assert_gone(pid: int) -> None:
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
-    """One bench of the example user task: 3 measured rows, a crash, a hang, two missing libraries."""
+    """One bench of the example user task, two rounds: 3 measured rows, one that crashes at exit,
+    a crash, a hang, two missing libraries."""
     tmp = tmp_path_factory.mktemp("bench")
     shadow = tmp / "shadow" / "horovod"  # a horovod without horovod.torch: "not installed", whatever this machine has
     shadow.mkdir(parents=True)
@@ -34,7 +35,7 @@ def bench(tmp_path_factory):
     proc = subprocess.run(
         paratrain_cmd("bench", "--task", "examples.my_task:TASK", "--methods", METHODS, "--nproc-per-node", "2",
                       "--steps", "4", "--batch-size", "8", "--limit-train", "64", "--limit-eval", "40",
-                      "--timeout", "300,hangs=5", "--out", str(out)),
+                      "--timeout", "300,hangs=5", "--repeats", "2", "--min-time", "0", "--out", str(out)),
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -78,7 +79,7 @@ def test_crash_hang_and_missing_library_become_their_rows(bench):
     assert rows["raises"]["error"] == "RuntimeError: boom: this method always fails"
     assert rows["hangs"]["kind"] == "timed out"
     assert "timed out after 5s" in rows["hangs"]["error"]
-    for pid_file in (out / "methods" / "hangs").glob("hang.*.pid"):  # the ranks that got as far as starting
+    for pid_file in (out / "methods" / "hangs").rglob("hang.*.pid"):  # the ranks that got as far as starting
         assert_gone(int(pid_file.name.split(".")[1]))
     assert rows["absent"]["kind"] == "not installed"
     assert "paratrain_no_such_library" in rows["absent"]["error"] and "pip install 'paratrain[bench]'" in rows["absent"]["error"]
@@ -102,10 +103,12 @@ def test_a_terminated_bench_takes_the_running_method_with_it(tmp_path):
     )
     method_dir = out / "methods" / "hangs"
     deadline = time.monotonic() + 300
-    while len(list(method_dir.glob("hang.*.pid"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
+    while len(list(method_dir.rglob("hang.*.pid"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
-    workers = [int(path.name.split(".")[1]) for path in method_dir.glob("hang.*.pid")]
-    assert len(workers) == 2, proc.communicate()
+    workers = [int(path.name.split(".")[1]) for path in method_dir.rglob("hang.*.pid")]
+    if len(workers) != 2:
+        proc.kill()
+        pytest.fail(f"the method's workers did not start: {proc.communicate()}")
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -113,3 +116,37 @@ def test_a_terminated_bench_takes_the_running_method_with_it(tmp_path):
     for pid in workers:
         assert_gone(pid)
     assert not (out / "bench.md").exists()
+
+
+def test_two_rounds_in_rotated_order_give_every_figure_a_range_and_a_verdict(bench):
+    _, report, rows, _ = bench
+    running = ["single", "ddp", "lr-double", "crashes-at-exit"]  # hangs and raises ended in round 1
+    def order(round_number):
+        runs = [(run["started"], name) for name in running for run in rows[name]["runs"] if run["round"] == round_number]
+        return [name for _, name in sorted(runs)]
+    assert order(1) == running and order(2) == running[1:] + running[:1]
+    assert [run["round"] for run in rows["hangs"]["runs"]] == [1]  # not run again after timing out
+    speeds = {}
+    for name in running:
+        runs = rows[name]["runs"]
+        assert [run["kind"] for run in runs] == ["measured", "measured"], runs
+        spread = rows[name]["spreads"]["samples_per_s"]
+        values = sorted(run["samples_per_s"] for run in runs)
+        assert (spread["low"], spread["high"], spread["n"]) == (values[0], values[1], 2)
+        assert spread["median"] == pytest.approx(sum(values) / 2)
+        for run in runs:
+            assert run["window_s"] > 0 and set(run["load"]) == {"before", "during", "after"}
+        speeds[name] = spread["median"]
+    fastest = max(speeds, key=speeds.get)
+    assert report["settings"]["baseline"] == fastest and rows[fastest]["verdict"] == "baseline"
+    for name in running:
+        assert rows[name]["verdict"] in ("baseline", "faster", "slower", "indistinguishable")
+
+
+def test_a_method_that_crashed_at_exit_is_measured_with_the_crash_quoted(bench):
+    out, _, rows, _ = bench
+    row = rows["crashes-at-exit"]
+    assert row["kind"] == "measured" and row["parity"] <= TOLERANCE and row["dev"]["samples"] == 40
+    notes = [note for note in row["notes"] if "crashed at exit after writing its results" in note]
+    assert len(notes) == 2 and all("terminate called without an active exception" in note for note in notes), row["notes"]
+    assert "ChildFailedError" not in (out / "bench.md").read_text()

@@ -24,3 +24,31 @@ def test_without_an_exception_the_last_line(tmp_path):
     log = tmp_path / "output.log"
     log.write_text("starting\nKilled\n\n")
     assert last_error_line(log) == "Killed"
+
+
+TORCHRUN_ABORT_TAIL = """\
+[rank1]:terminate called without an active exception
+Traceback (most recent call last):
+  File "torch/distributed/run.py", line 1032, in <module>
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+======================================================
+crashes.py FAILED
+Root Cause (first observed failure):
+  exitcode  : -6 (pid: 24804)  (SIGABRT)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 24804
+======================================================
+"""
+
+
+def test_a_child_that_aborts_is_quoted_in_its_own_words_not_the_launchers(tmp_path):
+    log = tmp_path / "output.log"
+    log.write_text(TORCHRUN_ABORT_TAIL)
+    assert last_error_line(log, 1) == "terminate called without an active exception (Signal 6 (SIGABRT))"
+
+
+def test_a_launcher_killed_by_a_signal_says_which(tmp_path):
+    log = tmp_path / "output.log"
+    log.write_text("step 3\n")
+    assert last_error_line(log, -9) == "killed by SIGKILL; step 3"
+    assert last_error_line(tmp_path / "absent.log", 3) == "exit code 3"

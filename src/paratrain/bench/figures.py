@@ -17,6 +17,7 @@ class Figures:
         wall_s: the whole process tree, start-up included.
         first_step_s: from starting the launcher to the end of the first optimizer step (rank 0).
         samples_per_s: steady state: global samples per second after the warm-up steps.
+        window_s: the steady state's length, the seconds ``samples_per_s`` was measured over.
         peak_memory_bytes: GPU: the largest max-allocated of any rank; CPU: peak RSS summed over ranks.
         memory_kind: ``"gpu max allocated per rank"`` or ``"cpu peak rss, all ranks"``.
         step_losses: the global batch's loss at every step (the mean of the ranks' equal shares).
@@ -27,6 +28,7 @@ class Figures:
     wall_s: float
     first_step_s: float
     samples_per_s: float
+    window_s: float
     peak_memory_bytes: int
     memory_kind: str
     step_losses: list[float]
@@ -68,6 +70,7 @@ def compute_figures(records: list[RankRecord], started: float, wall_s: float, st
         wall_s=wall_s,
         first_step_s=ends[0] - started,
         samples_per_s=steady_steps * main.samples_per_step / steady_s if steady_s > 0 else float("inf"),
+        window_s=steady_s,
         peak_memory_bytes=max(r.peak_gpu_bytes for r in records) if on_gpu else sum(r.peak_rss_bytes for r in records),
         memory_kind="gpu max allocated per rank" if on_gpu else "cpu peak rss, all ranks",
         step_losses=losses,

@@ -4,15 +4,25 @@ from __future__ import annotations
 
 from paratrain.bench.parity import TOLERANCE, judged
 from paratrain.bench.results import BenchResult, Row
+from paratrain.bench.spread import Spread
 
 
 def _seconds(value: float) -> str:
     return f"{value / 60:.2f} min" if value >= 120 else f"{value:.1f} s"
 
 
+def _range(spread: Spread | None, show) -> str:
+    """``median (low–high)`` over the rounds; the median alone for one run."""
+    if spread is None:
+        return "—"
+    if spread.n < 2:
+        return show(spread.median)
+    return f"{show(spread.median)} ({show(spread.low)}–{show(spread.high)})"
+
+
 def _memory(row: Row) -> str:
-    f = row.figures
-    return f"{f.peak_memory_bytes / 2**20:,.0f} MiB" if f else "—"
+    spread = row.spreads.get("peak_memory_bytes")
+    return f"{spread.median / 2**20:,.0f} MiB" if spread else "—"
 
 
 def _parity(row: Row) -> str:
@@ -25,16 +35,22 @@ def _parity(row: Row) -> str:
 
 def table_lines(result: BenchResult) -> list[str]:
     metric = result.metric
-    header = f"| method | time (first step) | samples/s | speed-up | memory | dev {metric} | final loss | loss parity | notes |"
+    baseline = result.settings.get("baseline")
+    header = (f"| method | runs | time (first step) | samples/s | vs {f'`{baseline}`' if baseline else 'the fastest'} | speed-up "
+              f"| memory | dev {metric} | final loss | loss parity | notes |")
     lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
     for row in result.rows:
         notes = "; ".join(([f"**{row.kind}**: {row.error}"] if not row.measured else []) + row.notes)
+        runs = f"{len(row.measured_runs)}/{len(row.runs)}" if row.runs else "—"
         if row.measured:
             f = row.figures
             dev = row.dev.get(metric) if row.dev else None
+            wall, first = row.spreads["wall_s"], row.spreads["first_step_s"]
             cells = [
-                f"{_seconds(f.wall_s)} ({_seconds(f.first_step_s)})",
-                f"{f.samples_per_s:,.0f}",
+                runs,
+                f"{_seconds(wall.median)} ({_seconds(first.median)})",
+                _range(row.spreads["samples_per_s"], lambda v: f"{v:,.0f}"),
+                row.verdict or "—",
                 f"{row.speedup:.2f}×" if row.speedup is not None else "—",
                 _memory(row),
                 f"{dev:.4f}" if dev is not None else "—",
@@ -42,7 +58,7 @@ def table_lines(result: BenchResult) -> list[str]:
                 _parity(row),
             ]
         else:
-            cells = ["—"] * 7
+            cells = [runs] + ["—"] * 8
         lines.append("| " + " | ".join([f"`{row.method}`", *cells, notes.replace("|", "\\|")]) + " |")
     return lines
 
@@ -51,6 +67,9 @@ def render_markdown(result: BenchResult) -> str:
     s, m = result.settings, result.machine
     versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
     load = ", ".join(f"{x:g}" for x in m["load_average"])
+    baseline = "the baseline"
+    if s.get("baseline"):
+        baseline = f"`{s['baseline']}`" + ("" if s.get("baseline_asked") else " (the fastest median)")
     lines = [
         f"# paratrain bench: {s['task']}",
         "",
@@ -67,6 +86,13 @@ def render_markdown(result: BenchResult) -> str:
         f"memory: {'GPU max allocated per rank' if m['gpu_count'] else 'CPU peak RSS summed over ranks'}; "
         f"dev {result.metric} on all {s['dev_samples']} dev samples; loss parity: largest relative difference from "
         f"`single`'s per-step loss over the first {s['parity_steps']} steps (full precision must stay ≤ {TOLERANCE:g}).",
+        "",
+        f"{s['repeats']} rounds, every method once per round, the order rotated each round"
+        + (f" ({s['steps']} steps instead of {s['steps_asked']}, so that each measured window lasts ≥ {s['min_time_s']:g} s)"
+           if s["steps"] != s["steps_asked"] else "")
+        + ". Time and samples/s: the median over the runs, in brackets the slowest and the fastest; "
+        f"a method is faster or slower than {baseline} "
+        "only when the two ranges do not overlap (else indistinguishable; one run: not judged).",
         "",
         *table_lines(result),
         "",

@@ -6,10 +6,38 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from paratrain.bench.figures import Figures
+from paratrain.bench.load import Load
+from paratrain.bench.spread import Spread
 
 # What a row is: trained and measured; started but crashed; started but ran past --timeout;
 # could not start (library or launcher missing). A row always says which, and why.
 MEASURED, FAILED, TIMED_OUT, NOT_INSTALLED = "measured", "failed", "timed out", "not installed"
+
+
+@dataclass
+class Run:
+    """One run of one method, in one round. ``kind``: measured, failed or timed out."""
+
+    round: int
+    kind: str
+    load: Load
+    started: float = 0.0  # time.time() at its start: the order the runs ran in
+    wall_s: float | None = None
+    first_step_s: float | None = None
+    samples_per_s: float | None = None
+    window_s: float | None = None  # the steady-state window samples/s was measured over
+    peak_memory_bytes: int | None = None
+    error: str = ""
+    note: str = ""
+    log: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return self.kind == MEASURED
+
+
+# The figures that get a median and a range over the rounds.
+TIMED_FIGURES = ("wall_s", "first_step_s", "samples_per_s", "peak_memory_bytes")
 
 
 @dataclass
@@ -29,10 +57,26 @@ class Row:
     error: str = ""
     command: list[str] = field(default_factory=list)
     log: str = ""
+    runs: list[Run] = field(default_factory=list)
+    spreads: dict[str, Spread] = field(default_factory=dict)  # TIMED_FIGURES over the measured runs
+    verdict: str | None = None  # against the baseline: faster, slower, indistinguishable, baseline, one run
 
     @property
     def measured(self) -> bool:
         return self.kind == MEASURED
+
+    @property
+    def measured_runs(self) -> list[Run]:
+        return [run for run in self.runs if run.measured]
+
+    def summarize(self) -> None:
+        """The row's kind and spreads from its runs: measured when any run was."""
+        measured = self.measured_runs
+        if measured:
+            self.kind, self.error = MEASURED, ""
+            self.spreads = {name: Spread.of(getattr(run, name) for run in measured) for name in TIMED_FIGURES}
+        elif self.runs:
+            self.kind, self.error = self.runs[-1].kind, self.runs[-1].error
 
 
 @dataclass

@@ -2,7 +2,9 @@
 
 The bench never trusts a method to be alive: the tree gets its own session, and on
 timeout (or Ctrl-C) every process in it — the launcher and all it started, even
-those that moved to a session of their own — is terminated, then killed.
+those that moved to a session of their own — is terminated, then killed. The tree
+never outlives the bench either: its launcher runs under ``tether.py``, which ends
+the tree when the bench dies (even by SIGKILL).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,7 @@ import psutil
 
 from paratrain.bench.record import PROGRESS_FILE
 
+TETHER = Path(__file__).resolve().with_name("tether.py")
 LOG_FILE = "output.log"
 POLL_S = 0.25
 GRACE_S = 3.0
@@ -79,8 +83,10 @@ def run_tree(argv: list[str], env: dict[str, str], work_dir: Path, timeout_s: fl
     started = time.time()
     clock = time.monotonic()
     with log_path.open("wb") as log:
-        process = subprocess.Popen(argv, cwd=work_dir, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        # The tether's stdin is a pipe only this process holds: when the bench dies, however it
+        # dies, the kernel closes it and the tether ends the method's tree.
+        process = subprocess.Popen([sys.executable, "-I", str(TETHER), *argv], cwd=work_dir, env=env,
+                                   stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             while process.poll() is None:
                 elapsed = time.monotonic() - clock
@@ -96,7 +102,7 @@ def run_tree(argv: list[str], env: dict[str, str], work_dir: Path, timeout_s: fl
     wall = time.monotonic() - clock
     kill_tree(process)  # what the launcher left behind (a daemon, a stuck rank) goes too
     if process.returncode != 0:
-        return RunOutcome("failed", started, wall, process.returncode, last_error_line(log_path), str(log_path))
+        return RunOutcome("failed", started, wall, process.returncode, last_error_line(log_path, process.returncode), str(log_path))
     return RunOutcome("finished", started, wall, 0, "", str(log_path))
 
 
@@ -147,6 +153,8 @@ def kill_tree(process: subprocess.Popen) -> None:
         process.wait(timeout=GRACE_S)
     except subprocess.TimeoutExpired:
         pass
+    if process.stdin is not None:
+        process.stdin.close()  # the tether's signal to end whatever is left
 
 
 def _running(proc: psutil.Process) -> bool:
@@ -157,19 +165,47 @@ def _running(proc: psutil.Process) -> bool:
 
 
 _EXCEPTION = re.compile(r"^\s*(?:\[[^\]]*\]<?\w*>?:?\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b.*)$")
+# What a process that dies outside Python leaves: the C++ runtime's abort text, Python's fatal error,
+# torch elastic's note of the signal that ended a worker.
+_CRASH = re.compile(r"(terminate called .*|Fatal Python error: .*|Signal \d+ \(SIG\w+\) received by PID \d+|"
+                    r"Segmentation fault.*|.*double free.*|.*corrupted .*)")
 _WRAPPERS = ("ChildFailedError", "CalledProcessError", "WorkerError", "LaunchError", "ProcessRaisedException",
              "ProcessExitedException", "SystemExit")
 
 
-def last_error_line(log_path: Path) -> str:
-    """The line that says what went wrong: the last exception line that is not a launcher's
-    wrapper around it (torchrun's ChildFailedError, …), else the last non-empty line."""
+def last_error_line(log_path: Path, returncode: int | None = None) -> str:
+    """The line that says what went wrong, in the child's own words: its last exception that is not
+    a launcher's wrapper around it (torchrun's ChildFailedError, …); else its crash text (a C++
+    abort, a fatal signal); else how the launcher ended (a signal, an exit code) and its last line.
+    Never a wrapper's bare name."""
     try:
         lines = [line.strip() for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines()]
     except OSError:
-        return "no output"
+        lines = []
     lines = [line for line in lines if line]
     found = [m.group(1) for m in map(_EXCEPTION.match, lines) if m]
     own = [line for line in found if not any(wrapper in line.split(":", 1)[0] for wrapper in _WRAPPERS)]
-    pick = (own or found or lines or ["exited without output"])[-1]
-    return pick[:300]
+    if own:
+        return own[-1][:300]
+    crashes = [m.group(1) for m in map(_CRASH.search, lines) if m]
+    if crashes:
+        # the abort text says why; the signal line only what: the first of them is the child's own
+        words = next((c for c in crashes if not c.startswith("Signal ")), crashes[0])
+        signals = [c for c in crashes if c.startswith("Signal ")]
+        return (words + (f" ({signals[0].split(' received')[0]})" if signals and signals[0] != words else ""))[:300]
+    plain = [line for line in lines if not any(wrapper in line for wrapper in _WRAPPERS)
+             and not line.startswith(("Traceback", "File ", "=", "-", "^"))]
+    ending = _ending(returncode)
+    last = plain[-1] if plain else ""
+    return "; ".join(filter(None, [ending, last])) [:300] or "exited without output"
+
+
+def _ending(returncode: int | None) -> str:
+    if returncode is None or returncode == 0:
+        return ""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"

@@ -36,6 +36,16 @@ def absolute_ref(ref: str) -> str:
     return ref
 
 
+def label(ref: str) -> str:
+    """A name for the default output folder: the built-in name, or the module's (or file's) name and the
+    attribute (``my_task-TASK``), so that two tasks of one name in different files keep apart."""
+    if not is_user_ref(ref):
+        return ref
+    target, attr = ref.rsplit(":", 1)
+    stem = Path(_with_suffix(target)).stem if _is_path(target) else target.rsplit(".", 1)[-1]
+    return f"{stem}-{attr}" if stem else attr
+
+
 def resolve_task(ref: str, options: TaskOptions) -> Task:
     """The task ``ref`` names, built with ``options``.
 

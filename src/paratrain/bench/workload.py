@@ -26,11 +26,18 @@ from torch.utils.data import Subset
 
 from paratrain.bench.record import StepRecorder
 from paratrain.bench.spec import BenchSpec
+from paratrain.errors import DataError
 from paratrain.tasks.api import Task, TaskOptions
 
 
 def training_order(train_size: int, steps: int, global_batch: int, seed: int) -> list[int]:
-    """``steps × global_batch`` sample indices: shuffled epochs of the training set, one after another."""
+    """``steps × global_batch`` sample indices: shuffled epochs of the training set, one after another.
+
+    Raises:
+        DataError: the training set is empty (no number of epochs would fill the steps).
+    """
+    if train_size < 1:
+        raise DataError("the training set is empty: there is nothing to train on")
     generator = torch.Generator().manual_seed(seed)
     order: list[int] = []
     while len(order) < steps * global_batch:

@@ -30,6 +30,16 @@ Methods (--methods a,b,... or all):
 A method whose library is missing is a row that says how to install it
 (pip install 'paratrain[bench]'; horovod: paratrain bench --install-horovod).
 
+Noise shown, not hidden: --repeats rounds (default 3), every method once per
+round and the order rotated each round; each figure is the median with the
+slowest and fastest run beside it, and a method is called faster or slower than
+the baseline (--baseline, default the fastest) only when the two ranges do not
+overlap. Each steady-state window lasts at least --min-time seconds (the steps
+are raised for every method when the first measured one is shorter). Other work
+on the machine just before, during and just after each run is noted on its row.
+A method that trained and wrote its results but crashed on its way out is
+measured, with a note quoting the crash.
+
 Fair by construction: every method loads the same initial weights, reads the same
 samples in the same order, takes --steps optimizer steps of the same global batch
 (--batch-size, split evenly over the processes) with the task's optimizer at a
@@ -44,13 +54,17 @@ forward, evaluator): see examples/my_task.py and the README.
 
 Recipes:
   paratrain bench --task digits --nproc-per-node 2
+  paratrain bench --task digits --methods single,ddp --repeats 1 --min-time 0 --steps 20   # a quick look
+  paratrain bench --task text-cls --repeats 5 --baseline ddp
   paratrain bench --task text-cls --nproc-per-node 2 --steps 200
   paratrain bench --task examples.my_task:TASK --methods single,ddp,accelerate
   paratrain bench --install-horovod          # build horovod 0.28.1 for this torch (~3 min)
 
-Output (--out DIR, default runs/bench-TASK): bench.md (the table, also printed),
-bench.json (every figure, the machine, versions, the command), bench.png (chart),
-methods/NAME/ (each method's spec, log and records).
+Output (--out DIR, default runs/bench-TASK; runs/bench-FILE-ATTR for a task of
+yours; relative paths are taken from the current folder): bench.md (the table,
+also printed), bench.json (every figure of every run, the machine, versions, the
+command), bench.png (chart with ranges), methods/NAME/round-R/ (each run's spec,
+log and records).
 """
 
 
@@ -76,6 +90,12 @@ def register(subparsers) -> None:
                         help="limit per method, start-up included (default 900); e.g. 600,hf-trainer=1200")
     parser.add_argument("--warmup-steps", type=int, metavar="W", help="steps left out of samples/s (default: a fifth of --steps, 1 to 10)")
     parser.add_argument("--seed", type=int, default=42, help="initial weights and data order (default 42)")
+    parser.add_argument("--repeats", type=int, default=3, metavar="N",
+                        help="rounds: every method once per round, the order rotated; median and range per figure (default 3; 1 for a quick look)")
+    parser.add_argument("--min-time", type=float, default=3.0, metavar="SECONDS",
+                        help="shortest measured window: more steps for every method when the first one's steady state is shorter (default 3; 0: exactly --steps)")
+    parser.add_argument("--baseline", metavar="METHOD",
+                        help="judge every method faster / slower / indistinguishable against this one (default: the fastest median)")
     parser.add_argument("--out", metavar="DIR", help="output directory (default runs/bench-TASK)")
     task = parser.add_argument_group("task options")
     task.add_argument("--data", help="directory with the task's data files (mnist)")
@@ -103,16 +123,16 @@ def handler(args: argparse.Namespace) -> int:
         for method in METHODS.values():
             print(f"  {method.name:<17} {method.summary}" + (f"  [{method.missing()}]" if method.missing() else ""))
         return 0
+    from paratrain.bench import task_ref
     from paratrain.bench.session import Bench, BenchSettings, parse_timeouts
     from paratrain.tasks.api import TaskOptions
 
     methods = select_methods(args.methods)
     timeout, method_timeouts = parse_timeouts(args.timeout, [m.name for m in methods])
-    label = args.task.rsplit(":", 1)[-1] if ":" in args.task else args.task
     settings = BenchSettings(
         task=args.task,
         methods=methods,
-        out=Path(args.out or f"runs/bench-{label}"),
+        out=Path(args.out or f"runs/bench-{task_ref.label(args.task)}"),
         nproc=args.nproc_per_node,
         steps=args.steps,
         global_batch=args.batch_size,
@@ -126,6 +146,9 @@ def handler(args: argparse.Namespace) -> int:
         task_options=TaskOptions(data=args.data, model_path=args.model_path, limit_train=args.limit_train,
                                  limit_eval=args.limit_eval, max_len=args.max_len),
         command=["paratrain", *sys.argv[1:]] if sys.argv[1:2] == ["bench"] else ["paratrain", "bench"],
+        repeats=args.repeats,
+        min_time_s=args.min_time,
+        baseline=args.baseline,
     )
     bench = Bench(settings)
     with terminate_as_interrupt():
