@@ -21,6 +21,7 @@ _GROUP_OF_FILE = {path: group for group, paths in SHARED_GROUPS.items() for path
 #: xdist would otherwise sort the groups by their number of tests.)
 LONGEST_FIRST = (
     "tests/migrate/test_examples.py",  # 129
+    "tests/loop/test_rerun_soak.py",  # ~90: eight runs of the command, seven of them interrupted
     "tests/diagnostics/test_auto_resume.py",  # 117
     "tests/env/test_slurm.py",  # 105 with test_mpi.py (one group)
     "tests/cli/test_train.py",  # 106
@@ -32,6 +33,8 @@ LONGEST_FIRST = (
     "tests/strategy/test_grad_compression_multi.py",  # 63
     "tests/bench/test_bench.py",  # 54
     "tests/loop/test_fit_multi.py",  # 54
+    "tests/loop/test_run_directory.py",  # ~60
+    "tests/loop/test_fit_own_model.py",  # ~45
 )
 
 
