@@ -47,7 +47,13 @@ def test_one_node_defaults():
 
 def test_sizes_and_nodes_parse():
     assert parse_nnodes("2") == (2, 2) and parse_nnodes("1:4") == (1, 4)
-    assert parse_nproc("auto") == (torch.cuda.device_count() if torch.cuda.is_available() else 1)
+    from torch.distributed.run import determine_local_world_size
+
+    for word in ("auto", "cpu", "3"):  # torchrun's meaning of each word
+        assert parse_nproc(word) == determine_local_world_size(word), word
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="--nproc-per-node gpu needs a visible GPU"):
+            parse_nproc("gpu")
     cfg = config("--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--nproc_per_node", "3", ALLREDUCE)
     assert (cfg.min_nodes, cfg.max_nodes, cfg.node_rank, cfg.nproc_per_node) == (2, 2, 1, 3)
     assert cfg.master_port == DEFAULT_MASTER_PORT and cfg.multi_node and not cfg.loopback_only
