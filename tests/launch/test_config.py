@@ -197,3 +197,16 @@ def test_busy_master_port_is_refused_on_node_zero_only():
         config(
             "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", port, ALLREDUCE
         ).validate()
+
+
+def test_a_module_in_the_working_directory_is_found_as_python_m_would(tmp_path, monkeypatch):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "mod.py").write_text("print('hi')\n")
+    monkeypatch.chdir(tmp_path)
+    config("-m", "pkg.mod").validate()
+    with pytest.raises(ConfigError, match=f"module 'pkg.nope' is not importable from {tmp_path}"):
+        config("-m", "pkg.nope").validate()
+    monkeypatch.chdir(tmp_path / "pkg")
+    with pytest.raises(ConfigError, match="run from the directory that contains its top-level package"):
+        config("-m", "pkg.mod2").validate()

@@ -154,6 +154,12 @@ class LaunchConfig:
         # and only restarts make it re-rendezvous when one is lost.
         elastic = min_nodes < max_nodes
         rdzv_backend = args.rdzv_backend or ("c10d" if elastic else "static")
+        if rdzv_backend == "static" and args.rdzv_endpoint:
+            # torchrun's static rendezvous meets at --rdzv-endpoint when one is given, not --master-addr.
+            host, colon, port = str(args.rdzv_endpoint).rpartition(":")
+            host, port = (host, port) if colon else (port, "")
+            master_addr, master_port = host.strip("[]"), _int("--rdzv-endpoint port", port, master_port)
+            args.rdzv_endpoint = None
         max_restarts = _int("--max-restarts", args.max_restarts, DEFAULT_ELASTIC_RESTARTS if elastic else 0)
         restarts_by_default = elastic and args.max_restarts in (None, "")
         if max_nodes > 1 and rdzv_backend == "static" and master_port is None:
