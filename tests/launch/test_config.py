@@ -145,6 +145,13 @@ def test_slurm_step_with_fewer_cpus_than_workers_is_refused():
     with pytest.raises(ConfigError, match=r"1 CPU\(s\) on this node but --nproc-per-node 2 .*srun --cpus-per-task 2"):
         config("--nproc-per-node", "2", ALLREDUCE, environ=step).validate()
     config("--nproc-per-node", "2", ALLREDUCE, environ={**step, "SLURM_CPUS_ON_NODE": "2"}).validate()
+    config("--nproc-per-node", "2", "--threads-per-proc", "1", ALLREDUCE, environ=step).validate()  # asked for it
+
+
+def test_a_slurm_step_with_several_tasks_per_node_runs_when_the_flags_say_what_this_node_is():
+    config("--nnodes", "1", ALLREDUCE, environ={**SLURM_STEP, "SLURM_NTASKS": "1"})
+    with pytest.raises(ConfigError, match="or give --nnodes and --node-rank yourself"):
+        config(ALLREDUCE, environ={**SLURM_STEP, "SLURM_NTASKS": "1"})
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ TORCHELASTIC_RUN_ID, TORCHELASTIC_ERROR_FILE, ...). Where paratrain differs, on 
   * extra worker variables, below;
   * --nnodes MIN:MAX restarts up to 3 times unless --max-restarts says otherwise (torchrun: 0);
   * exit codes say what happened (below); --exit-codes torchrun gives torchrun's 1;
-  * errors are one line (torch's ChildFailedError report with --verbose); refused at
+  * errors are one line (--verbose adds torch elastic's own log lines); refused at
     once where torchrun would wait: --node-rank outside --nnodes, --standalone with
     several nodes, a busy --master-port, a missing script or module.
 

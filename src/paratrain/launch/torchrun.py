@@ -113,8 +113,10 @@ def _pairs(conf: str | None) -> dict[str, str]:
 
 
 def run_id_for(config: LaunchConfig) -> str:
-    """``--rdzv-id``, else torchrun's: a fresh UUID on one node (its local c10d store), ``none`` on several."""
-    return config.rdzv_id or (str(uuid.uuid4()) if not config.multi_node else "none")
+    """``--rdzv-id``, else torchrun's: a fresh UUID where torchrun makes its own local store (one
+    node without ``--master-port``, or ``--standalone``), else ``none``."""
+    local_store = not config.multi_node and config.master_port is None
+    return config.rdzv_id or (str(uuid.uuid4()) if local_store else "none")
 
 
 def rendezvous_endpoint(config: LaunchConfig) -> str:
@@ -223,6 +225,8 @@ def launch(config: LaunchConfig) -> int:
         if config.verbose:
             _info("torchrun " + " ".join(argv))
         stack.enter_context(scoped_environ(env))
+        # Read into the config already; torch would read it again and turn our one-node store into its own.
+        os.environ.pop("PET_STANDALONE", None)
         stack.enter_context(torch_log_level(logging.INFO if config.verbose else logging.CRITICAL))
         oom_kills_before = oom_kill_count()
         whole_lines.install()  # --tee writes a line in parts behind separate tags otherwise
