@@ -35,10 +35,13 @@ from tests.support import ROOT, clean_env
 
 WORKER = Path(__file__).with_name("compat_worker.py")
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+# paratrain through its console script where installed, as users start it: unlike `python -m`, its
+# import path lacks the working directory (so `-m pkg.work` is checked the way users meet it).
+_CONSOLE_SCRIPT = Path(sys.executable).with_name("paratrain")
 LAUNCHERS = {
     "torchrun": [sys.executable, "-m", "torch.distributed.run"],
     "launch": [sys.executable, "-m", "torch.distributed.launch"],
-    "paratrain": [sys.executable, "-m", "paratrain", "run"],
+    "paratrain": [str(_CONSOLE_SCRIPT), "run"] if _CONSOLE_SCRIPT.is_file() else [sys.executable, "-m", "paratrain", "run"],
 }
 
 
