@@ -239,7 +239,7 @@ class LaunchConfig:
     def _check_sizes(self) -> None:
         if self.nproc_per_node < 1:
             raise ConfigError(
-                f"--nproc-per-node {self.nproc_per_node} must be at least 1 (or 'auto': one per GPU, else 1)"
+                f"--nproc-per-node {self.nproc_per_node} must be at least 1 (or gpu: one per GPU; cpu: one per CPU)"
             )
         if self.min_nodes < 1 or self.min_nodes > self.max_nodes:
             raise ConfigError(f"--nnodes {self.min_nodes}:{self.max_nodes} needs 1 <= MIN <= MAX")
@@ -343,7 +343,7 @@ class LaunchConfig:
             if self.nproc_per_node > gpus:
                 raise ConfigError(
                     f"--nproc-per-node {self.nproc_per_node} with NCCL needs that many GPUs, {gpus} visible; "
-                    f"use --nproc-per-node {gpus} (or auto)"
+                    f"use --nproc-per-node {gpus} (or gpu)"
                 )
 
 
