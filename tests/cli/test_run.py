@@ -78,7 +78,7 @@ def test_module_in_process_with_log_dir(tmp_path, monkeypatch, capfd):
     )
     console = capfd.readouterr()
     assert code == 0, console.err
-    logs = sorted(tmp_path.glob("paratrain-*/attempt_0/*/stdout.log"))
+    logs = sorted(tmp_path.glob("*/attempt_0/*/stdout.log"))  # <run id: a UUID on one node, as torchrun>_<random>
     assert [log.parent.name for log in logs] == ["0", "1"]
     reports = [json.loads(log.read_text().split("PROBE ", 1)[1]) for log in logs]
     for rank, report in enumerate(reports):

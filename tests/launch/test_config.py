@@ -47,7 +47,13 @@ def test_one_node_defaults():
 
 def test_sizes_and_nodes_parse():
     assert parse_nnodes("2") == (2, 2) and parse_nnodes("1:4") == (1, 4)
-    assert parse_nproc("auto") == (torch.cuda.device_count() if torch.cuda.is_available() else 1)
+    from torch.distributed.run import determine_local_world_size
+
+    for word in ("auto", "cpu", "3"):  # torchrun's meaning of each word
+        assert parse_nproc(word) == determine_local_world_size(word), word
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="--nproc-per-node gpu needs a visible GPU"):
+            parse_nproc("gpu")
     cfg = config("--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--nproc_per_node", "3", ALLREDUCE)
     assert (cfg.min_nodes, cfg.max_nodes, cfg.node_rank, cfg.nproc_per_node) == (2, 2, 1, 3)
     assert cfg.master_port == DEFAULT_MASTER_PORT and cfg.multi_node and not cfg.loopback_only
@@ -139,6 +145,13 @@ def test_slurm_step_with_fewer_cpus_than_workers_is_refused():
     with pytest.raises(ConfigError, match=r"1 CPU\(s\) on this node but --nproc-per-node 2 .*srun --cpus-per-task 2"):
         config("--nproc-per-node", "2", ALLREDUCE, environ=step).validate()
     config("--nproc-per-node", "2", ALLREDUCE, environ={**step, "SLURM_CPUS_ON_NODE": "2"}).validate()
+    config("--nproc-per-node", "2", "--threads-per-proc", "1", ALLREDUCE, environ=step).validate()  # asked for it
+
+
+def test_a_slurm_step_with_several_tasks_per_node_runs_when_the_flags_say_what_this_node_is():
+    config("--nnodes", "1", ALLREDUCE, environ={**SLURM_STEP, "SLURM_NTASKS": "1"})
+    with pytest.raises(ConfigError, match="or give --nnodes and --node-rank yourself"):
+        config(ALLREDUCE, environ={**SLURM_STEP, "SLURM_NTASKS": "1"})
 
 
 @pytest.mark.parametrize(
@@ -191,3 +204,16 @@ def test_busy_master_port_is_refused_on_node_zero_only():
         config(
             "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", port, ALLREDUCE
         ).validate()
+
+
+def test_a_module_in_the_working_directory_is_found_as_python_m_would(tmp_path, monkeypatch):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "mod.py").write_text("print('hi')\n")
+    monkeypatch.chdir(tmp_path)
+    config("-m", "pkg.mod").validate()
+    with pytest.raises(ConfigError, match=f"module 'pkg.nope' is not importable from {tmp_path}"):
+        config("-m", "pkg.nope").validate()
+    monkeypatch.chdir(tmp_path / "pkg")
+    with pytest.raises(ConfigError, match="run from the directory that contains its top-level package"):
+        config("-m", "pkg.mod2").validate()

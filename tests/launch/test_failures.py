@@ -97,3 +97,33 @@ def test_worker_error_for_spawned_functions(tmp_path):
     assert isinstance(
         died, LaunchError
     ) and "rank 0 (pid 4000) was killed by SIGSEGV without a Python exception" in str(died)
+
+
+def test_75_and_124_mean_paratrains_verdicts_only_when_the_worker_recorded_them(tmp_path):
+    saved = recorded(tmp_path, "PreemptedError: preempted by SIGTERM after step 7: checkpoint at step 7")
+    preempted = script_failure(ChildFailedError("train.py", {0: failure(0, 75, saved)}))
+    assert preempted.exit_code == 75 and str(preempted) == "rank 0 preempted by SIGTERM after step 7: checkpoint at step 7"
+    stall = tmp_path / "stall"
+    stall.mkdir()
+    stalled = script_failure(ChildFailedError("t.py", {1: failure(1, 124, recorded(stall, "CollectiveTimeoutError: stall: rank 1 ..."))}))
+    assert stalled.exit_code == 124 and str(stalled).startswith("the watchdog ended the job: stall: rank 1")
+    for own in (75, 124):  # a script's own exit code: said in the message, not passed on as a verdict
+        error = script_failure(ChildFailedError("train.py", {0: failure(0, own)}))
+        assert error.exit_code == 1 and f"exited with code {own}" in str(error)
+        assert str(error).endswith(f"paratrain exits 1, not {own}: {own} means "
+                                   f"{'preempted' if own == 75 else 'stalled'} only when paratrain's own loop or watchdog says so")
+
+
+def test_a_preemption_is_read_from_the_workers_error_files(tmp_path):
+    from paratrain.launch.failures import workers_recorded
+
+    root = tmp_path / "run_abc"
+    for attempt, text in ((0, "PreemptedError: old"), (1, "RuntimeError: x")):
+        (root / f"attempt_{attempt}" / "0").mkdir(parents=True)
+        (root / f"attempt_{attempt}" / "0" / "error.json").write_text(
+            json.dumps({"message": {"message": text, "extraInfo": {"py_callstack": "", "timestamp": "1"}}}))
+    assert not workers_recorded(root, "PreemptedError")  # only the newest attempt counts
+    (root / "attempt_1" / "1").mkdir()
+    (root / "attempt_1" / "1" / "error.json").write_text(
+        json.dumps({"message": {"message": "PreemptedError: saved", "extraInfo": {"timestamp": "1"}}}))
+    assert workers_recorded(root, "PreemptedError") and not workers_recorded(None, "PreemptedError")

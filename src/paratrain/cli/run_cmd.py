@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from paratrain.launch import torchrun_flags
 from paratrain.launch.legacy import CHOICES as LEGACY_CHOICES
 
 MANUAL = """\
@@ -12,11 +13,33 @@ torch.distributed.run's elastic agent. Each worker gets RANK, LOCAL_RANK,
 WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT; inside, `pt.Runtime()`
 (or plain `torch.distributed.init_process_group("env://")`) joins the group.
 
+Same as torchrun: replace the word `torchrun` (or `python -m torch.distributed.run`)
+with `paratrain run`. Every torchrun flag is accepted, with torchrun's meaning,
+both spellings (--nproc-per-node / --nproc_per_node), and from its PET_* variable;
+the workers see torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+GROUP_RANK, GROUP_WORLD_SIZE, ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
+TORCHELASTIC_RUN_ID, TORCHELASTIC_ERROR_FILE, ...). Where paratrain differs, on purpose
+(docs/torchrun-compatibility.md has the table, checked by tests/launch/test_torchrun_compat.py):
+  * one node: the rendezvous and gloo listen on 127.0.0.1 only (MASTER_ADDR=127.0.0.1,
+    torchrun: localhost) on a free port, --standalone or not;
+  * 2+ processes: every console line is whole and tagged [rankN]: (torchrun: as the
+    workers write them) -- --output raw for torchrun's console; -r/-t choose as in torchrun;
+  * --log-dir also keeps each rank's stdout/stderr (torchrun: only with -r/-t);
+  * OMP_NUM_THREADS is cores / local workers (torchrun: 1 with 2+ workers) -- set it to choose;
+  * extra worker variables, below;
+  * --nnodes MIN:MAX restarts up to 3 times unless --max-restarts says otherwise (torchrun: 0);
+  * exit codes say what happened (below); --exit-codes torchrun gives torchrun's 1;
+  * errors are one line (--verbose adds torch elastic's own log lines); refused at
+    once where torchrun would wait: --node-rank outside --nnodes, --standalone with
+    several nodes, a busy --master-port, a missing script or module.
+
 One node (no port to pick: a free one is taken, and the rendezvous and gloo
 sockets listen on 127.0.0.1 only, so two jobs on one machine never collide):
 
     paratrain run --nproc-per-node 2 train.py --epochs 3
-    paratrain run --nproc-per-node auto train.py        # one per GPU, else 1
+    paratrain run --standalone --nproc-per-node 2 train.py   # torchrun's spelling works too
+    paratrain run --nproc-per-node gpu train.py         # one per GPU (auto: per accelerator, else per CPU)
 
 Two nodes (run one command on each; node 0 is the one at --master-addr, and
 every node must reach it on --master-port):
@@ -55,11 +78,17 @@ Legacy scripts that parse --local_rank (torch.distributed.launch style):
   `auto` (the default when the flag is given bare) reads the script to pick
   --local_rank or --local-rank; torch elastic substitutes each worker's number.
 
-Environment for the workers (what you set yourself wins):
+Environment for the workers, besides torchrun's (what you set yourself wins):
   OMP_NUM_THREADS      --threads-per-proc, else cores / local processes (at least 1)
   PARATRAIN_BACKEND    --backend; pt.Runtime() follows it
   GLOO_SOCKET_IFNAME   lo on one node, the route to the master on several
   NCCL_SOCKET_IFNAME   same
+  PARATRAIN_LAUNCHER_PID  the launcher's pid: a worker ends when its launcher is killed
+  PARATRAIN_STALL_TIMEOUT --stall-timeout, for the workers' watchdog
+  TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE  [rank${rank}]: with tagged output (torch's own
+                       variable; it tells a worker its lines are tagged already)
+  PARATRAIN_PROGRESS_TTY  the terminal rank 0 draws its progress bar on (tagged output
+                       on a terminal)
   PARATRAIN_DEBUG=1    full tracebacks from paratrain itself
 
 Output: with 2+ processes every line is whole and tagged ([rank1]: ...), so
@@ -80,10 +109,22 @@ Restarts and preemption:
                        the stalled rank, host, step, phase and frames named; exit 124
                        (0: no watchdog)
 
+Exit codes (--exit-codes paratrain, the default):
+  0                    every worker succeeded
+  the worker's own     the rank that failed first exited with it (1-255, but 75 and
+                       124: a worker's own 75 or 124 gives 1, the message names it)
+  128+N                that rank was killed by signal N, or the launcher was stopped by
+                       signal N (SIGTERM with workers that did not save: 143)
+  75                   preempted: the workers saved (pt.fit, paratrain train, rt.preemption())
+  124                  stalled: the watchdog ended the job (--stall-timeout)
+  1                    the rendezvous failed or timed out
+  2                    refused flags (nothing started)
+  --exit-codes torchrun: 1 for every failure above, as torchrun (refused flags: 2).
+
 Failure modes (each one line and a non-zero exit code):
   a worker fails       names the rank that failed first, how (exit code, signal,
                        likely OOM kill, its exception), its log, and what the other
-                       ranks did; the exit code is the worker's
+                       ranks did
   a node never joins   node 0 stops after --rdzv-timeout naming the address
   master unreachable   other nodes stop after --rdzv-timeout naming address:port
   bad flags            refused before anything starts: missing script, fewer
@@ -106,8 +147,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     size.add_argument(
         "--nproc-per-node",
         "--nproc_per_node",
-        metavar="N|auto",
-        help="workers on this node (default 1; auto: one per GPU, else 1)",
+        metavar="N|auto|cpu|gpu|xpu",
+        help="workers on this node (default 1); as torchrun: cpu one per usable CPU, gpu/xpu one per device, "
+        "auto one per accelerator, else one per CPU",
     )
     size.add_argument("--nnodes", metavar="N|MIN:MAX", help="number of nodes (default 1, or SLURM's)")
     size.add_argument(
@@ -117,7 +159,8 @@ def register(subparsers) -> argparse.ArgumentParser:
         "--max-restarts",
         "--max_restarts",
         metavar="R",
-        help="restart the worker group up to R times on failure (default 0)",
+        help="restart the worker group up to R times on failure (default 0; with --nnodes MIN:MAX 3, "
+        "where torchrun's is 0: the job's first line says so)",
     )
     size.add_argument(
         "--threads-per-proc", metavar="T", help="OMP_NUM_THREADS per worker (default: cores / local workers)"
@@ -136,6 +179,26 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     rdzv.add_argument("--rdzv-endpoint", "--rdzv_endpoint", metavar="HOST:PORT", help="c10d/etcd rendezvous address")
     rdzv.add_argument("--rdzv-id", "--rdzv_id", metavar="ID", help="job id shared by all nodes (c10d/etcd)")
+    rdzv.add_argument(
+        "--rdzv-conf",
+        "--rdzv_conf",
+        metavar="KEY=VALUE,...",
+        help="torch's rendezvous options (join_timeout, last_call_timeout, read_timeout, is_host, ...); "
+        "they win over the ones --rdzv-timeout and --rdzv-last-call set",
+    )
+    rdzv.add_argument(
+        "--standalone",
+        action="store_true",
+        default=None,
+        help="one node on a free local port, ignoring --rdzv-backend/--rdzv-endpoint/--rdzv-id/--master-port "
+        "(what paratrain does on one node anyway)",
+    )
+    rdzv.add_argument(
+        "--local-addr",
+        "--local_addr",
+        metavar="HOST",
+        help="the address this node's agent announces (default on several nodes: the one that routes to node 0)",
+    )
     rdzv.add_argument("--rdzv-timeout", metavar="SECONDS", help="how long nodes wait for each other (default 600)")
     rdzv.add_argument(
         "--rdzv-last-call",
@@ -169,7 +232,19 @@ def register(subparsers) -> argparse.ArgumentParser:
             dest="legacy_local_rank",
             help=argparse.SUPPRESS,
         )
-    work.add_argument("--log-dir", metavar="DIR", help="also write each worker's stdout/stderr to files under DIR")
+    work.add_argument(
+        "--log-dir", "--log_dir", metavar="DIR", help="also write each worker's stdout/stderr to files under DIR"
+    )
+    work.add_argument(
+        "-r",
+        "--redirects",
+        metavar="STD",
+        help="as torchrun: send workers' streams to files only (0 none, 1 stdout, 2 stderr, 3 both; per local "
+        "rank 0:3,1:2); the console output is then torch's, untagged",
+    )
+    work.add_argument(
+        "-t", "--tee", metavar="STD", help="as torchrun: streams to files and the console (see -r)"
+    )
     work.add_argument(
         "--output",
         metavar="auto|prefixed|raw",
@@ -190,8 +265,31 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     work.add_argument("-m", "--module", action="store_true", help="run a module like python -m")
     work.add_argument(
+        "--no-python",
+        "--no_python",
+        action="store_true",
+        default=None,
+        help="the target is an executable (or a command on PATH), started without python",
+    )
+    work.add_argument(
+        "--use-env",
+        "--use_env",
+        action="store_true",
+        help="accepted for python -m torch.distributed.launch commands: workers always read LOCAL_RANK from the "
+        "environment here (launch without it passed --local-rank: use --legacy-local-rank)",
+    )
+    work.add_argument(
+        "--exit-codes",
+        metavar="paratrain|torchrun",
+        help="paratrain (default): the failed worker's own code, 128+N for a signal, 75 preempted, 124 stalled; "
+        "torchrun: 1 for any failure, as torchrun",
+    )
+    work.add_argument(
         "-v", "--verbose", action="store_true", help="show torch elastic's own log lines and the torchrun argv"
     )
+
+    torch_group = parser.add_argument_group("torchrun's other flags (handed to torch's launcher as given)")
+    torchrun_flags.add_to(torch_group)
 
     parser.add_argument("target", nargs=argparse.REMAINDER, metavar="script.py [args]", help=argparse.SUPPRESS)
     parser.set_defaults(handler=handler, legacy_local_rank=None)

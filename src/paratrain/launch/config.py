@@ -9,30 +9,42 @@ torch.distributed.run).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
+import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from paratrain.errors import ConfigError
-from paratrain.launch import network
+from paratrain.launch import network, torchrun_flags
 from paratrain.launch.legacy import CHOICES as LEGACY_CHOICES
+from paratrain.launch.module_path import find_module
 
 RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
 DEFAULT_MASTER_PORT = 29500  # torchrun's default for the static rendezvous
 DEFAULT_C10D_PORT = 29400  # torchrun's default for the c10d rendezvous
 DEFAULT_RDZV_TIMEOUT_S = 600  # torch's static and c10d defaults
-DEFAULT_ELASTIC_RESTARTS = 3  # --nnodes MIN:MAX without --max-restarts: room to lose a node and go on
+# --nnodes MIN:MAX without --max-restarts: room to lose a node and go on (torchrun's default is 0,
+# with which a node range can never lose a node; the job's first line says which applies).
+DEFAULT_ELASTIC_RESTARTS = 3
 OUTPUT_MODES = ("auto", "prefixed", "raw")
+# paratrain: the worker's own exit code, 128+signal, 75 preempted, 124 stalled; torchrun: 1 on any failure.
+EXIT_CODE_MODES = ("paratrain", "torchrun")
+NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
+# torch elastic's Std.from_str: one digit 0-3 for every local rank, or LOCAL_RANK:DIGIT,...
+_STD_SPEC = re.compile(r"[0-3]|\d+:[0-3](,\d+:[0-3])*")
 
 # torchrun takes each flag's default from PET_<FLAG> (torch.distributed.argparse_util.env);
 # Kubeflow's PyTorchJob sets PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR,
 # PET_MASTER_PORT (and PET_RDZV_* for elastic jobs), so `paratrain run` reads them the same way.
 PET_FLAGS = (
     "nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port", "max_restarts",
-    "rdzv_backend", "rdzv_endpoint", "rdzv_id", "log_dir",
+    "rdzv_backend", "rdzv_endpoint", "rdzv_id", "rdzv_conf", "log_dir", "redirects", "tee",
+    "local_ranks_filter", "local_addr",
 )
+# torchrun's on/off flags (argparse_util.check_env): PET_<NAME> set to anything but 0 turns them on.
+PET_SWITCHES = ("module", "standalone", "no_python")
 
 
 @dataclass(frozen=True)
@@ -67,11 +79,23 @@ class LaunchConfig:
     output: str = "auto"  # "prefixed": whole lines tagged [rankN]: ; "raw": the workers' streams as they are
     local_ranks_filter: tuple[int, ...] | None = None  # show only these local ranks on the console
     stall_timeout: float | None = None  # exported as PARATRAIN_STALL_TIMEOUT for the workers' watchdog
+    standalone: bool = False  # torchrun's --standalone: one node on a free local port (here: the loopback store)
+    rdzv_conf: str | None = None  # torchrun's --rdzv-conf KEY=VALUE,...; its keys win over ours
+    no_python: bool = False  # the target is an executable, not a Python script
+    redirects: str | None = None  # torchrun's -r/--redirects, as given (then the streams are the user's)
+    tee: str | None = None  # torchrun's -t/--tee, as given
+    local_addr: str | None = None  # torchrun's --local-addr; without it several nodes announce the route to node 0
+    exit_codes: str = "paratrain"  # one of EXIT_CODE_MODES
+    restarts_by_default: bool = False  # max_restarts is DEFAULT_ELASTIC_RESTARTS because --nnodes was a range
+    torch_flags: tuple[str, ...] = ()  # torchrun flags passed as given (torchrun_flags.PASSED_THROUGH)
 
     @property
     def prefixed_output(self) -> bool:
-        """Rank-tagged whole lines: the default as soon as two processes share a console."""
+        """Rank-tagged whole lines: the default as soon as two processes share a console,
+        unless ``-r``/``-t`` hand the streams to torch as in torchrun."""
         if self.output == "auto":
+            if self.redirects is not None or self.tee is not None:
+                return False
             return self.nproc_per_node * self.max_nodes > 1 or self.local_ranks_filter is not None
         return self.output == "prefixed"
 
@@ -111,10 +135,15 @@ class LaunchConfig:
             legacy, command = command[0], command[1:]
         target, target_args = (command[0], tuple(command[1:])) if command else ("", ())
         nnodes = args.nnodes
+        standalone = bool(getattr(args, "standalone", None))
+        if standalone:
+            # As in torchrun, --standalone overrides the rendezvous flags: one node, a free local
+            # port (the loopback store's), a fresh run id.
+            args.rdzv_backend = args.rdzv_endpoint = args.rdzv_id = args.master_port = None
         node_rank = _int("--node-rank", args.node_rank)
         master_addr = args.master_addr
         master_port = _int("--master-port", args.master_port)
-        slurm = _slurm_defaults(environ) if nnodes is None else None
+        slurm = _slurm_defaults(environ) if nnodes is None and not standalone else None
         if slurm:
             nnodes = str(slurm["nnodes"])
             node_rank = slurm["node_rank"] if node_rank is None else node_rank
@@ -125,7 +154,14 @@ class LaunchConfig:
         # and only restarts make it re-rendezvous when one is lost.
         elastic = min_nodes < max_nodes
         rdzv_backend = args.rdzv_backend or ("c10d" if elastic else "static")
+        if rdzv_backend == "static" and args.rdzv_endpoint:
+            # torchrun's static rendezvous meets at --rdzv-endpoint when one is given, not --master-addr.
+            host, colon, port = str(args.rdzv_endpoint).rpartition(":")
+            host, port = (host, port) if colon else (port, "")
+            master_addr, master_port = host.strip("[]"), _int("--rdzv-endpoint port", port, master_port)
+            args.rdzv_endpoint = None
         max_restarts = _int("--max-restarts", args.max_restarts, DEFAULT_ELASTIC_RESTARTS if elastic else 0)
+        restarts_by_default = elastic and args.max_restarts in (None, "")
         if max_nodes > 1 and rdzv_backend == "static" and master_port is None:
             master_port = DEFAULT_MASTER_PORT
         return cls(
@@ -153,6 +189,15 @@ class LaunchConfig:
             output=getattr(args, "output", None) or "auto",
             local_ranks_filter=_ranks("--local-ranks-filter", getattr(args, "local_ranks_filter", None)),
             stall_timeout=_float("--stall-timeout", getattr(args, "stall_timeout", None)),
+            standalone=standalone,
+            rdzv_conf=getattr(args, "rdzv_conf", None) or None,
+            no_python=bool(getattr(args, "no_python", None)),
+            redirects=getattr(args, "redirects", None),
+            tee=getattr(args, "tee", None),
+            local_addr=getattr(args, "local_addr", None) or None,
+            exit_codes=getattr(args, "exit_codes", None) or "paratrain",
+            restarts_by_default=restarts_by_default,
+            torch_flags=torchrun_flags.torch_words(args),
         )
 
     # ---- checking ---------------------------------------------------------------------
@@ -170,15 +215,19 @@ class LaunchConfig:
     def _check_target(self) -> None:
         if not self.target:
             raise ConfigError("no script given; usage: paratrain run [flags] script.py [script args] (or -m module)")
+        if self.module and self.no_python:
+            raise ConfigError("-m runs a Python module and --no-python runs an executable: give one of them")
         if self.module:
-            try:
-                found = importlib.util.find_spec(self.target) is not None
-            except (ImportError, ValueError):
-                found = False
-            if not found:
+            if find_module(self.target) is None:
                 raise ConfigError(
-                    f"module {self.target!r} is not importable here; "
-                    "install it, or run from the directory that contains it"
+                    f"module {self.target!r} is not importable from {Path.cwd()} (python -m would not find it); "
+                    "install it, or run from the directory that contains its top-level package"
+                )
+            return
+        if self.no_python:
+            if shutil.which(self.target) is None:
+                raise ConfigError(
+                    f"--no-python: {self.target!r} is not an executable file or a command on PATH; check the name"
                 )
             return
         path = Path(self.target)
@@ -190,7 +239,7 @@ class LaunchConfig:
     def _check_sizes(self) -> None:
         if self.nproc_per_node < 1:
             raise ConfigError(
-                f"--nproc-per-node {self.nproc_per_node} must be at least 1 (or 'auto': one per GPU, else 1)"
+                f"--nproc-per-node {self.nproc_per_node} must be at least 1 (or gpu: one per GPU; cpu: one per CPU)"
             )
         if self.min_nodes < 1 or self.min_nodes > self.max_nodes:
             raise ConfigError(f"--nnodes {self.min_nodes}:{self.max_nodes} needs 1 <= MIN <= MAX")
@@ -198,6 +247,19 @@ class LaunchConfig:
             raise ConfigError(f"--max-restarts {self.max_restarts} must be 0 or more")
         if self.output not in OUTPUT_MODES:
             raise ConfigError(f"--output {self.output!r} is not one of {', '.join(OUTPUT_MODES)}")
+        if self.exit_codes not in EXIT_CODE_MODES:
+            raise ConfigError(f"--exit-codes {self.exit_codes!r} is not one of {', '.join(EXIT_CODE_MODES)}")
+        for flag, spec in (("-r/--redirects", self.redirects), ("-t/--tee", self.tee)):
+            if spec is not None and not _STD_SPEC.fullmatch(spec):
+                raise ConfigError(
+                    f"{flag} {spec!r} is not a stream choice: 0 none, 1 stdout, 2 stderr, 3 both, for every "
+                    "local rank (e.g. 3) or per local rank (e.g. 0:3,1:2)"
+                )
+        if self.output == "prefixed" and (self.redirects is not None or self.tee is not None):
+            raise ConfigError(
+                "--output prefixed sends the streams through files itself; drop -r/--redirects and -t/--tee, "
+                "or use --output raw to have them as in torchrun"
+            )
         if self.local_ranks_filter is not None and not all(0 <= r < self.nproc_per_node for r in self.local_ranks_filter):
             raise ConfigError(
                 f"--local-ranks-filter {','.join(map(str, self.local_ranks_filter))} names local ranks outside "
@@ -213,6 +275,17 @@ class LaunchConfig:
             )
 
     def _check_rendezvous(self) -> None:
+        if self.standalone and self.max_nodes > 1:
+            raise ConfigError(
+                f"--standalone is one node, but --nnodes {self.min_nodes}:{self.max_nodes} asks for more; "
+                "drop --standalone and give --master-addr (or --rdzv-endpoint) for several nodes"
+            )
+        if self.rdzv_conf is not None:
+            for pair in self.rdzv_conf.split(","):
+                if not re.fullmatch(r"\s*[\w.-]+\s*=.*", pair):
+                    raise ConfigError(
+                        f"--rdzv-conf {self.rdzv_conf!r} is not KEY=VALUE,...: {pair!r}; e.g. join_timeout=900"
+                    )
         if self.rdzv_backend not in RDZV_BACKENDS:
             raise ConfigError(f"--rdzv-backend {self.rdzv_backend!r} is not one of {', '.join(RDZV_BACKENDS)}")
         if self.rdzv_timeout <= 0:
@@ -253,11 +326,15 @@ class LaunchConfig:
         from paratrain.runtime.device import resolve_backend
 
         backend = resolve_backend(self.backend)  # refuses nccl without CUDA, unknown names
-        if backend == "gloo" and self.slurm_cpus is not None and self.nproc_per_node > self.slurm_cpus:
+        if (backend == "gloo" and self.slurm_cpus is not None and self.nproc_per_node > self.slurm_cpus
+                and self.threads_per_proc is None):
+            # Workers sharing CPUs that SLURM pinned for fewer processes crawl; saying how many
+            # threads each gets (--threads-per-proc) is how a user says they mean it.
             raise ConfigError(
                 f"this SLURM step has {self.slurm_cpus} CPU(s) on this node but --nproc-per-node "
                 f"{self.nproc_per_node} starts {self.nproc_per_node} CPU workers; ask for one CPU per worker "
-                f"(srun --cpus-per-task {self.nproc_per_node} ...) or use --nproc-per-node {self.slurm_cpus}"
+                f"(srun --cpus-per-task {self.nproc_per_node} ...), use --nproc-per-node {self.slurm_cpus}, "
+                "or add --threads-per-proc 1 to share them anyway"
             )
         if backend == "nccl":
             import torch
@@ -266,7 +343,7 @@ class LaunchConfig:
             if self.nproc_per_node > gpus:
                 raise ConfigError(
                     f"--nproc-per-node {self.nproc_per_node} with NCCL needs that many GPUs, {gpus} visible; "
-                    f"use --nproc-per-node {gpus} (or auto)"
+                    f"use --nproc-per-node {gpus} (or gpu)"
                 )
 
 
@@ -284,18 +361,32 @@ def parse_nnodes(value: str) -> tuple[int, int]:
 
 
 def parse_nproc(value: str) -> int:
-    """``"auto"`` → number of visible CUDA GPUs, else 1; ``"4"`` → 4.
+    """torchrun's ``--nproc-per-node``: ``"4"`` → 4; ``cpu`` → the CPUs this process may use;
+    ``gpu``/``xpu`` → the visible devices of that kind; ``auto`` → the accelerators, else the CPUs.
 
     Raises:
-        ConfigError: neither ``auto`` nor an integer.
+        ConfigError: not a number nor one of auto, cpu, gpu, xpu; ``gpu``/``xpu`` with none visible.
     """
-    if str(value).lower() == "auto":
-        import torch
+    word = str(value).lower()
+    if word.lstrip("-").isdigit():
+        return int(word)
+    if word not in NPROC_WORDS:
+        raise ConfigError(f"--nproc-per-node {value!r} is neither a number nor 'auto' (or cpu, gpu, xpu)")
+    if word == "cpu":
+        return _usable_cpus()
+    import torch
 
-        return torch.cuda.device_count() if torch.cuda.is_available() else 1
-    if not str(value).lstrip("-").isdigit():
-        raise ConfigError(f"--nproc-per-node {value!r} is neither a number nor 'auto'")
-    return int(value)
+    if word == "auto":
+        return torch.accelerator.device_count() if torch.accelerator.is_available() else _usable_cpus()
+    device = torch.cuda if word == "gpu" else torch.xpu
+    if not device.is_available():
+        raise ConfigError(f"--nproc-per-node {word} needs a visible {word.upper()}, and none is; give a number or cpu")
+    return device.device_count()
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, as torch._utils.cpu_count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _float(flag: str, value) -> float | None:
@@ -336,8 +427,9 @@ def with_pet_defaults(args: argparse.Namespace, environ: Mapping[str, str]) -> a
         value = environ.get(f"PET_{name.upper()}")
         if getattr(filled, name, None) is None and value:
             setattr(filled, name, value)
-    if not getattr(filled, "module", False) and environ.get("PET_MODULE", "0") not in ("0", ""):
-        filled.module = True
+    for name in PET_SWITCHES:
+        if not getattr(filled, name, False) and environ.get(f"PET_{name.upper()}", "0") not in ("0", ""):
+            setattr(filled, name, True)
     return filled
 
 
@@ -372,7 +464,8 @@ def _slurm_defaults(environ: Mapping[str, str]) -> dict | None:
     if info.world_size != nnodes:
         raise ConfigError(
             f"this SLURM step runs {info.world_size} tasks on {nnodes} nodes; paratrain run starts the workers "
-            "itself, so use one task per node: srun --ntasks-per-node=1 paratrain run ..."
+            "itself, so use one task per node: srun --ntasks-per-node=1 paratrain run ... (or give --nnodes "
+            "and --node-rank yourself: the flags replace what SLURM says)"
         )
     if nnodes == 1:
         return None  # one node: the loopback rendezvous is the right default

@@ -8,13 +8,18 @@ exception from the error file), what the other ranks did, and where its log is
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 from paratrain.diagnostics.failure_report import build_report, peer_address, rank_outcome, recorded_exception
 from paratrain.errors import LaunchError, ParatrainError, PreemptedError, WorkerError
 
 PREEMPTED_EXIT_CODE = PreemptedError.exit_code
+STALLED_EXIT_CODE = 124  # paratrain.diagnostics.watchdog.STALL_EXIT_CODE (not imported: it imports torch)
+# Exit codes that mean paratrain's verdict, never a worker's own code (see script_failure).
+VERDICT_CODES = {PREEMPTED_EXIT_CODE: "preempted", STALLED_EXIT_CODE: "stalled"}
 
 
 def worker_error(exc) -> ParatrainError:
@@ -59,15 +64,39 @@ def script_failure(
     if fix:
         report.hint = fix
     first = report.first
-    if first.exitcode == PREEMPTED_EXIT_CODE:
+    preempted = first.exitcode == PREEMPTED_EXIT_CODE and first.exception_type == PreemptedError.__name__
+    stalled = first.exitcode == STALLED_EXIT_CODE and first.stall_verdict
+    if preempted:
         error = LaunchError(f"rank {first.rank} {first.exception_message or 'was preempted'}")
     else:
         error = LaunchError(report.summary())
     error.report = report
     # Keep the worker's exit status for schedulers and shell scripts; signals as the shell reports them.
     code = first.exitcode
-    error.exit_code = code if code > 0 else 128 + abs(code) if code else 1
+    code = code if code > 0 else 128 + abs(code) if code else 1
+    if code in VERDICT_CODES and not (preempted or stalled):
+        # A worker's own 75 or 124 would read as paratrain's "preempted"/"stalled" to a requeue
+        # script: those codes keep that one meaning, and the worker's own code is in the message.
+        error.args = (f"{error.args[0]}; paratrain exits 1, not {code}: {code} means {VERDICT_CODES[code]} only "
+                      "when paratrain's own loop or watchdog says so",)
+        code = 1
+    error.exit_code = code
     return error
+
+
+def workers_recorded(log_root: Path | None, exception_type: str) -> bool:
+    """True when some worker of the newest attempt under ``log_root`` (torch's per-run log
+    folder) left an error file recording ``exception_type``, e.g. ``PreemptedError``."""
+    attempts = sorted(log_root.glob("attempt_*"), key=lambda p: int(p.name.split("_")[-1])) if log_root else []
+    for path in attempts[-1].glob("*/error.json") if attempts else ():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        except (OSError, ValueError):
+            continue
+        recorded = recorded_exception(SimpleNamespace(error_file_data=data))
+        if recorded and recorded[0] == exception_type:
+            return True
+    return False
 
 
 def _how_it_ended(failure) -> str:

@@ -10,7 +10,6 @@ neither. We append the spelling the script parses; torch elastic replaces the
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from paratrain.errors import ConfigError
@@ -61,10 +60,9 @@ def _source_of(target: str, module: bool) -> str | None:
     """The script's text, or the module's (found without importing it)."""
     path: Path | None = Path(target)
     if module:
-        try:
-            spec = importlib.util.find_spec(target)
-        except (ImportError, ValueError):
-            spec = None
+        from paratrain.launch.module_path import find_module
+
+        spec = find_module(target)
         path = Path(spec.origin) if spec and spec.origin and spec.origin.endswith(".py") else None
     try:
         return path.read_text(encoding="utf-8", errors="replace") if path else None

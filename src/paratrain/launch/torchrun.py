@@ -32,7 +32,7 @@ from paratrain.errors import LaunchError, PreemptedError
 from paratrain.launch import network, whole_lines
 from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, LaunchConfig
 from paratrain.launch.environ import scoped_environ
-from paratrain.launch.failures import script_failure
+from paratrain.launch.failures import script_failure, workers_recorded
 from paratrain.launch.legacy import local_rank_argument, parses_local_rank
 from paratrain.launch.torch_logs import torch_log_level
 
@@ -60,39 +60,63 @@ def torchrun_argv(
         f"--rdzv-id={run_id}",
     ]
     if config.rdzv_backend == "static":
+        conf = {"timeout": str(config.rdzv_timeout)}
         argv += [
             f"--node-rank={config.node_rank}",
             f"--master-addr={config.master_addr or network.LOOPBACK}",
             f"--master-port={master_port}",
-            f"--rdzv-conf=timeout={config.rdzv_timeout}",
         ]
     else:
-        conf = f"join_timeout={config.rdzv_timeout}"
+        conf = {"join_timeout": str(config.rdzv_timeout)}
         if config.rdzv_last_call:
-            conf += f",last_call_timeout={config.rdzv_last_call}"
+            conf["last_call_timeout"] = str(config.rdzv_last_call)
         if config.multi_node and not config.rdzv_endpoint and config.rdzv_backend == "c10d":
             # The endpoint is --master-addr: node 0 hosts the store. torch would guess from the
             # host name, which need not resolve to that address (containers, several interfaces).
-            conf += f",is_host={'true' if config.node_rank == 0 else 'false'}"
-        argv += [f"--rdzv-endpoint={rendezvous_endpoint(config)}", f"--rdzv-conf={conf}"]
-        if local_addr:
-            # Workers meet at the address rank 0's agent announces, by default its host name,
-            # which may resolve to another interface: announce the one that routes to node 0.
-            argv.append(f"--local-addr={local_addr}")
+            conf["is_host"] = "true" if config.node_rank == 0 else "false"
+        argv.append(f"--rdzv-endpoint={rendezvous_endpoint(config)}")
+    conf.update(_pairs(config.rdzv_conf))  # the user's --rdzv-conf wins, key by key
+    argv.append("--rdzv-conf=" + ",".join(f"{key}={value}" for key, value in conf.items()))
+    local_addr = config.local_addr or (local_addr if config.rdzv_backend != "static" else None)
+    if local_addr:
+        # Workers meet at the address rank 0's agent announces, by default its host name,
+        # which may resolve to another interface: announce the one that routes to node 0.
+        argv.append(f"--local-addr={local_addr}")
     if log_dir:
+        argv.append(f"--log-dir={log_dir}")
+    if config.redirects is not None or config.tee is not None:
+        # The user's stream choices, as torchrun takes them.
+        argv += [f"--redirects={config.redirects or '0'}", f"--tee={config.tee or '0'}"]
+    elif config.prefixed_output or config.log_dir:
         # 3 = stdout and stderr of every local rank; tee keeps them on the console too, whole
         # lines at a time with the [rankN]: prefix, so two ranks never share a line.
-        argv += [f"--log-dir={log_dir}", "--redirects=3", "--tee=3"]
+        argv += ["--redirects=3", "--tee=3"]
     if config.local_ranks_filter is not None:
         argv.append(f"--local-ranks-filter={','.join(map(str, config.local_ranks_filter))}")
+    argv += list(config.torch_flags)
     if config.module:
         argv.append("--module")
+    if config.no_python:
+        argv.append("--no-python")
     argv.append(config.target)
     if config.legacy_local_rank:
         # Before the script's own arguments, where torch.distributed.launch put it.
         argv.append(local_rank_argument(config.legacy_local_rank, config.target, config.module))
     argv += list(config.target_args)
     return argv
+
+
+def _pairs(conf: str | None) -> dict[str, str]:
+    """``"a=1,b=2"`` → {"a": "1", "b": "2"} (validated by LaunchConfig)."""
+    pairs = (pair.split("=", 1) for pair in (conf or "").split(",") if pair.strip())
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def run_id_for(config: LaunchConfig) -> str:
+    """``--rdzv-id``, else torchrun's: a fresh UUID where torchrun makes its own local store (one
+    node without ``--master-port``, or ``--standalone``), else ``none``."""
+    local_store = not config.multi_node and config.master_port is None
+    return config.rdzv_id or (str(uuid.uuid4()) if local_store else "none")
 
 
 def rendezvous_endpoint(config: LaunchConfig) -> str:
@@ -169,7 +193,7 @@ def launch(config: LaunchConfig) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    run_id = config.rdzv_id or (f"paratrain-{uuid.uuid4().hex[:8]}" if not config.multi_node else "paratrain")
+    run_id = run_id_for(config)
     with contextlib.ExitStack() as stack:
         port = config.master_port
         if config.loopback_only and config.rdzv_backend == "static":
@@ -180,7 +204,15 @@ def launch(config: LaunchConfig) -> int:
             port = port or DEFAULT_MASTER_PORT
         interface = socket_interface(config)
         env = worker_env(config, os.environ, interface)
-        log_dir = config.log_dir or (tempfile.mkdtemp(prefix="paratrain-logs-") if config.prefixed_output else None)
+        # Without --log-dir, a scratch folder: the prefixed console's copy of the streams, and the
+        # workers' error files (torch's own default is an unnamed temporary folder), read after a signal.
+        log_dir = config.log_dir or tempfile.mkdtemp(prefix="paratrain-logs-")
+        if config.restarts_by_default:
+            _info(
+                f"--nnodes {config.min_nodes}:{config.max_nodes} is a node range: the group restarts up to "
+                f"{config.max_restarts} times when a node or worker is lost (torchrun's default is 0: give "
+                "--max-restarts 0 for it)"
+            )
         argv = torchrun_argv(config, port, run_id, log_dir, interface.address if config.multi_node else None)
         if config.multi_node and config.rdzv_backend == "static" and config.node_rank > 0:
             network.wait_for_listener(config.master_addr, port, config.rdzv_timeout)
@@ -193,29 +225,49 @@ def launch(config: LaunchConfig) -> int:
         if config.verbose:
             _info("torchrun " + " ".join(argv))
         stack.enter_context(scoped_environ(env))
+        # Read into the config already; torch would read it again and turn our one-node store into its own.
+        os.environ.pop("PET_STANDALONE", None)
         stack.enter_context(torch_log_level(logging.INFO if config.verbose else logging.CRITICAL))
         oom_kills_before = oom_kill_count()
         whole_lines.install()  # --tee writes a line in parts behind separate tags otherwise
         try:
             torchrun.main(argv)
         except ChildFailedError as exc:
-            raise script_failure(
+            error = script_failure(
                 exc, lambda local_rank: _log_file(log_dir, run_id, local_rank), lambda code: _hint(config, code),
                 oom_kills_before, lambda ranks, peer: _lost_node(config, ranks, peer),
-            ) from None
+            )
+            _drop_scratch(config, log_dir, keep=error.report.first.log is not None)
+            raise _with_exit_code_mode(config, error) from None
         except SignalException as exc:  # the agent turns SIGTERM/SIGINT/... into this after stopping the workers
-            raise _stopped(exc.sigval) from None
+            error = _stopped(exc.sigval, preempted=workers_recorded(_log_root(log_dir, run_id), "PreemptedError"))
+            _drop_scratch(config, log_dir)
+            raise _with_exit_code_mode(config, error) from None
         except Exception as exc:
+            _drop_scratch(config, log_dir)
             if not _is_rendezvous_error(exc):
                 raise
-            raise _rendezvous_error(config, port, exc) from None
+            raise _with_exit_code_mode(config, _rendezvous_error(config, port, exc)) from None
     if config.log_dir:
         _info(
             f"per-rank logs: {_log_root(config.log_dir, run_id) or config.log_dir}/attempt_*/<local rank>/{{stdout,stderr}}.log"
         )
-    elif log_dir:  # our own scratch copy of what the console showed; a failure names it, so it stays then
-        shutil.rmtree(log_dir, ignore_errors=True)
+    else:  # our own scratch copy of what the console showed; a failure names it, so it stays then
+        _drop_scratch(config, log_dir)
     return 0
+
+
+def _drop_scratch(config: LaunchConfig, log_dir: str, keep: bool = False) -> None:
+    """Remove the scratch log folder (never the user's --log-dir), unless a message names a file in it."""
+    if not config.log_dir and not keep:
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _with_exit_code_mode(config: LaunchConfig, error: LaunchError) -> LaunchError:
+    """``--exit-codes torchrun``: 1 for every failure, as torchrun (the message is unchanged)."""
+    if config.exit_codes == "torchrun":
+        error.exit_code = 1
+    return error
 
 
 def _is_rendezvous_error(exc: BaseException) -> bool:
@@ -274,17 +326,17 @@ def _span(ranks: list[int]) -> str:
         else ", ".join(map(str, ranks))
 
 
-def _stopped(sigval) -> LaunchError:
+def _stopped(sigval, preempted: bool = False) -> LaunchError:
     """The launcher got a signal; the agent has passed it to the workers and waited for them.
 
-    SIGTERM is how SLURM and Kubernetes preempt: pt.fit and ``paratrain train`` finish
-    their step and save before they exit, so the launcher says "preempted" and exits 75.
+    SIGTERM is how SLURM and Kubernetes preempt: pt.fit, ``paratrain train`` and loops using
+    ``rt.preemption()`` finish their step, save, and record a PreemptedError before they exit
+    (``preempted``); then the launcher says "preempted" and exits 75. Workers that recorded
+    nothing (plain scripts) were stopped where they were: 128+15, as a shell reports SIGTERM.
     """
-    if sigval == signal.SIGTERM:
+    if sigval == signal.SIGTERM and preempted:
         stopped = LaunchError(
-            "preempted by SIGTERM: the workers were asked to finish their step and save (pt.fit, paratrain "
-            "train and loops using rt.preemption() do; other scripts stop where they are); run the same command "
-            "again to resume"
+            "preempted by SIGTERM: the workers finished their step and saved; run the same command again to resume"
         )
         stopped.exit_code = PreemptedError.exit_code
         return stopped
