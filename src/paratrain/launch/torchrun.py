@@ -340,11 +340,10 @@ def _stopped(sigval, preempted: bool = False) -> LaunchError:
         )
         stopped.exit_code = PreemptedError.exit_code
         return stopped
-    if sigval == signal.SIGINT:
-        stopped = LaunchError(
-            "interrupted by SIGINT (Ctrl-C): the workers were asked to finish their step and save (pt.fit and "
-            "paratrain train do); run the same command again to resume"
-        )
+    if sigval == signal.SIGINT:  # Ctrl-C: pt.fit and paratrain train save as on SIGTERM; exit 130 as a shell reports it
+        what = "the workers finished their step and saved; run the same command again to resume" if preempted \
+            else "the workers were stopped too"
+        stopped = LaunchError(f"interrupted by SIGINT (Ctrl-C): {what}")
         stopped.exit_code = 130
         return stopped
     stopped = LaunchError(f"stopped by {sigval.name}; the workers were stopped too")
