@@ -1,0 +1,29 @@
+"""TF32 for float32 matmuls and convolutions on CUDA: the one place paratrain sets it.
+
+TF32 keeps float32's range with a 10-bit mantissa: on Ampere and newer GPUs matmuls run
+several times faster, and training converges as in float32 (the reason torch enables it
+by default for cuDNN convolutions). The setting is process-wide, as torch's is.
+
+Which torch switches: ``torch.set_float32_matmul_precision`` and
+``torch.backends.cudnn.allow_tf32``. They exist in every torch paratrain supports
+(2.6 and later). Torch 2.9 added per-backend strings
+(``torch.backends.cuda.matmul.fp32_precision``, ``torch.backends.cudnn.conv.fp32_precision``)
+and keeps the two in step only in one direction: the older switches also write the new
+strings, while the new strings alone leave the older state behind, and torch's getters
+then raise "mix of the legacy and new APIs" — getters that ``torch.compile``'s inductor
+reads (``torch.get_float32_matmul_precision()``, ``torch.backends.cudnn.allow_tf32``).
+Setting only the older switches keeps both families of getters true on every version.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def set_tf32(device: torch.device, enabled: bool = True) -> None:
+    """On a CUDA ``device``, let float32 matmuls and cuDNN convolutions use TF32
+    (``enabled``) or keep them in full float32; on other devices change nothing."""
+    if device.type != "cuda":
+        return
+    torch.set_float32_matmul_precision("high" if enabled else "highest")
+    torch.backends.cudnn.allow_tf32 = enabled
