@@ -41,6 +41,13 @@ def test_scores_are_argmaxed_and_absent_classes_keep_their_row():
     assert pt.accuracy(torch.tensor(scores), torch.tensor([0, 1, 0])) == 2 / 3
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_logits_from_mixed_precision_are_scored(dtype):
+    # Logits computed under bf16 autocast are bfloat16, which NumPy has no type for.
+    logits = torch.tensor([[2.0, 0.5], [0.1, 3.0], [1.0, 0.0]], dtype=dtype)
+    assert pt.accuracy(logits, torch.tensor([0, 1, 1])) == 2 / 3
+
+
 def test_accuracy_is_an_exact_fraction():
     assert pt.accuracy(PREDS, TARGETS) == 9 / 16
     assert pt.accuracy([1] * 101, [1] * 50 + [0] * 51) == 50 / 101
