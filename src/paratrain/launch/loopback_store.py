@@ -44,15 +44,14 @@ class LoopbackStore:
             ) from None
         listener.listen(512)
         self.port: int = listener.getsockname()[1]
-        self.store = dist.TCPStore(
-            LOOPBACK,
-            self.port,
-            is_master=True,
-            wait_for_workers=False,
-            timeout=timedelta(seconds=timeout_s),
-            multi_tenant=True,
-            master_listen_fd=listener.detach(),  # the store owns and closes it
-        )
+        options = dict(is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s), multi_tenant=True,
+                       master_listen_fd=listener.detach())  # the store owns and closes it
+        try:
+            self.store = dist.TCPStore(LOOPBACK, self.port, **options)
+        except NotImplementedError:
+            # torch 2.6's libuv store server cannot take a listening socket ("does not support
+            # initialization with an listen fd"; it refuses before touching it): its classic one can.
+            self.store = dist.TCPStore(LOOPBACK, self.port, use_libuv=False, **options)
 
     @property
     def address(self) -> str:
