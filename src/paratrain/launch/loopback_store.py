@@ -14,10 +14,22 @@ from __future__ import annotations
 import socket
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
+from torch.torch_version import TorchVersion
 
 from paratrain.errors import ConfigError
 from paratrain.launch.network import LOOPBACK
+
+
+def libuv_takes_a_listening_socket(torch_version: str) -> bool:
+    """Whether this torch's default (libuv) store server can be handed a bound socket.
+
+    From torch 2.8 on (pytorch/pytorch#150215); torch 2.6 and 2.7 refuse it ("The libuv
+    TCPStore backend does not support initialization with an listen fd") and need the
+    classic server, which every torch has.
+    """
+    return TorchVersion(torch_version) >= (2, 8)
 
 
 class LoopbackStore:
@@ -44,14 +56,16 @@ class LoopbackStore:
             ) from None
         listener.listen(512)
         self.port: int = listener.getsockname()[1]
-        options = dict(is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s), multi_tenant=True,
-                       master_listen_fd=listener.detach())  # the store owns and closes it
-        try:
-            self.store = dist.TCPStore(LOOPBACK, self.port, **options)
-        except NotImplementedError:
-            # torch 2.6's libuv store server cannot take a listening socket ("does not support
-            # initialization with an listen fd"; it refuses before touching it): its classic one can.
-            self.store = dist.TCPStore(LOOPBACK, self.port, use_libuv=False, **options)
+        self.store = dist.TCPStore(
+            LOOPBACK,
+            self.port,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=timedelta(seconds=timeout_s),
+            multi_tenant=True,
+            master_listen_fd=listener.detach(),  # the store owns and closes it
+            use_libuv=libuv_takes_a_listening_socket(torch.__version__),
+        )
 
     @property
     def address(self) -> str:
