@@ -3,6 +3,8 @@ on a CPU torch with the device queries faked (tests/runtime/fake_cuda.py)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -49,3 +51,18 @@ def test_a_gpu_with_native_bf16_passes_the_check(monkeypatch, tf32_restored):
         pt.Runtime(strategy="single", precision="bf16-mixed")
     assert "this GPU has no bf16" not in str(info.value)
     assert fake.names()[:2] == ["set_device", "is_bf16_supported"]
+
+
+def test_deepspeed_is_given_the_runtime_s_gpu_not_local_rank(monkeypatch, tf32_restored):
+    # DeepSpeed would set_device(LOCAL_RANK) itself: local rank 1 with one GPU per task has only cuda:0.
+    pytest.importorskip("deepspeed")
+    monkeypatch.setattr("paratrain.runtime.runtime.detect", lambda: ProcessInfo(
+        rank=0, local_rank=1, world_size=1, local_world_size=2, node_rank=0, num_nodes=1,
+        master_addr=None, master_port=None, source="single"))
+    FakeCuda(monkeypatch, visible=1)
+    rt = pt.Runtime(strategy="deepspeed")
+    calls = []
+    rt.strategy.deepspeed = SimpleNamespace(initialize=lambda **kw: calls.append(kw) or ("engine", None, None, None))
+    model = torch.nn.Linear(2, 1)
+    rt.strategy.wrap(model, [torch.optim.SGD(model.parameters(), lr=0.1)])
+    assert rt.device == torch.device("cuda", 0) and calls[0]["args"].device_rank == 0
