@@ -41,10 +41,9 @@ def test_scores_are_argmaxed_and_absent_classes_keep_their_row():
     assert pt.accuracy(torch.tensor(scores), torch.tensor([0, 1, 0])) == 2 / 3
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_logits_from_mixed_precision_are_scored(dtype):
+def test_bf16_logits_are_scored():
     # Logits computed under bf16 autocast are bfloat16, which NumPy has no type for.
-    logits = torch.tensor([[2.0, 0.5], [0.1, 3.0], [1.0, 0.0]], dtype=dtype)
+    logits = torch.tensor([[2.0, 0.5], [0.1, 3.0], [1.0, 0.0]], dtype=torch.bfloat16)
     assert pt.accuracy(logits, torch.tensor([0, 1, 1])) == 2 / 3
 
 
