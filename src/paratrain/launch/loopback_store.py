@@ -14,22 +14,10 @@ from __future__ import annotations
 import socket
 from datetime import timedelta
 
-import torch
 import torch.distributed as dist
-from torch.torch_version import TorchVersion
 
 from paratrain.errors import ConfigError
 from paratrain.launch.network import LOOPBACK
-
-
-def libuv_takes_a_listening_socket(torch_version: str) -> bool:
-    """Whether this torch's default (libuv) store server can be handed a bound socket.
-
-    From torch 2.8 on (pytorch/pytorch#150215); torch 2.6 and 2.7 refuse it ("The libuv
-    TCPStore backend does not support initialization with an listen fd") and need the
-    classic server, which every torch has.
-    """
-    return TorchVersion(torch_version) >= (2, 8)
 
 
 class LoopbackStore:
@@ -64,7 +52,6 @@ class LoopbackStore:
             timeout=timedelta(seconds=timeout_s),
             multi_tenant=True,
             master_listen_fd=listener.detach(),  # the store owns and closes it
-            use_libuv=libuv_takes_a_listening_socket(torch.__version__),
         )
 
     @property

@@ -5,14 +5,13 @@ several times faster, and training converges as in float32 (the reason torch ena
 by default for cuDNN convolutions). The setting is process-wide, as torch's is.
 
 Which torch switches: ``torch.set_float32_matmul_precision`` and
-``torch.backends.cudnn.allow_tf32``. They exist in every torch paratrain supports
-(2.6 and later). Torch 2.9 added per-backend strings
-(``torch.backends.cuda.matmul.fp32_precision``, ``torch.backends.cudnn.conv.fp32_precision``)
-and keeps the two in step only in one direction: the older switches also write the new
-strings, while the new strings alone leave the older state behind, and torch's getters
-then raise "mix of the legacy and new APIs" — getters that ``torch.compile``'s inductor
-reads (``torch.get_float32_matmul_precision()``, ``torch.backends.cudnn.allow_tf32``).
-Setting only the older switches keeps both families of getters true on every version.
+``torch.backends.cudnn.allow_tf32``, as in every torch 2.x. Torch 2.9 added per-backend
+strings (``torch.backends.cuda.matmul.fp32_precision``, ``torch.backends.cudnn.conv.fp32_precision``)
+and keeps the two families in step only in one direction: the older switches also write
+the new strings, while the new strings alone leave the older state behind, and torch's
+older getters then raise "mix of the legacy and new APIs" — getters that ``torch.compile``'s
+inductor still reads (``torch.get_float32_matmul_precision()``, ``torch.backends.cudnn.allow_tf32``,
+torch 2.13) and user code too. Setting only the older switches keeps both families true.
 """
 
 from __future__ import annotations
