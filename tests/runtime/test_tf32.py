@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
 import paratrain as pt
 from paratrain.precision import PRECISIONS, create_precision
-from paratrain.runtime.tf32 import set_tf32
+from paratrain.runtime.tf32 import DEPRECATION_NOTICE, set_tf32
 from tests.runtime.fake_cuda import FakeCuda, tf32_restored  # noqa: F401 - the fixture
 
 CUDA = torch.device("cuda", 0)
@@ -78,3 +80,18 @@ def test_a_cuda_runtime_keeps_what_tf32_says_and_every_getter_answers(monkeypatc
 def test_tf32_takes_a_bool():
     with pytest.raises(pt.ConfigError, match="tf32 must be a bool"):
         pt.Runtime(tf32="no")
+
+
+def test_torch_2_9s_deprecation_notice_for_the_switches_is_not_passed_on(monkeypatch, tf32_restored):
+    # torch 2.9 warns on the first use of the older switches; paratrain uses them on purpose.
+    real = torch.set_float32_matmul_precision
+
+    def like_torch_2_9(precision):
+        warnings.warn(f"{DEPRECATION_NOTICE}, such as torch.backends.cudnn.conv.fp32_precision = 'tf32' ...", UserWarning)
+        real(precision)
+
+    monkeypatch.setattr(torch, "set_float32_matmul_precision", like_torch_2_9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        set_tf32(CUDA, enabled=False)
+    assert torch.get_float32_matmul_precision() == "highest"

@@ -16,7 +16,12 @@ torch 2.13) and user code too. Setting only the older switches keeps both famili
 
 from __future__ import annotations
 
+import warnings
+
 import torch
+
+#: The start of torch 2.9's one-time notice on the older TF32 switches (a regex for warnings filters).
+DEPRECATION_NOTICE = "Please use the new API settings to control TF32 behavior"
 
 
 def set_tf32(device: torch.device, enabled: bool = True) -> None:
@@ -24,5 +29,9 @@ def set_tf32(device: torch.device, enabled: bool = True) -> None:
     (``enabled``) or keep them in full float32; on other devices change nothing."""
     if device.type != "cuda":
         return
-    torch.set_float32_matmul_precision("high" if enabled else "highest")
-    torch.backends.cudnn.allow_tf32 = enabled
+    with warnings.catch_warnings():
+        # torch 2.9 announces, once, that these switches "will be deprecated after 2.9"; they
+        # are the ones that keep every getter true (above), so the notice is not the user's.
+        warnings.filterwarnings("ignore", message=DEPRECATION_NOTICE, category=UserWarning)
+        torch.set_float32_matmul_precision("high" if enabled else "highest")
+        torch.backends.cudnn.allow_tf32 = enabled
