@@ -82,7 +82,7 @@ def test_tf32_takes_a_bool():
         pt.Runtime(tf32="no")
 
 
-def test_torch_2_9s_deprecation_notice_for_the_switches_is_not_passed_on(monkeypatch, tf32_restored):
+def test_torch_2_9s_deprecation_notice_for_the_switches_is_not_passed_on(tf32_restored, monkeypatch):
     # torch 2.9 warns on the first use of the older switches; paratrain uses them on purpose.
     real = torch.set_float32_matmul_precision
 
