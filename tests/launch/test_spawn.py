@@ -54,3 +54,17 @@ def test_fork_after_cuda_was_initialised_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     with pytest.raises(pt.ConfigError, match="CUDA was initialised in this process before pt.spawn forked workers"):
         pt.spawn(reduce_ranks, 2, start_method="fork")
+
+
+def test_the_fork_check_does_not_initialise_cuda_itself(monkeypatch):
+    # torch.cuda.is_available() runs cudaGetDeviceCount, which initialises the driver in
+    # this process: on a GPU machine the check would poison the fork it guards.
+    from paratrain.launch.spawn import _check_fork_is_safe
+
+    def initialises_the_driver():
+        raise AssertionError("torch.cuda.is_available() called before fork")
+
+    monkeypatch.setattr(torch.cuda, "is_available", initialises_the_driver)
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", initialises_the_driver, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    _check_fork_is_safe("fork")

@@ -41,6 +41,12 @@ def test_scores_are_argmaxed_and_absent_classes_keep_their_row():
     assert pt.accuracy(torch.tensor(scores), torch.tensor([0, 1, 0])) == 2 / 3
 
 
+def test_bf16_logits_are_scored():
+    # Logits computed under bf16 autocast are bfloat16, which NumPy has no type for.
+    logits = torch.tensor([[2.0, 0.5], [0.1, 3.0], [1.0, 0.0]], dtype=torch.bfloat16)
+    assert pt.accuracy(logits, torch.tensor([0, 1, 1])) == 2 / 3
+
+
 def test_accuracy_is_an_exact_fraction():
     assert pt.accuracy(PREDS, TARGETS) == 9 / 16
     assert pt.accuracy([1] * 101, [1] * 50 + [0] * 51) == 50 / 101

@@ -17,3 +17,20 @@ def groups_one_after_another(times: int) -> list[float]:
         del model  # the DDP wrapper goes before its group (see Runtime.close)
         rt.close()
     return sums
+
+
+def in_the_users_own_group() -> tuple[bool, float, bool]:
+    """``dist.init_process_group`` first, then a Runtime: it trains in that group and leaves it
+    alone. Returns (the any-rank flag, the all-reduced sum, whether the group outlived close)."""
+    import torch.distributed as dist
+
+    from paratrain import comm
+
+    dist.init_process_group("gloo")
+    rt = pt.Runtime(strategy="ddp", timeout=60)
+    flag = bool(comm.any_rank(torch.tensor([rt.rank == 1])).item())  # the preemption poll's collective
+    total = float(pt.all_reduce(torch.tensor(float(rt.rank + 1)), op="sum"))
+    rt.close()
+    kept = dist.is_initialized()
+    dist.destroy_process_group()
+    return flag, total, kept

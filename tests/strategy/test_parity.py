@@ -9,7 +9,7 @@ import paratrain as pt
 from tests.strategy.recipes import BATCH, STEPS, run_single
 from tests.strategy.workers import strategies_train_alike
 
-RTOL = 1e-6
+RTOL = 5e-6  # float32 sums in another order: torch 2.9's FSDP2 reduce-scatter lands 1.1e-6 off one process
 
 
 @pytest.fixture(scope="module")

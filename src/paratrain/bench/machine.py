@@ -54,7 +54,8 @@ def detect_machine() -> Machine:
         gpu_memory_gib=round(props.total_memory / 2**30, 1) if props else None,
         cuda=torch.version.cuda if cuda else None,
         nccl=".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
-        bf16_supported=torch.cuda.is_bf16_supported() if cuda else True,  # CPU autocast supports bf16
+        # Native bf16 only: emulated bf16 (V100, T4) is slower than fp16, the mixed precision to bench there.
+        bf16_supported=torch.cuda.is_bf16_supported(including_emulation=False) if cuda else True,  # CPU autocast supports bf16
         python=sys.version.split()[0],
         platform=platform.platform(),
         versions={name: package_version(name) for name in PEER_PACKAGES},

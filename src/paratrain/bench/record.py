@@ -11,6 +11,7 @@ import json
 import os
 import resource
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -50,8 +51,11 @@ class StepRecorder:
     times are real on GPUs too.
     """
 
-    def __init__(self, work_dir: str | Path, rank: int, world_size: int, samples_per_step: int, device: torch.device | str):
+    def __init__(self, work_dir: str | Path, rank: int, world_size: int, samples_per_step: int, device: torch.device | str,
+                 memory_devices: Sequence[torch.device | str] | None = None):
         self.work_dir = Path(work_dir)
+        #: whose peak memory is this rank's: its device, or all that DataParallel replicates onto.
+        self.memory_devices = [torch.device(d) for d in (memory_devices or [device])]
         self.total_steps: int | None = None
         self.record = RankRecord(rank=rank, world_size=world_size, started=time.time(),
                                  samples_per_step=samples_per_step, device=str(device))
@@ -69,9 +73,16 @@ class StepRecorder:
         if self.record.rank == 0 and final_state is not None:
             save_weights(final_state, self.work_dir / FINAL_WEIGHTS)
         self.record.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-        if torch.cuda.is_available() and self.record.device.startswith("cuda"):
-            self.record.peak_gpu_bytes = int(torch.cuda.max_memory_allocated(torch.device(self.record.device)))
+        self.record.peak_gpu_bytes = peak_gpu_bytes(self.memory_devices)
         _write_json(rank_file(self.work_dir, self.record.rank), asdict(self.record))
+
+
+def peak_gpu_bytes(devices: Sequence[torch.device]) -> int:
+    """The peak memory torch allocated on the CUDA ``devices``, added up (0 without CUDA)."""
+    cuda = [device for device in devices if device.type == "cuda"]
+    if not cuda or not torch.cuda.is_available():
+        return 0
+    return sum(int(torch.cuda.max_memory_allocated(device)) for device in cuda)
 
 
 def save_weights(state: dict[str, torch.Tensor], path: Path) -> None:

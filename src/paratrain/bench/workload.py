@@ -101,6 +101,7 @@ class Workload:
         """The task's optimizer at the bench's learning rate (constant: no schedule)."""
         return self.task.build_optimizer(model, self.spec.lr * lr_scale, self.spec.weight_decay)
 
-    def recorder(self, rank: int, world_size: int, device: torch.device | str = "cpu") -> StepRecorder:
-        return StepRecorder(self.spec.work_dir, rank, world_size, self.spec.global_batch, device)
+    def recorder(self, rank: int, world_size: int, device: torch.device | str = "cpu",
+                 memory_devices: list[torch.device] | None = None) -> StepRecorder:
+        return StepRecorder(self.spec.work_dir, rank, world_size, self.spec.global_batch, device, memory_devices)
 

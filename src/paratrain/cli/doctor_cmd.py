@@ -16,6 +16,10 @@ OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES); network interfaces and the one that
 routes to the master; whether the master port is free (node 0) or answers
 (other nodes). With --nproc-per-node N > 1, or on several nodes, it also starts
 a real job and all-reduces across every rank: latency and bus bandwidth.
+On a machine with CUDA GPUs it runs a self-test of the CUDA paths paratrain
+takes (about a minute; --no-gpu-test skips it): the rank's device, the TF32
+switch, bf16, fp16 with GradScaler, the fit loop's clock, torch.compile, and
+with two GPUs DDP over NCCL. `pytest -m gpu` proves the same paths at length.
 
 Every finding is ok, info, warning or problem (with its fix). The exit code is
 1 when a problem would stop a job, else 0.
@@ -41,6 +45,8 @@ def register(subparsers) -> None:
     parser.add_argument("--nproc-per-node", metavar="N", help="processes per node for the all_reduce probe")
     parser.add_argument("--rdzv-timeout", metavar="SECONDS", default="120", help="how long nodes wait for each other (default 120)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    parser.add_argument("--no-gpu-test", action="store_true",
+                        help="skip the GPU self-test (about a minute on a machine with CUDA GPUs)")
     parser.set_defaults(handler=handler)
 
 
@@ -56,6 +62,10 @@ def handler(args: argparse.Namespace) -> int:
         config.validate()  # bad flags: one line, before anything starts
     node_rank = config.node_rank if config else 0
     findings = doctor.software() + doctor.devices() + doctor.environment()
+    if not args.no_gpu_test:
+        from paratrain.diagnostics.gpu_selftest import gpu_self_test
+
+        findings += gpu_self_test()  # nothing without a CUDA GPU
     findings += doctor.network(args.master_addr, config.master_port if config else None, node_rank)
     probe = None
     if config is not None and not doctor.has_problem(findings):

@@ -69,9 +69,15 @@ def _pack(fn: Callable[..., Any], args: tuple) -> bytes:
 
 
 def _check_fork_is_safe(start_method: str) -> None:
+    """Refuse ``fork`` from a process where torch already initialised CUDA.
+
+    Only ``torch.cuda.is_initialized()`` is asked: it reads torch's own state. Asking
+    ``torch.cuda.is_available()`` first would itself initialise the CUDA driver
+    (``cudaGetDeviceCount`` calls ``cuInit``) and poison the fork it guards.
+    """
     import torch
 
-    if start_method == "fork" and torch.cuda.is_available() and torch.cuda.is_initialized():
+    if start_method == "fork" and torch.cuda.is_initialized():
         raise ConfigError(
             "CUDA was initialised in this process before pt.spawn forked workers, and a forked child cannot use it; "
             "use start_method='spawn' (the default), or restart the kernel and call pt.spawn before any CUDA work"

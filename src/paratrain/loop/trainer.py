@@ -225,7 +225,7 @@ class Trainer:
         c, state = self.config, self.state
         bar = progress(enabled=c.progress, total=self.total_steps, initial=state.step, unit="step", desc=self.task.name)
         self.log.bar = bar
-        window = TrainWindow()
+        window = TrainWindow(self.runtime.device)  # its clock waits for the GPU
         done = state.step >= self.total_steps
         try:
             for epoch in epochs(self.train_loader, UNBOUNDED_EPOCHS if c.max_steps else c.epochs):

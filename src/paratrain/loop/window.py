@@ -9,15 +9,33 @@ from typing import Any
 import torch
 
 
+def device_clock(device: torch.device) -> Callable[[], float]:
+    """``time.perf_counter`` for work on ``device``: on CUDA it first waits for the work
+    already queued there (kernels run asynchronously, so the host's clock alone reads
+    when the work was *launched*, and samples/s would count steps the GPU has not done)."""
+    if torch.device(device).type != "cuda":
+        return time.perf_counter
+
+    def now() -> float:
+        torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+    return now
+
+
 class TrainWindow:
     """Counts this rank's training loss and the job's samples since the last log line.
 
     Time spent in evaluation, checkpoints and logging runs through :meth:`pause`
     and is left out of both the window's and the whole run's samples per second.
+    Every clock read waits for ``device`` (:func:`device_clock`): on CUDA that is one
+    synchronisation per optimizer step (the fit loop pauses after each), the price of
+    a samples/s that the GPU really did.
     """
 
-    def __init__(self) -> None:
-        self.started = time.perf_counter()
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self._now = device_clock(torch.device(device))
+        self.started = self._now()
         self.paused_seconds = 0.0
         self.samples_total = 0
         self._reset(self.started)
@@ -40,7 +58,7 @@ class TrainWindow:
 
     def take(self) -> tuple[torch.Tensor, float]:
         """``(mean loss of this rank, samples per second)`` since the last take; starts a new window."""
-        now = time.perf_counter()
+        now = self._now()
         loss = self._loss.cpu() if self._loss is not None else torch.zeros((), dtype=torch.float64)
         result = (loss / max(self._batches, 1), self._samples / max(now - self._start, 1e-9))
         self._reset(now)
@@ -48,14 +66,14 @@ class TrainWindow:
 
     def pause(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn(*args)`` without counting its time as training."""
-        begin = time.perf_counter()
+        begin = self._now()
         try:
             return fn(*args)
         finally:
-            elapsed = time.perf_counter() - begin
+            elapsed = self._now() - begin
             self.paused_seconds += elapsed
             self._start += elapsed
 
     @property
     def train_seconds(self) -> float:
-        return time.perf_counter() - self.started - self.paused_seconds
+        return self._now() - self.started - self.paused_seconds

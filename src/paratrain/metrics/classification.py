@@ -20,7 +20,9 @@ from paratrain.errors import DataError, require
 def _labels(values: Any, name: str) -> np.ndarray:
     """1-D array of class ids; 2-D scores/logits become their argmax."""
     if isinstance(values, torch.Tensor):
-        values = values.detach().cpu().numpy()
+        values = values.detach().cpu()
+        # NumPy has no bfloat16 (logits under bf16 autocast): scores become float32, class ids stay ints.
+        values = (values.float() if values.is_floating_point() else values).numpy()
     array = np.asarray(values)
     if array.ndim == 2:
         array = array.argmax(axis=1)

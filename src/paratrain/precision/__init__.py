@@ -1,7 +1,7 @@
 """Precisions by name: ``create_precision("bf16-mixed", device)``.
 
 =============  ====================================================================
-``32-true``    fp32 everywhere (TF32 matmuls on CUDA)
+``32-true``    fp32 everywhere (TF32 matmuls on CUDA unless ``tf32=False``)
 ``bf16-mixed`` autocast to bfloat16, fp32 weights, no scaler
 ``fp16-mixed`` autocast to float16, fp32 weights, ``GradScaler`` (state checkpointed)
 =============  ====================================================================

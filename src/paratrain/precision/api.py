@@ -20,14 +20,13 @@ import torch
 
 
 class Precision(abc.ABC):
-    """Numbers for one worker: autocast dtype, loss scaling, TF32.
+    """Numbers for one worker: autocast dtype and loss scaling.
 
     Args:
         device: the worker's device; autocast and the scaler are made for its type.
 
-    On CUDA, TF32 matmuls and convolutions are switched on (the ``fp32`` parts of
-    every precision run 8x faster on Ampere+ for a ~1e-3 relative error); call
-    :meth:`enable_tf32` with ``False`` for bit-faithful fp32.
+    TF32 for the float32 parts is not a precision's business: ``Runtime(tf32=...)``
+    sets it once, for every precision (:mod:`paratrain.runtime.tf32`).
 
     Raises:
         ConfigError: the device cannot compute in this precision (subclasses).
@@ -39,14 +38,6 @@ class Precision(abc.ABC):
 
     def __init__(self, device: torch.device):
         self.device = torch.device(device)
-        if self.device.type == "cuda":
-            self.enable_tf32(True)
-
-    def enable_tf32(self, enabled: bool = True) -> None:
-        """Allow (or forbid) TF32 for fp32 matmuls and cuDNN convolutions on CUDA."""
-        mode = "tf32" if enabled else "ieee"
-        torch.backends.cuda.matmul.fp32_precision = mode
-        torch.backends.cudnn.conv.fp32_precision = mode
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Context in which the forward pass (and loss) should run."""
@@ -93,7 +84,10 @@ def check_autocast(device: torch.device, dtype: torch.dtype, name: str) -> None:
     from paratrain.errors import ConfigError
 
     advice = f"precision {name!r} is not supported on {device.type} by torch {torch.__version__}"
-    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+    # including_emulation=False: torch's default also says yes where bf16 only runs emulated
+    # (V100, T4: no bf16 tensor cores), far slower than fp16 there. The check reads the
+    # current device: Runtime made it this rank's GPU first (runtime.device.use_device).
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported(including_emulation=False):
         raise ConfigError(f"{advice} (this GPU has no bf16); use precision='fp16-mixed' or '32-true'")
     try:
         with torch.autocast(device.type, dtype=dtype):

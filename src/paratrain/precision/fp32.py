@@ -1,4 +1,4 @@
-"""Full fp32: no autocast, no scaling (TF32 matmuls on CUDA, see ``Precision``)."""
+"""Full fp32: no autocast, no scaling (TF32 matmuls on CUDA unless ``Runtime(tf32=False)``)."""
 
 from paratrain.precision.api import Precision
 

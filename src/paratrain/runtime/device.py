@@ -34,30 +34,47 @@ def resolve_backend(requested: str | None = None) -> str:
 
 
 def resolve_device(backend: str, local_rank: int) -> torch.device:
-    """``cuda:LOCAL_RANK`` for NCCL (or gloo on a CUDA machine), else CPU.
+    """The GPU this process uses for NCCL (or gloo on a CUDA machine), else CPU.
+
+    The GPU is :func:`gpu_index` of the local rank among the visible devices, so a
+    launcher that gives each task its own GPU (``srun --gpus-per-task=1``,
+    ``--gpu-bind=per_task``, ``CUDA_VISIBLE_DEVICES=$LOCAL_RANK``) works as well as one
+    process per visible GPU. ``torch.cuda.device_count()`` is NVML-based where NVML is
+    found: it creates no CUDA context.
 
     Raises:
         ConfigError: more local processes than visible GPUs.
     """
     if backend == "nccl" or (os.environ.get("PARATRAIN_DEVICE") != "cpu" and torch.cuda.is_available()):
-        count = torch.cuda.device_count()
-        if local_rank >= count:
-            raise ConfigError(
-                f"local rank {local_rank} has no GPU ({count} visible); lower --nproc-per-node to {count} or set CUDA_VISIBLE_DEVICES"
-            )
-        return torch.device("cuda", local_rank)
+        return torch.device("cuda", gpu_index(local_rank, torch.cuda.device_count()))
     return torch.device("cpu")
 
 
-def allow_tf32(device: torch.device, enabled: bool = True) -> None:
-    """On a CUDA ``device``, let float32 matmuls and convolutions use TF32 tensor cores
-    (``enabled``) or keep them in full float32; on other devices change nothing.
+def gpu_index(local_rank: int, visible: int) -> int:
+    """Which of the ``visible`` GPUs local rank ``local_rank`` uses.
 
-    TF32 keeps float32's range with a 10-bit mantissa: on Ampere and newer GPUs matmuls
-    run several times faster, and training converges as in float32 (the reason torch
-    enables it by default for cuDNN convolutions). The setting is process-wide, as torch's is.
+    One process per visible GPU: GPU ``local_rank``. One visible GPU for any local
+    rank: GPU 0 — the launcher gave this task a GPU of its own (every task sees its GPU
+    as device 0). Should two processes share that one GPU after all, NCCL refuses at
+    ``init_process_group`` ("Duplicate GPU detected").
+
+    Raises:
+        ConfigError: no visible GPU, or more local processes than the several visible GPUs.
     """
-    if device.type != "cuda":
-        return
-    torch.set_float32_matmul_precision("high" if enabled else "highest")
-    torch.backends.cudnn.allow_tf32 = enabled
+    if visible == 1 or local_rank < visible:
+        return 0 if visible == 1 else local_rank
+    raise ConfigError(
+        f"local rank {local_rank} has no GPU ({visible} visible); lower --nproc-per-node to {visible}, "
+        "give each task its own GPU (srun --gpus-per-task=1), or set CUDA_VISIBLE_DEVICES"
+    )
+
+
+def use_device(device: torch.device) -> None:
+    """Make ``device`` this process's current CUDA device (nothing on CPU).
+
+    It comes before anything that asks torch about "the current device" (the bf16
+    check, NCCL, ``torch.cuda.current_device()`` in collectives): without it each of
+    them opens a CUDA context on GPU 0, from every rank.
+    """
+    if device.type == "cuda":
+        torch.cuda.set_device(device)

@@ -19,13 +19,19 @@ from paratrain.errors import DistributedError
 def init_process_group(info: ProcessInfo, backend: str, device: torch.device, timeout_s: float) -> bool:
     """Join the job's process group; return True if this call created it.
 
-    Does nothing for one process or when the user already initialised a group.
+    Does nothing for one process. A group the user made first
+    (``dist.init_process_group("nccl")`` before ``pt.Runtime()``) is kept, and gets the
+    same gloo control group as ours (:func:`ensure_control_group`). The device is already
+    current (``Runtime`` calls :func:`paratrain.runtime.device.use_device` first).
     All ranks must call it together (it is the first collective).
 
     Raises:
         DistributedError: the rendezvous failed (names the master address and port).
     """
-    if not info.distributed or dist.is_initialized():
+    if not info.distributed:
+        return False
+    if dist.is_initialized():
+        ensure_control_group(timeout_s)
         return False
     # torchrun exports MASTER_ADDR/PORT; SLURM and MPI launches get them from us.
     if info.master_addr:
@@ -34,7 +40,6 @@ def init_process_group(info: ProcessInfo, backend: str, device: torch.device, ti
         os.environ.setdefault("MASTER_PORT", str(info.master_port))
     kwargs = {}
     if device.type == "cuda":
-        torch.cuda.set_device(device)
         kwargs["device_id"] = device  # eager NCCL init: errors surface here, not mid-step
     excepthook = sys.excepthook
     started = time.monotonic()
@@ -56,9 +61,7 @@ def init_process_group(info: ProcessInfo, backend: str, device: torch.device, ti
         # The launcher already tags every line with its rank; torch's excepthook would tag the
         # traceback again ("[rank0]:[rank0]: Traceback ..."), so keep the hook we had.
         sys.excepthook = excepthook
-    if backend != "gloo":
-        # Barriers that name late ranks need gloo (monitored_barrier); NCCL gets a side group.
-        comm.set_control_group(dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s)))
+    ensure_control_group(timeout_s)
     return True
 
 
@@ -73,6 +76,17 @@ def _join_failure(info: ProcessInfo, exc: BaseException, waited_s: float) -> str
                 f"of this machine and that the other {info.world_size - 1} rank(s) run with the same "
                 f"MASTER_ADDR/MASTER_PORT and WORLD_SIZE={info.world_size}, or start them all with `paratrain run`")
     return f"{head}; check that rank 0 runs there (same MASTER_ADDR/MASTER_PORT/WORLD_SIZE) and that the address is reachable"
+
+
+def ensure_control_group(timeout_s: float) -> None:
+    """Give paratrain's CPU collectives a gloo group when the job's group is not gloo.
+
+    Barriers that name late ranks need gloo (``monitored_barrier``), and so do the
+    collectives on CPU tensors (``comm.any_rank`` of the preemption poll, every step):
+    NCCL would refuse them. Collective: all ranks of the job's group call it together.
+    """
+    if dist.get_backend() != "gloo":
+        comm.set_control_group(dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s)))
 
 
 #: The job's rendezvous store, kept for the life of the process, and how many groups it served.

@@ -19,10 +19,11 @@ from paratrain import comm
 from paratrain.arguments import check_type, reject_objects, reject_unknown
 from paratrain.diagnostics.watchdog import mark as mark_progress
 from paratrain.env import ProcessInfo, detect
-from paratrain.runtime.device import allow_tf32, resolve_backend, resolve_device
+from paratrain.runtime.device import resolve_backend, resolve_device, use_device
 from paratrain.runtime.launcher_death import die_with_launcher
 from paratrain.runtime.process_group import destroy_process_group, init_process_group
 from paratrain.runtime.seeding import rank_seed, seed_everything
+from paratrain.runtime.tf32 import set_tf32
 
 RUNTIME_ARGUMENTS = ("strategy", "precision", "seed", "backend", "timeout", "sync_batchnorm", "compile", "tf32")
 
@@ -89,7 +90,8 @@ class Runtime:
         self.process: ProcessInfo = detect()
         self.backend = resolve_backend(backend)
         self.device = resolve_device(self.backend, self.process.local_rank)
-        allow_tf32(self.device, tf32)
+        use_device(self.device)  # first: the precision's bf16 check and NCCL ask for "the current GPU"
+        set_tf32(self.device, tf32)
         self.timeout = float(timeout)
         self.seed = seed
         # Validate names before any rendezvous so a typo fails fast on every rank.
@@ -356,7 +358,8 @@ class Runtime:
 
     # ---- teardown ---------------------------------------------------------------------
     def close(self) -> None:
-        """Leave the process group if this Runtime joined it (idempotent).
+        """Leave the process group if this Runtime joined it (idempotent); a group the
+        user made stays.
 
         Dropping your references to wrapped (DDP) models before calling it is
         safest: a DDP reducer freed *after* its gloo group is destroyed can deadlock
@@ -373,6 +376,8 @@ class Runtime:
             self._owns_group = False
             gc.collect()
             destroy_process_group()
+        elif getattr(self, "process", None) is not None and self.process.distributed:
+            comm.set_control_group(None)  # the user's group stays; the gloo side group we added is dropped
 
     def __enter__(self) -> Runtime:
         return self

@@ -14,6 +14,8 @@ ZeRO stage. On CPU DeepSpeed runs on gloo (its CPU accelerator).
 
 from __future__ import annotations
 
+import argparse
+
 import contextlib
 from typing import Any
 
@@ -77,6 +79,15 @@ class DeepSpeedStrategy(Strategy):
         config.update(self.options.get("config") or {})
         return config
 
+    def engine_args(self) -> argparse.Namespace | None:
+        """The engine's ``args``: on CUDA only ``device_rank``, this rank's GPU.
+
+        Without it the engine calls ``set_device(LOCAL_RANK)`` itself (``DeepSpeedEngine.
+        _set_distributed_vars``), which with one GPU per task (``srun --gpus-per-task=1``)
+        names a GPU that local rank 1 does not have; the Runtime's device is the one to use.
+        """
+        return argparse.Namespace(device_rank=self.device.index) if self.device.type == "cuda" else None
+
     def setup(self, model: torch.nn.Module, *optimizers: torch.optim.Optimizer):
         """Create the DeepSpeed engine for ``model`` and its (single) optimizer. Collective.
 
@@ -98,7 +109,7 @@ class DeepSpeedStrategy(Strategy):
                               "build it from model.parameters()")
         self.group_names = [[names[id(p)] for p in group["params"]] for group in optimizers[0].param_groups]
         engine, engine_optimizer, _, _ = self.deepspeed.initialize(
-            model=module, optimizer=optimizers[0], config=self.engine_config()
+            args=self.engine_args(), model=module, optimizer=optimizers[0], config=self.engine_config()
         )
         self.engine = engine
         # The engine's optimizer wraps the user's; the user keeps calling rt.step(optimizer).

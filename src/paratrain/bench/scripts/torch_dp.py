@@ -25,7 +25,8 @@ def main() -> None:
     loader = DataLoader(wl.train_set, batch_size=wl.batch_size(1), shuffle=False, collate_fn=wl.task.collate)
     amp_dtype = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(wl.precision)
     scaler = torch.amp.GradScaler(device.type, enabled=wl.precision == "fp16-mixed")
-    recorder = wl.recorder(0, 1, device)
+    # DataParallel replicates the model and splits the batch onto every one of its GPUs: count them all.
+    recorder = wl.recorder(0, 1, device, memory_devices=[torch.device("cuda", i) for i in range(gpus)] or None)
     for batch in loader:
         batch = move_to(batch, device)
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
