@@ -22,6 +22,7 @@ _GROUP_OF_FILE = {path: group for group, paths in SHARED_GROUPS.items() for path
 LONGEST_FIRST = (
     "tests/migrate/test_examples.py",  # 129
     "tests/loop/test_rerun_soak.py",  # ~90: eight runs of the command, seven of them interrupted
+    "tests/launch/test_torchrun_compat.py",  # ~60: every case under torchrun and under paratrain run
     "tests/diagnostics/test_auto_resume.py",  # 117
     "tests/env/test_slurm.py",  # 105 with test_mpi.py (one group)
     "tests/cli/test_train.py",  # 106
