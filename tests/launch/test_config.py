@@ -217,3 +217,16 @@ def test_a_module_in_the_working_directory_is_found_as_python_m_would(tmp_path, 
     monkeypatch.chdir(tmp_path / "pkg")
     with pytest.raises(ConfigError, match="run from the directory that contains its top-level package"):
         config("-m", "pkg.mod2").validate()
+
+
+def test_more_cpu_workers_than_cores_is_a_warning_naming_the_fix():
+    import os
+
+    from paratrain.launch.torchrun import oversubscription
+
+    cores = len(os.sched_getaffinity(0))
+    many = oversubscription(config("--nproc-per-node", str(cores * 32), ALLREDUCE), {"OMP_NUM_THREADS": "1"})
+    assert many.startswith(f"warning: {cores * 32} CPU worker(s) × 1 thread(s) on {cores} core(s)")
+    assert "--nproc-per-node cpu: one per core" in many
+    assert oversubscription(config("--nproc-per-node", "1", ALLREDUCE), {"OMP_NUM_THREADS": "1"}) is None
+    assert oversubscription(config("--nproc-per-node", "1", ALLREDUCE), {"OMP_NUM_THREADS": str(cores * 4)}) is not None

@@ -213,6 +213,9 @@ def launch(config: LaunchConfig) -> int:
                 f"{config.max_restarts} times when a node or worker is lost (torchrun's default is 0: give "
                 "--max-restarts 0 for it)"
             )
+        oversubscribed = oversubscription(config, env)
+        if oversubscribed:
+            _info(oversubscribed)
         argv = torchrun_argv(config, port, run_id, log_dir, interface.address if config.multi_node else None)
         if config.multi_node and config.rdzv_backend == "static" and config.node_rank > 0:
             network.wait_for_listener(config.master_addr, port, config.rdzv_timeout)
@@ -366,6 +369,25 @@ def _log_file(log_dir: str | None, run_id: str, local_rank: int) -> Path | None:
     attempts = sorted(root.glob("attempt_*"), key=lambda p: int(p.name.split("_")[-1]))
     log = attempts[-1] / str(local_rank) / "stderr.log" if attempts else None
     return log if log is not None and log.exists() else None
+
+
+def oversubscription(config: LaunchConfig, env: Mapping[str, str]) -> str | None:
+    """A warning when this node's CPU workers want more cores than it has, else None.
+
+    Each CPU worker runs OMP_NUM_THREADS threads; far more threads than cores makes every
+    step wait for the scheduler (seen: 64 workers on 2 cores), which no flag of torch warns about.
+    """
+    from paratrain.runtime.device import resolve_backend
+
+    if resolve_backend(config.backend) != "gloo":
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = int(env.get("OMP_NUM_THREADS", "1") or 1)
+    if config.nproc_per_node * threads <= cores:
+        return None
+    return (f"warning: {config.nproc_per_node} CPU worker(s) × {threads} thread(s) on {cores} core(s) of this node: "
+            "they take turns on the cores, so each step waits; fewer workers (--nproc-per-node cpu: one per core) "
+            "usually train faster")
 
 
 def _info(message: str) -> None:
