@@ -52,3 +52,24 @@ def test_full_state_dict_in_one_process_is_a_snapshot():
     with torch.no_grad():
         model.weight.add_(1.0)
     assert not torch.equal(state["weight"], model.weight)
+
+
+def test_exported_weights_get_the_usual_file_mode_and_force_keeps_the_replaced_ones(tmp_path):
+    # Before: every export was 0600 (safetensors' temporary file), and --force turned a shared 0644 file into 0600.
+    import os
+    import stat
+
+    from paratrain.checkpoint.export import write_weights_file
+
+    state = {"w": torch.ones(2)}
+    previous = os.umask(0o022)
+    try:
+        fresh = write_weights_file(state, tmp_path / "fresh.safetensors")
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o644
+        shared = tmp_path / "shared.safetensors"
+        write_weights_file(state, shared)
+        shared.chmod(0o664)
+        write_weights_file({"w": torch.zeros(2)}, shared)  # what --force does
+        assert stat.S_IMODE(shared.stat().st_mode) == 0o664 and torch.equal(load_file(shared)["w"], torch.zeros(2))
+    finally:
+        os.umask(previous)
