@@ -255,10 +255,9 @@ def _lost_node(config: LaunchConfig, failed: list[int], peer: str | None) -> str
     """Every failed rank of this node lost its peers: on several nodes, another node is gone."""
     if not config.multi_node:
         return ""
-    world = config.nproc_per_node * config.max_nodes
-    others = [r for r in range(world) if r // config.nproc_per_node != config.node_rank]
+    # The other node's ranks are not named: it may run another number of processes than this one.
     if config.rdzv_backend == "static" and config.max_nodes == 2:
-        lost = f"node {1 - config.node_rank} (rank{'s' * (len(others) > 1)} {_span(others)})"
+        lost = f"node {1 - config.node_rank}"
     else:
         lost = "another node"
     return (
