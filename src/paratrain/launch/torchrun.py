@@ -34,6 +34,7 @@ from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, Laun
 from paratrain.launch.environ import scoped_environ
 from paratrain.launch.failures import script_failure
 from paratrain.launch.legacy import local_rank_argument, parses_local_rank
+from paratrain.launch.rendezvous_wait import RendezvousWait, awaited
 from paratrain.launch.torch_logs import torch_log_level
 
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
@@ -182,6 +183,12 @@ def launch(config: LaunchConfig) -> int:
         env = worker_env(config, os.environ, interface)
         log_dir = config.log_dir or (tempfile.mkdtemp(prefix="paratrain-logs-") if config.prefixed_output else None)
         argv = torchrun_argv(config, port, run_id, log_dir, interface.address if config.multi_node else None)
+        if config.multi_node:
+            static = config.rdzv_backend == "static"
+            stack.enter_context(RendezvousWait(
+                awaited(config.node_rank, config.min_nodes, config.max_nodes, static),
+                f"{config.master_addr}:{port}" if static else rendezvous_endpoint(config), config.rdzv_timeout,
+            ))
         if config.multi_node and config.rdzv_backend == "static" and config.node_rank > 0:
             network.wait_for_listener(config.master_addr, port, config.rdzv_timeout)
         if config.multi_node and any(var in env for var in SOCKET_IFNAME_VARS):
