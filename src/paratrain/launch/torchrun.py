@@ -179,6 +179,8 @@ def launch(config: LaunchConfig) -> int:
             port = stack.enter_context(LoopbackStore(timeout_s=config.rdzv_timeout, port=port or 0)).port
         elif config.rdzv_backend == "static":
             port = port or DEFAULT_MASTER_PORT
+        if config.multi_node and config.node_rank == 0 and config.rdzv_backend == "static":
+            network.require_own_address(config.rendezvous_host)  # node 0 hosts the store there
         interface = socket_interface(config)
         env = worker_env(config, os.environ, interface)
         log_dir = config.log_dir or (tempfile.mkdtemp(prefix="paratrain-logs-") if config.prefixed_output else None)
