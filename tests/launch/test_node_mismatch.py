@@ -39,7 +39,8 @@ def test_nodes_with_different_process_counts_train_together(tmp_path):
     node0, node1 = _two_nodes(tmp_path, [["--nnodes", "2", "--nproc-per-node", "1"],
                                          ["--nnodes", "2", "--nproc-per-node", "2"]])
     assert node0.returncode == 0 and node1.returncode == 0, node0.stderr + node1.stderr
-    assert "link between the 2 nodes" in node0.stdout + node0.stderr, node0.stdout + node0.stderr
+    said = node0.stdout + node0.stderr
+    assert "link between the 2 nodes" in said and "2 nodes: node 0 (" in said and "runs ranks 1-2" in said, said
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["world_size"] == 3, summary
 

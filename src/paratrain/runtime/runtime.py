@@ -113,6 +113,8 @@ class Runtime:
             self.topology = topology.exchange(self.process)
             self.topology.check()
             self.process = self.topology.place(self.process)
+            if self.topology.uneven and self.process.is_main:
+                comm.get_logger().info(f"{self.topology.describe()} (nodes run different numbers of processes)")
         else:
             self.topology = topology.from_facts([topology.own_facts(self.process)])
         self._check_loaders = None  # warns when a step trains on a loader every rank reads whole
