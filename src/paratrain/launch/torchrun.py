@@ -244,11 +244,13 @@ def _rendezvous_error(config: LaunchConfig, port: int | None, exc: BaseException
     if "waiting for clients" in cause:  # node 0's store: not every node connected
         return LaunchError(
             f"the rendezvous at {where} timed out after {config.rdzv_timeout}s ({cause}); start every node "
-            f"(--node-rank 0 to {config.max_nodes - 1}) with the same --master-addr/--master-port, "
+            f"(--node-rank 0 to {config.max_nodes - 1}) with the same --master-addr/--master-port and "
+            f"--nnodes {config.max_nodes}, "
             "or raise --rdzv-timeout"
         )
     return LaunchError(
-        f"the rendezvous at {where} failed ({type(exc).__name__}: {cause}); check that node 0 runs and that "
+        f"the rendezvous at {where} failed ({type(exc).__name__}: {cause}); check that node 0 runs, with the same "
+        f"--nnodes {config.min_nodes if config.min_nodes == config.max_nodes else f'{config.min_nodes}:{config.max_nodes}'}, and that "
         f"every node reaches {where} (paratrain doctor), or raise --rdzv-timeout"
     )
 
