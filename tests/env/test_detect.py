@@ -3,11 +3,11 @@
 import pytest
 
 from paratrain.env import detect
-from paratrain.env.slurm import first_host
+from paratrain.env.slurm import first_host, tasks_on_node
 from paratrain.errors import ConfigError
 
 TORCHRUN = {
-    "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
+    "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2",
     "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29400", "TORCHELASTIC_RUN_ID": "x",
 }
 SLURM = {
@@ -103,3 +103,12 @@ def test_malformed_variable_is_named():
 def test_rank_outside_world_is_refused():
     with pytest.raises(ConfigError, match="outside world size"):
         detect({**TORCHRUN, "RANK": "4"})
+
+
+def test_slurm_nodes_with_different_task_counts_read_their_own():
+    # srun -n 3 over 2 nodes: node 0 runs 2 tasks, node 1 runs 1.
+    uneven = {**SLURM, "SLURM_NTASKS": "3", "SLURM_PROCID": "2", "SLURM_LOCALID": "0", "SLURM_NODEID": "1",
+              "SLURM_STEP_TASKS_PER_NODE": "2,1"}
+    del uneven["SLURM_NTASKS_PER_NODE"]
+    assert detect(uneven).local_world_size == 1
+    assert tasks_on_node("2(x3),1", 2) == 2 and tasks_on_node("2(x3),1", 3) == 1 and tasks_on_node("4", 7) == 4

@@ -65,6 +65,8 @@ class MPIEnvironment(ClusterEnvironment):
             local_rank=env_int(environ, local_var, 0),
             world_size=world_size,
             local_world_size=local_world_size,
+            # Provisional (MPI names no node): right when every node runs as many ranks; the
+            # Runtime replaces both with what the ranks' host names say (runtime/topology.py).
             node_rank=rank // max(local_world_size, 1),
             num_nodes=max(1, world_size // max(local_world_size, 1)),
             master_addr=master_addr or "127.0.0.1",

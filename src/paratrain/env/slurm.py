@@ -30,6 +30,22 @@ def first_host(nodelist: str) -> str:
     return prefix + first
 
 
+def tasks_on_node(counts: str, node_id: int) -> int | None:
+    """Tasks on node ``node_id`` from SLURM's compressed list: ``"2(x3),1"``, 3 → 1.
+
+    ``None`` when the list is empty, malformed or shorter than ``node_id``.
+    """
+    expanded: list[int] = []
+    for part in counts.split(",") if counts.strip() else []:
+        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if not match:
+            return None
+        expanded += [int(match.group(1))] * int(match.group(2) or 1)
+    if len(expanded) == 1:  # SLURM_NTASKS_PER_NODE: one count for every node
+        return expanded[0]
+    return expanded[node_id] if 0 <= node_id < len(expanded) else None
+
+
 class SlurmEnvironment(ClusterEnvironment):
     name = "slurm"
 
@@ -44,8 +60,11 @@ class SlurmEnvironment(ClusterEnvironment):
     def read(self, environ: Mapping[str, str]) -> ProcessInfo:
         world_size = env_int(environ, "SLURM_NTASKS")
         num_nodes = env_int(environ, "SLURM_NNODES", 1)
-        tasks_per_node = environ.get("SLURM_NTASKS_PER_NODE", "")
-        local_world_size = int(tasks_per_node.split("(")[0]) if tasks_per_node[:1].isdigit() else max(1, world_size // num_nodes)
+        node_id = env_int(environ, "SLURM_NODEID", 0)
+        # This node's own count: a step may run more tasks on some nodes than on others.
+        counts = (environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE")
+                  or environ.get("SLURM_NTASKS_PER_NODE", ""))
+        local_world_size = tasks_on_node(counts, node_id) or max(1, world_size // num_nodes)
         master_addr = environ.get("MASTER_ADDR") or first_host(
             environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST", "")
         )
@@ -56,7 +75,7 @@ class SlurmEnvironment(ClusterEnvironment):
             local_rank=env_int(environ, "SLURM_LOCALID", 0),
             world_size=world_size,
             local_world_size=local_world_size,
-            node_rank=env_int(environ, "SLURM_NODEID", 0),
+            node_rank=node_id,
             num_nodes=num_nodes,
             master_addr=master_addr,
             master_port=master_port,

@@ -33,7 +33,9 @@ class TorchElasticEnvironment(ClusterEnvironment):
             world_size=world_size,
             local_world_size=local_world_size,
             node_rank=env_int(environ, "GROUP_RANK", 0),
-            num_nodes=max(1, world_size // max(local_world_size, 1)),
+            # The agent's node count. Not WORLD_SIZE // LOCAL_WORLD_SIZE: nodes may run different
+            # numbers of processes. The Runtime replaces it with what every rank agrees on.
+            num_nodes=env_int(environ, "GROUP_WORLD_SIZE", 1),
             master_addr=environ.get("MASTER_ADDR"),
             master_port=env_int(environ, "MASTER_PORT", 0) or None,
             source=self.name,

@@ -142,3 +142,42 @@ def wait_for_listener(host: str, port: int, timeout_s: float, interval_s: float 
         except OSError as exc:
             last_error = exc.strerror or str(exc) or type(exc).__name__
         time.sleep(min(interval_s, max(deadline - time.monotonic(), 0)))
+
+
+def local_addresses() -> list[str]:
+    """This machine's IPv4 and IPv6 addresses, loopback excluded, in interface order."""
+    import psutil
+
+    found = []
+    for addrs in psutil.net_if_addrs().values():
+        for addr in addrs:
+            if addr.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            try:
+                ip = ipaddress.ip_address(addr.address.split("%")[0])
+            except ValueError:
+                continue
+            if not ip.is_loopback and not ip.is_link_local and str(ip) not in found:
+                found.append(str(ip))
+    return found
+
+
+def require_own_address(master_addr: str) -> None:
+    """Node 0 hosts the rendezvous store at ``master_addr``: refuse at once on a machine that has
+    no such address, instead of the other nodes waiting for a store nobody reaches there.
+
+    Raises:
+        ConfigError: ``master_addr`` resolves to an address on no interface of this machine
+            (names it and this machine's addresses).
+        ConfigError: ``master_addr`` does not resolve.
+    """
+    ip = resolve(master_addr)
+    if ipaddress.ip_address(ip).is_loopback or _interface_with_address(ip) is not None:
+        return
+    mine = local_addresses()
+    shown = master_addr if master_addr.strip("[]") == ip else f"{master_addr} ({ip})"
+    raise ConfigError(
+        f"--node-rank 0 must run on the machine at {shown}: node 0 hosts the rendezvous there, and this machine has "
+        f"{', '.join(mine) if mine else 'no such address'}; start node 0 on that machine (or, if {ip} reaches this "
+        "machine only through NAT, give node 0 one of its own addresses as --master-addr)"
+    )

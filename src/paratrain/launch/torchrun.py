@@ -34,6 +34,7 @@ from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, Laun
 from paratrain.launch.environ import scoped_environ
 from paratrain.launch.failures import script_failure, workers_recorded
 from paratrain.launch.legacy import local_rank_argument, parses_local_rank
+from paratrain.launch.rendezvous_wait import RendezvousWait, awaited
 from paratrain.launch.torch_logs import torch_log_level
 
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
@@ -202,6 +203,8 @@ def launch(config: LaunchConfig) -> int:
             port = stack.enter_context(LoopbackStore(timeout_s=config.rdzv_timeout, port=port or 0)).port
         elif config.rdzv_backend == "static":
             port = port or DEFAULT_MASTER_PORT
+        if config.multi_node and config.node_rank == 0 and config.rdzv_backend == "static":
+            network.require_own_address(config.rendezvous_host)  # node 0 hosts the store there
         interface = socket_interface(config)
         env = worker_env(config, os.environ, interface)
         # Without --log-dir, a scratch folder: the prefixed console's copy of the streams, and the
@@ -217,6 +220,12 @@ def launch(config: LaunchConfig) -> int:
         if oversubscribed:
             _info(oversubscribed)
         argv = torchrun_argv(config, port, run_id, log_dir, interface.address if config.multi_node else None)
+        if config.multi_node:
+            static = config.rdzv_backend == "static"
+            stack.enter_context(RendezvousWait(
+                awaited(config.node_rank, config.min_nodes, config.max_nodes, static),
+                f"{config.master_addr}:{port}" if static else rendezvous_endpoint(config), config.rdzv_timeout,
+            ))
         if config.multi_node and config.rdzv_backend == "static" and config.node_rank > 0:
             network.wait_for_listener(config.master_addr, port, config.rdzv_timeout)
         if config.multi_node and any(var in env for var in SOCKET_IFNAME_VARS):
@@ -290,11 +299,13 @@ def _rendezvous_error(config: LaunchConfig, port: int | None, exc: BaseException
     if "waiting for clients" in cause:  # node 0's store: not every node connected
         return LaunchError(
             f"the rendezvous at {where} timed out after {config.rdzv_timeout}s ({cause}); start every node "
-            f"(--node-rank 0 to {config.max_nodes - 1}) with the same --master-addr/--master-port, "
+            f"(--node-rank 0 to {config.max_nodes - 1}) with the same --master-addr/--master-port and "
+            f"--nnodes {config.max_nodes}, "
             "or raise --rdzv-timeout"
         )
     return LaunchError(
-        f"the rendezvous at {where} failed ({type(exc).__name__}: {cause}); check that node 0 runs and that "
+        f"the rendezvous at {where} failed ({type(exc).__name__}: {cause}); check that node 0 runs, with the same "
+        f"--nnodes {config.min_nodes if config.min_nodes == config.max_nodes else f'{config.min_nodes}:{config.max_nodes}'}, and that "
         f"every node reaches {where} (paratrain doctor), or raise --rdzv-timeout"
     )
 
@@ -310,10 +321,9 @@ def _lost_node(config: LaunchConfig, failed: list[int], peer: str | None) -> str
     """Every failed rank of this node lost its peers: on several nodes, another node is gone."""
     if not config.multi_node:
         return ""
-    world = config.nproc_per_node * config.max_nodes
-    others = [r for r in range(world) if r // config.nproc_per_node != config.node_rank]
+    # The other node's ranks are not named: it may run another number of processes than this one.
     if config.rdzv_backend == "static" and config.max_nodes == 2:
-        lost = f"node {1 - config.node_rank} (rank{'s' * (len(others) > 1)} {_span(others)})"
+        lost = f"node {1 - config.node_rank}"
     else:
         lost = "another node"
     return (

@@ -22,6 +22,7 @@ from paratrain.env import ProcessInfo, detect
 from paratrain.runtime.device import resolve_backend, resolve_device, use_device
 from paratrain.runtime.launcher_death import die_with_launcher
 from paratrain.runtime.process_group import destroy_process_group, init_process_group
+from paratrain.runtime import topology
 from paratrain.runtime.seeding import rank_seed, seed_everything
 from paratrain.runtime.tf32 import set_tf32
 
@@ -108,6 +109,16 @@ class Runtime:
         self._owns_group = init_process_group(self.process, self.backend, self.device, self.timeout)
         if self._owns_group:
             atexit.register(self.close)
+        if self.process.distributed:
+            # The job's shape from facts every rank agrees on, not from this rank's own
+            # numbers (nodes may run different numbers of processes): see runtime/topology.py.
+            self.topology = topology.exchange(self.process)
+            self.topology.check()
+            self.process = self.topology.place(self.process)
+            if self.topology.uneven and self.process.is_main:
+                comm.get_logger().info(f"{self.topology.describe()} (nodes run different numbers of processes)")
+        else:
+            self.topology = topology.from_facts([topology.own_facts(self.process)])
         self._check_loaders = None  # warns when a step trains on a loader every rank reads whole
         if self.process.distributed:
             from paratrain.data import unsharded

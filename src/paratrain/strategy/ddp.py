@@ -74,6 +74,7 @@ class DDPStrategy(Strategy):
         kwargs.update((k, v) for k, v in self.options.items() if k != "grad_compression")
         if self.device.type == "cuda":
             kwargs.update(device_ids=[self.device.index], output_device=self.device.index)
+        self.gradient_comm.num_nodes = self.runtime.process.num_nodes  # agreed at start-up (runtime/topology.py)
         self.gradient_comm.choose(module)  # the link is measured over the default group, DDP's
         bucket_cap_mb = self.gradient_comm.ddp_bucket_cap_mb(dist.get_backend(), kwargs.get("bucket_cap_mb"))
         if bucket_cap_mb is not None:
