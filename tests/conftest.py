@@ -23,6 +23,7 @@ LONGEST_FIRST = (
     "tests/migrate/test_examples.py",  # 129
     "tests/loop/test_rerun_soak.py",  # ~90: eight runs of the command, seven of them interrupted
     "tests/launch/test_torchrun_compat.py",  # ~60: every case under torchrun and under paratrain run
+    "tests/launch/test_node_mismatch.py",  # ~70: two launchers of uneven or mismatched nodes
     "tests/diagnostics/test_auto_resume.py",  # 117
     "tests/env/test_slurm.py",  # 105 with test_mpi.py (one group)
     "tests/cli/test_train.py",  # 106
