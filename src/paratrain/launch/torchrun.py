@@ -29,7 +29,7 @@ from pathlib import Path
 from paratrain.diagnostics.failure_report import oom_kill_count
 from paratrain.env.torchelastic import LAUNCHER_PID_VAR, LINE_PREFIX_VAR, PROGRESS_TTY_VAR
 from paratrain.errors import LaunchError, PreemptedError
-from paratrain.launch import network, whole_lines
+from paratrain.launch import network, whole_lines, worker_site
 from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, LaunchConfig
 from paratrain.launch.environ import scoped_environ
 from paratrain.launch.failures import script_failure
@@ -180,6 +180,8 @@ def launch(config: LaunchConfig) -> int:
             port = port or DEFAULT_MASTER_PORT
         interface = socket_interface(config)
         env = worker_env(config, os.environ, interface)
+        stacks_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="paratrain-stacks-"))
+        env.update(worker_site.stacks_env(stacks_dir, os.environ))  # stacks of the workers it stops
         log_dir = config.log_dir or (tempfile.mkdtemp(prefix="paratrain-logs-") if config.prefixed_output else None)
         argv = torchrun_argv(config, port, run_id, log_dir, interface.address if config.multi_node else None)
         if config.multi_node and config.rdzv_backend == "static" and config.node_rank > 0:
@@ -202,6 +204,7 @@ def launch(config: LaunchConfig) -> int:
             raise script_failure(
                 exc, lambda local_rank: _log_file(log_dir, run_id, local_rank), lambda code: _hint(config, code),
                 oom_kills_before, lambda ranks, peer: _lost_node(config, ranks, peer),
+                lambda rank: worker_site.stacks_at_stop(stacks_dir, rank),
             ) from None
         except SignalException as exc:  # the agent turns SIGTERM/SIGINT/... into this after stopping the workers
             raise _stopped(exc.sigval) from None

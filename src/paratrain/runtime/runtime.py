@@ -17,14 +17,17 @@ import torch
 
 from paratrain import comm
 from paratrain.arguments import check_type, reject_objects, reject_unknown
+from paratrain.diagnostics import watchdog as hang_watch
 from paratrain.diagnostics.watchdog import mark as mark_progress
 from paratrain.env import ProcessInfo, detect
+from paratrain.errors import ConfigError
 from paratrain.runtime.device import allow_tf32, resolve_backend, resolve_device
 from paratrain.runtime.launcher_death import die_with_launcher
 from paratrain.runtime.process_group import destroy_process_group, init_process_group
 from paratrain.runtime.seeding import rank_seed, seed_everything
 
-RUNTIME_ARGUMENTS = ("strategy", "precision", "seed", "backend", "timeout", "sync_batchnorm", "compile", "tf32")
+RUNTIME_ARGUMENTS = ("strategy", "precision", "seed", "backend", "timeout", "sync_batchnorm", "compile", "tf32",
+                     "stall_timeout")
 
 
 def _check_arguments(strategy, precision, seed, backend, timeout, sync_batchnorm, compile, tf32) -> None:
@@ -57,6 +60,10 @@ class Runtime:
         compile: ``torch.compile`` the model in ``setup`` (single, ddp, fsdp).
         tf32: on CUDA, float32 matmuls and convolutions in TF32 (the default; False keeps
             full float32). Nothing changes on CPU.
+        stall_timeout: seconds a rank may wait inside one collective before the job ends
+            with the rank(s) not in it named (its hang watchdog); 0: no watchdog. Default:
+            under ``paratrain run`` / ``pt.spawn``, ``--stall-timeout`` or ``timeout``;
+            elsewhere none (see :mod:`paratrain.diagnostics.watchdog`).
         **strategy_options: passed to the strategy (e.g. ``find_unused_parameters=True``).
 
     Creating a Runtime in a multi-process job is collective: all ranks must do it.
@@ -77,6 +84,7 @@ class Runtime:
         sync_batchnorm: bool = False,
         compile: bool = False,
         tf32: bool = True,
+        stall_timeout: float | None = None,
         **strategy_options: Any,
     ):
         from paratrain.precision import create_precision
@@ -103,9 +111,15 @@ class Runtime:
         )
         if self.process.distributed:
             die_with_launcher()  # a worker of paratrain run ends when its launcher is killed
-        self._owns_group = init_process_group(self.process, self.backend, self.device, self.timeout)
+        stall_s = hang_watch.runtime_stall_timeout(stall_timeout, self.timeout) if self.process.distributed else 0.0
+        self._group_timeout = hang_watch.group_timeout_with_watchdog(self.timeout, stall_s)
+        self._owns_group = init_process_group(self.process, self.backend, self.device, self._group_timeout)
         if self._owns_group:
             atexit.register(self.close)
+        self._watchdog = None  # this rank's own hang watchdog: names the rank the others wait for
+        if stall_s:
+            self._watchdog = hang_watch.Watchdog(stall_s, rank=self.rank, world_size=self.world_size,
+                                                 in_collective_only=True).start()
         self._check_loaders = None  # warns when a step trains on a loader every rank reads whole
         if self.process.distributed:
             from paratrain.data import unsharded
@@ -191,7 +205,9 @@ class Runtime:
         if self._check_loaders is not None:
             self._check_loaders()
         mark_progress("optimizer")
-        return self.strategy.step(optimizer, clip_norm=clip_norm, model=model)
+        norm = self.strategy.step(optimizer, clip_norm=clip_norm, model=model)
+        mark_progress("logging")  # between steps: what the loop does before its next batch
+        return norm
 
     def accumulate(self, model: torch.nn.Module, steps: int | None = None, sync: bool | None = None):
         """Context for one micro-step of gradient accumulation.
@@ -287,6 +303,7 @@ class Runtime:
         loader = make_loader(self, dataset, batch_size, **options)
         if not options.get("exact"):  # a training loader: its epoch ends flush gradient accumulation
             loader.add_position_listener(self.strategy.accumulation)
+        loader.add_position_listener(hang_watch.LoaderProgress("evaluation" if options.get("exact") else "forward"))
         return loader
 
     def gather(self, *values: Any, dst: int | None = None):
@@ -344,6 +361,28 @@ class Runtime:
         timeout = DEFAULT_STALL_TIMEOUT_S if stall_timeout is None else stall_timeout
         return Watchdog(timeout, rank=self.rank, world_size=self.world_size, **options)
 
+    def busy(self, phase: str, limit: float | None = None):
+        """Context: this rank is in a long phase that the others wait for (evaluation or a
+        checkpoint on rank 0 only), so the watchdog does not take it for a stall::
+
+            if rt.is_main:
+                with rt.busy("evaluation"):
+                    evaluate(model)
+            rt.barrier()
+
+        Past ``limit`` seconds (default: ``timeout``, how long the others' collective may
+        wait) the job ends naming this rank and the phase. Not collective.
+
+        Raises:
+            ConfigError: an empty phase name, or a limit that is not a positive number.
+        """
+        if limit is not None and not isinstance(limit, bool) and isinstance(limit, (int, float)) \
+                and limit > self._group_timeout:
+            raise ConfigError(f"rt.busy({phase!r}, limit={limit:g}) is longer than the process group's timeout "
+                              f"({self._group_timeout:g}s): the ranks waiting for this one would time out first; "
+                              "raise pt.Runtime(timeout=...)")
+        return hang_watch.busy(phase, self.timeout if limit is None else limit)
+
     # ---- collectives ------------------------------------------------------------------
     barrier = staticmethod(comm.barrier)
     all_reduce = staticmethod(comm.all_reduce)
@@ -364,6 +403,9 @@ class Runtime:
         already unreachable, and leaving the group first lets gloo's threads finish
         (:func:`paratrain.runtime.process_group.destroy_process_group`).
         """
+        if getattr(self, "_watchdog", None) is not None:
+            self._watchdog.stop()
+            self._watchdog = None
         if getattr(self, "_check_loaders", None) is not None:
             from paratrain.data import unsharded
 
