@@ -4,8 +4,9 @@ Two processes (ddp, gloo, under pt.spawn, so the watchdog is on as in every job)
 built-in task; the same job alternates blocks of steps with the watchdog running and
 blocks with it suspended (its thread idle, the progress marks of rt.loader, rt.backward
 and rt.step going nowhere), and prints the median step time of each and their difference
-as a share of a step. A second figure is exact and free of noise: the time of the marks
-one step makes (four: a batch, backward, the optimizer step, after it), measured alone.
+as a share of a step. Two figures free of that noise: the time of the marks one step makes
+(four: a batch, backward, the optimizer step, after it), measured alone; and the time of one
+publication (the watchdog thread's work every poll), measured in the job.
 
     python benchmarks/watchdog_cost.py [--task text-cls] [--rounds 7] [--stall-timeout S]
 
@@ -27,6 +28,7 @@ from paratrain.tasks.registry import create_task
 
 BLOCK = 10  # steps timed together
 MARKS_PER_STEP = 4
+PUBLICATIONS = 50
 
 
 def marks_cost_s(calls: int = 200_000) -> float:
@@ -80,8 +82,14 @@ def measure(task_name: str, rounds: int, stall_timeout: float | None) -> dict:
         on.append(block(True))
         off.append(block(False))
     block(True)
+    # One publication, as the thread makes it every poll: this rank's record and the store round trip.
+    start = time.perf_counter()
+    for tick in range(PUBLICATIONS):
+        dog._exchange(dog._beat(tick))
+    publication_s = (time.perf_counter() - start) / PUBLICATIONS
     rt.close()
-    return {"on_s": statistics.median(on), "off_s": statistics.median(off), "poll_s": dog.poll}
+    return {"on_s": statistics.median(on), "off_s": statistics.median(off), "poll_s": dog.poll,
+            "publication_s": publication_s}
 
 
 def main() -> None:
@@ -97,6 +105,8 @@ def main() -> None:
     print(f"step with watchdog {1000 * r['on_s']:.2f} ms, suspended {1000 * r['off_s']:.2f} ms: "
           f"difference {1000 * delta:+.3f} ms ({100 * delta / r['off_s']:+.2f} % of a step; noise included)")
     print(f"progress marks of one step: {1e6 * marks:.2f} µs ({100 * marks / r['off_s']:.4f} % of a step)")
+    print(f"one publication (record + store round trip, in the watchdog's thread): {1000 * r['publication_s']:.2f} ms "
+          f"every {r['poll_s']:g}s ({100 * r['publication_s'] / r['poll_s']:.3f} % of one core)")
 
 
 if __name__ == "__main__":

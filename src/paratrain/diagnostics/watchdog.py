@@ -407,7 +407,7 @@ def group_timeout_with_watchdog(group_timeout_s: float, stall_timeout_s: float) 
     return max(group_timeout_s, stall_timeout_s + _poll_for(stall_timeout_s) + _STACK_WAIT_S + 5.0)
 
 
-def busy(name: str, limit_s: float):
+def busy(name: str, limit_s: float, longest_s: float = math.inf):
     """Context: this rank is in a long phase that the other ranks wait for (``rt.busy``).
 
     While it lasts, the others waiting inside a collective are not a stall; when it passes
@@ -415,12 +415,17 @@ def busy(name: str, limit_s: float):
     running watchdog it does nothing.
 
     Raises:
-        ConfigError: an empty name, or a limit that is not a positive number of seconds.
+        ConfigError: an empty name, a limit that is not a positive number of seconds, or one
+            past ``longest_s`` (the process group's timeout: the waiting ranks would fail first).
     """
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"rt.busy() needs the phase's name (rt.busy('evaluation')), got {name!r}")
     if isinstance(limit_s, bool) or not isinstance(limit_s, (int, float)) or not 0 < limit_s < math.inf:
         raise ConfigError(f"rt.busy({name!r}, limit=...) must be a positive number of seconds, got {limit_s!r}")
+    if limit_s > longest_s:
+        raise ConfigError(f"rt.busy({name!r}, limit={limit_s:g}) is longer than the process group's timeout "
+                          f"({longest_s:g}s): the ranks waiting for this one would time out first; "
+                          "raise pt.Runtime(timeout=...)")
     if _active is None:
         return contextlib.nullcontext()
     return _active.busy(name, float(limit_s))

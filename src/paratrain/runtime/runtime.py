@@ -20,7 +20,6 @@ from paratrain.arguments import check_type, reject_objects, reject_unknown
 from paratrain.diagnostics import watchdog as hang_watch
 from paratrain.diagnostics.watchdog import mark as mark_progress
 from paratrain.env import ProcessInfo, detect
-from paratrain.errors import ConfigError
 from paratrain.runtime.device import allow_tf32, resolve_backend, resolve_device
 from paratrain.runtime.launcher_death import die_with_launcher
 from paratrain.runtime.process_group import destroy_process_group, init_process_group
@@ -374,14 +373,10 @@ class Runtime:
         wait) the job ends naming this rank and the phase. Not collective.
 
         Raises:
-            ConfigError: an empty phase name, or a limit that is not a positive number.
+            ConfigError: an empty phase name, or a limit that is not a positive number or is
+                longer than the process group's timeout (the others would time out first).
         """
-        if limit is not None and not isinstance(limit, bool) and isinstance(limit, (int, float)) \
-                and limit > self._group_timeout:
-            raise ConfigError(f"rt.busy({phase!r}, limit={limit:g}) is longer than the process group's timeout "
-                              f"({self._group_timeout:g}s): the ranks waiting for this one would time out first; "
-                              "raise pt.Runtime(timeout=...)")
-        return hang_watch.busy(phase, self.timeout if limit is None else limit)
+        return hang_watch.busy(phase, self.timeout if limit is None else limit, longest_s=self._group_timeout)
 
     # ---- collectives ------------------------------------------------------------------
     barrier = staticmethod(comm.barrier)
