@@ -72,6 +72,8 @@ def test_the_default_stall_timeout_and_its_bad_values():
             runtime_stall_timeout(bad, 600.0, launched)
     with pytest.raises(ConfigError, match=r"PARATRAIN_STALL_TIMEOUT='ten' is not a number of seconds"):
         runtime_stall_timeout(None, 600.0, {**launched, "PARATRAIN_STALL_TIMEOUT": "ten"})
+    with pytest.raises(ConfigError, match=r"PARATRAIN_STALL_TIMEOUT must be 0 \(no watchdog\) or a positive number"):
+        runtime_stall_timeout(None, 600.0, {**launched, "PARATRAIN_STALL_TIMEOUT": "-5"})
     # gloo's own timeout gets a margin, so the watchdog names the rank before gloo blames a waiting one.
     assert group_timeout_with_watchdog(600.0, 600.0) > 600.0 and group_timeout_with_watchdog(600.0, 0.0) == 600.0
     assert group_timeout_with_watchdog(600.0, 60.0) == 600.0

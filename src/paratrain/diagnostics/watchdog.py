@@ -19,7 +19,7 @@ none waits for gloo's timeout. If C code holds the GIL forever the thread cannot
 faulthandler's own timer, re-armed at every progress, dumps the stacks and exits instead.
 
 Under ``paratrain run`` and ``pt.spawn`` every multi-process :class:`~paratrain.Runtime`
-starts one itself (:func:`start_for_runtime`): ``rt.loader`` batches, ``rt.backward`` and
+starts one itself (:func:`runtime_stall_timeout` says with which timeout): ``rt.loader`` batches, ``rt.backward`` and
 ``rt.step`` mark progress, and it ends the job only when some rank has waited inside a
 collective for the stall timeout (by default the process group's timeout, which is then
 given a short margin so that gloo's own timeout never fires first and blames the waiting
@@ -387,10 +387,11 @@ def runtime_stall_timeout(stall_timeout: Any, group_timeout_s: float, environ=os
     text = environ.get("PARATRAIN_STALL_TIMEOUT", "").strip()
     if text:
         try:
-            return _seconds_or_off("PARATRAIN_STALL_TIMEOUT", float(text))
+            seconds = float(text)
         except ValueError:
             raise ConfigError(f"PARATRAIN_STALL_TIMEOUT={text!r} is not a number of seconds; "
                               "give seconds (0: no watchdog)") from None
+        return _seconds_or_off("PARATRAIN_STALL_TIMEOUT", seconds)
     return float(group_timeout_s)
 
 
