@@ -132,3 +132,53 @@ def test_a_job_stall_timeout_of_zero_gives_an_own_loop_no_watchdog(monkeypatch):
     monkeypatch.setattr(watchdog, "DEFAULT_STALL_TIMEOUT_S", 300.0)
     assert isinstance(rt.watchdog(), watchdog.Watchdog)
     rt.close()
+
+
+def evidence(rank, step, phase, idle, waits, wait_s=0.0):
+    return Beat(rank, "host", 100 + rank, step, phase, idle, 1, waits=waits, wait_s=wait_s)
+
+
+def test_the_rank_outside_the_collectives_is_stalled_whatever_the_phase_order():
+    # rank 1 sleeps at the top of step 3 (its last mark: the optimizer step); rank 0 waits in step 3's
+    # gradient all-reduce. By phase order rank 0 (backward) is behind rank 1 (optimizer); by evidence not.
+    beats = [evidence(0, 3, "backward", 20.0, True, 19.0), evidence(1, 3, "optimizer", 20.5, False)]
+    assert stalled_ranks(beats, 20.0) == [1]
+    message = stall_message(beats, [1], 20.0, {1: "loop (train.py:9: time.sleep(3600))"})
+    assert message.startswith("stall: no progress for 20s: rank 1 (host host, pid 101) at step 3, phase optimizer, "
+                              "in loop (train.py:9: time.sleep(3600)) (not in a collective: the others wait for it); "
+                              "rank 0 waits at step 3, phase backward (inside a collective)"), message
+    assert "rank-dependent" not in message and not subset_collective(beats, [1])
+    # Three ranks, two of them outside: both are named.
+    three = beats + [evidence(2, 2, "evaluation", 21.0, False)]
+    assert stalled_ranks(three, 20.0) == [1, 2]
+
+
+def test_the_runtime_watchdog_waits_for_a_collective_to_last_the_timeout():
+    # Long work outside any collective on every rank (data preparation): no collective would time out.
+    busy_everywhere = [evidence(0, 0, "setup", 900.0, False), evidence(1, 0, "setup", 900.0, False)]
+    assert stalled_ranks(busy_everywhere, 600.0, in_collective_only=True) == []
+    assert stalled_ranks(busy_everywhere, 600.0) == [0, 1]  # an explicit watchdog counts idle time
+    waiting = [evidence(0, 4, "backward", 700.0, True, 599.0), evidence(1, 4, "forward", 700.0, False)]
+    assert stalled_ranks(waiting, 600.0, in_collective_only=True) == []
+    timed_out = [evidence(0, 4, "backward", 700.0, True, 600.0), waiting[1]]
+    assert stalled_ranks(timed_out, 600.0, in_collective_only=True) == [1]
+    # Every rank inside a collective, one only just arrived: it completes; all for the timeout: a deadlock.
+    met = [evidence(0, 4, "collective", 700.0, True, 650.0), evidence(1, 4, "collective", 3.0, True, 0.4)]
+    assert stalled_ranks(met, 600.0, in_collective_only=True) == []
+    stuck = [evidence(0, 4, "collective", 700.0, True, 650.0), evidence(1, 4, "checkpoint", 650.0, True, 640.0)]
+    assert stalled_ranks(stuck, 600.0, in_collective_only=True) == [1]  # behind, in a collective of its own
+    assert subset_collective(stuck, [1])
+
+
+def test_a_declared_busy_phase_is_no_stall_until_its_limit():
+    def busy(rank, busy_s, limit):
+        return Beat(rank, "host", 100 + rank, 3, "logging", busy_s, 1, busy="evaluation", busy_s=busy_s,
+                    busy_limit_s=limit)
+
+    waiting = evidence(1, 3, "backward", 900.0, True, 900.0)
+    assert stalled_ranks([busy(0, 900.0, 1800.0), waiting], 600.0, in_collective_only=True) == []
+    over = [busy(0, 1801.0, 1800.0), waiting]
+    assert stalled_ranks(over, 600.0, in_collective_only=True) == [0]
+    message = stall_message(over, [0], 600.0, {0: "evaluate (eval.py:3: model(batch))"})
+    assert "rank 0 (host host, pid 100) at step 3, phase logging, busy with 'evaluation' for 1801s, past its limit " \
+           "of 1800s" in message and "in evaluate (eval.py:3: model(batch))" in message

@@ -104,10 +104,13 @@ Restarts and preemption:
   SIGTERM              (scancel, Kubernetes eviction, kill) to the launcher or the
                        workers: pt.fit / paratrain train finish the step, save, and
                        exit with code 75 (EX_TEMPFAIL, "preempted"); rerun to resume
-  --stall-timeout S    a rank without progress for S seconds (pt.fit, rt.watchdog):
-                       every rank dumps its stacks to its log and the job ends with
-                       the stalled rank, host, step, phase and frames named; exit 124
-                       (0: no watchdog)
+  --stall-timeout S    every pt.Runtime watches itself: when a rank has waited S
+                       seconds inside a collective (default: the process group's
+                       timeout), every rank dumps its stacks to its log and the job
+                       ends naming the rank(s) not in it, host, step, phase and
+                       frames; exit 124. pt.fit / rt.watchdog: S seconds without
+                       progress on some rank (default 300). 0: no watchdog
+                       (`with rt.busy("evaluation"):` declares a long one-rank phase)
 
 Exit codes (--exit-codes paratrain, the default):
   0                    every worker succeeded
@@ -260,8 +263,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     work.add_argument(
         "--stall-timeout",
         metavar="SECONDS",
-        help="pt.fit / rt.watchdog: end the job with the stalled rank named after this long without "
-        "progress on some rank (default 300; 0: off)",
+        help="end the job with the stalled rank named after a rank waited this long in a collective "
+        "(default: the process group's timeout; pt.fit / rt.watchdog: this long without progress, default 300; "
+        "0: off)",
     )
     work.add_argument("-m", "--module", action="store_true", help="run a module like python -m")
     work.add_argument(

@@ -33,14 +33,61 @@ _SEEDING = ("manual_seed", "seed_everything", "seed", "manual_seed_all")
 _MODEL_CALL = re.compile(r"Sequential|from_pretrained|[A-Z]\w*(?:Net|Model|Classifier|ForSequenceClassification)")
 
 
+_SAMPLER_KEYS = ("sampler", "batch_sampler")
+# DeiT/DINO/MAE/DETR's shared `utils.init_distributed_mode(args)` reads RANK/LOCAL_RANK from the
+# environment (args.gpu) and calls `setup_for_distributed(is_master)`, which replaces builtins.print
+# on the other ranks.
+_ENV_INIT_HELPER = r"\binit_distributed_mode\("
+_PRINT_SILENCED = re.compile(rf"builtins\.print\s*=|__builtin__\.print\s*=|{_ENV_INIT_HELPER}|\bsetup_for_distributed\(")
+# A value in an f-string that tells the ranks' lines apart (f"[GPU{rank}] …", f"[{os.getpid()}] …").
+_RANK_TAG = re.compile(r"\w*rank|gpu|gpu_id|getpid|device_id|\w*process_index", re.IGNORECASE)
+
+
 def _sampler_uses(facts: ScriptFacts) -> set[str]:
-    """Text of every value passed as ``sampler=``/``batch_sampler=``."""
-    return {
+    """Text of every value passed as ``sampler=``/``batch_sampler=``, or put under that key of a dict
+    (``kwargs = {"sampler": s}; DataLoader(ds, **kwargs)``)."""
+    passed = {
         ast.unparse(value)
         for call in facts.calls
-        for value in (keyword(call, "sampler"), keyword(call, "batch_sampler"))
+        for value in (keyword(call, key) for key in _SAMPLER_KEYS)
         if value is not None
     }
+    in_dicts = {
+        ast.unparse(value)
+        for node in ast.walk(facts.tree) if isinstance(node, ast.Dict)
+        for key, value in zip(node.keys, node.values)
+        if isinstance(key, ast.Constant) and key.value in _SAMPLER_KEYS
+    }
+    return passed | in_dicts
+
+
+def _handed_on(facts: ScriptFacts, name: str) -> bool:
+    """``name`` is an argument of a call other than a DataLoader: the callee (maybe in another
+    file, like pytorch/examples' FSDP ``train(..., sampler=sampler1)``) may call ``set_epoch``."""
+    for call in facts.calls:
+        if last_name(call) in _LOADERS:
+            continue
+        values = list(call.args) + [kw.value for kw in call.keywords]
+        if any(ast.unparse(value) == name for value in values):
+            return True
+    return False
+
+
+def _is_eval(name: str, sampler: ast.Call) -> bool:
+    return bool(_EVAL_NAME.search(name) or _EVAL_NAME.search(_first_arg(sampler)))
+
+
+def _remainder_loader(facts: ScriptFacts) -> ast.Call | None:
+    """A ``Subset`` of the samples past ``len(sampler) * world_size``: the tail that a
+    ``drop_last=True`` sampler leaves out, evaluated on its own (pytorch/examples' imagenet)."""
+    def text(call: ast.Call) -> str:  # the call and the plain assignments of the names it reads
+        names = {node.id for node in ast.walk(call) if isinstance(node, ast.Name)}
+        return " ".join([ast.unparse(call)] + [ast.unparse(v) for n in names for v in facts.assigned.get(n, [])])
+
+    return next((
+        call for call in facts.calls_named("Subset")
+        if re.search(r"world_size|num_replicas|\.sampler\b", text(call))
+    ), None)
 
 
 def _first_arg(call: ast.Call) -> str:
@@ -80,7 +127,9 @@ def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
         return
     for name, sampler in facts.names_bound_to(*_SAMPLERS).items():
         shuffle = keyword(sampler, "shuffle")
-        if _EVAL_NAME.search(name) or (isinstance(shuffle, ast.Constant) and shuffle.value is False):
+        if _is_eval(name, sampler) or (isinstance(shuffle, ast.Constant) and shuffle.value is False):
+            continue  # evaluation order does not matter
+        if _handed_on(facts, name):
             continue
         if not facts.mentions(rf"{re.escape(name)}\.set_epoch\("):
             yield Finding(
@@ -93,13 +142,21 @@ def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
 
 def padded_eval_sampler(facts: ScriptFacts) -> Iterator[Finding]:
     for name, sampler in facts.names_bound_to(*_SAMPLERS).items():
-        if _EVAL_NAME.search(name) or _EVAL_NAME.search(_first_arg(sampler)):
-            yield Finding(
-                sampler.lineno, "padded-eval-sampler",
-                f"`{name}` shards evaluation data with DistributedSampler, which repeats samples so every rank "
-                "gets as many: metrics count some samples twice and change with the number of processes",
-                "rt.loader(dataset, batch_size, exact=True) (every sample exactly once) and rt.gather(preds, labels)",
-            )
+        if not _is_eval(name, sampler):
+            continue
+        if is_true(keyword(sampler, "drop_last")):
+            if _remainder_loader(facts):
+                continue  # the dropped tail is evaluated apart: every sample once
+            why = ("drops the last samples so every rank gets as many: metrics leave some samples out and "
+                   "change with the number of processes")
+        else:
+            why = ("repeats samples so every rank gets as many: metrics count some samples twice and change "
+                   "with the number of processes")
+        yield Finding(
+            sampler.lineno, "padded-eval-sampler",
+            f"`{name}` shards evaluation data with DistributedSampler, which {why}",
+            "rt.loader(dataset, batch_size, exact=True) (every sample exactly once) and rt.gather(preds, labels)",
+        )
 
 
 def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
@@ -109,6 +166,10 @@ def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
         if flag is None:
             continue
         default = keyword(call, "default")
+        if not facts.loaded_attrs.get("local_rank") and facts.mentions(_ENV_INIT_HELPER):
+            # Accepted only so that torch.distributed.launch's `--local_rank=N` does not stop argparse
+            # (DINO: "Please ignore and do not set this argument"); the helper reads the environment.
+            continue
         why = (
             f"`{flag}` has no default: torchrun and paratrain run pass LOCAL_RANK in the environment, "
             "not as an argument, so it is None in every process"
@@ -180,12 +241,22 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
                       "writes atomically from the right ranks")
 
 
+def _rank_tagged(call: ast.Call) -> bool:
+    """The printed text names its process (f"[GPU{rank}] …"): one line per rank is the point."""
+    return any(
+        isinstance(value, ast.FormattedValue) and _RANK_TAG.fullmatch(last_name(value.value))
+        for arg in call.args for node in ast.walk(arg) if isinstance(node, ast.JoinedStr)
+        for value in node.values
+    )
+
+
 def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
-    if not facts.distributed:
+    if not facts.distributed or facts.mentions(_PRINT_SILENCED.pattern):
         return
     prints = [
         call for call in facts.calls_named("print")
         if isinstance(call.func, ast.Name) and not facts.guard(call) and not facts.in_launcher(call)
+        and not _rank_tagged(call)
     ]
     if prints:
         others = ", ".join(str(call.lineno) for call in prints[1:])

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paratrain.diagnostics.stacks import describe_frames, frames_wait, main_thread_in_dump
+
 FAILURE_FILE = "failure.json"  # the newest failed attempt's report, in the run directory
 FAILURES_DIR = "failures"  # earlier attempts' reports, kept when a rerun starts
 
@@ -48,6 +50,13 @@ class RankOutcome:
     log: str | None = None
     likely_oom: bool = False
     timestamp: int = 0
+    # Its main thread's frames when the launcher stopped it (file, line, function; innermost first).
+    stack_at_stop: list[tuple[str, int, str]] = field(default_factory=list)
+
+    @property
+    def outside_collective(self) -> bool:
+        """Stopped by the launcher while not inside a collective (the others waited for it)."""
+        return bool(self.stack_at_stop) and not frames_wait(self.stack_at_stop)
 
     @property
     def stall_verdict(self) -> bool:
@@ -144,8 +153,11 @@ def archive_failure(directory: str | Path) -> Path | None:
     return target
 
 
-def rank_outcome(rank: int, failure: Any, log: str | None, oom_kills_before: int | None) -> RankOutcome:
-    """A :class:`RankOutcome` from torch elastic's ``ProcessFailure``."""
+def rank_outcome(
+    rank: int, failure: Any, log: str | None, oom_kills_before: int | None, stacks_at_stop: str | None = None
+) -> RankOutcome:
+    """A :class:`RankOutcome` from torch elastic's ``ProcessFailure`` (and the faulthandler dump
+    the worker wrote when the launcher stopped it, if any)."""
     recorded = recorded_exception(failure)
     name = None
     if failure.exitcode < 0:
@@ -163,6 +175,8 @@ def rank_outcome(rank: int, failure: Any, log: str | None, oom_kills_before: int
         outcome.last_frames = last_frames(traceback)
     if name == "SIGKILL":
         outcome.likely_oom = oom_killed(failure.pid, oom_kills_before)
+    if name == "SIGTERM" and stacks_at_stop:
+        outcome.stack_at_stop = main_thread_in_dump(stacks_at_stop)
     return outcome
 
 
@@ -182,6 +196,12 @@ def build_report(outcomes: list[RankOutcome], hint: str = "") -> FailureReport:
     first, rest = ordered[0], ordered[1:]
     stopped = sorted(o.rank for o in rest if o.signal in {s.name for s in STOPPED_BY_AGENT} and not o.likely_oom)
     consequences = [o for o in rest if o.rank not in stopped]
+    outside = [o for o in rest if o.outside_collective]
+    if not hint and first.peer_lost and outside:
+        hint = "; ".join(
+            f"rank {o.rank} (host {o.host}, pid {o.pid}) was not in the collective: when stopped it was in "
+            f"{describe_frames(o.stack_at_stop)}" for o in outside
+        ) + f" — the collective timed out waiting for {'them' if len(outside) > 1 else 'it'}"
     if not hint and first.peer_lost:
         hint = ("this rank lost a peer inside a collective: another rank or host died (its log says why), or "
                 "a collective ran on only some ranks — a rank-dependent branch (`if rank == 0:` / "

@@ -3,7 +3,10 @@
 Static and approximate on purpose: names are matched by their last part
 (``torch.utils.data.DataLoader`` and ``DataLoader`` are the same), values are followed
 through plain assignments only, and a statement counts as "rank 0 only" when an
-enclosing ``if`` tests a rank (``rank == 0``, ``is_main()``, ``dist.get_rank() == 0``…).
+enclosing ``if`` tests a rank (``rank == 0``, ``is_main()``, ``dist.get_rank() == 0``…)
+or when it sits in a function of this file whose every call site does (calls are
+followed within the file, methods by their name: ``self._save_checkpoint()`` under
+``if self.gpu_id == 0:`` guards the ``torch.save`` inside ``_save_checkpoint``).
 """
 
 from __future__ import annotations
@@ -13,8 +16,14 @@ import re
 from dataclasses import dataclass, field
 
 # An `if` that limits a block to one process: the global rank or a main-process helper.
-_GLOBAL_GUARD = re.compile(r"(?<![\w.])(?:\w+\.)*(?:rank|get_rank|RANK|is_main\w*|is_master\w*|master_process|is_rank_zero)\b")
+_GLOBAL_GUARD = re.compile(r"(?<![\w.])(?:\w+\.)*(?:rank|global_rank|get_rank|RANK|is_main\w*|is_master\w*|master_process|is_rank_zero)\b")
 _LOCAL_GUARD = re.compile(r"local_rank|LOCAL_RANK|local_process_index|is_local_main\w*")
+# The device index a process was started on (`gpu`, `gpu_id`, `device_id`): `mp.spawn` hands each
+# process its rank on the one machine, so the tutorials (pytorch/examples' ddp-tutorial-series) test
+# it as their rank 0; read as a global guard unless the file assigns it from LOCAL_RANK.
+_DEVICE_GUARD = re.compile(r"(?<![\w])(?:\w+\.)*(?:gpu|gpu_id|device_id)\s*(?:==|!=)\s*0\b")
+# `rank % gpus_per_node == 0`: the first process of each machine, i.e. local rank 0.
+_PER_MACHINE = re.compile(r"\brank\s*%\s*[\w.]+\s*==\s*0")
 # Calls and wrappers that make a script multi-process.
 DISTRIBUTED_MARKERS = {
     "init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn", "init",
@@ -50,6 +59,8 @@ class ScriptFacts:
     calls: list[ast.Call] = field(default_factory=list)
     assigned: dict[str, list[ast.expr]] = field(default_factory=dict)  # "sampler", "self.model" → values
     parents: dict[ast.AST, ast.AST] = field(default_factory=dict)
+    loaded_names: dict[str, list[ast.Name]] = field(default_factory=dict)  # every read of `f`
+    loaded_attrs: dict[str, list[ast.Attribute]] = field(default_factory=dict)  # every read of `x.f`
 
     @classmethod
     def read(cls, source: str) -> ScriptFacts:
@@ -65,6 +76,10 @@ class ScriptFacts:
                 for target in parent.targets:
                     if isinstance(target, (ast.Name, ast.Attribute)):
                         facts.assigned.setdefault(ast.unparse(target), []).append(parent.value)
+            elif isinstance(parent, ast.Name) and isinstance(parent.ctx, ast.Load):
+                facts.loaded_names.setdefault(parent.id, []).append(parent)
+            elif isinstance(parent, ast.Attribute) and isinstance(parent.ctx, ast.Load):
+                facts.loaded_attrs.setdefault(parent.attr, []).append(parent)
         facts.calls.sort(key=lambda call: (call.lineno, call.col_offset))
         return facts
 
@@ -86,18 +101,57 @@ class ScriptFacts:
         """The script starts or joins several processes (DDP, a sampler, spawn, Horovod, …)."""
         return any(last_name(call) in DISTRIBUTED_MARKERS for call in self.calls)
 
-    def guard(self, node: ast.AST) -> str:
-        """``"global"`` under a rank-0 test, ``"local"`` under a local-rank test only, else ``""``."""
+    def guard(self, node: ast.AST, _followed: frozenset = frozenset()) -> str:
+        """``"global"`` under a rank-0 test, ``"local"`` under a local-rank test only, else ``""``.
+
+        A function of this file counts as guarded when every use of its name is a call under
+        such a test (and it is used at all): one passed as a callback, or never called here,
+        may run anywhere.
+        """
         local = False
         child, parent = node, self.parents.get(node)
         while parent is not None:
             if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
-                test = ast.unparse(parent.test)
-                if _GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", test)):
+                kind = self._test_kind(parent.test)
+                if kind == "global":
                     return "global"
-                local = local or bool(_LOCAL_GUARD.search(test))
+                local = local or kind == "local"
+            elif isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and parent not in _followed:
+                callers = self._callers_guard(parent, _followed | {parent})
+                if callers == "global":
+                    return "global"
+                local = local or callers == "local"
             child, parent = parent, self.parents.get(parent)
         return "local" if local else ""
+
+    def _test_kind(self, test: ast.expr) -> str:
+        text = ast.unparse(test)
+        if _PER_MACHINE.search(text):
+            return "local"
+        device = _DEVICE_GUARD.search(text)
+        if device:
+            name = device.group(0).split("=")[0].rstrip("!= ").strip()
+            from_env = any(_LOCAL_GUARD.search(ast.unparse(v)) for v in self.assigned.get(name, []))
+            return "local" if from_env else "global"
+        if _GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", text)):
+            return "global"
+        return "local" if _LOCAL_GUARD.search(text) else ""
+
+    def _callers_guard(self, function: ast.FunctionDef | ast.AsyncFunctionDef, followed: frozenset) -> str:
+        """The weakest guard over every use of ``function``'s name in this file (methods: ``x.name``)."""
+        is_method = isinstance(self.parents.get(function), ast.ClassDef)
+        uses = (self.loaded_attrs if is_method else self.loaded_names).get(function.name, [])
+        if not uses:
+            return ""
+        kinds = set()
+        for use in uses:
+            call = self.parents.get(use)
+            if not (isinstance(call, ast.Call) and call.func is use):
+                return ""  # handed on (a callback, mp.spawn's target): runs where the receiver decides
+            kinds.add(self.guard(call, followed))
+        if kinds == {"global"}:
+            return "global"
+        return "local" if "" not in kinds else ""
 
     def inside(self, node: ast.AST, *callee_names: str) -> ast.Call | None:
         """The nearest enclosing call to one of ``callee_names`` (``node`` is in its arguments)."""

@@ -1,15 +1,23 @@
-"""Python stacks of a running process, for stall reports: all threads to the log, the main one in short."""
+"""Python stacks of a running process, for stall reports: all threads to the log, the main one in short;
+and the main thread's frames read back from a faulthandler dump (a worker stopped by the launcher)."""
 
 from __future__ import annotations
 
 import faulthandler
+import linecache
 import os
+import re
 import sys
 import threading
 import traceback
+import types
 
 # Frames of these files are the machinery around the user's code, not where it stopped.
 _MACHINERY = ("/threading.py", "/paratrain/diagnostics/")
+# An innermost frame in these files waits for other ranks: torch.distributed's collectives,
+# stores and FSDP's all-gathers, or the autograd engine, where DDP's reducer waits for the
+# gradient all-reduce (a backward that lasts a whole stall timeout is that wait, not arithmetic).
+_COLLECTIVE_FILES = ("/torch/distributed/", "/torch/autograd/graph.py", "/torch/autograd/__init__.py")
 
 
 def dump_all_threads(header: str, file=None) -> None:
@@ -36,3 +44,65 @@ def main_thread_frames(limit: int = 3) -> str:
     shown = summary[-limit:]
     return " <- ".join(f"{f.name} ({os.path.basename(f.filename)}:{f.lineno}: {(f.line or '').strip()})"
                        for f in reversed(shown))
+
+
+def main_thread_collective() -> types.FrameType | None:
+    """The main thread's innermost frame when it is inside a collective (see above), else None.
+
+    Cheap (one look at the main thread's frames, no formatting): the watchdog asks at every
+    publication. The same frame object seen again is the same call still waiting (a caller
+    that keeps it cannot see its memory reused by the next call, as an ``id()`` could be).
+    """
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    if frame is None:
+        return None
+    return frame if _waits(frame.f_code.co_filename, frame.f_lineno) else None
+
+
+def _waits(filename: str, line: int | None) -> bool:
+    """The innermost Python frame ``filename:line`` waits for other ranks: it is in torch's
+    collectives or autograd engine, or its line calls a C-implemented ``.wait(``, i.e. a torch
+    ``Work`` or store (Python-level waits, threading's or subprocess's, have frames of their own)."""
+    filename = filename.replace("\\", "/")
+    if any(part in filename for part in _COLLECTIVE_FILES):
+        return True
+    # f_lineno is None between some instructions (Python 3.11+): no line, no evidence.
+    return isinstance(line, int) and ".wait(" in linecache.getline(filename, line)
+
+
+def _machinery(filename: str) -> bool:
+    return filename.endswith("/threading.py") or "/paratrain/diagnostics/" in filename
+
+
+_DUMP_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.+)$')
+
+
+def main_thread_in_dump(text: str) -> list[tuple[str, int, str]]:
+    """The main thread's frames (file, line, function; innermost first) in a faulthandler dump
+    of all threads, or ``[]``. The main thread is the one whose stack starts at ``<module>``
+    (the script) or at runpy (``-m``)."""
+    threads: list[list[tuple[str, int, str]]] = []
+    for line in text.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            threads.append([])
+            continue
+        match = _DUMP_FRAME.match(line)
+        if match and threads:
+            threads[-1].append((match.group(1), int(match.group(2)), match.group(3)))
+    for frames in threads:
+        if frames and frames[-1][2] in ("<module>", "_run_module_as_main"):
+            return frames
+    return []
+
+
+def frames_wait(frames: list[tuple[str, int, str]]) -> bool:
+    """The innermost of these frames waits for other ranks (see :func:`_waits`)."""
+    return bool(frames) and _waits(frames[0][0], frames[0][1])
+
+
+def describe_frames(frames: list[tuple[str, int, str]], limit: int = 3) -> str:
+    """``f (file.py:12: the line) <- g (...)``: the innermost ``limit`` frames, as the watchdog writes them."""
+    shown = [f for f in frames if not _machinery(f[0].replace("\\", "/"))][:limit]
+    return " <- ".join(
+        f"{name} ({os.path.basename(path)}:{line}: {linecache.getline(path, line).strip()})" for path, line, name in shown
+    )

@@ -1,13 +1,20 @@
 """Who stalled? Pure functions over the ranks' progress records (no processes, no store).
 
-Every rank publishes a :class:`Beat`: the steps it completed, the phase it is in, and
-for how long it has not moved. When one rank stops (a hang, a sleep, a deadlock), the
-others soon wait for it inside a collective, so *every* rank eventually stops moving.
-The stalled rank is the one *behind*: fewest steps completed, then earliest phase of
-its step. A rank whose watchdog stopped publishing (frozen process, the GIL held by C
-code) is stalled too. Ranks that are behind in different phases of the same step,
-one of them in a checkpoint or collective, point at a collective that only some ranks
-reached (``if rank == 0: ckpt.save(...)``).
+Every rank publishes a :class:`Beat`: the steps it completed, the phase it is in, for
+how long it has not moved, and whether its main thread *waits* inside a collective
+(DDP's gradient all-reduce in backward, an all-reduce, a barrier: seen in its innermost
+Python frame, or a published "collective" phase). When one rank stops (a hang, a sleep,
+a deadlock), the others soon wait for it inside a collective, so *every* rank eventually
+stops moving. The evidence decides first: the ranks that are *not* inside a collective
+while others wait are the stalled ones, wherever they stopped (before forward, in it,
+between backward and step, in evaluation, in a checkpoint write, in a rank-0-only
+branch). Only when the evidence does not separate the ranks (all wait, or none does)
+the one *behind* is named: fewest steps completed, then earliest phase of its step.
+A rank whose watchdog stopped publishing (frozen process, the GIL held by C code) is
+stalled too. Ranks that all wait, in different places of the same step, point at a
+collective that only some ranks reached (``if rank == 0: ckpt.save(...)``). A rank
+inside a declared long phase (``rt.busy("evaluation")``) is not stalled until that
+phase passes its own limit; then it is named with the phase.
 """
 
 from __future__ import annotations
@@ -32,6 +39,11 @@ class Beat:
     phase: str
     idle_s: float
     tick: int  # grows at every publication: a rank whose tick stops has a dead watchdog
+    waits: bool = False  # its main thread is inside a collective (evidence, not the phase order)
+    wait_s: float = 0.0  # for how long the same collective call has been seen waiting
+    busy: str = ""  # a declared long phase (rt.busy), with how long it has run and may run
+    busy_s: float = 0.0
+    busy_limit_s: float = 0.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -45,12 +57,19 @@ class Beat:
         order = PHASES.index(self.phase) if self.phase in PHASES else len(PHASES)
         return (self.step, order)
 
+    @property
+    def busy_too_long(self) -> bool:
+        return bool(self.busy) and self.busy_s >= self.busy_limit_s
+
     def where(self) -> str:
         return f"rank {self.rank} (host {self.host}, pid {self.pid}) at step {self.step}, phase {self.phase}"
 
 
-def stalled_ranks(beats: list[Beat], stall_timeout_s: float, silent: set[int] = frozenset()) -> list[int]:
-    """The ranks to blame, or ``[]`` while no rank has been idle for ``stall_timeout_s``.
+def stalled_ranks(
+    beats: list[Beat], stall_timeout_s: float, silent: set[int] = frozenset(), in_collective_only: bool = False
+) -> list[int]:
+    """The ranks to blame, or ``[]`` while no rank has been idle for ``stall_timeout_s``
+    (``in_collective_only``: while no rank has waited in one collective call that long).
 
     ``silent`` are ranks whose watchdog stopped publishing for that long (seen by the reader).
     """
@@ -58,8 +77,21 @@ def stalled_ranks(beats: list[Beat], stall_timeout_s: float, silent: set[int] = 
         return []
     if silent:
         return sorted(silent)
-    if max(beat.idle_s for beat in beats) < stall_timeout_s:
+    over = [beat.rank for beat in beats if beat.busy_too_long]
+    if over:
+        return sorted(over)
+    if any(beat.busy for beat in beats):
+        return []  # a declared long phase: the others wait for it, within its limit
+    if in_collective_only:
+        if not any(beat.waits and beat.wait_s >= stall_timeout_s for beat in beats):
+            return []
+    elif max(beat.idle_s for beat in beats) < stall_timeout_s:
         return []
+    outside = [beat.rank for beat in beats if not beat.waits]
+    if 0 < len(outside) < len(beats):
+        return sorted(outside)  # the others wait in a collective for these
+    if in_collective_only and not outside and min(beat.wait_s for beat in beats) < stall_timeout_s:
+        return []  # every rank is in a collective, some only just: it is completing
     behind = min(beat.position for beat in beats)
     return sorted(beat.rank for beat in beats if beat.position == behind)
 
@@ -75,7 +107,9 @@ def subset_collective(beats: list[Beat], stalled: list[int]) -> bool:
         return False
     steps = {beat.step for beat in beats}
     # The rank behind is itself waiting in a collective (not sleeping in its own code).
-    behind_waits = all(beat.phase in COLLECTIVE_PHASES for beat in beats if beat.rank in stalled)
+    behind_waits = all(beat.waits or beat.phase in COLLECTIVE_PHASES for beat in beats if beat.rank in stalled)
+    if any(not beat.waits for beat in beats) and any(beat.waits for beat in beats):
+        return False  # the evidence says who is outside the collectives: no guess needed
     return max(steps) - min(steps) <= 1 and behind_waits
 
 
@@ -104,9 +138,14 @@ def stall_message(
                          "(look at that host; its launcher's output says why if it still runs)")
             continue
         stack = frames.get(rank) or "no stack received (frozen, or C code holds the GIL); see its log"
-        parts.append(f"{where}, in {stack}")
+        if beat is not None and beat.busy_too_long:
+            where += (f", busy with {beat.busy!r} for {beat.busy_s:.0f}s, past its limit of {beat.busy_limit_s:g}s "
+                      "(rt.busy(..., limit=) if it may take longer)")
+        outside = beat is not None and not beat.waits and any(b.waits for b in beats)
+        parts.append(f"{where}, in {stack}" + (" (not in a collective: the others wait for it)" if outside else ""))
     others = [by_rank[r] for r in sorted(by_rank) if r not in stalled]
-    waiting = "; ".join(f"rank {b.rank} waits at step {b.step}, phase {b.phase}" for b in others)
+    waiting = "; ".join(f"rank {b.rank} waits at step {b.step}, phase {b.phase}"
+                        + (" (inside a collective)" if b.waits else "") for b in others)
     head = f"stall: no progress for {stall_timeout_s:g}s: " + "; ".join(parts)
     text = head + (f"; {waiting}" if waiting else "")
     if subset_collective(beats, stalled):

@@ -18,7 +18,14 @@ All ranks see the same records, so all of them stop within a few polls of each o
 none waits for gloo's timeout. If C code holds the GIL forever the thread cannot run:
 faulthandler's own timer, re-armed at every progress, dumps the stacks and exits instead.
 
-Usage in an own loop (``pt.fit`` does this itself)::
+Under ``paratrain run`` and ``pt.spawn`` every multi-process :class:`~paratrain.Runtime`
+starts one itself (:func:`runtime_stall_timeout` says with which timeout): ``rt.loader`` batches, ``rt.backward`` and
+``rt.step`` mark progress, and it ends the job only when some rank has waited inside a
+collective for the stall timeout (by default the process group's timeout, which is then
+given a short margin so that gloo's own timeout never fires first and blames the waiting
+rank). ``Runtime(stall_timeout=0)`` / ``paratrain run --stall-timeout 0`` turn it off;
+``with rt.busy("evaluation"):`` declares a long phase on some ranks that the others
+wait for. An explicit watchdog (``pt.fit``'s, or an own loop's) takes over while it runs::
 
     with rt.watchdog(stall_timeout=120) as watchdog:
         for step, batch in enumerate(loader):
@@ -28,7 +35,9 @@ Usage in an own loop (``pt.fit`` does this itself)::
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
+import math
 import os
 import socket
 import sys
@@ -68,6 +77,12 @@ class Watchdog:
         store: a ``torch.distributed.Store`` shared by all ranks (default: a new client of
             the job's store at MASTER_ADDR:MASTER_PORT; none with one process).
         on_stall: called with the message instead of ending the process (tests, notebooks).
+        in_collective_only: end the job only when some rank has waited inside a collective
+            for ``stall_timeout`` (the default watchdog of a Runtime: it never ends a job that
+            a collective timeout would not have ended); otherwise any rank idle that long.
+
+    An explicit watchdog started while another runs (``pt.fit``'s inside a Runtime's own)
+    takes over until it stops; the outer one then goes on.
 
     Raises:
         ConfigError: a stall timeout that is not a positive number.
@@ -81,6 +96,7 @@ class Watchdog:
         poll: float | None = None,
         store: Any = None,
         on_stall: Any = None,
+        in_collective_only: bool = False,
     ):
         if isinstance(stall_timeout, bool) or not isinstance(stall_timeout, (int, float)) or not stall_timeout > 0:
             raise ConfigError(f"stall_timeout must be a positive number of seconds, got {stall_timeout!r}")
@@ -89,7 +105,7 @@ class Watchdog:
         self.stall_timeout = float(stall_timeout)
         self.rank = comm.rank() if rank is None else rank
         self.world_size = comm.world_size() if world_size is None else world_size
-        self.poll = poll if poll is not None else min(10.0, max(0.5, self.stall_timeout / 10))
+        self.poll = poll if poll is not None else _poll_for(self.stall_timeout)
         self._store = store
         self._on_stall = on_stall
         self._host = socket.gethostname()
@@ -105,6 +121,11 @@ class Watchdog:
         self._silent: set[int] = set()
         self._store_ok_at = time.monotonic()
         self._asking_since: float | None = None
+        self._in_collective_only = in_collective_only
+        self._outer: Watchdog | None = None  # the watchdog this one took over from
+        self._suspended = False
+        self._busy, self._busy_since, self._busy_limit = "", 0.0, 0.0
+        self._waiting_at: Any = None  # (the main thread's place, since when) while it waits in a collective
 
     # ---- main thread ------------------------------------------------------------------------
     def progress(self, step: int | None = None, phase: str | None = None) -> None:
@@ -122,6 +143,9 @@ class Watchdog:
         global _active
         if self._thread is not None:
             return self
+        self._outer = _active
+        if self._outer is not None:
+            self._outer._suspended = True
         if self._store is None and self.world_size > 1:
             self._store = _job_store(self.stall_timeout)
         self._prefix = f"paratrain/watchdog/{os.environ.get('TORCHELASTIC_RUN_ID', 'job')}/" \
@@ -135,18 +159,34 @@ class Watchdog:
 
     def stop(self) -> None:
         global _active
+        outer, self._outer = self._outer, None
         if _active is self:
-            _active = None
+            _active = outer
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread() and self.report is None:
             self._thread.join(timeout=self.poll + 5)
         faulthandler.cancel_dump_traceback_later()
+        self._waiting_at = None  # let go of the main thread's frame
+        if outer is not None:  # it goes on from here, with this one's count of steps
+            outer._step, outer._phase = max(outer._step, self._step), self._phase
+            outer._moved_at, outer._suspended = time.monotonic(), False
+            return  # its next publication replaces this one's
         if self._store is not None and self._thread is not None and self.report is None:
             try:  # the others must not take a rank that finished for a silent one
                 finished = Beat(self.rank, self._host, os.getpid(), self._step, FINISHED, 0.0, -1)
                 self._store.set(f"{self._prefix}beat/{self.rank}", finished.to_json())
             except Exception:
                 pass
+
+    @contextlib.contextmanager
+    def busy(self, name: str, limit_s: float):
+        """This rank is in a long phase that others wait for (see :func:`busy`)."""
+        self._busy, self._busy_since, self._busy_limit = name, time.monotonic(), limit_s
+        try:
+            yield
+        finally:
+            self._busy = ""
+            self.progress()
 
     def __enter__(self) -> Watchdog:
         return self.start()
@@ -156,15 +196,16 @@ class Watchdog:
 
     # ---- the watchdog thread ------------------------------------------------------------
     def _run(self) -> None:
-        tick, armed_at = 0, -1
+        tick = 0
         seen: dict[int, tuple[int, float]] = {}  # rank -> (its last tick, when it changed, our clock)
         while not self._stop.wait(self.poll):
+            if self._suspended:
+                continue  # an explicit watchdog runs in its place
             tick += 1
-            if self._moves != armed_at:  # the last resort, if this thread ever stops running
-                armed_at = self._moves
-                faulthandler.dump_traceback_later(self.stall_timeout + _HARD_EXIT_GRACE_S, exit=True)
-            beat = Beat(self.rank, self._host, os.getpid(), self._step, self._phase,
-                        round(time.monotonic() - self._moved_at, 3), tick)
+            # The last resort, if this thread ever stops running (C code holding the GIL): re-armed
+            # at every publication, it fires only when this thread could not publish for that long.
+            faulthandler.dump_traceback_later(self._hard_exit_after(), exit=True)
+            beat = self._beat(tick)
             try:
                 self._asking_since = time.monotonic()
                 beats = self._exchange(beat)
@@ -180,19 +221,49 @@ class Watchdog:
             for other in beats:
                 if seen.get(other.rank, (None,))[0] != other.tick:
                     seen[other.rank] = (other.tick, now)
-            silent = {r for r, (_, changed) in seen.items() if now - changed > self.stall_timeout + self.poll}
-            if not silent and beat.idle_s >= self.stall_timeout:
+            # We wait (the Runtime's own watchdog: inside a collective) for the stall timeout.
+            we_wait = (beat.waits and beat.wait_s >= self.stall_timeout) if self._in_collective_only \
+                else beat.idle_s >= self.stall_timeout
+            silent = set()
+            if we_wait or not self._in_collective_only:
+                # A rank that is not waiting itself has no business declaring others gone: their
+                # watchdog may only be held up (a collective that keeps the GIL while it waits
+                # for this very rank, torch's monitored_barrier on rank 0).
+                silent = {r for r, (_, changed) in seen.items() if now - changed > self.stall_timeout + self.poll}
+            if not silent and we_wait:
                 # We wait, and some rank's watchdog stopped publishing a while ago: that rank's
                 # process died or its host is unreachable (a live watchdog publishes every poll).
                 silent = {r for r, (_, changed) in seen.items() if now - changed > _SILENT_POLLS * self.poll}
             missing = set(range(self.world_size)) - {b.rank for b in beats} - self._finished
-            if missing and not silent and beat.idle_s >= self.stall_timeout:
+            if missing and not silent and we_wait:
                 silent = missing  # never started a watchdog, or died before its first report
-            stalled = stalled_ranks(beats, self.stall_timeout, silent)
+            stalled = stalled_ranks(beats, self.stall_timeout, silent, in_collective_only=self._in_collective_only)
             self._silent = silent
             if stalled:
                 self._report(beats, stalled)
                 return
+
+    def _beat(self, tick: int) -> Beat:
+        """This rank's record now: progress, and whether (and how long) it waits in a collective."""
+        now = time.monotonic()
+        try:
+            place = stacks.main_thread_collective()  # the same frame object seen again: the same wait
+        except Exception:  # no evidence this time is better than a dead watchdog thread
+            place = None
+        if place is None:
+            self._waiting_at = None
+        elif self._waiting_at is None or self._waiting_at[0] is not place:
+            self._waiting_at = (place, now)
+        waits = self._waiting_at is not None
+        busy = self._busy
+        return Beat(self.rank, self._host, os.getpid(), self._step, self._phase, round(now - self._moved_at, 3), tick,
+                    waits=waits, wait_s=round(now - self._waiting_at[1], 3) if waits else 0.0, busy=busy,
+                    busy_s=round(now - self._busy_since, 3) if busy else 0.0,
+                    busy_limit_s=self._busy_limit if busy else 0.0)
+
+    def _hard_exit_after(self) -> float:
+        busy_left = self._busy_limit - (time.monotonic() - self._busy_since) if self._busy else 0.0
+        return max(self.stall_timeout, busy_left) + _HARD_EXIT_GRACE_S
 
     def _watch_store(self) -> None:
         """Second thread: a store call that never returns (node 0's host unreachable: no
@@ -280,6 +351,95 @@ class NoWatchdog:
 
     def __exit__(self, *exc: Any) -> None:
         pass
+
+
+class LoaderProgress:
+    """A loader's position listener that marks progress at every batch handed out
+    (``rt.loader`` adds one: a rank that gets batches is moving)."""
+
+    def __init__(self, phase: str):
+        self.phase = phase
+
+    def loader_batch(self, index: int, total: int) -> None:
+        mark(self.phase)
+
+    def loader_done(self) -> None:
+        pass
+
+
+# ---- the Runtime's own watchdog ---------------------------------------------------------
+def runtime_stall_timeout(stall_timeout: Any, group_timeout_s: float, environ=os.environ) -> float:
+    """The stall timeout of a Runtime's own watchdog in seconds; 0: none.
+
+    ``stall_timeout`` as given to ``pt.Runtime`` wins; else, in a worker of ``paratrain run``
+    or ``pt.spawn``, ``PARATRAIN_STALL_TIMEOUT`` (``--stall-timeout``) or the process group's
+    timeout; else (plain torchrun, SLURM, MPI) none unless asked for.
+
+    Raises:
+        ConfigError: a value that is not 0 or a positive number of seconds.
+    """
+    from paratrain.env.torchelastic import LAUNCHER_PID_VAR, SPAWNED_VAR
+
+    if stall_timeout is not None:
+        return _seconds_or_off("pt.Runtime(stall_timeout=...)", stall_timeout)
+    if not (environ.get(LAUNCHER_PID_VAR) or environ.get(SPAWNED_VAR)):
+        return 0.0
+    text = environ.get("PARATRAIN_STALL_TIMEOUT", "").strip()
+    if text:
+        try:
+            seconds = float(text)
+        except ValueError:
+            raise ConfigError(f"PARATRAIN_STALL_TIMEOUT={text!r} is not a number of seconds; "
+                              "give seconds (0: no watchdog)") from None
+        return _seconds_or_off("PARATRAIN_STALL_TIMEOUT", seconds)
+    return float(group_timeout_s)
+
+
+def group_timeout_with_watchdog(group_timeout_s: float, stall_timeout_s: float) -> float:
+    """The process group's timeout when a Runtime's watchdog (``stall_timeout_s`` > 0) runs.
+
+    gloo's own timeout would end a *waiting* rank with "Timed out waiting", and the launcher
+    would blame it. Given a margin (one publication, the wait for the stalled rank's frames,
+    a few seconds to end), the watchdog always ends the job first, naming the rank that is
+    not in the collective; nothing ends earlier than the collective timeout asked for.
+    """
+    if not stall_timeout_s:
+        return group_timeout_s
+    return max(group_timeout_s, stall_timeout_s + _poll_for(stall_timeout_s) + _STACK_WAIT_S + 5.0)
+
+
+def busy(name: str, limit_s: float, longest_s: float = math.inf):
+    """Context: this rank is in a long phase that the other ranks wait for (``rt.busy``).
+
+    While it lasts, the others waiting inside a collective are not a stall; when it passes
+    ``limit_s`` the running watchdog ends the job naming this rank and ``name``. Without a
+    running watchdog it does nothing.
+
+    Raises:
+        ConfigError: an empty name, a limit that is not a positive number of seconds, or one
+            past ``longest_s`` (the process group's timeout: the waiting ranks would fail first).
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"rt.busy() needs the phase's name (rt.busy('evaluation')), got {name!r}")
+    if isinstance(limit_s, bool) or not isinstance(limit_s, (int, float)) or not 0 < limit_s < math.inf:
+        raise ConfigError(f"rt.busy({name!r}, limit=...) must be a positive number of seconds, got {limit_s!r}")
+    if limit_s > longest_s:
+        raise ConfigError(f"rt.busy({name!r}, limit={limit_s:g}) is longer than the process group's timeout "
+                          f"({longest_s:g}s): the ranks waiting for this one would time out first; "
+                          "raise pt.Runtime(timeout=...)")
+    if _active is None:
+        return contextlib.nullcontext()
+    return _active.busy(name, float(limit_s))
+
+
+def _seconds_or_off(what: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise ConfigError(f"{what} must be 0 (no watchdog) or a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _poll_for(stall_timeout_s: float) -> float:
+    return min(10.0, max(0.5, stall_timeout_s / 10))
 
 
 def _job_store(timeout_s: float):

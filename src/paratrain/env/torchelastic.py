@@ -14,6 +14,8 @@ PROGRESS_TTY_VAR = "PARATRAIN_PROGRESS_TTY"
 # The pid of the paratrain launcher that started a worker (its parent): a worker asks the
 # kernel to end it when that process dies (runtime/launcher_death.py).
 LAUNCHER_PID_VAR = "PARATRAIN_LAUNCHER_PID"
+# Set by pt.spawn in its workers. Under either launcher a Runtime starts its hang watchdog.
+SPAWNED_VAR = "PARATRAIN_SPAWNED"
 
 
 class TorchElasticEnvironment(ClusterEnvironment):

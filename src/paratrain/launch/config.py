@@ -265,7 +265,7 @@ class LaunchConfig:
                 f"--local-ranks-filter {','.join(map(str, self.local_ranks_filter))} names local ranks outside "
                 f"0..{self.nproc_per_node - 1}; list local ranks of this node, e.g. 0 or 0,1"
             )
-        if self.stall_timeout is not None and not self.stall_timeout >= 0:
+        if self.stall_timeout is not None and not 0 <= self.stall_timeout < float("inf"):
             raise ConfigError(f"--stall-timeout {self.stall_timeout:g} must be a number of seconds, or 0 to turn the watchdog off")
         if self.threads_per_proc is not None and self.threads_per_proc < 1:
             raise ConfigError(f"--threads-per-proc {self.threads_per_proc} must be at least 1")

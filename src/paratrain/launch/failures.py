@@ -28,6 +28,13 @@ def worker_error(exc) -> ParatrainError:
     ``exc`` is a ``torch.distributed.elastic.multiprocessing.errors.ChildFailedError``.
     """
     rank, failure = exc.get_first_failure()
+    for other_rank, other in sorted(exc.failures.items()):
+        # The watchdog's verdict names the stalled rank; a peer that lost it after its exit only
+        # saw a closed connection, perhaps a moment earlier (as build_report orders them).
+        found = recorded_exception(other)
+        if found is not None and found[1].startswith("stall:"):
+            rank, failure = other_rank, other
+            break
     recorded = recorded_exception(failure)
     if recorded is not None:
         exc_type, detail, traceback = recorded
@@ -43,19 +50,21 @@ def script_failure(
     hint: Callable[[int], str] = lambda exitcode: "",
     oom_kills_before: int | None = None,
     lost_node: Callable[[list[int], str | None], str] = lambda ranks, peer: "",
+    stacks_at_stop: Callable[[int], str | None] = lambda rank: None,
 ) -> LaunchError:
     """``paratrain run``: a LaunchError naming the rank that failed first; exit code = its own.
 
     ``log_file(local_rank)`` returns the worker's stderr log when logs are kept;
     ``hint(exitcode)`` may name a likely fix; ``lost_node(failed_ranks, peer_address)``
     explains a failure where every failed rank here only lost its peers (another node
-    died). The error carries the whole
+    died); ``stacks_at_stop(rank)`` is the faulthandler dump a worker wrote when the launcher
+    stopped it (:mod:`paratrain.launch.worker_site`). The error carries the whole
     :class:`~paratrain.diagnostics.failure_report.FailureReport` as ``.report``.
     """
     outcomes = []
     for rank, failure in exc.failures.items():
         log = log_file(failure.local_rank)
-        outcomes.append(rank_outcome(rank, failure, str(log) if log else None, oom_kills_before))
+        outcomes.append(rank_outcome(rank, failure, str(log) if log else None, oom_kills_before, stacks_at_stop(rank)))
     report = build_report(outcomes)
     if all(o.peer_lost for o in outcomes):
         explained = lost_node(sorted(o.rank for o in outcomes), peer_address(report.first.exception_message))

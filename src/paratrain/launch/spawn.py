@@ -23,6 +23,7 @@ from typing import Any
 
 import cloudpickle
 
+from paratrain.env.torchelastic import SPAWNED_VAR
 from paratrain.errors import ConfigError
 from paratrain.launch import network
 from paratrain.launch.environ import scoped_environ
@@ -123,6 +124,7 @@ def spawn(
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
         # Gloo's pair sockets on loopback too (like the store), whatever the host name resolves to.
         "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME") or network.interface_for(network.LOOPBACK).name,
+        SPAWNED_VAR: "1",  # a Runtime in the workers starts its hang watchdog
         **(env or {}),
     }
     quiet = logging.INFO if verbose else logging.CRITICAL

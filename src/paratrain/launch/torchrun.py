@@ -29,7 +29,7 @@ from pathlib import Path
 from paratrain.diagnostics.failure_report import oom_kill_count
 from paratrain.env.torchelastic import LAUNCHER_PID_VAR, LINE_PREFIX_VAR, PROGRESS_TTY_VAR
 from paratrain.errors import LaunchError, PreemptedError
-from paratrain.launch import network, whole_lines
+from paratrain.launch import network, whole_lines, worker_site
 from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, LaunchConfig
 from paratrain.launch.environ import scoped_environ
 from paratrain.launch.failures import script_failure, workers_recorded
@@ -207,6 +207,8 @@ def launch(config: LaunchConfig) -> int:
             network.require_own_address(config.rendezvous_host)  # node 0 hosts the store there
         interface = socket_interface(config)
         env = worker_env(config, os.environ, interface)
+        stacks_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="paratrain-stacks-"))
+        env.update(worker_site.stacks_env(stacks_dir, os.environ))  # stacks of the workers it stops
         # Without --log-dir, a scratch folder: the prefixed console's copy of the streams, and the
         # workers' error files (torch's own default is an unnamed temporary folder), read after a signal.
         log_dir = config.log_dir or tempfile.mkdtemp(prefix="paratrain-logs-")
@@ -248,6 +250,7 @@ def launch(config: LaunchConfig) -> int:
             error = script_failure(
                 exc, lambda local_rank: _log_file(log_dir, run_id, local_rank), lambda code: _hint(config, code),
                 oom_kills_before, lambda ranks, peer: _lost_node(config, ranks, peer),
+                lambda rank: worker_site.stacks_at_stop(stacks_dir, rank),
             )
             _drop_scratch(config, log_dir, keep=error.report.first.log is not None)
             raise _with_exit_code_mode(config, error) from None

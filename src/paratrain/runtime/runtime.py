@@ -17,6 +17,7 @@ import torch
 
 from paratrain import comm
 from paratrain.arguments import check_type, reject_objects, reject_unknown
+from paratrain.diagnostics import watchdog as hang_watch
 from paratrain.diagnostics.watchdog import mark as mark_progress
 from paratrain.env import ProcessInfo, detect
 from paratrain.runtime.device import resolve_backend, resolve_device, use_device
@@ -26,7 +27,8 @@ from paratrain.runtime import topology
 from paratrain.runtime.seeding import rank_seed, seed_everything
 from paratrain.runtime.tf32 import set_tf32
 
-RUNTIME_ARGUMENTS = ("strategy", "precision", "seed", "backend", "timeout", "sync_batchnorm", "compile", "tf32")
+RUNTIME_ARGUMENTS = ("strategy", "precision", "seed", "backend", "timeout", "sync_batchnorm", "compile", "tf32",
+                     "stall_timeout")
 
 
 def _check_arguments(strategy, precision, seed, backend, timeout, sync_batchnorm, compile, tf32) -> None:
@@ -59,6 +61,10 @@ class Runtime:
         compile: ``torch.compile`` the model in ``setup`` (single, ddp, fsdp).
         tf32: on CUDA, float32 matmuls and convolutions in TF32 (the default; False keeps
             full float32). Nothing changes on CPU.
+        stall_timeout: seconds a rank may wait inside one collective before the job ends
+            with the rank(s) not in it named (its hang watchdog); 0: no watchdog. Default:
+            under ``paratrain run`` / ``pt.spawn``, ``--stall-timeout`` or ``timeout``;
+            elsewhere none (see :mod:`paratrain.diagnostics.watchdog`).
         **strategy_options: passed to the strategy (e.g. ``find_unused_parameters=True``).
 
     Creating a Runtime in a multi-process job is collective: all ranks must do it.
@@ -79,6 +85,7 @@ class Runtime:
         sync_batchnorm: bool = False,
         compile: bool = False,
         tf32: bool = True,
+        stall_timeout: float | None = None,
         **strategy_options: Any,
     ):
         from paratrain.precision import create_precision
@@ -106,7 +113,9 @@ class Runtime:
         )
         if self.process.distributed:
             die_with_launcher()  # a worker of paratrain run ends when its launcher is killed
-        self._owns_group = init_process_group(self.process, self.backend, self.device, self.timeout)
+        stall_s = hang_watch.runtime_stall_timeout(stall_timeout, self.timeout) if self.process.distributed else 0.0
+        self._group_timeout = hang_watch.group_timeout_with_watchdog(self.timeout, stall_s)
+        self._owns_group = init_process_group(self.process, self.backend, self.device, self._group_timeout)
         if self._owns_group:
             atexit.register(self.close)
         if self.process.distributed:
@@ -119,6 +128,10 @@ class Runtime:
                 comm.get_logger().info(f"{self.topology.describe()} (nodes run different numbers of processes)")
         else:
             self.topology = topology.from_facts([topology.own_facts(self.process)])
+        self._watchdog = None  # this rank's own hang watchdog: names the rank the others wait for
+        if stall_s:
+            self._watchdog = hang_watch.Watchdog(stall_s, rank=self.rank, world_size=self.world_size,
+                                                 in_collective_only=True).start()
         self._check_loaders = None  # warns when a step trains on a loader every rank reads whole
         if self.process.distributed:
             from paratrain.data import unsharded
@@ -204,7 +217,9 @@ class Runtime:
         if self._check_loaders is not None:
             self._check_loaders()
         mark_progress("optimizer")
-        return self.strategy.step(optimizer, clip_norm=clip_norm, model=model)
+        norm = self.strategy.step(optimizer, clip_norm=clip_norm, model=model)
+        mark_progress("logging")  # between steps: what the loop does before its next batch
+        return norm
 
     def accumulate(self, model: torch.nn.Module, steps: int | None = None, sync: bool | None = None):
         """Context for one micro-step of gradient accumulation.
@@ -300,6 +315,7 @@ class Runtime:
         loader = make_loader(self, dataset, batch_size, **options)
         if not options.get("exact"):  # a training loader: its epoch ends flush gradient accumulation
             loader.add_position_listener(self.strategy.accumulation)
+        loader.add_position_listener(hang_watch.LoaderProgress("evaluation" if options.get("exact") else "forward"))
         return loader
 
     def gather(self, *values: Any, dst: int | None = None):
@@ -357,6 +373,24 @@ class Runtime:
         timeout = DEFAULT_STALL_TIMEOUT_S if stall_timeout is None else stall_timeout
         return Watchdog(timeout, rank=self.rank, world_size=self.world_size, **options)
 
+    def busy(self, phase: str, limit: float | None = None):
+        """Context: this rank is in a long phase that the others wait for (evaluation or a
+        checkpoint on rank 0 only), so the watchdog does not take it for a stall::
+
+            if rt.is_main:
+                with rt.busy("evaluation"):
+                    evaluate(model)
+            rt.barrier()
+
+        Past ``limit`` seconds (default: ``timeout``, how long the others' collective may
+        wait) the job ends naming this rank and the phase. Not collective.
+
+        Raises:
+            ConfigError: an empty phase name, or a limit that is not a positive number or is
+                longer than the process group's timeout (the others would time out first).
+        """
+        return hang_watch.busy(phase, self.timeout if limit is None else limit, longest_s=self._group_timeout)
+
     # ---- collectives ------------------------------------------------------------------
     barrier = staticmethod(comm.barrier)
     all_reduce = staticmethod(comm.all_reduce)
@@ -378,6 +412,9 @@ class Runtime:
         already unreachable, and leaving the group first lets gloo's threads finish
         (:func:`paratrain.runtime.process_group.destroy_process_group`).
         """
+        if getattr(self, "_watchdog", None) is not None:
+            self._watchdog.stop()
+            self._watchdog = None
         if getattr(self, "_check_loaders", None) is not None:
             from paratrain.data import unsharded
 

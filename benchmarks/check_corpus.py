@@ -1,0 +1,127 @@
+"""How right is ``paratrain check`` on public training scripts that nobody here wrote?
+
+Re-runs the checker over every file named in ``check_corpus_labels.csv`` (repository,
+commit, path, line, rule, verdict by hand, note) and scores its findings against those
+labels, per rule:
+
+    precision = findings labelled true / findings
+    recall    = findings labelled true / pitfalls labelled true
+
+A finding that no label covers is printed as "unlabelled" (label it, then score again);
+a row with verdict ``clean`` only names a file of the corpus that has no pitfall.
+
+The scripts themselves are not kept here. ``--repos DIR`` holds one entry per repository,
+named ``owner+name``: a bare git directory (or one with the git directory in ``repo/``)
+read at the labelled commit, or a plain folder of files at their paths.
+
+    python benchmarks/check_corpus.py --repos /path/to/mirrors [--markdown]
+
+Exit code: 0 when every finding is labelled true and no true pitfall is missed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from paratrain.diagnostics.check import check_source
+
+LABELS = Path(__file__).with_name("check_corpus_labels.csv")
+
+
+@dataclass(frozen=True)
+class ScriptFile:
+    repository: str
+    commit: str
+    path: str
+
+
+def read_labels(path: Path) -> dict[ScriptFile, dict[tuple[int, str], bool]]:
+    """Every file of the corpus → {(line, rule): the finding is right}."""
+    corpus: dict[ScriptFile, dict[tuple[int, str], bool]] = defaultdict(dict)
+    with path.open(newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            labels = corpus[ScriptFile(row["repository"], row["commit"], row["path"])]
+            if row["verdict"] in ("true", "false"):
+                labels[(int(row["line"]), row["rule"])] = row["verdict"] == "true"
+            elif row["verdict"] != "clean":
+                raise SystemExit(f"{path}: verdict {row['verdict']!r} for {row['path']}; use true, false or clean")
+    return corpus
+
+
+def read_source(repos: Path, script: ScriptFile) -> str:
+    """The file at the labelled commit (git) or as it lies in a plain folder."""
+    base = repos / script.repository.replace("/", "+")
+    for git_dir in (base / "repo", base):
+        if (git_dir / "HEAD").is_file() and (git_dir / "objects").is_dir():
+            shown = subprocess.run(["git", f"--git-dir={git_dir}", "show", f"{script.commit}:{script.path}"],
+                                   capture_output=True, text=True, check=False)
+            if shown.returncode != 0:
+                raise SystemExit(f"{git_dir}: no {script.path} at {script.commit[:12]}: {shown.stderr.strip()}")
+            return shown.stdout
+    plain = base / script.path
+    if not plain.is_file():
+        raise SystemExit(f"{plain} not found; fetch {script.repository} into {repos} first")
+    return plain.read_text(encoding="utf-8")
+
+
+def score(repos: Path, labels_path: Path) -> tuple[list[tuple[ScriptFile, list[str]]], dict[str, Counter]]:
+    """Per file the findings with their verdicts; per rule the counts tp / fp / fn / unlabelled."""
+    per_rule: dict[str, Counter] = defaultdict(Counter)
+    rows = []
+    for script, labels in read_labels(labels_path).items():
+        findings = {(f.line, f.rule) for f in check_source(read_source(repos, script), script.path)}
+        marks = []
+        for line, rule in sorted(findings):
+            verdict = labels.get((line, rule))
+            kind = {True: "tp", False: "fp", None: "unlabelled"}[verdict]
+            per_rule[rule][kind] += 1
+            marks.append(f"{rule}:{line} " + {True: "✓", False: "✗", None: "? unlabelled"}[verdict])
+        for (line, rule), right in sorted(labels.items()):
+            if right and (line, rule) not in findings:
+                per_rule[rule]["fn"] += 1
+                marks.append(f"{rule}:{line} missed")
+        rows.append((script, marks))
+    return rows, per_rule
+
+
+def _ratio(part: int, whole: int) -> str:
+    return f"{part / whole:.2f}" if whole else "–"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repos", type=Path, required=True, help="folder with one owner+name entry per repository")
+    parser.add_argument("--labels", type=Path, default=LABELS, help="labels CSV (default: %(default)s)")
+    parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    args = parser.parse_args()
+    rows, per_rule = score(args.repos, args.labels)
+    sep = " | " if args.markdown else "  "
+    print(f"| repository | path | findings (✓ right, ✗ wrong) |\n|---|---|---|" if args.markdown else "findings per file:")
+    for script, marks in rows:
+        cells = [script.repository, script.path, ", ".join(marks) or "none"]
+        print(("| " + sep.join(cells) + " |") if args.markdown else sep.join(cells))
+    print()
+    print("| rule | findings | right | wrong | missed | precision | recall |\n|---|---|---|---|---|---|---|"
+          if args.markdown else "per rule: findings right wrong missed precision recall")
+    total: Counter = Counter()
+    for rule in sorted(per_rule):
+        counts = per_rule[rule]
+        total.update(counts)
+        found = counts["tp"] + counts["fp"] + counts["unlabelled"]
+        cells = [rule, str(found), str(counts["tp"]), str(counts["fp"] + counts["unlabelled"]), str(counts["fn"]),
+                 _ratio(counts["tp"], found), _ratio(counts["tp"], counts["tp"] + counts["fn"])]
+        print(("| " + sep.join(cells) + " |") if args.markdown else sep.join(cells))
+    found = total["tp"] + total["fp"] + total["unlabelled"]
+    print(f"\n{len(rows)} files, {found} findings: precision {_ratio(total['tp'], found)}, "
+          f"recall {_ratio(total['tp'], total['tp'] + total['fn'])}, {total['unlabelled']} unlabelled")
+    return 0 if found == total["tp"] and not total["fn"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

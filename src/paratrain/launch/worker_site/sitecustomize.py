@@ -1,0 +1,41 @@
+"""Run by Python at the start of every worker of ``paratrain run``, whatever the script.
+
+When the launcher stops a worker (torch's agent sends SIGTERM to the ranks still running
+after one failed), faulthandler first writes every thread's stack to
+``$PARATRAIN_STACKS_DIR/rank<RANK>.txt``, then the signal ends the process as before.
+After a collective timeout the launcher reads these files to name the rank that was not
+in the collective (:mod:`paratrain.diagnostics.failure_report`). A script that installs
+its own SIGTERM handler (``pt.fit``'s preemption) replaces this one.
+
+Python imports only the first ``sitecustomize`` on the path: the next one (a
+distribution's, a virtual environment's) is run after this.
+"""
+
+import faulthandler
+import importlib.machinery
+import importlib.util
+import os
+import signal
+import sys
+
+_STACKS_DIR = os.environ.get("PARATRAIN_STACKS_DIR")
+_RANK = os.environ.get("RANK")
+
+if _STACKS_DIR and _RANK is not None:
+    try:
+        _stacks = open(os.path.join(_STACKS_DIR, f"rank{int(_RANK)}.txt"), "w")  # noqa: SIM115 (kept open)
+        faulthandler.register(signal.SIGTERM, file=_stacks, all_threads=True, chain=True)
+    except (OSError, ValueError, RuntimeError):
+        pass  # no stacks at stop for this worker; nothing else changes
+
+
+def _run_next_sitecustomize() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+_run_next_sitecustomize()
