@@ -20,6 +20,7 @@ _GROUP_OF_FILE = {path: group for group, paths in SHARED_GROUPS.items() for path
 #: rest follow in collection order. (pyproject's ``--no-loadscope-reorder`` keeps this order;
 #: xdist would otherwise sort the groups by their number of tests.)
 LONGEST_FIRST = (
+    "tests/diagnostics/test_stall_positions.py",  # ~120: a stalled rank at each position of a step
     "tests/migrate/test_examples.py",  # 129
     "tests/loop/test_rerun_soak.py",  # ~90: eight runs of the command, seven of them interrupted
     "tests/launch/test_torchrun_compat.py",  # ~60: every case under torchrun and under paratrain run
