@@ -76,6 +76,12 @@ INTENDED = {
     "PARATRAIN_LAUNCHER_PID": Intended(
         "None", "<pid>", "a worker ends when its launcher is SIGKILLed (PR_SET_PDEATHSIG via pt.Runtime)",
         "ignored by other code"),
+    "PARATRAIN_STACKS_DIR": Intended(
+        "None", "<dir>", "a worker the launcher stops writes its stacks there (faulthandler), so the failure line "
+        "names the rank that was not in the collective", "ignored by other code"),
+    "PYTHONPATH": Intended(
+        "None", "<worker_site>:<yours>", "paratrain's sitecustomize first (it arms that stack dump, then runs the "
+        "next sitecustomize on the path); your entries follow unchanged", "ignored by other code"),
     "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": Intended(
         "None", "[rank${rank}]:", "2+ processes: whole console lines tagged with the rank; the variable tells a "
         "worker its lines are tagged already", "--output raw (or -r/-t)"),
@@ -99,12 +105,16 @@ INTENDED = {
 NORMALIZE = {
     "MASTER_PORT": lambda v: "<port>" if v.isdigit() else v,
     "PARATRAIN_LAUNCHER_PID": lambda v: "<pid>" if v.isdigit() else v,
+    "PARATRAIN_STACKS_DIR": lambda v: "<dir>" if v else v,
+    "PYTHONPATH": lambda v: os.pathsep.join(["<worker_site>" if v.split(os.pathsep)[0].endswith("worker_site") else "?",
+                                             *(["<yours>"] if os.pathsep in v else [])]),
     "TORCHELASTIC_RUN_ID": lambda v: re.sub(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", "<uuid>", v),
     "TORCHELASTIC_ERROR_FILE": lambda v: re.sub(r"^.*/[^/]+/(attempt_\d+/\d+/error\.json)$", r"<log dir>/<run>/\1", v),
 }
 # What /bin/sh sets for itself in the --no-python case (PWD: each launcher's run has its own folder).
 SHELL_VARIABLES = ("PWD", "OLDPWD", "SHLVL", "_")
-ALWAYS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "PARATRAIN_BACKEND", "PARATRAIN_LAUNCHER_PID")
+ALWAYS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "PARATRAIN_BACKEND", "PARATRAIN_LAUNCHER_PID",
+          "PARATRAIN_STACKS_DIR", "PYTHONPATH")
 TAGGED = ("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",)
 
 
