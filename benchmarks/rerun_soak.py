@@ -261,7 +261,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--faults", type=int, default=50)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--steps", type=int, default=6000, help="long enough that every fault lands before the end")
     parser.add_argument("--dir", default=None, help="where the two runs go (default: a temporary folder)")
     args = parser.parse_args()
     kinds = plan(args.faults, random.Random(args.seed))
