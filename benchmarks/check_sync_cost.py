@@ -16,9 +16,7 @@ import statistics
 import time
 
 import paratrain as pt
-from paratrain.loop.batches import move_to
-from paratrain.tasks.api import TaskOptions
-from paratrain.tasks.registry import create_task
+from step_blocks import recipe_training, seconds_per_step  # benchmarks/step_blocks.py
 
 BLOCK = 10  # steps (or checks) timed together
 
@@ -26,28 +24,10 @@ BLOCK = 10  # steps (or checks) timed together
 def measure(task_name: str, rounds: int) -> dict:
     """In every worker: median seconds per training step and per check, alternating blocks."""
     rt = pt.Runtime(strategy="ddp", seed=0)
-    task = create_task(task_name, TaskOptions(limit_train=2048, limit_eval=64))
-    train_data, _ = task.datasets()
-    model = task.build_model()
-    optimizer = task.build_optimizer(model, task.recipe.lr, task.recipe.weight_decay)
-    model, optimizer = rt.setup(model, optimizer)
-    loader = rt.loader(train_data, task.recipe.batch_size, shuffle=True, collate_fn=task.collate)
-    batches = iter(loader)
+    task, model, optimizer, batches = recipe_training(rt, task_name)
 
     def train_block() -> float:
-        nonlocal batches
-        start = time.perf_counter()
-        for _ in range(BLOCK):
-            try:
-                batch = next(batches)
-            except StopIteration:
-                batches = iter(loader)
-                batch = next(batches)
-            loss, _ = task.forward(model, move_to(batch, rt.device))
-            rt.backward(loss)
-            rt.step(optimizer)
-        pt.barrier()
-        return (time.perf_counter() - start) / BLOCK
+        return seconds_per_step(rt, task, model, optimizer, batches, BLOCK)
 
     def check_block() -> float:
         start = time.perf_counter()

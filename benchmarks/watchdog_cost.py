@@ -22,9 +22,7 @@ import time
 
 import paratrain as pt
 from paratrain.diagnostics import watchdog
-from paratrain.loop.batches import move_to
-from paratrain.tasks.api import TaskOptions
-from paratrain.tasks.registry import create_task
+from step_blocks import recipe_training, seconds_per_step  # benchmarks/step_blocks.py
 
 BLOCK = 10  # steps timed together
 MARKS_PER_STEP = 4
@@ -50,31 +48,12 @@ def measure(task_name: str, rounds: int, stall_timeout: float | None) -> dict:
     rt = pt.Runtime(strategy="ddp", seed=0, stall_timeout=stall_timeout)
     dog = rt._watchdog
     assert dog is not None, "the Runtime started no watchdog: run under pt.spawn / paratrain run"
-    task = create_task(task_name, TaskOptions(limit_train=2048, limit_eval=64))
-    train_data, _ = task.datasets()
-    model = task.build_model()
-    optimizer = task.build_optimizer(model, task.recipe.lr, task.recipe.weight_decay)
-    model, optimizer = rt.setup(model, optimizer)
-    loader = rt.loader(train_data, task.recipe.batch_size, shuffle=True, collate_fn=task.collate)
-    batches = iter(loader)
+    task, model, optimizer, batches = recipe_training(rt, task_name)
 
     def block(watching: bool) -> float:
-        nonlocal batches
         dog._suspended = not watching  # suspended: its thread publishes nothing, marks go nowhere
         watchdog._active = dog if watching else None
-        pt.barrier()
-        start = time.perf_counter()
-        for _ in range(BLOCK):
-            try:
-                batch = next(batches)
-            except StopIteration:
-                batches = iter(loader)
-                batch = next(batches)
-            loss, _ = task.forward(model, move_to(batch, rt.device))
-            rt.backward(loss)
-            rt.step(optimizer)
-        pt.barrier()
-        return (time.perf_counter() - start) / BLOCK
+        return seconds_per_step(rt, task, model, optimizer, batches, BLOCK)
 
     block(True)  # warm-up
     on, off = [], []
