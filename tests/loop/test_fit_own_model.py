@@ -53,3 +53,12 @@ def test_a_resume_with_another_batch_size_or_dev_set_is_refused(tmp_path):
     assert "the dev set has 12 samples, the run in" in other_dev["error"] and "evaluated on 16" in other_dev["error"]
     same = pt.spawn(fit_own, 2, args=(out, "plain", {"epochs": 4, "batch_size": 8}), timeout=180)
     assert same["resumed_from_step"] == 8 and same["steps"] == 16 and same["epochs_done"] == 4
+
+
+def test_find_unused_parameters_is_an_option_of_pt_fit():
+    # Before: reachable only through runtime=pt.Runtime(...), although DDP's error told users to pass it.
+    results = pt.spawn(fit_own_cases, 2, args=(["unused"], {"epochs": 2, "batch_size": 8, "find_unused_parameters": True}),
+                       timeout=240)
+    assert results["unused"]["steps"] == 8, results["unused"]
+    refused = pt.spawn(fit_own_cases, 2, args=(["unused"], {"epochs": 2, "batch_size": 8}), timeout=240)
+    assert "pass find_unused_parameters=True (to pt.fit" in refused["unused"]["error"], refused["unused"]

@@ -78,6 +78,16 @@ class TupleModel(torch.nn.Module):
         return self.linear(x), x
 
 
+class UnusedHead(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+        self.unused = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
 class DictSet(torch.utils.data.Dataset):
     """Dict samples ``{"x": ..., key: ...}``."""
 
@@ -110,6 +120,8 @@ def fit_own(out_dir: str | None, case: str, options: dict) -> dict:
             return torch.nn.functional.cross_entropy(logits, batch["target"]), logits
 
         options["forward"] = forward
+    elif case == "unused":  # a head that takes no part in the loss: DDP needs find_unused_parameters
+        model = UnusedHead()
     elif case == "empty-dev":
         dev = torch.utils.data.Subset(dev, [])
     try:

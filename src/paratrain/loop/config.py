@@ -67,6 +67,7 @@ class FitConfig:
     compile: bool = False  # on by choice: compiling costs seconds per process, and pays off on GPU
     zero_stage: int | None = None  # strategy "deepspeed": ZeRO stage 1, 2 or 3 (its default: 2)
     grad_compression: str | None = None  # strategy "ddp": none | bf16 | fp16 | powersgd[:RANK] | auto
+    find_unused_parameters: bool = False  # strategy "ddp" (or auto on several processes): parameters without a gradient
     num_workers: int = 0
     # Batches of similar-length samples when the task gives lengths (text): far less padding.
     group_by_length: bool = True
@@ -102,7 +103,8 @@ class FitConfig:
         check_type("", "num_workers", self.num_workers, "int >= 0")
         check_type("", "check_sync_every", self.check_sync_every, "int >= 0")
         check_type("", "seed", self.seed, "int")
-        for name in ("eval_per_epoch", "sync_batchnorm", "fresh", "group_by_length", "fused_optimizer", "tf32", "compile"):
+        for name in ("eval_per_epoch", "sync_batchnorm", "fresh", "group_by_length", "fused_optimizer", "tf32", "compile",
+                     "find_unused_parameters"):
             check_type("", name, getattr(self, name), "bool")
         for name in ("progress", "tensorboard"):
             check_type("", name, getattr(self, name), "bool", allow_none=True)
@@ -127,6 +129,8 @@ class FitConfig:
             options["zero_stage"] = self.zero_stage
         if self.grad_compression is not None:
             options["grad_compression"] = self.grad_compression
+        if self.find_unused_parameters:
+            options["find_unused_parameters"] = True
         strategy = STRATEGIES.get(self.strategy)
         if self.clip_norm is not None and strategy is not None and "gradient_clipping" in strategy.option_names:
             options["gradient_clipping"] = self.clip_norm

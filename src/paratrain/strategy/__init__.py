@@ -41,8 +41,9 @@ def create_strategy(name: str, runtime, **options: Any) -> Strategy:
     if name == "auto":
         name = "ddp" if runtime.process.world_size > 1 else "single"
         if name == "single":
-            # One process sends no gradients: the compression asked for a job of several has nothing to do.
-            options.pop("grad_compression", None)
+            # One process sends no gradients: what was asked for a job of several has nothing to do.
+            for several_only in ("grad_compression", "find_unused_parameters"):
+                options.pop(several_only, None)
     check_strategy_name(name)
     return STRATEGIES[name](runtime=runtime, **options)
 

@@ -56,6 +56,6 @@ def unused_parameters_message(module: torch.nn.Module, error: RuntimeError) -> s
     listed = ", ".join(unused[:10]) + (f" (+{len(unused) - 10} more)" if len(unused) > 10 else "")
     return (
         f"DDP: parameter(s) got no gradient on rank {rank} in the previous step: {listed or 'unknown'}; "
-        "pass find_unused_parameters=True to pt.Runtime(strategy='ddp', ...) or make every parameter "
+        "pass find_unused_parameters=True (to pt.fit, or to pt.Runtime(strategy='ddp', ...)) or make every parameter "
         "contribute to the loss (or set requires_grad=False on the ones you do not train)"
     )
