@@ -19,6 +19,19 @@ _MACHINERY = ("/threading.py", "/paratrain/diagnostics/")
 # gradient all-reduce (a backward that lasts a whole stall timeout is that wait, not arithmetic).
 _COLLECTIVE_FILES = ("/torch/distributed/", "/torch/autograd/graph.py", "/torch/autograd/__init__.py")
 
+# sys._current_frames() holds the interpreter's thread-list lock while it runs. A fork in that
+# instant (a DataLoader starting its workers, which fork on Linux) gives the child a lock that
+# nobody will release: Python 3.11's after-fork code then waits on it forever. Reading the
+# frames under this lock, which os.fork takes first, keeps the two apart.
+_FRAMES = threading.Lock()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_FRAMES.acquire, after_in_parent=_FRAMES.release, after_in_child=_FRAMES.release)
+
+
+def _main_thread_frame() -> types.FrameType | None:
+    with _FRAMES:
+        return sys._current_frames().get(threading.main_thread().ident)
+
 
 def dump_all_threads(header: str, file=None) -> None:
     """Write every thread's stack to ``file`` (default stderr, i.e. the rank's log) with faulthandler.
@@ -37,7 +50,7 @@ def dump_all_threads(header: str, file=None) -> None:
 
 def main_thread_frames(limit: int = 3) -> str:
     """The innermost ``limit`` frames of the main thread, innermost last, as one line."""
-    frame = sys._current_frames().get(threading.main_thread().ident)
+    frame = _main_thread_frame()
     if frame is None:
         return "an unknown place (the main thread has no Python frame)"
     summary = [f for f in traceback.extract_stack(frame) if not f.filename.endswith(_MACHINERY)]
@@ -53,7 +66,7 @@ def main_thread_collective() -> types.FrameType | None:
     publication. The same frame object seen again is the same call still waiting (a caller
     that keeps it cannot see its memory reused by the next call, as an ``id()`` could be).
     """
-    frame = sys._current_frames().get(threading.main_thread().ident)
+    frame = _main_thread_frame()
     if frame is None:
         return None
     return frame if _waits(frame.f_code.co_filename, frame.f_lineno) else None

@@ -246,10 +246,14 @@ class Watchdog:
     def _beat(self, tick: int) -> Beat:
         """This rank's record now: progress, and whether (and how long) it waits in a collective."""
         now = time.monotonic()
-        try:
-            place = stacks.main_thread_collective()  # the same frame object seen again: the same wait
-        except Exception:  # no evidence this time is better than a dead watchdog thread
-            place = None
+        place = None
+        # Only a rank that has not moved for a poll can be waiting long enough to matter: a rank
+        # that makes progress is not sampled (no cost, and no frame reads beside its forks).
+        if now - self._moved_at >= self.poll or self._waiting_at is not None:
+            try:
+                place = stacks.main_thread_collective()  # the same frame object seen again: the same wait
+            except Exception:  # no evidence this time is better than a dead watchdog thread
+                place = None
         if place is None:
             self._waiting_at = None
         elif self._waiting_at is None or self._waiting_at[0] is not place:
