@@ -172,9 +172,11 @@ def test_a_full_disk_fails_the_save_in_one_line_and_keeps_the_previous_checkpoin
         assert "\n" not in str(caught.value) and "not enough disk space for a checkpoint" in str(caught.value)
         assert _tree(disk) == kept and first.exists()  # the half-written one removed, the first untouched
         del big
+        huge.close()
+        ckpt.close()
         rt.close()
-    finally:
-        subprocess.run(["umount", str(disk)])
+    finally:  # lazy: a failed write's traceback may still hold a file open on it
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)
 
 
 LONE_RANK = """

@@ -134,3 +134,22 @@ def fit_own(out_dir: str | None, case: str, options: dict) -> dict:
 def fit_own_cases(cases: list[str], options: dict) -> dict:
     """:func:`fit_own` for each case in turn, in one job (each fit makes and closes its own group)."""
     return {case: fit_own(None, case, options) for case in cases}
+
+
+class SigtermInFinalEval(pt.Callback):
+    """SIGTERM to rank 1 only, during the evaluation after the last step (as the launcher's
+    SIGTERM reaches a worker that is already finishing)."""
+
+    def on_eval_end(self, trainer, evaluation):
+        import signal
+
+        if trainer.state.step == trainer.total_steps and pt.comm.rank() == 1:
+            signal.raise_signal(signal.SIGTERM)
+
+
+def fit_sigterm_after_the_last_step(out_dir: str) -> dict:
+    """pt.fit for 8 steps (2 epochs of 4), a checkpoint every 3; SIGTERM during the final evaluation."""
+    torch.manual_seed(0)
+    result = pt.fit(torch.nn.Linear(4, 2), separable(64, 1), separable(16, 2), epochs=2, batch_size=8, save_every=3,
+                    out_dir=out_dir, progress=False, tensorboard=False, callbacks=[SigtermInFinalEval()])
+    return result.to_dict()

@@ -195,14 +195,19 @@ class Trainer:
         self.callbacks("on_fit_start", self)
         # SIGTERM → finish the step, save, stop; no progress on some rank → a named stall.
         hang_watch = watchdog.Watchdog(c.stall_timeout) if c.stall_timeout else contextlib.nullcontext()
-        with PreemptionGuard(c.save_every_minutes) as self._preemption, hang_watch:
-            window = self._train()
-        train_seconds = window.train_seconds  # before the final evaluation
-        if self._evaluated_at != self.state.step:
-            self._evaluate()
-        if self._unsaved() and self.checkpoints is not None:
-            self._save()
-        return self._finish(resumed_from, train_seconds, window.samples_total)
+        # The guard stays up through the final evaluation and save: a SIGTERM there would otherwise
+        # kill the worker mid-save, and the launcher would call a finished run "stopped".
+        with PreemptionGuard(c.save_every_minutes) as self._preemption:
+            with hang_watch:
+                window = self._train()
+            train_seconds = window.train_seconds  # before the final evaluation
+            if self._evaluated_at != self.state.step:
+                self._evaluate()
+            if self._unsaved() and self.checkpoints is not None:
+                self._save()
+            result = self._finish(resumed_from, train_seconds, window.samples_total)
+            self._preempted_at_the_end()
+        return result
 
     def _agreed_config(self) -> dict[str, Any]:
         """The options that must be equal on every rank (not the ones about this rank's console)."""
@@ -386,11 +391,26 @@ class Trainer:
         if (preempt or due) and self._saved_at != self.state.step:
             self._save()
         if preempt:
-            where = f"checkpoint at step {self.state.step} in {self.checkpoints.directory}" if self.checkpoints \
-                else "nothing saved (no output directory)"
-            cause = self._preemption.requested_by or "a signal on another rank"
-            verb = "interrupted by SIGINT (Ctrl-C)" if cause == "SIGINT" else f"preempted by {cause}"
-            raise PreemptedError(f"{verb} after step {self.state.step}: {where}; run the same command again to resume")
+            raise self._preempted(f"after step {self.state.step}", "run the same command again to resume")
+
+    def _preempted_at_the_end(self) -> None:
+        """A stop signal that came after the last step: the run finished and saved; say so the way a
+        preempted run does (exit 75), so the launcher reports what happened instead of "stopped".
+        Collective (the signal may have reached one node only).
+
+        Raises:
+            PreemptedError: on every rank, when any rank got SIGTERM or SIGINT since the last agreement.
+        """
+        preempt, _ = self._preemption.agree()
+        if preempt:
+            raise self._preempted(f"after the last step ({self.state.step})", "the run is complete")
+
+    def _preempted(self, when: str, advice: str) -> PreemptedError:
+        cause = self._preemption.requested_by or "a signal on another rank"
+        verb = "interrupted by SIGINT (Ctrl-C)" if cause == "SIGINT" else f"preempted by {cause}"
+        where = f"checkpoint at step {self.state.step} in {self.checkpoints.directory}" if self.checkpoints \
+            else "nothing saved (no output directory)"
+        return PreemptedError(f"{verb} {when}: {where}; {advice}")
 
     def _end_epoch(self, epoch: int) -> None:
         """Evaluate (when asked per epoch) and save at the end of a full pass. Collective."""
