@@ -299,22 +299,70 @@ def batchnorm_without_syncbn(facts: ScriptFacts) -> Iterator[Finding]:
         )
 
 
-def model_before_seed(facts: ScriptFacts) -> Iterator[Finding]:
+def _seedings(facts: ScriptFacts) -> list[ast.Call]:
+    """Calls that seed torch's generator: ``torch.manual_seed``, ``seed_everything``, ``random.seed``
+    (the rule's first reading), ``pt.Runtime(seed=...)``; not a ``torch.Generator``'s own seed."""
+    generators = set(facts.names_bound_to("Generator"))
+    seedings = []
+    for call in facts.calls_named(*_SEEDING, "Runtime"):
+        if last_name(call) == "seed" and not ast.unparse(call.func).endswith("random.seed"):
+            continue
+        owner = call.func.value if isinstance(call.func, ast.Attribute) else None
+        if owner is not None and (isinstance(owner, ast.Call) or ast.unparse(owner) in generators):
+            continue  # torch.Generator().manual_seed(0): a private stream, the model's init is untouched
+        if last_name(call) == "Runtime" and keyword(call, "seed") is None:
+            continue
+        seedings.append(call)
+    return seedings
+
+
+def _model_builds(facts: ScriptFacts) -> list[ast.Call]:
     modules = {
         node.name for node in ast.walk(facts.tree)
         if isinstance(node, ast.ClassDef) and any(last_name(base).endswith("Module") for base in node.bases)
     }
-    builds = [call for call in facts.calls if last_name(call) in modules or _MODEL_CALL.fullmatch(last_name(call))]
-    for seeding in facts.calls_named(*_SEEDING):
-        if last_name(seeding) == "seed" and not ast.unparse(seeding.func).endswith("random.seed"):
-            continue
+    return [call for call in facts.calls if last_name(call) in modules or _MODEL_CALL.fullmatch(last_name(call))]
+
+
+def _built_for_fit(facts: ScriptFacts, fit: ast.Call, builds: list[ast.Call]) -> ast.Call | None:
+    """The build of the model handed to ``pt.fit``: the call in its first argument, or the build
+    assigned to the name passed there earlier in the same function."""
+    model = fit.args[0] if fit.args else keyword(fit, "task")
+    if model in builds:
+        return model
+    if not isinstance(model, (ast.Name, ast.Attribute)):
+        return None
+    assigned = facts.assigned.get(ast.unparse(model), [])
+    return next((value for value in assigned if value in builds and facts.scope(value) is facts.scope(fit)
+                 and value.lineno <= fit.lineno), None)
+
+
+def model_before_seed(facts: ScriptFacts) -> Iterator[Finding]:
+    builds = _model_builds(facts)
+    seedings = _seedings(facts)
+    for seeding in seedings:
         earlier = [b for b in builds if facts.scope(b) is facts.scope(seeding) and b.lineno < seeding.lineno]
         if earlier:
             yield Finding(
                 earlier[0].lineno, "model-before-seed",
                 f"the model is built before the seed is set (line {seeding.lineno}): its initial weights are "
                 "random, different on every run and, without DDP's broadcast, on every rank",
-                "set the seed first (torch.manual_seed, or pt.Runtime(seed=...)), then build the model",
+                "set the seed first (pt.seed_everything, torch.manual_seed, or pt.Runtime(seed=...)), then build the model",
+            )
+            return
+    if seedings:
+        return  # seeded somewhere before the build, or where this reading cannot order it: stay quiet
+    # pt.fit(model, seed=S) seeds when it starts, after the model was built: S reaches the data
+    # order but not the initial weights, so two runs of the script train different models.
+    for fit in facts.calls_named("fit"):
+        seed = keyword(fit, "seed")
+        build = _built_for_fit(facts, fit, builds) if seed is not None else None
+        if build is not None:
+            yield Finding(
+                build.lineno, "model-before-seed",
+                f"the model is built before any seed is set: pt.fit(seed={ast.unparse(seed)}) at line {fit.lineno} "
+                "seeds the data order, not the weights the model was built with, so every run starts elsewhere",
+                f"pt.seed_everything({ast.unparse(seed)}) before building the model (or pt.Runtime(seed=...))",
             )
             return
 

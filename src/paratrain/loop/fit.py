@@ -2,11 +2,18 @@
 
     import paratrain as pt
     result = pt.fit("digits", epochs=5, out_dir="runs/digits")            # a built-in task
-    result = pt.fit(model, train_ds, dev_ds, epochs=3, lr=3e-4)           # your own model
+    pt.seed_everything(42)                                                # before building your model
+    model = MyModel()
+    result = pt.fit(model, train_ds, dev_ds, epochs=3, lr=3e-4, seed=42)  # your own model
 
 Run the same script on N processes with ``paratrain run --nproc-per-node N script.py``:
 ``fit`` joins the process group through ``pt.Runtime``, shards the data, wraps the
 model, and resumes from ``out_dir`` when a checkpoint is there.
+
+``seed=`` seeds what ``fit`` draws (the data order, dropout); your model's initial
+weights were drawn when you built it, so seed before building it for a repeatable
+run. ``fit`` warns when it is given ``seed=S`` and the generator was not seeded with
+``S`` before (it cannot see the order of your calls, so ``paratrain check`` looks too).
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ def fit(
             directory that holds another run.
         DataError, MissingDependencyError, CheckpointError: from the layers below.
     """
+    from paratrain import comm
     from paratrain.errors import ConfigError
     from paratrain.tasks.registry import create_task
 
@@ -71,9 +79,34 @@ def fit(
     if isinstance(task, str):
         task = create_task(task, task_options)
     elif isinstance(task, torch.nn.Module):
+        if runtime is None and (warning := unseeded_model_warning(config, options)):
+            if comm.is_main():
+                comm.get_logger().warning(warning)
         task = ModelTask(task, train_data, eval_data, forward=forward, collate_fn=collate_fn,
                          evaluator=evaluator, label_names=label_names, lengths=lengths)
     elif not isinstance(task, Task):
         raise ConfigError(f"fit() takes a task name, a Task or a torch.nn.Module, got {type(task).__name__}")
     config = (config or FitConfig()).replace(**FitConfig.check_names(options))
     return Trainer(task, config, runtime=runtime, callbacks=callbacks).fit()
+
+
+def unseeded_model_warning(config: FitConfig | None, options: dict[str, Any]) -> str | None:
+    """The warning for ``pt.fit(model, seed=S)`` when the model's initial weights cannot depend on ``S``.
+
+    ``fit`` seeds every generator with ``S`` when it starts, after the model was built. The
+    model's weights followed ``S`` only if torch's generator was seeded with ``S`` before:
+    ``torch.initial_seed()`` is the seed it was last given (``pt.seed_everything(S)``,
+    ``pt.Runtime(seed=S)``, ``torch.manual_seed(S)``), a random number when it never was.
+    Quiet when no seed was asked for (``fit``'s default seed promises nothing about a
+    model it did not build); a model built *before* a matching seed is not seen here.
+    """
+    if "seed" in options:
+        seed = options["seed"]
+    elif config is not None and config.seed != FitConfig.seed:
+        seed = config.seed
+    else:
+        return None
+    if not isinstance(seed, int) or torch.initial_seed() == seed % 2**64:
+        return None  # a bad seed value is the config check's to name
+    return (f"pt.fit(seed={seed}) seeds the data order, but the model was built before torch was seeded with {seed}: "
+            f"its initial weights change from run to run; call pt.seed_everything({seed}) before building the model")
