@@ -4,7 +4,8 @@ start-up, and resumes that would count wrong are refused.
 Each failed on the release before: a tie made the report name one step and the catalog keep
 another (then prune the first); a dict batch without labels, a model returning a tuple and an
 empty dev set failed after an epoch (or in a raw torch error); another batch size or dev set on
-resume reported untrue step counts and mixed metrics.
+resume reported untrue step counts and mixed metrics; another model in the same out_dir failed to
+load with advice to load it partly.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def test_shapes_that_cannot_train_are_named_before_the_first_step():
         assert needle in results[case]["error"], (case, results[case]["error"])
 
 
-def test_a_resume_with_another_batch_size_or_dev_set_is_refused(tmp_path):
+def test_a_resume_with_another_batch_size_dev_set_or_model_is_refused(tmp_path):
     out = str(tmp_path / "run")
     first = pt.spawn(fit_own, 2, args=(out, "plain", {"epochs": 2, "batch_size": 8}), timeout=180)
     assert first["steps"] == 8
@@ -51,6 +52,13 @@ def test_a_resume_with_another_batch_size_or_dev_set_is_refused(tmp_path):
     assert "was trained with batch_size=8 × accumulation 1, this one has batch_size=4 × 1" in other_batch["error"]
     other_dev = pt.spawn(fit_own, 2, args=(out, "plain", {"epochs": 4, "batch_size": 8, "dev": 12}), timeout=180)
     assert "the dev set has 12 samples, the run in" in other_dev["error"] and "evaluated on 16" in other_dev["error"]
+    # Every pt.fit(model) run is task "model": the model itself tells them apart (before: a CheckpointError
+    # after building everything, offering strict=False).
+    other_model = pt.spawn(fit_own, 2, args=(out, "mlp", {"epochs": 4, "batch_size": 8}), timeout=180)
+    assert other_model["error"].startswith("ConfigError: ") and "\n" not in other_model["error"], other_model
+    assert "holds a run of another model, torch.nn.modules.linear.Linear" in other_model["error"]
+    assert "this one is torch.nn.modules.container.Sequential" in other_model["error"]
+    assert "fresh=True" in other_model["error"] and "strict" not in other_model["error"]
     same = pt.spawn(fit_own, 2, args=(out, "plain", {"epochs": 4, "batch_size": 8}), timeout=180)
     assert same["resumed_from_step"] == 8 and same["steps"] == 16 and same["epochs_done"] == 4
 

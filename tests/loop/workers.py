@@ -120,6 +120,8 @@ def fit_own(out_dir: str | None, case: str, options: dict) -> dict:
             return torch.nn.functional.cross_entropy(logits, batch["target"]), logits
 
         options["forward"] = forward
+    elif case == "mlp":  # another model than "plain"'s, from the same data
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     elif case == "unused":  # a head that takes no part in the loss: DDP needs find_unused_parameters
         model = UnusedHead()
     elif case == "empty-dev":

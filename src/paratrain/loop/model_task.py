@@ -101,6 +101,14 @@ class ModelTask(Task):
     def build_model(self) -> torch.nn.Module:
         return self._model
 
+    def model_identity(self) -> str:
+        """The model's class and a hash of its parameter names, shapes and dtypes: a run
+        directory of another model is refused up front instead of failing to load."""
+        from paratrain.diagnostics.desync import structure_digest
+
+        kind = type(self._model)
+        return f"{kind.__module__}.{kind.__qualname__} (parameters {structure_digest(self._model)})"
+
     def forward(self, model, batch):
         return self._forward(model, batch)
 

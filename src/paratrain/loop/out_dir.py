@@ -25,15 +25,17 @@ RUN_FILES = {TASK_FILE, "logs", "metrics.jsonl", "tensorboard", "summary.json", 
              FAILURE_FILE, FAILURES_DIR, LOCK_FILE}
 
 
-def prepare_out_dir(out_dir: str | Path, task: str, options: dict | None = None, fresh: bool = False) -> tuple[Path, Path | None]:
+def prepare_out_dir(out_dir: str | Path, task: str, options: dict | None = None, fresh: bool = False,
+                    model: str | None = None) -> tuple[Path, Path | None]:
     """Check (and with ``fresh``, clear) ``out_dir`` for a run of ``task``; create it.
 
     Returns ``(out_dir, moved_to)``: ``moved_to`` is where ``fresh`` moved the old
     run (nothing is deleted), else ``None``. Not collective: call it on one rank.
+    ``model`` is the task's :meth:`~paratrain.tasks.Task.model_identity`.
 
     Raises:
         ConfigError: ``out_dir`` is a file or cannot be created; it holds another task's run, a run with
-            another ``model_path``, or files that are not a run — each message says
+            another ``model_path`` or of another model (``pt.fit(model)``), or files that are not a run — each message says
             how to start fresh (another ``out_dir``, or ``fresh=True``; the CLI's flags under it).
     """
     out = Path(out_dir)
@@ -51,7 +53,7 @@ def prepare_out_dir(out_dir: str | Path, task: str, options: dict | None = None,
             if entry.name != LOCK_FILE:
                 entry.rename(moved_to / entry.name)
     elif out.is_dir():
-        _check_same_run(out, task, options or {})
+        _check_same_run(out, task, options or {}, model)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # /proc/x, /dev/null/x, a read-only or full disk: one line, not a traceback
@@ -78,7 +80,8 @@ def hold_out_dir(out_dir: str | Path) -> WriterLock:
     return lock
 
 
-def agree_on_out_dir(is_main: bool, out_dir: str | Path, task: str, options: dict, fresh: bool) -> tuple[Path | None, WriterLock | None]:
+def agree_on_out_dir(is_main: bool, out_dir: str | Path, task: str, options: dict, fresh: bool,
+                     model: str | None = None) -> tuple[Path | None, WriterLock | None]:
     """Rank 0 takes the writer lock of ``out_dir`` (held until the caller releases it) and runs
     :func:`prepare_out_dir`; every rank gets its verdict: where ``fresh`` moved the old run (or
     ``None``), and rank 0 the lock. Collective.
@@ -91,7 +94,7 @@ def agree_on_out_dir(is_main: bool, out_dir: str | Path, task: str, options: dic
     if is_main:
         try:
             lock = hold_out_dir(out_dir)
-            verdict = (None, prepare_out_dir(out_dir, task, options, fresh)[1])
+            verdict = (None, prepare_out_dir(out_dir, task, options, fresh, model)[1])
         except ParatrainError as exc:
             verdict = (exc, None)
         except OSError as exc:
@@ -105,7 +108,7 @@ def agree_on_out_dir(is_main: bool, out_dir: str | Path, task: str, options: dic
     return moved, lock
 
 
-def _check_same_run(out: Path, task: str, options: dict) -> None:
+def _check_same_run(out: Path, task: str, options: dict, model: str | None) -> None:
     how = f"use another {option('out_dir')} directory, or pass {option('fresh', True)} to move {out} aside and start over"
     record = read_task_record(out)
     if record is None:
@@ -121,6 +124,10 @@ def _check_same_run(out: Path, task: str, options: dict) -> None:
             f"{option('out_dir', str(out))} holds a run with {_model_path_text(saved_path)}, this one has "
             f"{_model_path_text(options.get('model_path'))}; refusing to mix them; {how}"
         )
+    saved_model = record.get("model")
+    if saved_model and model and saved_model != model:  # a record written before identities has none: resume decides
+        raise ConfigError(f"{option('out_dir', str(out))} holds a run of another model, {saved_model}; this one is "
+                          f"{model}; refusing to mix them; {how}")
 
 
 def _ours(name: str) -> bool:

@@ -219,7 +219,8 @@ class Trainer:
         if self.config.out_dir is None:
             return None
         moved, self._out_lock = agree_on_out_dir(self.runtime.is_main, self.config.out_dir, self.task.name,
-                                                 self.task.options.to_dict(), self.config.fresh)
+                                                 self.task.options.to_dict(), self.config.fresh,
+                                                 self.task.model_identity())
         if moved is not None:
             self.log.console(f"moved the previous run in {self.config.out_dir} to {moved}")
         return Path(self.config.out_dir)

@@ -199,6 +199,12 @@ class Task(abc.ABC):
         raise ConfigError(f"task {self.name!r} has no predict from raw inputs; predict works for text tasks (text-cls)")
 
     # ---- saving what predict needs --------------------------------------------------------
+    def model_identity(self) -> str | None:
+        """What tells this task's model from another's where the name and options cannot
+        (every ``pt.fit(model)`` run is task "model"); ``task.json`` keeps it, and a run
+        directory holding another identity is refused. ``None``: the name and options do."""
+        return None
+
     def save_artifacts(self, directory: Path) -> dict[str, Any]:
         """Write what :meth:`from_record` needs besides the options (a vocabulary, a
         tokenizer) into ``directory``; return JSON-safe facts for ``task.json``."""
@@ -212,6 +218,8 @@ class Task(abc.ABC):
             "options": self.options.to_dict(),
             "label_names": list(self.label_names),
         }
+        if self.model_identity() is not None:
+            record["model"] = self.model_identity()
         path.parent.mkdir(parents=True, exist_ok=True)
         record["artifacts"] = self.save_artifacts(path.parent)
         tmp = path.with_suffix(".json.tmp")
