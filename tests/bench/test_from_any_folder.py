@@ -15,7 +15,7 @@ import time
 import psutil
 import pytest
 
-from paratrain.bench.task_ref import label
+from paratrain.tasks.task_ref import label
 from tests.support import ROOT, clean_env, paratrain_cmd
 
 # The README's commands, made small: the same paths and defaults, one method, fewer steps and samples.

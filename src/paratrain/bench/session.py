@@ -16,7 +16,7 @@ from typing import TextIO
 import torch
 
 import paratrain
-from paratrain.bench import task_ref
+from paratrain.tasks import task_ref
 from paratrain.bench.evaluate import evaluate_weights
 from paratrain.bench.figures import compute_figures, read_records
 from paratrain.bench.machine import Machine, detect_machine

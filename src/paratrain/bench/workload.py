@@ -64,7 +64,7 @@ class Workload:
     """One method's view of the benchmark (see the module docstring)."""
 
     def __init__(self, spec: BenchSpec):
-        from paratrain.bench.task_ref import resolve_task
+        from paratrain.tasks.task_ref import resolve_task
 
         self.spec = spec
         self.task: Task = resolve_task(spec.task, TaskOptions(**spec.task_options))

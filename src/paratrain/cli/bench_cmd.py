@@ -123,7 +123,7 @@ def handler(args: argparse.Namespace) -> int:
         for method in METHODS.values():
             print(f"  {method.name:<17} {method.summary}" + (f"  [{method.missing()}]" if method.missing() else ""))
         return 0
-    from paratrain.bench import task_ref
+    from paratrain.tasks import task_ref
     from paratrain.bench.session import Bench, BenchSettings, parse_timeouts
     from paratrain.tasks.api import TaskOptions
 

@@ -1,4 +1,4 @@
-"""``paratrain train``: the fit loop on a built-in task, on one or many processes."""
+"""``paratrain train``: the fit loop on a built-in task or your own, on one or many processes."""
 
 from __future__ import annotations
 
@@ -24,16 +24,20 @@ Tasks (nothing is downloaded):
   digits     small CNN on scikit-learn's 8x8 handwritten digits
   mnist      seed 004's CNN on MNIST IDX files: --data DIR (raw or .gz)
   seg        small U-Net with BatchNorm on generated shapes, mIoU; try --sync-bn
+  FILE.py:TASK or module:TASK
+             your own task (examples/my_task.py is one to copy), as `paratrain
+             bench --task` takes it; a relative FILE.py is read from the current folder
 
 Recipes:
   paratrain train text-cls --nproc-per-node 2            # the demo: ~0.86 dev accuracy
   paratrain train digits --nproc-per-node 2 --epochs 5
   paratrain train mnist --data ~/mnist --nproc-per-node 2
   paratrain train seg --nproc-per-node 2 --sync-bn
+  paratrain train examples/my_task.py:TASK --nproc-per-node 2   # into runs/my_task-TASK
   paratrain train text-cls --model-path ./bert-base-chinese --max-len 128 --lr 3e-5
   paratrain predict runs/text-cls "质量很好，物超所值"
 
-Output (--out DIR, default runs/TASK):
+Output (--out DIR, default runs/TASK; runs/FILE-TASK for FILE.py:TASK):
   DIR/checkpoints/        the last --keep-last checkpoints and the best one by --metric
   DIR/task.json           which task and options the checkpoints belong to (+ vocab/tokenizer)
   DIR/metrics.jsonl       one JSON line per train log / eval / checkpoint / summary
@@ -122,7 +126,7 @@ def _dest(flag: str) -> str:
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     """The task name and every option of the fit loop (shared by the command and its workers)."""
-    parser.add_argument("task", nargs="?", help="text-cls, digits, mnist or seg")
+    parser.add_argument("task", nargs="?", help="text-cls, digits, mnist, seg, or your own: FILE.py:TASK or module:TASK")
     group = parser.add_argument_group("training")
     for flag, kind, text in TRAIN_OPTIONS:
         if kind is None:
@@ -147,7 +151,7 @@ def register(subparsers) -> None:
     """Add the ``train`` command."""
     parser = subparsers.add_parser(
         "train",
-        help="train a built-in task on bundled data (text-cls, digits, mnist, seg)",
+        help="train a built-in task on bundled data (text-cls, digits, mnist, seg) or your own (FILE.py:TASK)",
         description=MANUAL,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="paratrain train TASK [--nproc-per-node N] [options]",
@@ -166,18 +170,21 @@ def handler(args: argparse.Namespace) -> int:
     """Check everything visible here, then train in this process (1 process) or launch workers."""
     from paratrain.launch.config import parse_nproc
     from paratrain.loop.out_dir import hold_out_dir, prepare_out_dir
-    from paratrain.tasks.registry import TASKS, task_class
+    from paratrain.tasks import task_ref
+    from paratrain.tasks.registry import TASKS
     from paratrain.tasks.worker import build_run
 
     if args.list or not args.task:
         for name, cls in TASKS.items():
             print(f"  {name:<10} {cls.summary}")
         return 0 if args.list else 2
-    task_class(args.task)  # unknown task: the error lists them
-    args.out = args.out or f"runs/{args.task}"
+    # The workers may start elsewhere (another node, a launcher's folder): they get the file's
+    # absolute path, resolved here against the folder the user typed the command in.
+    args.task = task_ref.absolute_ref(args.task)
+    args.out = args.out or f"runs/{task_ref.label(args.task)}"
     from paratrain.loop.trainer import Trainer
 
-    task, config = build_run(args)  # bad values fail here, before any process starts
+    task, config = build_run(args)  # unknown tasks and bad values fail here, before any process starts
     task.check()
     trainer = Trainer(task, config)
     trainer.check()

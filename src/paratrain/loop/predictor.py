@@ -8,11 +8,11 @@ from pathlib import Path
 
 import torch
 
-from paratrain.errors import CheckpointError
+from paratrain.errors import CheckpointError, ConfigError
 from paratrain.loop.checkpoints import CHECKPOINT_DIR, metric_mode
 from paratrain.loop.result import SUMMARY_FILE
 from paratrain.tasks.api import TASK_FILE, Prediction, Task
-from paratrain.tasks.registry import load_task
+from paratrain.tasks.registry import load_task, weights_advice
 
 
 @dataclass
@@ -40,7 +40,8 @@ def load_predictor(path: str | Path) -> Predictor:
     else the newest) or one checkpoint inside it. Not collective.
 
     Raises:
-        ConfigError: no ``task.json`` in or above ``path``.
+        ConfigError: no ``task.json`` in or above ``path``; a task without ``predict`` (a
+            ``pt.fit(model)`` run, a user's task that reads no raw inputs): says how to use the weights.
         CheckpointError: no usable checkpoint, or one that does not fit the model.
     """
     from paratrain.checkpoint import Checkpointer, read_model_state
@@ -48,6 +49,9 @@ def load_predictor(path: str | Path) -> Predictor:
     path = Path(path)
     run_dir = find_run_dir(path)
     task = load_task(run_dir)
+    if type(task).predict is Task.predict:  # no reading of raw inputs: fail before loading any weights
+        raise ConfigError(f"task {task.name!r} of {run_dir} has no predict(model, inputs), so paratrain predict cannot "
+                          f"run it (text-cls has one; a Task of yours may define it); {weights_advice(run_dir)}")
     model = task.build_model()
     metric = _run_metric(run_dir, task)
     checkpoints = Checkpointer(None, run_dir / CHECKPOINT_DIR, best_metric=metric, mode=metric_mode(metric), model=model)

@@ -127,6 +127,9 @@ class Task(abc.ABC):
     #: which of :data:`TASK_SPECIFIC_OPTIONS` the task reads (None: any; the built-in tasks say)
     options_used: ClassVar[tuple[str, ...] | None] = None
     label_names: list[str]
+    #: how the command line named a task that is not built in (``module:attr``, ``/abs/file.py:attr``);
+    #: ``task.json`` keeps it so that ``paratrain predict`` can import the task again
+    reference: str | None = None
 
     def __init__(self, options: TaskOptions | None = None):
         """Raises:
@@ -220,6 +223,8 @@ class Task(abc.ABC):
         }
         if self.model_identity() is not None:
             record["model"] = self.model_identity()
+        if self.reference is not None:
+            record["reference"] = self.reference
         path.parent.mkdir(parents=True, exist_ok=True)
         record["artifacts"] = self.save_artifacts(path.parent)
         tmp = path.with_suffix(".json.tmp")

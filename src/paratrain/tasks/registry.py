@@ -37,12 +37,30 @@ def create_task(name: str, options: TaskOptions | None = None) -> Task:
 
 
 def load_task(directory: str | Path) -> Task:
-    """The task saved in an output directory by a training run (for predict).
+    """The task saved in an output directory by a training run (for predict): a built-in
+    one, or a user's task imported again from the reference its run recorded.
 
     Raises:
-        ConfigError: ``directory`` holds no ``task.json``, or names an unknown task.
+        ConfigError: ``directory`` holds no ``task.json``; holds a ``pt.fit(model)`` run
+            (only the user's code can build that model: says how to load the weights);
+            names an unknown task, or a task file that no longer imports.
     """
     record = read_task_record(directory)
     if record is None:
         raise ConfigError(f"{directory} holds no task.json; pass the --out directory of a `paratrain train` run")
+    if record.get("reference"):
+        from paratrain.tasks.task_ref import resolve_task
+
+        task = resolve_task(record["reference"], TaskOptions(**record.get("options", {})))
+        task.label_names = list(record.get("label_names") or task.label_names)
+        return task
+    if record["task"] == "model":  # ModelTask.name
+        raise ConfigError(f"{directory} is a pt.fit(model) run, whose model only your code can build; "
+                          f"{weights_advice(directory)}")
     return task_class(record["task"]).from_record(record, Path(directory))
+
+
+def weights_advice(directory: str | Path) -> str:
+    """How to use a run's weights without ``paratrain predict``: export them, load them into the model."""
+    return (f"export its weights (paratrain ckpt export {directory} -o model.safetensors) and load them into your model: "
+            "model.load_state_dict(safetensors.torch.load_file('model.safetensors'))")

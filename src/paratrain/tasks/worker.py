@@ -1,4 +1,5 @@
-"""The worker of ``paratrain train``: ``python -m paratrain.tasks.worker TASK [options]``.
+"""The worker of ``paratrain train``: ``python -m paratrain.tasks.worker TASK [options]``
+(``TASK``: a built-in name, ``module:attr`` or an absolute ``file.py:attr``).
 
 ``paratrain train TASK --nproc-per-node N`` starts this module on N processes
 through ``paratrain run``; each one builds the same task and config from the same
@@ -16,20 +17,21 @@ from paratrain.errors import ParatrainError
 
 
 def build_run(args: argparse.Namespace):
-    """``(task, FitConfig)`` from parsed ``paratrain train`` options.
+    """``(task, FitConfig)`` from parsed ``paratrain train`` options; the task is a built-in
+    name or ``FILE.py:TASK`` / ``module:TASK`` (:mod:`paratrain.tasks.task_ref`, as the bench reads it).
 
     Raises:
-        ConfigError: unknown task, or a bad option value.
+        ConfigError: unknown task, a task file that does not load, or a bad option value.
     """
     from paratrain.loop.config import FitConfig
     from paratrain.tasks.api import TaskOptions
-    from paratrain.tasks.registry import create_task
+    from paratrain.tasks.task_ref import resolve_task
 
     options = TaskOptions(
         data=args.data, model_path=args.model_path, limit_train=args.limit_train,
         limit_eval=args.limit_eval, max_len=args.max_len,
     )
-    task = create_task(args.task, options)
+    task = resolve_task(args.task, options)
     given = {
         name: getattr(args, name)
         for name in ("epochs", "max_steps", "batch_size", "eval_batch_size", "lr", "weight_decay", "warmup",

@@ -1,9 +1,11 @@
-"""``--task``: a built-in task name, ``package.module:attr`` or ``path/to/file.py:attr``.
+"""A task as the command line names it: a built-in name, ``package.module:attr`` or ``path/to/file.py:attr``.
 
-``attr`` may be a :class:`~paratrain.tasks.api.Task` subclass (built with the bench's
+One reading for ``paratrain train TASK`` and ``paratrain bench --task TASK``.
+``attr`` may be a :class:`~paratrain.tasks.api.Task` subclass (built with the
 task options), a task object, or a function that returns one. A module path is
 imported with the current directory on ``sys.path`` (as ``python -m`` would), so
-``--task examples.my_task:TASK`` works from a checkout; a file path works from anywhere.
+``examples.my_task:TASK`` works from a checkout; a file path (relative to the
+current folder, ``~`` expanded) works from anywhere.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def absolute_ref(ref: str) -> str:
         return ref
     target, attr = ref.rsplit(":", 1)
     if _is_path(target):
-        return f"{Path(_with_suffix(target)).resolve()}:{attr}"
+        return f"{Path(_with_suffix(target)).expanduser().resolve()}:{attr}"
     return ref
 
 
@@ -66,7 +68,9 @@ def resolve_task(ref: str, options: TaskOptions) -> Task:
         obj = getattr(module, attr)
     except AttributeError:
         raise ConfigError(f"--task {ref!r}: {module.__name__} has no attribute {attr!r}") from None
-    return _as_task(obj, options, ref)
+    task = _as_task(obj, options, ref)
+    task.reference = absolute_ref(ref)
+    return task
 
 
 def _is_path(target: str) -> bool:
@@ -80,7 +84,7 @@ def _with_suffix(target: str) -> str:
 def _import(target: str, ref: str):
     try:
         if _is_path(target):
-            path = Path(_with_suffix(target)).resolve()
+            path = Path(_with_suffix(target)).expanduser().resolve()
             if not path.is_file():
                 raise ConfigError(f"--task {ref!r}: no file {path}")
             name = f"paratrain_user_task_{path.stem}"
