@@ -18,7 +18,7 @@ from paratrain.loop.config import FitConfig
 from tests.support import clean_env, paratrain_cmd
 
 SCRIPT = Path(__file__).with_name("fit_seed_script.py")
-WARNING = "the model was built before torch was seeded with 7"
+WARNING = "torch was not seeded with 7 then, so the initial weights do not follow seed=7"
 
 
 def _shapes(folder: Path) -> dict[str, Path]:
@@ -70,4 +70,4 @@ def test_the_warning_asks_only_when_a_seed_was_given():
     assert unseeded_model_warning(None, {}) is None  # fit's default seed promises nothing about your model
     assert unseeded_model_warning(None, {"seed": 11}) is None
     assert "pt.seed_everything(12)" in unseeded_model_warning(None, {"seed": 12})
-    assert "seeded with 12" in unseeded_model_warning(FitConfig(seed=12), {})
+    assert "not seeded with 12" in unseeded_model_warning(FitConfig(seed=12), {})

@@ -108,5 +108,6 @@ def unseeded_model_warning(config: FitConfig | None, options: dict[str, Any]) ->
         return None
     if not isinstance(seed, int) or torch.initial_seed() == seed % 2**64:
         return None  # a bad seed value is the config check's to name
-    return (f"pt.fit(seed={seed}) seeds the data order, but the model was built before torch was seeded with {seed}: "
-            f"its initial weights change from run to run; call pt.seed_everything({seed}) before building the model")
+    return (f"pt.fit(seed={seed}) seeds the data order, not the model built before it: torch was not seeded with {seed} "
+            f"then, so the initial weights do not follow seed={seed} (unseeded, they change from run to run); "
+            f"call pt.seed_everything({seed}) before building the model")
