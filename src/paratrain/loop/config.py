@@ -59,7 +59,7 @@ class FitConfig:
     check_sync_every: int = 100
     strategy: str = "auto"
     precision: str = "32-true"
-    seed: int = 42
+    seed: int = 42  # every generator when fit starts: data order, dropout; a task's model (pt.fit(model): seed before building it)
     sync_batchnorm: bool = False
     # Fast defaults (README "Fast defaults"): fused optimizer kernel, TF32 on CUDA, torch.compile.
     fused_optimizer: bool = True
