@@ -1,8 +1,9 @@
 """A tiny ``pt.fit`` run for the diagnostics tests, started by ``paratrain run``.
 
-    fit_script.py OUT [--stall-rank R --stall-step S] [--lr-on-rank-1 LR] [--steps N]
+    fit_script.py OUT [--stall-rank R --stall-step S] [--lr-on-rank-1 LR] [--steps N] [--step-sleep S]
 
 ``--stall-rank/--stall-step`` is the test hook: that rank sleeps for good after that step.
+``--step-sleep`` paces every step (a run that lasts while nodes leave and join).
 """
 
 import argparse
@@ -27,6 +28,14 @@ class SleepForever(pt.Callback):
                 time.sleep(3600)
 
 
+class Pace(pt.Callback):
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def on_step_end(self, trainer, step, loss):
+        time.sleep(self.seconds)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -34,6 +43,7 @@ def main():
     parser.add_argument("--stall-step", type=int)
     parser.add_argument("--lr-on-rank-1", type=float)
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--step-sleep", type=float, default=0.0)
     args = parser.parse_args()
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(96, 6, generator=generator)
@@ -41,6 +51,7 @@ def main():
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     lr = args.lr_on_rank_1 if args.lr_on_rank_1 and os.environ.get("RANK") == "1" else 0.05
     callbacks = [SleepForever(args.stall_rank, args.stall_step)] if args.stall_rank is not None else []
+    callbacks += [Pace(args.step_sleep)] if args.step_sleep else []
     pt.fit(model, data, data, max_steps=args.steps, batch_size=8, lr=lr, out_dir=args.out, log_every=2,
            callbacks=callbacks, progress=False, tensorboard=False)
 

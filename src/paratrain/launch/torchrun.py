@@ -169,6 +169,26 @@ def worker_env(config: LaunchConfig, environ: Mapping[str, str], interface: netw
     return env
 
 
+#: torch's switch for the dynamic rendezvous' shared worker store (see :func:`rendezvous_env`).
+SHARED_STORE_VAR = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+def rendezvous_env(config: LaunchConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """Variables for torch's agent in this launcher (a user's own setting is kept).
+
+    With a node range (c10d rendezvous) torch by default gives the workers of every round one
+    store, hosted by the agent that was rank 0 first, and publishes its address only in the
+    first round. A node that leaves and is started again (a new agent) waits in the next round
+    for that address, which is never published again, while node 0 waits for the newcomer:
+    both fail at the rendezvous timeout (pytorch/pytorch#147064). The same store also keeps the
+    dead workers' gloo addresses, which a restarted group would dial. Without sharing, every
+    round publishes a fresh address and its workers' rank 0 hosts a fresh store.
+    """
+    if config.rdzv_backend == "static" or environ.get(SHARED_STORE_VAR):
+        return {}
+    return {SHARED_STORE_VAR: "1"}
+
+
 def console_terminal() -> str | None:
     """The terminal this launcher writes to (stdout and stderr both on it), else None."""
     try:
@@ -207,6 +227,7 @@ def launch(config: LaunchConfig) -> int:
             network.require_own_address(config.rendezvous_host)  # node 0 hosts the store there
         interface = socket_interface(config)
         env = worker_env(config, os.environ, interface)
+        env.update(rendezvous_env(config, os.environ))
         stacks_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="paratrain-stacks-"))
         env.update(worker_site.stacks_env(stacks_dir, os.environ))  # stacks of the workers it stops
         # Without --log-dir, a scratch folder: the prefixed console's copy of the streams, and the
