@@ -12,10 +12,15 @@ class ParatrainError(Exception):
     """Base class. The message says what is wrong and how to fix it, in one line."""
 
     exit_code = 2
+    #: False for an error that running the same thing again repeats (a configuration error,
+    #: storage a node cannot see): an elastic launcher ends the job instead of restarting it.
+    restart_can_help = True
 
 
 class ConfigError(ParatrainError, ValueError):
     """An option, flag or argument is invalid (bad value, bad combination)."""
+
+    restart_can_help = False
 
 
 class LaunchError(ParatrainError):
@@ -66,6 +71,8 @@ class WorkerError(ParatrainError, RuntimeError):
 class DataError(ParatrainError, ValueError):
     """A dataset, sampler or loader cannot be used as asked."""
 
+    restart_can_help = False
+
 
 class NonFiniteError(ParatrainError, RuntimeError):
     """Training produced a NaN/inf loss, gradient norm or weights; names the step and the last good checkpoint."""
@@ -83,6 +90,12 @@ class CheckpointError(ParatrainError):
     """A checkpoint cannot be written, found, verified or loaded."""
 
     exit_code = 1
+
+
+class SharedStorageError(CheckpointError):
+    """A node cannot see the checkpoints another node wrote: restarting cannot change that."""
+
+    restart_can_help = False
 
 
 class MissingDependencyError(ParatrainError, ImportError):

@@ -4,6 +4,7 @@
 
 ``--stall-rank/--stall-step`` is the test hook: that rank sleeps for good after that step.
 ``--step-sleep`` paces every step (a run that lasts while nodes leave and join).
+``--crash-rank/--crash-step``: that rank raises after that step, in the first attempt only.
 """
 
 import argparse
@@ -28,6 +29,16 @@ class SleepForever(pt.Callback):
                 time.sleep(3600)
 
 
+class CrashOnce(pt.Callback):
+    def __init__(self, rank, step):
+        self.rank, self.step = rank, step
+
+    def on_step_end(self, trainer, step, loss):
+        first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+        if trainer.runtime.rank == self.rank and step == self.step and first_attempt:
+            raise RuntimeError(f"crash at step {step}")
+
+
 class Pace(pt.Callback):
     def __init__(self, seconds):
         self.seconds = seconds
@@ -44,6 +55,8 @@ def main():
     parser.add_argument("--lr-on-rank-1", type=float)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--step-sleep", type=float, default=0.0)
+    parser.add_argument("--crash-rank", type=int)
+    parser.add_argument("--crash-step", type=int)
     args = parser.parse_args()
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(96, 6, generator=generator)
@@ -52,6 +65,7 @@ def main():
     lr = args.lr_on_rank_1 if args.lr_on_rank_1 and os.environ.get("RANK") == "1" else 0.05
     callbacks = [SleepForever(args.stall_rank, args.stall_step)] if args.stall_rank is not None else []
     callbacks += [Pace(args.step_sleep)] if args.step_sleep else []
+    callbacks += [CrashOnce(args.crash_rank, args.crash_step)] if args.crash_rank is not None else []
     pt.fit(model, data, data, max_steps=args.steps, batch_size=8, lr=lr, out_dir=args.out, log_every=2,
            callbacks=callbacks, progress=False, tensorboard=False)
 

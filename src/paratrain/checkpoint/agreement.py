@@ -41,8 +41,9 @@ def on_all_ranks(doing: str, step: Callable[[], T]) -> T:
         result = step()
     except Exception as exc:  # any failure must reach the other ranks, or they hang
         local = exc
-    outcomes = comm.all_gather_object(None if local is None else _one_line(local, doing))
-    failed = [(rank, message) for rank, message in enumerate(outcomes) if message is not None]
+    mine = None if local is None else (_one_line(local, doing), getattr(local, "restart_can_help", True))
+    outcomes = comm.all_gather_object(mine)
+    failed = [(rank, outcome[0]) for rank, outcome in enumerate(outcomes) if outcome is not None]
     if not failed:
         return result
     rank, message = failed[0]
@@ -51,7 +52,10 @@ def on_all_ranks(doing: str, step: Callable[[], T]) -> T:
             raise local
         raise CheckpointError(message) from local
     others = f" (also failed on rank(s) {', '.join(str(r) for r, _ in failed[1:])})" if len(failed) > 1 else ""
-    raise CheckpointError(f"rank {rank}: {message}{others}") from local
+    error = CheckpointError(f"rank {rank}: {message}{others}")
+    # A node that cannot see the storage fails so again after a restart: every rank says so.
+    error.restart_can_help = all(outcome[1] for outcome in outcomes if outcome is not None)
+    raise error from local
 
 
 def main_then_share(doing: str, step: Callable[[], T]) -> T:

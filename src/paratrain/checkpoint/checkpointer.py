@@ -118,6 +118,7 @@ class Checkpointer:
         #: until close() (or this object is freed, or the process ends)
         self._lock = WriterLock(self.directory, "checkpoint directory")
         self._holding = False  # the same on every rank: whether the hold was taken (collectively)
+        self.storage_checked = False  # the same on every rank: whether every rank saw a saved checkpoint
         weakref.finalize(self, self._lock.release)
 
     # ---- writing ---------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from paratrain.checkpoint.model_state import model_layout, optimizer_layout
 from paratrain.checkpoint.reader import load_sharded, read_rng, read_weights_file, sharded_metadata, sharded_shapes
 from paratrain.checkpoint.safe_load import load_pt, load_safetensors
 from paratrain.checkpoint.stateful import Stateful
-from paratrain.errors import CheckpointError, ConfigError
+from paratrain.errors import CheckpointError, ConfigError, SharedStorageError
 
 if TYPE_CHECKING:
     from paratrain.checkpoint.checkpointer import Checkpointer
@@ -98,7 +98,7 @@ def restore_weights_file(ckpt: Checkpointer, path: Path) -> CheckpointState:
 
 def _read(ckpt: Checkpointer, directory: Path, manifest: Manifest) -> tuple[list[_Part], list[_Part], Any]:
     if not directory.is_dir():  # rank 0 found it; this rank runs on a node that cannot see it
-        raise CheckpointError(
+        raise SharedStorageError(
             f"{directory} is not visible on this node; keep checkpoints on a filesystem every node shares "
             "(NFS, Lustre, ...), or copy them to the same path on each node"
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,6 +104,9 @@ def save(
             f"writing checkpoint {name}", lambda: _write_files(ckpt, temporary, rng_states, step, {**gathered, **per_rank})
         )
         final = main_then_share(f"completing checkpoint {name}", lambda: str(_commit(ckpt, temporary, manifest)))
+        if not ckpt.storage_checked:
+            ckpt.storage_checked = True
+            _warn_unless_every_rank_sees(Path(final))
     except CheckpointError:
         # Raised on every rank together (agreement): remove the half-written directory,
         # then let all ranks return only once it is gone. Earlier checkpoints and
@@ -116,6 +120,20 @@ def save(
             shutil.rmtree(temporary, ignore_errors=True)
         raise
     return Path(final)
+
+
+def _warn_unless_every_rank_sees(checkpoint: Path) -> None:
+    """After a run's first save: every rank looks for it; rank 0 warns about the hosts that cannot
+    see it (each node on its own disk), now rather than at a resume or restart. Collective."""
+    seen = comm.all_gather_object((checkpoint.is_dir(), socket.gethostname()))
+    blind = sorted({host for visible, host in seen if not visible})
+    if blind and comm.is_main():
+        ranks = ", ".join(str(rank) for rank, (visible, _) in enumerate(seen) if not visible)
+        warnings.warn(
+            f"{checkpoint} is not visible to rank(s) {ranks} (host {', '.join(blind)}): a restart or a resume "
+            "there cannot read it; keep checkpoints on a filesystem every node shares (NFS, Lustre, ...)",
+            catalog.CheckpointWarning, stacklevel=3,
+        )
 
 
 def _prepare(directory: Path, name: str) -> Path:

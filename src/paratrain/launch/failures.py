@@ -96,16 +96,34 @@ def script_failure(
 def workers_recorded(log_root: Path | None, exception_type: str) -> bool:
     """True when some worker of the newest attempt under ``log_root`` (torch's per-run log
     folder) left an error file recording ``exception_type``, e.g. ``PreemptedError``."""
+    return any(recorded[0] == exception_type for recorded in recorded_errors(log_root))
+
+
+def recorded_errors(log_root: Path | None) -> list[tuple[str, str]]:
+    """``(exception type, message)`` from every error file of the newest attempt under ``log_root``,
+    in local-rank order."""
     attempts = sorted(log_root.glob("attempt_*"), key=lambda p: int(p.name.split("_")[-1])) if log_root else []
-    for path in attempts[-1].glob("*/error.json") if attempts else ():
+    paths = attempts[-1].glob("*/error.json") if attempts else ()
+    found = []
+    for path in sorted(paths, key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0):
         try:
             data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
         except (OSError, ValueError):
             continue
         recorded = recorded_exception(SimpleNamespace(error_file_data=data))
-        if recorded and recorded[0] == exception_type:
-            return True
-    return False
+        if recorded:
+            found.append((recorded[0], recorded[1]))
+    return found
+
+
+def ended_without_restart(log_root: Path | None) -> LaunchError:
+    """A worker asked to end the job (:mod:`paratrain.env.no_restart`): its own error, and why
+    no restart was tried."""
+    errors = recorded_errors(log_root)
+    exc_type, message = errors[0] if errors else ("an error", "(its error file could not be read)")
+    error = LaunchError(f"{exc_type}: {message}; not restarted: a restart would fail the same way")
+    error.exit_code = 2 if exc_type in ("ConfigError", "DataError") else 1
+    return error
 
 
 def _how_it_ended(failure) -> str:

@@ -32,7 +32,8 @@ from paratrain.errors import LaunchError, PreemptedError
 from paratrain.launch import network, whole_lines, worker_site
 from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, LaunchConfig
 from paratrain.launch.environ import scoped_environ
-from paratrain.launch.failures import script_failure, workers_recorded
+from paratrain.env.no_restart import END_SIGNAL
+from paratrain.launch.failures import ended_without_restart, script_failure, workers_recorded
 from paratrain.launch.legacy import local_rank_argument, parses_local_rank
 from paratrain.launch.rendezvous_wait import RendezvousWait, awaited
 from paratrain.launch.torch_logs import torch_log_level
@@ -265,6 +266,8 @@ def launch(config: LaunchConfig) -> int:
         stack.enter_context(torch_log_level(logging.INFO if config.verbose else logging.CRITICAL))
         oom_kills_before = oom_kill_count()
         whole_lines.install()  # --tee writes a line in parts behind separate tags otherwise
+        # A worker whose error a restart would repeat asks this launcher to end the job.
+        previous_end = signal.signal(END_SIGNAL, _end_requested) if _in_main_thread() else None
         try:
             torchrun.main(argv)
         except ChildFailedError as exc:
@@ -276,7 +279,10 @@ def launch(config: LaunchConfig) -> int:
             _drop_scratch(config, log_dir, keep=error.report.first.log is not None)
             raise _with_exit_code_mode(config, error) from None
         except SignalException as exc:  # the agent turns SIGTERM/SIGINT/... into this after stopping the workers
-            error = _stopped(exc.sigval, preempted=workers_recorded(_log_root(log_dir, run_id), "PreemptedError"))
+            if exc.sigval == END_SIGNAL:
+                error = ended_without_restart(_log_root(log_dir, run_id))
+            else:
+                error = _stopped(exc.sigval, preempted=workers_recorded(_log_root(log_dir, run_id), "PreemptedError"))
             _drop_scratch(config, log_dir)
             raise _with_exit_code_mode(config, error) from None
         except Exception as exc:
@@ -284,6 +290,9 @@ def launch(config: LaunchConfig) -> int:
             if not _is_rendezvous_error(exc):
                 raise
             raise _with_exit_code_mode(config, _rendezvous_error(config, port, exc)) from None
+        finally:
+            if previous_end is not None:
+                signal.signal(END_SIGNAL, previous_end)
     if config.log_dir:
         _info(
             f"per-rank logs: {_log_root(config.log_dir, run_id) or config.log_dir}/attempt_*/<local rank>/{{stdout,stderr}}.log"
@@ -291,6 +300,19 @@ def launch(config: LaunchConfig) -> int:
     else:  # our own scratch copy of what the console showed; a failure names it, so it stays then
         _drop_scratch(config, log_dir)
     return 0
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _end_requested(signum: int, frame) -> None:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    # As torch's own handler does for SIGTERM: the agent stops the workers, then it reaches launch().
+    raise SignalException(f"a worker asked to end the job (signal {signum})", sigval=signal.Signals(signum))
 
 
 def _drop_scratch(config: LaunchConfig, log_dir: str, keep: bool = False) -> None:

@@ -70,7 +70,8 @@ def fit(
         DataError, MissingDependencyError, CheckpointError: from the layers below.
     """
     from paratrain import comm
-    from paratrain.errors import ConfigError
+    from paratrain.env.no_restart import end_job_instead_of_restart
+    from paratrain.errors import ConfigError, ParatrainError
     from paratrain.tasks.registry import create_task
 
     if lengths is not None and not isinstance(task, torch.nn.Module):
@@ -87,7 +88,11 @@ def fit(
     elif not isinstance(task, Task):
         raise ConfigError(f"fit() takes a task name, a Task or a torch.nn.Module, got {type(task).__name__}")
     config = (config or FitConfig()).replace(**FitConfig.check_names(options))
-    return Trainer(task, config, runtime=runtime, callbacks=callbacks).fit()
+    try:
+        return Trainer(task, config, runtime=runtime, callbacks=callbacks).fit()
+    except ParatrainError as exc:
+        end_job_instead_of_restart(exc)  # under paratrain run: a restart would fail the same way
+        raise
 
 
 def unseeded_model_warning(config: FitConfig | None, options: dict[str, Any]) -> str | None:

@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     from paratrain.cli import warning_lines
+    from paratrain.env.no_restart import end_job_instead_of_restart
     from paratrain.cli.train_cmd import add_train_arguments
     from paratrain.loop.trainer import Trainer
 
@@ -83,6 +84,7 @@ def _main(argv: list[str] | None) -> int:
         if os.environ.get("PARATRAIN_DEBUG"):
             raise
         _record_for_launcher(exc)
+        end_job_instead_of_restart(exc)  # a restart would fail the same way
         print(f"paratrain train (rank {os.environ.get('RANK', '0')}): error: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code
     return 0
