@@ -119,7 +119,8 @@ def _run_probe(config):
     if not probe["sum_ok"]:
         return probe, Finding("all_reduce probe", PROBLEM, "the all_reduce returned a wrong sum",
                               "check the network (packet corruption) and the backend")
-    hosts = sorted(set(probe["hosts"]))
+    hosts = sorted(set(probe["hosts"]))  # names with the address toward the master: unique per machine
+    machines = probe.get("machines", len(hosts))
     return probe, Finding("all_reduce probe", OK,
-                          f"{probe['world_size']} ranks on {len(hosts)} host(s) ({', '.join(hosts)}), backend "
+                          f"{probe['world_size']} ranks on {machines} machine(s) ({', '.join(hosts)}), backend "
                           f"{probe['backend']}: {probe['describe']}")

@@ -145,14 +145,14 @@ def network(master_addr: str | None, master_port: int | None, node_rank: int) ->
                              f"{master_port} is {'already in use' if busy else 'free'} on this machine (node 0 listens on it)",
                              "pick another --master-port, or stop the job that holds it" if busy else ""))
     else:
-        try:
-            with socket.create_connection((master_addr, master_port), timeout=3):
-                found.append(Finding("master port", OK, f"{master_addr}:{master_port} accepts connections"))
-        except OSError as exc:
-            found.append(Finding("master port", WARNING,
-                                 f"{master_addr}:{master_port} does not answer ({exc.strerror or exc}); fine if node 0's "
-                                 "doctor or job is not started yet",
-                                 "start node 0 first; check the address, port and firewall"))
+        from paratrain.launch.reachability import reach
+
+        outcome = reach(master_addr, master_port)
+        if outcome.ok:
+            found.append(Finding("master port", OK, outcome.what))
+        else:  # closed is fine before node 0 runs; the others are not
+            found.append(Finding("master port", WARNING if outcome.cause == "closed" else PROBLEM,
+                                 f"{outcome.cause}: {outcome.what}", outcome.fix))
     return found
 
 

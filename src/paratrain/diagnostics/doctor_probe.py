@@ -9,7 +9,6 @@ to RESULT.json for its node's ``paratrain doctor`` to report.
 from __future__ import annotations
 
 import json
-import socket
 import sys
 
 
@@ -19,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     from paratrain import comm
     from paratrain.diagnostics.desync import check_same_setup
     from paratrain.diagnostics.link_probe import measure_allreduce
+    from paratrain.env.machine import machine_key, machine_label
     from paratrain.runtime.runtime import Runtime
 
     result_path = (argv or sys.argv[1:])[0]
@@ -27,11 +27,12 @@ def main(argv: list[str] | None = None) -> int:
         total = comm.all_reduce(torch.tensor(float(rt.rank + 1)), op="sum")
         expected = rt.world_size * (rt.world_size + 1) / 2
         link = measure_allreduce(sizes_bytes=(4096, 1 << 20, 8 << 20), repeats=3)
-        hosts = comm.all_gather_object(socket.gethostname())
+        machines = comm.all_gather_object((machine_key(), machine_label()))
         outcome = {
             "world_size": rt.world_size,
             "backend": rt.backend,
-            "hosts": hosts,
+            "hosts": [label for _, label in machines],
+            "machines": len({key for key, _ in machines}),
             "sum_ok": float(total) == expected,
             "link": link.to_dict(),
             "describe": link.describe(),

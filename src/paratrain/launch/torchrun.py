@@ -27,12 +27,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from paratrain.diagnostics.failure_report import oom_kill_count
+from paratrain.env.no_restart import END_SIGNAL
 from paratrain.env.torchelastic import LAUNCHER_PID_VAR, LINE_PREFIX_VAR, PROGRESS_TTY_VAR
 from paratrain.errors import LaunchError, PreemptedError
 from paratrain.launch import network, whole_lines, worker_site
 from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, LaunchConfig
 from paratrain.launch.environ import scoped_environ
-from paratrain.env.no_restart import END_SIGNAL
 from paratrain.launch.failures import ended_without_restart, script_failure, workers_recorded
 from paratrain.launch.legacy import local_rank_argument, parses_local_rank
 from paratrain.launch.rendezvous_wait import RendezvousWait, awaited

@@ -13,11 +13,11 @@ processes (torchrun allows it).
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from paratrain.env import ProcessInfo
+from paratrain.env.machine import machine_key, machine_label
 from paratrain.errors import ConfigError
 
 
@@ -44,8 +44,9 @@ class RankFacts:
 def own_facts(info: ProcessInfo, environ: Mapping[str, str] | None = None) -> RankFacts:
     """This rank's :class:`RankFacts`, from the launcher's answer and its environment."""
     environ = os.environ if environ is None else environ
-    host = socket.gethostname()
-    node: int | str = info.node_rank if info.source in ("torchrun", "slurm", "single") else host
+    host = machine_label(info.master_addr)
+    # Without a node rank to trust, the machine itself (two PCs may share a host name).
+    node: int | str = info.node_rank if info.source in ("torchrun", "slurm", "single") else machine_key(info.master_addr)
     started = environ.get("GROUP_WORLD_SIZE", "") if info.source == "torchrun" else ""
     return RankFacts(node, host, info.local_world_size, int(started) if started.isdigit() else None)
 
