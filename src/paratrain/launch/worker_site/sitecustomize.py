@@ -5,7 +5,8 @@ after one failed), faulthandler first writes every thread's stack to
 ``$PARATRAIN_STACKS_DIR/rank<RANK>.txt``, then the signal ends the process as before.
 After a collective timeout the launcher reads these files to name the rank that was not
 in the collective (:mod:`paratrain.diagnostics.failure_report`). A script that installs
-its own SIGTERM handler (``pt.fit``'s preemption) replaces this one.
+its own SIGTERM handler (``pt.fit``'s preemption) replaces this one. paratrain's own warnings
+(a checkpoint loaded at another world size, …) print as one line, as under ``paratrain train``.
 
 Python imports only the first ``sitecustomize`` on the path: the next one (a
 distribution's, a virtual environment's) is run after this.
@@ -27,6 +28,13 @@ if _STACKS_DIR and _RANK is not None:
         faulthandler.register(signal.SIGTERM, file=_stacks, all_threads=True, chain=True)
     except (OSError, ValueError, RuntimeError):
         pass  # no stacks at stop for this worker; nothing else changes
+
+try:  # only sys and warnings: no paratrain or torch import at interpreter start
+    from paratrain.cli import warning_lines
+
+    warning_lines.install()
+except ImportError:
+    pass
 
 
 def _run_next_sitecustomize() -> None:
