@@ -46,6 +46,8 @@ class LinkMeasurement:
         bus_bandwidth_Bps: bytes per second at the largest size, nccl-tests' bus
             bandwidth (``size · 2(n−1)/n / time``); ``math.inf`` with one rank
             (nothing crosses a link).
+        spread: slowest / fastest repeat at the largest size (the largest on any rank):
+            how far one measurement of this link may be from the next (1.0: steady).
     """
 
     world_size: int
@@ -53,6 +55,7 @@ class LinkMeasurement:
     seconds: tuple[float, ...]
     latency_s: float
     bus_bandwidth_Bps: float
+    spread: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values (an infinite bandwidth becomes ``None``)."""
@@ -132,12 +135,13 @@ def measure_allreduce(
             _all_reduce(buffer, group, timeout, device, size)
             times.append(time.perf_counter() - start)
         medians.append(statistics.median(times))
-    slowest = torch.tensor(medians, dtype=torch.float64, device=device)
+    spread = max(times) / min(times) if min(times) > 0 else 1.0  # the largest size's repeats
+    slowest = torch.tensor([*medians, spread], dtype=torch.float64, device=device)
     _all_reduce(slowest, group, timeout, device, slowest.numel() * 8, op=dist.ReduceOp.MAX)
-    seconds = tuple(float(s) for s in slowest.cpu())
+    *seconds, spread = (float(s) for s in slowest.cpu())
     factor = 2 * (world_size - 1) / world_size
     bandwidth = sizes[-1] * factor / seconds[-1] if seconds[-1] > 0 else math.inf
-    return LinkMeasurement(world_size, sizes, seconds, seconds[0], bandwidth)
+    return LinkMeasurement(world_size, sizes, tuple(seconds), seconds[0], bandwidth, spread)
 
 
 def _validated_sizes(sizes_bytes: Sequence[int]) -> tuple[int, ...]:

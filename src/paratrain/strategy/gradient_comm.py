@@ -154,6 +154,14 @@ class GradientCommunication:
         )
         if share < BOUND_SHARE:
             return f"{head}: compute-bound, the link keeps up"
+        # Advice that the next run would contradict is worse than none: give it only when the
+        # step is communication-bound even at the fastest the link was measured.
+        spread = max(self.link.spread, 1.0)
+        if min(comm_s / spread, step_seconds) / step_seconds < BOUND_SHARE:
+            low, high = comm_s / spread / step_seconds, min(comm_s * spread / step_seconds, 1.0)
+            return (f"{head}; the link's speed varied {spread:.1f}x between measurements, so communication is "
+                    f"~{low:.0%}-{high:.0%} of each step: no advice from so noisy a measurement "
+                    "(paratrain doctor measures the link again)")
         slower = step_seconds / max(compute_s, 1e-9)
         advice = []
         for micro in (2, 4, 8):
