@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from paratrain.diagnostics.stacks import describe_frames, frames_wait, main_thread_in_dump
+from paratrain.env.machine import machine_label
 
 FAILURE_FILE = "failure.json"  # the newest failed attempt's report, in the run directory
 FAILURES_DIR = "failures"  # earlier attempts' reports, kept when a rerun starts
@@ -166,12 +166,13 @@ def rank_outcome(
         except ValueError:
             name = f"signal {-failure.exitcode}"
     outcome = RankOutcome(
-        rank=rank, local_rank=failure.local_rank, pid=failure.pid, host=socket.gethostname(),
+        rank=rank, local_rank=failure.local_rank, pid=failure.pid, host=machine_label(),
         exitcode=failure.exitcode, signal=name, log=log, timestamp=int(failure.timestamp or 0),
     )
     recorded = recorded or (exception_from_log(log) if log else None)
     if recorded:
-        outcome.exception_type, outcome.exception_message, traceback = recorded
+        outcome.exception_type, message, traceback = recorded
+        outcome.exception_message = plain_message(message)
         outcome.last_frames = last_frames(traceback)
     if name == "SIGKILL":
         outcome.likely_oom = oom_killed(failure.pid, oom_kills_before)
@@ -207,6 +208,18 @@ def build_report(outcomes: list[RankOutcome], hint: str = "") -> FailureReport:
                 "a collective ran on only some ranks — a rank-dependent branch (`if rank == 0:` / "
                 "`if rt.is_main:`) around ckpt.save, barrier or all_reduce must run on every rank")
     return FailureReport(first, consequences, stopped, hint)
+
+
+_SOURCE_PLACE = re.compile(r"^\[[^\]\s]+\.(?:cc|cpp|h|hpp|cu):\d+\]\s*")  # gloo: "[/…/pair.cc:537] "
+_SIGN_OFF = re.compile(r"\s*This is typically caused by .*$", re.DOTALL)  # gloo's advice and "GLHF! 🏖️"
+
+
+def plain_message(message: str | None) -> str | None:
+    """A worker's exception message as a line for people: without the C++ source place gloo puts
+    first and the sign-off it puts last ("… Check the logs of the remote worker … GLHF!")."""
+    if not message:
+        return message
+    return _SIGN_OFF.sub("", _SOURCE_PLACE.sub("", message.strip())) or message
 
 
 _PEER_ADDRESS = re.compile(r"\[([0-9A-Fa-f:.]+)\]:\d+")  # gloo: "Read error [10.0.0.2]:61123: Connection reset"
