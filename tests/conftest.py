@@ -38,6 +38,11 @@ LONGEST_FIRST = (
     "tests/loop/test_fit_multi.py",  # 54
     "tests/loop/test_run_directory.py",  # ~60
     "tests/loop/test_fit_own_model.py",  # ~45
+    "tests/launch/test_elastic_rejoin.py",  # ~60: a node killed, then started again
+    "tests/cli/test_own_task.py",  # ~50
+    "tests/loop/test_fit_seed.py",  # ~45
+    "tests/launch/test_no_restart.py",  # ~40: two nodes, one on a disk of its own
+    "tests/launch/test_reachability.py",  # ~30: a second network namespace
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -26,3 +27,10 @@ def clean_env(**extra: str) -> dict[str, str]:
 def paratrain_cmd(*args: str) -> list[str]:
     """argv that runs the real CLI with the current interpreter."""
     return [sys.executable, "-m", "paratrain", *args]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for a launcher's --master-port)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

@@ -11,15 +11,11 @@ import pytest
 import torch
 
 from tests.launch.processes import Result, finish, start
-from tests.support import EXAMPLES, paratrain_cmd
+from tests.support import EXAMPLES, free_port, paratrain_cmd
 
 ALLREDUCE = str(EXAMPLES / "allreduce.py")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +83,7 @@ NODE_ZERO_ALONE = [
 
 @pytest.fixture(scope="module")
 def results(busy_port) -> dict[str, tuple[Result, dict]]:
-    ports = {"busy": busy_port, "free": _free_port(), "free0": _free_port()}
+    ports = {"busy": busy_port, "free": free_port(), "free0": free_port()}
     names = [n for n in CASES if not (n == "nccl without cuda" and torch.cuda.is_available())]
     argvs = [CASES[n][0] for n in names] + [NODE_ZERO_ALONE]
     procs = [start(paratrain_cmd("run", *[a.format(**ports) for a in argv])) for argv in argvs]

@@ -18,7 +18,7 @@ import torch
 import paratrain as pt
 from paratrain.errors import CheckpointError, ConfigError, DataError, ParatrainError
 from tests.launch.processes import finish
-from tests.support import EXAMPLES, clean_env, paratrain_cmd
+from tests.support import EXAMPLES, clean_env, free_port, paratrain_cmd
 
 ALLREDUCE = str(EXAMPLES / "allreduce.py")
 WAVE = 6
@@ -190,12 +190,12 @@ def test_a_rank_started_alone_says_from_its_own_side_what_it_waited_for(tmp_path
     # to "check that rank 0 runs".
     script = tmp_path / "lone.py"
     script.write_text(LONE_RANK)
-    port = str(_free_port())
+    port = str(free_port())
     procs = [subprocess.Popen([sys.executable, str(script)], env=clean_env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK="0",
                                                                             MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for rank in (0,)]
-    port_b = str(_free_port())
+    port_b = str(free_port())
     procs.append(subprocess.Popen([sys.executable, str(script)], env=clean_env(RANK="1", WORLD_SIZE="2", LOCAL_RANK="0",
                                                                                MASTER_ADDR="127.0.0.1", MASTER_PORT=port_b),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -208,9 +208,3 @@ def test_a_rank_started_alone_says_from_its_own_side_what_it_waited_for(tmp_path
         assert "During handling of the above exception" not in text and "direct cause" not in text  # no chained C++ wall
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

@@ -16,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support import ROOT
+from tests.support import ROOT, free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 COMMANDS = ("srun", "sbatch", "scancel", "squeue", "sinfo")
@@ -39,10 +39,6 @@ def ensure_installed(tools) -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SlurmCluster:
@@ -98,8 +94,8 @@ ClusterName=paratrain-test
 SlurmctldHost=localhost(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
 AuthType=auth/munge
 AuthInfo=socket={r}/munge.socket
 CredType=cred/munge

@@ -16,8 +16,7 @@ import subprocess
 import time
 
 from tests.launch.processes import finish
-from tests.launch.test_node_mismatch import _free_port
-from tests.support import ROOT, clean_env, paratrain_cmd
+from tests.support import ROOT, clean_env, free_port, paratrain_cmd
 
 FIT = str(ROOT / "tests" / "diagnostics" / "fit_script.py")
 STEPS = 160  # at 2 nodes: 6 steps an epoch, a checkpoint at each epoch's end
@@ -40,7 +39,7 @@ def _wait_for(condition, what: str, nodes) -> None:
 def test_a_killed_node_rejoins_and_the_job_finishes_on_both_nodes(tmp_path):
     out = tmp_path / "run"
     env = clean_env()
-    port = str(_free_port())
+    port = str(free_port())
 
     def node(rank: int) -> subprocess.Popen:
         argv = paratrain_cmd("run", "--nnodes", "1:2", "--nproc-per-node", "1", "--node-rank", str(rank),

@@ -18,8 +18,7 @@ import pytest
 from paratrain.env.no_restart import END_SIGNAL, end_job_instead_of_restart, restarts_left
 from paratrain.errors import CheckpointError, ConfigError, SharedStorageError
 from tests.launch.processes import finish, start
-from tests.launch.test_node_mismatch import _free_port
-from tests.support import ROOT, clean_env, paratrain_cmd
+from tests.support import ROOT, clean_env, free_port, paratrain_cmd
 
 FIT = str(ROOT / "tests" / "diagnostics" / "fit_script.py")
 
@@ -34,7 +33,7 @@ def _own_disk(path, argv: list[str]) -> list[str]:
 def test_checkpoints_a_node_cannot_see_are_named_at_the_first_save_and_end_the_job_without_restarts(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    port = str(_free_port())
+    port = str(free_port())
 
     def node(rank: int) -> list[str]:
         return paratrain_cmd("run", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank),

@@ -10,20 +10,15 @@
 from __future__ import annotations
 
 import json
-import socket
 
 from tests.launch.processes import finish, start
-from tests.support import clean_env, paratrain_cmd
+from tests.support import clean_env, free_port, paratrain_cmd
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _two_nodes(tmp_path, per_node: list[list[str]]):
-    port = str(_free_port())
+    port = str(free_port())
     common = ["--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", "30",
               "--max-steps", "2", "--out", str(tmp_path / "run")]
     # A collective that some rank never enters fails after 60 s instead of the default 600 s.

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.launch.processes import HANG_GUARD_S
-from tests.support import ROOT, clean_env
+from tests.support import ROOT, clean_env, free_port
 
 WORKER = Path(__file__).with_name("compat_worker.py")
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -171,10 +171,6 @@ CASES = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _prepare(folder: Path) -> None:
@@ -226,7 +222,7 @@ def _observe(case: Case, tmp: Path) -> dict[str, Observation]:
         folder = tmp / re.sub(r"\W+", "-", case.name) / side
         _prepare(folder)
         argv = case.paratrain_argv if side == "paratrain" and case.paratrain_argv else case.argv
-        argv = [a.format(port=_free_port(), here=folder) for a in argv]
+        argv = [a.format(port=free_port(), here=folder) for a in argv]
         env = {**base, **case.env, "COMPAT_OUT": str(folder)}
         launcher = LAUNCHERS["paratrain" if side == "paratrain" else case.launcher]
         observed[side] = _run([*launcher, *argv], folder, env, case.sigterm)
