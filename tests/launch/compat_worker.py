@@ -21,8 +21,10 @@ def join_and_all_reduce(restart: str) -> dict:
 
     # torch's agent keeps one store for every attempt (static rendezvous, and c10d's shared one):
     # a restarted group could read the dead group's gloo addresses, so each attempt has its own keys.
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                          timeout=timedelta(seconds=120))
+    # Rank 0 hosts the store unless the agent does, as torch's env:// rendezvous decides.
+    agent_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          is_master=not agent_hosts and os.environ["RANK"] == "0", timeout=timedelta(seconds=120))
     dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt{restart}", store),
                             rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     total = torch.tensor([float(dist.get_rank() + 1)])

@@ -89,6 +89,12 @@ INTENDED = {
     "OMP_NUM_THREADS": Intended(
         "unset with 1 worker, 1 with 2+", "cores / local workers", "one worker uses the cores it has; several "
         "share them", "export OMP_NUM_THREADS"),
+    "TORCHELASTIC_USE_AGENT_STORE": Intended(
+        "True", "False", "several nodes through c10d: a fresh store every rendezvous round, hosted by rank 0, so "
+        "a node that leaves and comes back can rejoin (torch's shared store publishes its address in the first "
+        "round only: pytorch/pytorch#147064)", "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=0"),
+    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": Intended(
+        "None", "1", "the switch behind TORCHELASTIC_USE_AGENT_STORE=False", "export it yourself (yours is kept)"),
     "TORCHELASTIC_MAX_RESTARTS": Intended(
         "0", "3", "--nnodes MIN:MAX without --max-restarts: a node range restarts up to 3 times, so a lost node "
         "can be replaced (the first line says so)", "--max-restarts 0"),
@@ -147,7 +153,8 @@ CASES = [
          JOIN),
     Case("--nnodes 1:2 (node range)", ("--nnodes", "1:2", *TWO, "--rdzv-backend", "c10d", "--rdzv-endpoint",
                                        "127.0.0.1:{port}", "--rdzv-conf", "last_call_timeout=1", "work.py"),
-         (*ALWAYS, *TAGGED, "TORCHELASTIC_MAX_RESTARTS", "MASTER_ADDR (several nodes)"), JOIN),
+         (*ALWAYS, *TAGGED, "TORCHELASTIC_MAX_RESTARTS", "MASTER_ADDR (several nodes)",
+          "TORCHELASTIC_USE_AGENT_STORE", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"), JOIN),
     Case("--role --monitor-interval --start-method --signals-to-handle --shutdown-timeout --virtual-local-rank",
          (*TWO, "--role", "trainer", "--monitor-interval", "0.2", "--start-method", "fork", "--signals-to-handle",
           "SIGTERM,SIGUSR1", "--shutdown-timeout", "5", "--virtual-local-rank", "work.py"), ONE_NODE),

@@ -183,9 +183,11 @@ def rendezvous_env(config: LaunchConfig, environ: Mapping[str, str]) -> dict[str
     for that address, which is never published again, while node 0 waits for the newcomer:
     both fail at the rendezvous timeout (pytorch/pytorch#147064). The same store also keeps the
     dead workers' gloo addresses, which a restarted group would dial. Without sharing, every
-    round publishes a fresh address and its workers' rank 0 hosts a fresh store.
+    round publishes a fresh address and its workers' rank 0 hosts a fresh store (as
+    ``init_process_group("env://")`` does when ``TORCHELASTIC_USE_AGENT_STORE`` is not True).
     """
-    if config.rdzv_backend == "static" or environ.get(SHARED_STORE_VAR):
+    # One node: the same agent serves every round, so nothing can miss the address.
+    if config.rdzv_backend == "static" or config.max_nodes <= 1 or environ.get(SHARED_STORE_VAR):
         return {}
     return {SHARED_STORE_VAR: "1"}
 
