@@ -89,6 +89,9 @@ INTENDED = {
     "OMP_NUM_THREADS": Intended(
         "unset with 1 worker, 1 with 2+", "cores / local workers", "one worker uses the cores it has; several "
         "share them", "export OMP_NUM_THREADS"),
+    "TORCH_CPP_LOG_LEVEL": Intended(
+        "None", "ERROR", "torch's C++ warnings stay out of the lines users read; paratrain's one-line errors say "
+        "what failed", "--verbose, or export it yourself (yours is kept)"),
     "TORCHELASTIC_USE_AGENT_STORE": Intended(
         "True", "False", "several nodes through c10d: a fresh store every rendezvous round, hosted by rank 0, so "
         "a node that leaves and comes back can rejoin (torch's shared store publishes its address in the first "
@@ -120,7 +123,7 @@ NORMALIZE = {
 # What /bin/sh sets for itself in the --no-python case (PWD: each launcher's run has its own folder).
 SHELL_VARIABLES = ("PWD", "OLDPWD", "SHLVL", "_")
 ALWAYS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "PARATRAIN_BACKEND", "PARATRAIN_LAUNCHER_PID",
-          "PARATRAIN_STACKS_DIR", "PYTHONPATH")
+          "PARATRAIN_STACKS_DIR", "PYTHONPATH", "TORCH_CPP_LOG_LEVEL")
 TAGGED = ("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",)
 
 

@@ -25,6 +25,7 @@ import sys
 from paratrain.arguments import cli_spelling
 from paratrain.errors import ParatrainError
 
+CPP_LOG_LEVEL_VAR = "TORCH_CPP_LOG_LEVEL"
 # Each module has `register(subparsers)` that adds its parser and sets `handler`.
 COMMAND_MODULES = ("run", "train", "predict", "ckpt", "bench", "doctor", "check")
 
@@ -56,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     warning_lines.install()
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not getattr(args, "verbose", False):
+        # torch's C++ warnings (c10d's "hostname of the client socket cannot be retrieved" on every
+        # multi-node run, store read timeouts before paratrain's own one-line error) stay out of the
+        # lines users read; --verbose, or the variable set by the user, shows them. Read when torch
+        # loads, which none of the above has done yet; the workers inherit it.
+        os.environ.setdefault(CPP_LOG_LEVEL_VAR, "ERROR")
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
