@@ -104,7 +104,8 @@ def measure(task_name: str, rounds: int, block: int | None, stall_timeout: float
     start = time.perf_counter()
     for tick in range(PUBLICATIONS):
         dog._exchange(dog._beat(tick))
-    mine = {"rank": rt.rank, "block": block, "on": on, "threads_cpu_s": threads_cpu_s / (rounds * block), "off": off, "poll_s": dog.poll,
+    mine = {"rank": rt.rank, "block": block, "on": on, "off": off, "poll_s": dog.poll,
+            "threads_cpu_s": threads_cpu_s / (rounds * block),
             "publication_s": (time.perf_counter() - start) / PUBLICATIONS}
     everyone: list = [None] * rt.world_size
     dist.all_gather_object(everyone, mine)
@@ -127,7 +128,8 @@ def paired_cost(ranks: list[dict], clock: int) -> dict:
 def describe(name: str, cost: dict) -> str:
     share = 100 / cost["base"]
     return (f"{name}: suspended step {1000 * cost['base']:.2f} ms; paired difference (running - suspended, "
-            f"{cost['pairs']} pairs) median {1000 * cost['median']:+.3f} ms = {share * cost['median']:+.3f} % of a step, "
+            f"{cost['pairs']} pairs) median {1000 * cost['median']:+.3f} ms = "
+            f"{share * cost['median']:+.3f} % of a step, "
             f"quartiles {share * cost['q1']:+.2f} .. {share * cost['q3']:+.2f} %, "
             f"95 % interval of the median {share * cost['low']:+.3f} .. {share * cost['high']:+.3f} %")
 
@@ -155,7 +157,8 @@ def main() -> None:
     print(f"progress marks of one step: {1e6 * marks:.2f} µs ({100 * marks / cpu['base']:.4f} % of a step's CPU time)")
     print(f"the watchdog's threads (their own CPU clocks, running blocks): {1e6 * threads:.2f} µs per step "
           f"({100 * threads / cpu['base']:.4f} % of a step's CPU time)")
-    print(f"the watchdog's cost, marks + its threads: {100 * (marks + threads) / cpu['base']:.4f} % of a step's CPU time")
+    print(f"the watchdog's cost, marks + its threads: {100 * (marks + threads) / cpu['base']:.4f} % "
+          "of a step's CPU time")
     print(f"one publication (record + store round trip, in the watchdog's thread): {1000 * publication:.2f} ms "
           f"every {poll:g}s ({100 * publication / poll:.3f} % of one core)")
 
