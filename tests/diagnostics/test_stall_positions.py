@@ -23,8 +23,12 @@ FRAMES = {
     "checkpoint": "stuck_writing_checkpoint (stall_positions.py",
     "rank0-branch": "stuck_in_rank0_branch (stall_positions.py",
 }
+# At 3 ranks the stalled one is the middle or the last rank (rank 0 in a rank-0-only branch), and
+# both of the others must be named as waiting: blame is not "the rank that is not rank 0".
+STALLED_OF_3 = {"before-forward": 1, "forward": 2, "backward": 1, "between": 2, "evaluation": 1, "checkpoint": 2,
+                "rank0-branch": 0}
 CASES = [(position, 2, 0 if position == "rank0-branch" else 1) for position in FRAMES] + [
-    ("before-forward", 3, 1)]
+    (position, 3, STALLED_OF_3[position]) for position in FRAMES]
 
 
 def stall_report(tmp_path, *args, nprocs: int) -> str:
