@@ -1,0 +1,68 @@
+"""One trajectory at any world size: a run stopped on 2 ranks and resumed on 1, 3 or 4 trains
+the same model as the run that never stopped (pt.fit, real gloo processes, fp32, no dropout).
+
+The run's global batch is 12 = 2 ranks × batch 3 × accumulation 2; resumed, it is split as
+1 × 3 × 4, 3 × 2 × 2 and 4 × 3 × 1. Each epoch ends with a short global batch of 5 samples,
+split unevenly (weighted by sample count). The stop falls mid-epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import paratrain as pt
+from tests.loop.elastic_workers import fit_tiny
+
+OPTIONS = {"batch_size": 3, "grad_accum": 2}
+STOP_AFTER = 3
+RELATIVE = 1e-6
+
+
+def step_losses(out_dir: Path) -> dict[int, float]:
+    """The logged (all-ranks) loss of every step; a resumed attempt's record of a step wins."""
+    losses = {}
+    for line in (out_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record.get("event") == "train":
+            losses[record["step"]] = record["loss"]
+    return losses
+
+
+def worst_relative(got: dict[str, list[float]], want: dict[str, list[float]]) -> float:
+    """Largest difference of a tensor's entries, relative to that tensor's largest entry."""
+    worst = 0.0
+    for name, reference in want.items():
+        scale = max(abs(v) for v in reference)
+        worst = max(worst, max(abs(a - b) for a, b in zip(got[name], reference)) / scale)
+    return worst
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("elastic")
+    full = pt.spawn(fit_tiny, 2, args=(str(root / "full"), None, OPTIONS), timeout=180)
+    stopped = pt.spawn(fit_tiny, 2, args=(str(root / "stopped"), STOP_AFTER, OPTIONS), timeout=180)
+    return root, full, stopped
+
+
+@pytest.mark.parametrize("world_size", [1, 3, 4])
+def test_a_run_resumed_on_another_world_size_trains_the_same_model(runs, world_size):
+    root, full, stopped = runs
+    assert stopped["steps"] == STOP_AFTER and full["steps"] == 10
+    out_dir = root / f"resumed-{world_size}"
+    shutil.copytree(root / "stopped", out_dir)
+    resumed = pt.spawn(fit_tiny, world_size, args=(str(out_dir), None, OPTIONS), timeout=180)
+    assert resumed["resumed_from_step"] == STOP_AFTER and resumed["steps"] == 10
+    assert resumed["world_size"] == world_size
+
+    want, got = step_losses(root / "full"), step_losses(out_dir)
+    assert sorted(got) == sorted(want) == list(range(1, 11))
+    loss_error = max(abs(got[s] - want[s]) / abs(want[s]) for s in want)
+    weight_error = worst_relative(resumed["weights"], full["weights"])
+    print(f"world size {world_size}: per-step loss {loss_error:.2e}, final weights {weight_error:.2e} (relative)")
+    assert loss_error <= RELATIVE, (world_size, got, want)
+    assert weight_error <= RELATIVE
