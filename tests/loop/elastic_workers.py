@@ -22,8 +22,8 @@ class StopAfter(pt.Callback):
 
 class FinalWeights(pt.Callback):
     def on_fit_end(self, trainer, result):
-        module = trainer.runtime.unwrap(trainer.model)
-        self.weights = {k: v.detach().cpu().flatten().tolist() for k, v in module.state_dict().items()}
+        state = trainer.runtime.full_state_dict(trainer.model)  # collective; whole tensors on rank 0 (fsdp too)
+        self.weights = {k: v.flatten().tolist() for k, v in state.items()}
 
 
 def dataset(n: int, seed: int) -> torch.utils.data.TensorDataset:

@@ -3,7 +3,8 @@ the same model as the run that never stopped (pt.fit, real gloo processes, fp32,
 
 The run's global batch is 12 = 2 ranks × batch 3 × accumulation 2; resumed, it is split as
 1 × 3 × 4, 3 × 2 × 2 and 4 × 3 × 1. Each epoch ends with a short global batch of 5 samples,
-split unevenly (weighted by sample count). The stop falls mid-epoch.
+split unevenly (weighted by sample count). The stop falls mid-epoch. About 2 minutes on 2 cores
+(7 jobs of 1 to 4 processes).
 """
 
 from __future__ import annotations
@@ -43,19 +44,31 @@ def worst_relative(got: dict[str, list[float]], want: dict[str, list[float]]) ->
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    """The uninterrupted 2-rank ddp run, and per strategy a 2-rank run stopped after STOP_AFTER steps (made once)."""
     root = tmp_path_factory.mktemp("elastic")
     full = pt.spawn(fit_tiny, 2, args=(str(root / "full"), None, OPTIONS), timeout=180)
-    stopped = pt.spawn(fit_tiny, 2, args=(str(root / "stopped"), STOP_AFTER, OPTIONS), timeout=180)
-    return root, full, stopped
+    stopped = {}
+
+    def stopped_run(strategy: str) -> Path:
+        if strategy not in stopped:
+            out_dir = root / f"stopped-{strategy}"
+            result = pt.spawn(fit_tiny, 2, args=(str(out_dir), STOP_AFTER, {**OPTIONS, "strategy": strategy}),
+                              timeout=180)
+            assert result["steps"] == STOP_AFTER
+            stopped[strategy] = out_dir
+        return stopped[strategy]
+
+    return root, full, stopped_run
 
 
-@pytest.mark.parametrize("world_size", [1, 3, 4])
-def test_a_run_resumed_on_another_world_size_trains_the_same_model(runs, world_size):
-    root, full, stopped = runs
-    assert stopped["steps"] == STOP_AFTER and full["steps"] == 10
-    out_dir = root / f"resumed-{world_size}"
-    shutil.copytree(root / "stopped", out_dir)
-    resumed = pt.spawn(fit_tiny, world_size, args=(str(out_dir), None, OPTIONS), timeout=180)
+# fsdp reshards its checkpoint (DCP) and reduce-scatters gradients; it must train the same model as ddp.
+@pytest.mark.parametrize("strategy,world_size", [("ddp", 1), ("ddp", 3), ("ddp", 4), ("fsdp", 3)])
+def test_a_run_resumed_on_another_world_size_trains_the_same_model(runs, strategy, world_size):
+    root, full, stopped_run = runs
+    assert full["steps"] == 10
+    out_dir = root / f"resumed-{strategy}-{world_size}"
+    shutil.copytree(stopped_run(strategy), out_dir)
+    resumed = pt.spawn(fit_tiny, world_size, args=(str(out_dir), None, {**OPTIONS, "strategy": strategy}), timeout=180)
     assert resumed["resumed_from_step"] == STOP_AFTER and resumed["steps"] == 10
     assert resumed["world_size"] == world_size
 
@@ -63,6 +76,6 @@ def test_a_run_resumed_on_another_world_size_trains_the_same_model(runs, world_s
     assert sorted(got) == sorted(want) == list(range(1, 11))
     loss_error = max(abs(got[s] - want[s]) / abs(want[s]) for s in want)
     weight_error = worst_relative(resumed["weights"], full["weights"])
-    print(f"world size {world_size}: per-step loss {loss_error:.2e}, final weights {weight_error:.2e} (relative)")
+    print(f"{strategy} 2 -> {world_size} ranks: per-step loss {loss_error:.2e}, final weights {weight_error:.2e} (relative)")
     assert loss_error <= RELATIVE, (world_size, got, want)
     assert weight_error <= RELATIVE
