@@ -41,3 +41,15 @@ def fit_tiny(out_dir: str, stop_after: int | None, options: dict) -> dict:
                     log_every=1, progress=False, tensorboard=False, seed=7, callbacks=[StopAfter(stop_after), weights],
                     **options)
     return {**result.to_dict(), "weights": weights.weights}
+
+
+def fit_text(out_dir: str, stop_after: int | None, options: dict) -> dict:
+    """``text-cls`` (its small BERT has no dropout) with length grouping, for 1 epoch of 53 reviews;
+    stops after ``stop_after`` steps when given."""
+    from paratrain.tasks import TaskOptions
+
+    weights = FinalWeights()
+    result = pt.fit("text-cls", task_options=TaskOptions(limit_train=TRAIN_SAMPLES, limit_eval=16, max_len=32),
+                    out_dir=out_dir, epochs=1, lr=1e-3, log_every=1, progress=False, tensorboard=False, seed=7,
+                    group_by_length=True, callbacks=[StopAfter(stop_after), weights], **options)
+    return {**result.to_dict(), "weights": weights.weights}

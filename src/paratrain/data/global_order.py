@@ -199,7 +199,9 @@ class GlobalBatchSampler(Sampler[list[int]]):
         self.epoch = epoch
 
     def rewind(self) -> None:
+        """Start the current epoch again from its first global batch (grouped as a fresh epoch)."""
         self.position = 0
+        self.group_size = self.split.global_batch
 
     def __iter__(self) -> Iterator[list[int]]:
         order, g = self.epoch_order(), self.global_batch
