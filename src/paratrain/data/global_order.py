@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
+from paratrain.arguments import option
 from paratrain.data.length_groups import check_lengths, group_by_length
 from paratrain.errors import DataError
 
@@ -72,7 +73,7 @@ def choose_split(global_batch: int, world_size: int, max_micro_batch: int) -> Sp
         raise DataError(
             f"the run's global batch of {global_batch} samples cannot be split over {world_size} processes "
             f"(every process must take the same number of samples per step); run on {shown} process(es), "
-            "or start a new run with --fresh"
+            f"or start a new run ({option('fresh', True)})"
         )
     per_rank = global_batch // world_size
     micro = max(d for d in range(1, min(max_micro_batch, per_rank) + 1) if per_rank % d == 0)
