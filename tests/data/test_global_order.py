@@ -128,3 +128,5 @@ def test_global_order_is_for_training_loaders():
         make_loader(None, dataset, 4, exact=True, global_order=True)
     with pytest.raises(DataError, match="grad_accum"):
         make_loader(None, dataset, 4, global_order=True, grad_accum=0)
+    with pytest.raises(DataError, match="30 samples hold no full one of 32"):
+        make_loader(None, dataset, 4, global_order=True, grad_accum=8, drop_last=True)

@@ -269,6 +269,10 @@ def make_loader(
 
         check_enough_samples(length, world_size, batch_size, drop_last)
         split = Split(world_size, batch_size, grad_accum)
+        if drop_last and length < split.global_batch:
+            raise DataError(f"drop_last=True drops the short last global batch, and {length} samples hold no full "
+                            f"one of {split.global_batch} ({split.describe()}); lower batch_size or grad_accum, "
+                            "or set drop_last=False")
         batches = GlobalBatchSampler(length, split, rank, shuffle, base_seed, drop_last, group_by_length)
         dataloader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, collate_fn=collate_fn, **options)
         return GlobalOrderLoader(dataloader, batches, worker_seed, drop_last)

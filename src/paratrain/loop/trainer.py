@@ -21,6 +21,7 @@ import torch
 
 from paratrain import comm
 from paratrain.arguments import option
+from paratrain.data.global_order import MicroBatch
 from paratrain.diagnostics import watchdog
 from paratrain.diagnostics.desync import check_same_setup
 from paratrain.diagnostics.preemption import PreemptionGuard
@@ -285,7 +286,7 @@ class Trainer:
             self.log.bar = None
         return window
 
-    def _micro_step(self, batch: Any, micro: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def _micro_step(self, batch: Any, micro: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward and backward of one micro-batch; returns its loss and its loss weighted for the
         global-batch mean.
 
