@@ -14,7 +14,7 @@ from paratrain.errors import DataError
 from tests.data.workers import roundtrip
 
 
-def steps(sampler: GlobalBatchSampler, worlds: list[GlobalBatchSampler] | None = None) -> list[list[int]]:
+def steps(sampler: GlobalBatchSampler) -> list[list[int]]:
     """Each global batch of the next pass, as the union of every rank's micro-batches (real samples only)."""
     ranks = [GlobalBatchSampler(sampler.dataset_len, sampler.split, r, sampler.shuffle, sampler.seed,
                                 sampler.drop_last, sampler.lengths) for r in range(sampler.split.world_size)]

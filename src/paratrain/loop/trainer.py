@@ -502,12 +502,12 @@ class Trainer:
             self.log.bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{samples_per_s:.0f}", refresh=False)
 
     def _announce(self, train_size: int, eval_size: int, resumed_from: int) -> None:
-        rt, c = self.runtime, self.config
+        rt, loader = self.runtime, self.train_loader
         what = f"resuming from step {resumed_from}" if resumed_from else "starting from step 0"
         self.log.console(
             f"{self.task.name}: {train_size} train / {eval_size} dev samples, {rt.world_size} process(es) × batch "
-            f"{self.train_loader.batch_size} × accumulation {self.train_loader.accumulation} = global batch "
-            f"{self.train_loader.global_batch}, {self.steps_per_epoch} steps/epoch, {self.total_steps} steps, "
+            f"{loader.batch_size} × accumulation {loader.accumulation} = global batch "
+            f"{loader.global_batch}, {self.steps_per_epoch} steps/epoch, {self.total_steps} steps, "
             f"strategy {rt.strategy.name}, precision {rt.precision.name}; {what}"
         )
         self.log.file(repr(rt))
