@@ -24,6 +24,10 @@ again the mean over the ``L`` samples. A slot left empty (fewer samples than slo
 one repeated sample with weight 0: every rank takes the same number of micro-steps, or
 one would wait forever in the all-reduce.
 
+The weights count samples: exact for a loss that is a mean over samples (every built-in task's).
+A loss averaged over tokens, whose count differs between samples, would need its token counts
+summed over the global batch first; that is not done here.
+
 What still differs between world sizes: floating-point rounding (sums in another
 order; about 1e-7 relative per step in fp32), random streams drawn per rank (dropout)
 and per-micro-batch statistics (BatchNorm without SyncBatchNorm sees another batch).
