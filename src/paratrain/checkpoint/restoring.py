@@ -61,10 +61,12 @@ class _Part:
 def restore(ckpt: Checkpointer, directory: Path, manifest: Manifest) -> CheckpointState:
     """Load ``manifest``'s checkpoint at ``directory`` into ``ckpt``'s objects. Collective."""
     label = f"cannot load checkpoint {directory}"
-    parts, sharded, own_rng = on_all_ranks(label, lambda: _read(ckpt, directory, manifest))
+    parts, sharded, own_rng, saved_ranks = on_all_ranks(label, lambda: _read(ckpt, directory, manifest))
     if sharded:
         on_all_ranks(label, lambda: load_sharded(directory, {p.entry.name: p.state for p in sharded}))
     on_all_ranks(label, lambda: _apply(ckpt, parts + sharded, own_rng))
+    if saved_ranks and saved_ranks != comm.world_size() and comm.is_main():
+        warnings.warn(_world_change(ckpt, manifest, saved_ranks), CheckpointWarning, stacklevel=3)
     return CheckpointState(
         path=Path(directory),
         step=manifest.step,
@@ -96,7 +98,7 @@ def restore_weights_file(ckpt: Checkpointer, path: Path) -> CheckpointState:
     return CheckpointState(path=path, step=None, epoch=None, saved_epoch=None, metrics={}, extra={}, run={})
 
 
-def _read(ckpt: Checkpointer, directory: Path, manifest: Manifest) -> tuple[list[_Part], list[_Part], Any]:
+def _read(ckpt: Checkpointer, directory: Path, manifest: Manifest) -> tuple[list[_Part], list[_Part], Any, int]:
     if not directory.is_dir():  # rank 0 found it; this rank runs on a node that cannot see it
         raise SharedStorageError(
             f"{directory} is not visible on this node; keep checkpoints on a filesystem every node shares "
@@ -134,20 +136,22 @@ def _read(ckpt: Checkpointer, directory: Path, manifest: Manifest) -> tuple[list
                 parts.append(_Part(entry, own, full=True))
         else:
             parts.append(_Part(entry, load_pt(directory / saved["file"]), full=True))
-    return parts, sharded, _own_rng(read_rng(directory, manifest), manifest)
+    states = read_rng(directory, manifest)
+    own = states[comm.rank()] if comm.rank() < len(states) else None
+    return parts, sharded, own, len(states)
 
 
-def _own_rng(states: list[Any], manifest: Manifest) -> Any:
-    rank, world_size = comm.rank(), comm.world_size()
-    if states and len(states) != world_size and comm.is_main():
-        warnings.warn(
-            f"checkpoint {manifest.name} was saved by {len(states)} rank(s) and is loaded by {world_size}: "
-            "each rank that has a saved random state restores it, so the run continues, but not bit-for-bit "
-            "as it would have at the saved world size",
-            CheckpointWarning,
-            stacklevel=4,
-        )
-    return states[rank] if rank < len(states) else None
+def _world_change(ckpt: Checkpointer, manifest: Manifest, saved_ranks: int) -> str:
+    """What a checkpoint loaded by another number of ranks continues as (read after loading: a
+    training loader of the global order that loaded a state of that order keeps the trajectory)."""
+    head = f"checkpoint {manifest.name} was saved by {saved_ranks} rank(s) and is loaded by {comm.world_size()}: "
+    loaders = [e.obj for e in ckpt.entries if e.kind == "state" and hasattr(e.obj, "keeps_trajectory")]
+    if loaders and all(loader.keeps_trajectory for loader in loaders):
+        return head + ("the data order and global batch are kept, so the run continues on the same trajectory up to "
+                       "floating-point rounding; random streams drawn per rank (dropout) are restored only where "
+                       "a rank had one, and differ")
+    return head + ("each rank that has a saved random state restores it, so the run continues, but not bit-for-bit "
+                   "as it would have at the saved world size")
 
 
 def _own_per_rank(name: str, states: list[Any], manifest: Manifest) -> Any:

@@ -30,8 +30,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from paratrain import comm
+from paratrain.arguments import check_type
 from paratrain.data.checks import check_enough_samples, check_request, check_same_length
 from paratrain.data.exact import ExactShardSampler
+from paratrain.data.global_order import GlobalBatchSampler, Split
 from paratrain.data.resumable import ResumableSampler, ResumableWrapper
 from paratrain.data.sampler import ResumableDistributedSampler, dataset_length
 from paratrain.errors import DataError
@@ -197,6 +199,8 @@ def make_loader(
     sampler: Any = None,
     seed: int | None = None,
     group_by_length: Sequence[int] | None = None,
+    global_order: bool = False,
+    grad_accum: int = 1,
     **dataloader_kwargs: Any,
 ) -> DistributedLoader:
     """Build this rank's loader over ``dataset``. Collective when several ranks run.
@@ -219,6 +223,12 @@ def make_loader(
         group_by_length: one length per sample (e.g. token counts): each step's
             batches then hold samples of similar length, so little of the compute goes
             to padding (:mod:`paratrain.data.length_groups`). Training loaders only.
+        global_order: the job walks one order in global batches of ``world_size ×
+            batch_size × grad_accum`` samples, kept when the run resumes on another number
+            of processes (:class:`~paratrain.data.global_loader.GlobalOrderLoader`: the loop
+            then steps on ``loader.current.sync`` and weights the loss by
+            ``loader.current.loss_weight``). Training loaders only.
+        grad_accum: micro-batches per optimizer step, with ``global_order``.
         **dataloader_kwargs: passed to DataLoader, overriding the defaults
             (``pin_memory`` on CUDA, ``persistent_workers`` when ``num_workers > 0``).
 
@@ -226,7 +236,8 @@ def make_loader(
         DataError: ``batch_size <= 0``; an IterableDataset; ``shuffle=True`` or
             ``exact=True`` with a sampler; ``exact`` with ``shuffle`` or ``drop_last``;
             fewer training samples than ranks; dataset lengths that differ across ranks;
-            ``group_by_length`` with ``exact`` or a sampler, or not one length per sample.
+            ``group_by_length`` with ``exact`` or a sampler, or not one length per sample;
+            ``global_order`` with ``exact`` or a sampler, or a ``grad_accum`` that is not a positive int.
     """
     check_request(dataset, batch_size, shuffle, exact, drop_last, sampler,
                   {**dataloader_kwargs, "num_workers": num_workers, "seed": seed})
@@ -243,6 +254,28 @@ def make_loader(
 
     if group_by_length is not None and (exact or sampler is not None):
         raise DataError(f"group_by_length orders training batches; drop it for {'exact=True' if exact else 'your own sampler'}")
+    if global_order and (exact or sampler is not None):
+        raise DataError(f"global_order orders training batches; drop it for {'exact=True' if exact else 'your own sampler'}")
+    check_type("loader()", "grad_accum", grad_accum, "positive int", error=DataError)
+    on_cuda = runtime is not None and runtime.device.type == "cuda"
+    options: dict[str, Any] = {
+        "pin_memory": on_cuda,  # page-locked host memory makes host→GPU copies asynchronous
+        "persistent_workers": num_workers > 0,  # no worker restart (and dataset re-pickling) per epoch
+        "generator": torch.Generator(),
+        **dataloader_kwargs,
+    }
+    if global_order:
+        from paratrain.data.global_loader import GlobalOrderLoader  # it extends DistributedLoader, defined here
+
+        check_enough_samples(length, world_size, batch_size, drop_last)
+        split = Split(world_size, batch_size, grad_accum)
+        if drop_last and length < split.global_batch:
+            raise DataError(f"drop_last=True drops the short last global batch, and {length} samples hold no full "
+                            f"one of {split.global_batch} ({split.describe()}); lower batch_size or grad_accum, "
+                            "or set drop_last=False")
+        batches = GlobalBatchSampler(length, split, rank, shuffle, base_seed, drop_last, group_by_length)
+        dataloader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, collate_fn=collate_fn, **options)
+        return GlobalOrderLoader(dataloader, batches, worker_seed, drop_last)
     if sampler is not None:
         resumable: ResumableSampler = ResumableWrapper(sampler)
     elif exact:
@@ -252,13 +285,6 @@ def make_loader(
         resumable = ResumableDistributedSampler(length, world_size, rank, shuffle, base_seed, drop_last,
                                                 group_by_length=group_by_length, batch_size=batch_size)
 
-    on_cuda = runtime is not None and runtime.device.type == "cuda"
-    options: dict[str, Any] = {
-        "pin_memory": on_cuda,  # page-locked host memory makes host→GPU copies asynchronous
-        "persistent_workers": num_workers > 0,  # no worker restart (and dataset re-pickling) per epoch
-        "generator": torch.Generator(),
-        **dataloader_kwargs,
-    }
     dataloader = DataLoader(
         dataset,
         batch_size=batch_size,

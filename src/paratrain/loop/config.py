@@ -22,7 +22,9 @@ class FitConfig:
 
     Length: ``epochs`` passes over the training data, or ``max_steps`` optimizer
     steps when given (then epochs only bound nothing). A *step* is one optimizer
-    step, i.e. ``grad_accum`` batches per rank.
+    step on one global batch of ``world_size × batch_size × grad_accum`` samples, fixed
+    when the run starts: resumed on another number of processes, the run keeps it (and
+    re-splits it, see :mod:`paratrain.data.global_order`), so it trains the same model.
 
     Evaluation runs on the dev set with exact sharding (every sample once) every
     ``eval_every`` steps and/or at the end of every epoch (``eval_per_epoch``);

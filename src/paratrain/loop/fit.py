@@ -8,7 +8,11 @@
 
 Run the same script on N processes with ``paratrain run --nproc-per-node N script.py``:
 ``fit`` joins the process group through ``pt.Runtime``, shards the data, wraps the
-model, and resumes from ``out_dir`` when a checkpoint is there.
+model, and resumes from ``out_dir`` when a checkpoint is there — on any number of
+processes: the run's global batch and data order do not depend on the world size
+(:mod:`paratrain.data.global_order`), so a run resumed on 3 processes after 2 continues
+the same trajectory (up to floating-point rounding; dropout and per-rank BatchNorm
+statistics excepted).
 
 ``seed=`` seeds what ``fit`` draws (the data order, dropout); your model's initial
 weights were drawn when you built it, so seed before building it for a repeatable

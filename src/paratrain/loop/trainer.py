@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import math
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,12 @@ import torch
 
 from paratrain import comm
 from paratrain.arguments import option
+from paratrain.data.global_order import MicroBatch
 from paratrain.diagnostics import watchdog
 from paratrain.diagnostics.desync import check_same_setup
 from paratrain.diagnostics.preemption import PreemptionGuard
 from paratrain.errors import ConfigError, NonFiniteError, PreemptedError
-from paratrain.loop.batches import batch_length, move_to
+from paratrain.loop.batches import move_to
 from paratrain.loop.callbacks import Callback, CallbackList
 from paratrain.loop.checkpoints import LoopCheckpoints, metric_mode
 from paratrain.loop.config import FitConfig
@@ -163,11 +163,15 @@ class Trainer:
         # fp16: the loss scaler skips overflowed steps itself; those are not failures.
         self._nonfinite.scaler_skips = getattr(rt.precision, "scaler", None) is not None
         lengths = task.sample_lengths(train_data) if c.group_by_length else None
+        # The job's global order: a run resumed on another number of processes keeps its global
+        # batch and continues the same trajectory (paratrain.data.global_order). The loop owns the
+        # loss weighting and the stepping that this asks for, so it is always on here.
         self.train_loader = rt.loader(train_data, c.batch_size, shuffle=True, collate_fn=task.collate,
-                                      num_workers=c.num_workers, group_by_length=lengths)
+                                      num_workers=c.num_workers, group_by_length=lengths,
+                                      global_order=True, grad_accum=c.grad_accum)
         self.eval_loader = rt.loader(eval_data, c.eval_batch_size, exact=True, collate_fn=task.collate, num_workers=c.num_workers)
         check_first_dev_batch(rt, task, self.model, eval_data)  # fail now, not after an epoch
-        self.steps_per_epoch = math.ceil(self.train_loader.steps_per_epoch / c.grad_accum)
+        self.steps_per_epoch = self.train_loader.global_batches_per_epoch  # the same at any world size
         self.total_steps = c.max_steps or c.epochs * self.steps_per_epoch
         self.scheduler = warmup_schedule(self.optimizer, self.total_steps, c.warmup or 0.0, c.schedule)
         resumed_from = 0
@@ -180,6 +184,9 @@ class Trainer:
             resumed_from = self.checkpoints.resume()
             if resumed_from:
                 check_resumable(self.state, c.batch_size, c.grad_accum, len(eval_data), self.out_dir)
+                # The saved global batch is kept on any world size: count the steps with it.
+                self.steps_per_epoch = self.train_loader.global_batches_per_epoch
+                self.total_steps = c.max_steps or c.epochs * self.steps_per_epoch
             self.state.batch_size, self.state.grad_accum, self.state.dev_samples = c.batch_size, c.grad_accum, len(eval_data)
             old_total = stretch_to(self.scheduler, self.total_steps, c.warmup or 0.0, c.schedule) if resumed_from else None
             if old_total is not None:
@@ -242,22 +249,24 @@ class Trainer:
                 batches = len(self.train_loader)
                 self.model.train()
                 watchdog.mark("data", state.step)
-                step_batches: list[tuple[torch.Tensor, int]] = []  # this step's micro-batches: (loss, samples)
+                step_batches: list[tuple[torch.Tensor, int]] = []  # this step's micro-batches: (weighted loss, samples)
                 for index, batch in enumerate(self.train_loader):
                     # Gradients are all-reduced only on the last micro-batch of a step (nanoGPT's no_sync trick).
-                    sync = (index + 1) % c.grad_accum == 0 or index + 1 == batches
-                    loss, samples = self._micro_step(batch, sync)
-                    step_batches.append((loss, samples))
+                    micro = self.train_loader.current
+                    sync = micro.sync
+                    loss, weighted = self._micro_step(batch, micro)
+                    samples = micro.step_samples if sync else 0  # the job's samples, counted once per step
+                    step_batches.append((weighted, samples))
                     state.samples += samples
                     if not sync:
                         watchdog.mark("data")
                         continue
                     watchdog.mark("optimizer")
-                    skipped = self._skip_nonfinite([loss for loss, _ in step_batches])
+                    skipped = self._skip_nonfinite([weighted for weighted, _ in step_batches])
                     norm = self.runtime.step(self.optimizer, clip_norm=c.clip_norm)
                     self.scheduler.step()
                     state.step += 1
-                    self._nonfinite.observe(state.step, [] if skipped else [loss for loss, _ in step_batches], norm)
+                    self._nonfinite.observe(state.step, [] if skipped else [weighted for weighted, _ in step_batches], norm)
                     for micro_loss, micro_samples in step_batches:
                         window.add(None if skipped else micro_loss, micro_samples)
                     step_batches = []
@@ -278,17 +287,25 @@ class Trainer:
             self.log.bar = None
         return window
 
-    def _micro_step(self, batch: Any, sync: bool) -> tuple[torch.Tensor, int]:
-        """Forward and backward of one micro-batch; returns its loss and the job's sample count."""
+    def _micro_step(self, batch: Any, micro: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward and backward of one micro-batch; returns its loss and its loss weighted for the
+        global-batch mean.
+
+        The strategy averages gradients over ranks and ``rt.step`` over the step's micro-batches,
+        which is the mean over the global batch only when every micro-batch holds as many samples;
+        the short last global batch of an epoch splits unevenly, so each micro-batch's loss is
+        weighted by its share (``micro.loss_weight``, 1.0 for an even split).
+        """
         rt = self.runtime
         batch = move_to(batch, rt.device)
         watchdog.mark("forward")
-        with rt.accumulate(self.model, steps=self.config.grad_accum, sync=sync):  # step averages the micro-batches
+        with rt.accumulate(self.model, steps=micro.micro_steps, sync=micro.sync):  # step averages the micro-batches
             with rt.autocast():
                 loss, _ = self.task.forward(self.model, batch)
+            weighted = loss if micro.loss_weight == 1.0 else loss * micro.loss_weight
             watchdog.mark("backward")
-            rt.backward(loss)
-        return loss, batch_length(batch) * rt.world_size  # padded shards: equal batches on every rank
+            rt.backward(weighted)
+        return loss, weighted
 
     def _skip_nonfinite(self, losses: list[torch.Tensor]) -> bool:
         """``--on-nonfinite skip``: drop this step's gradients when any rank's loss or gradients are
@@ -486,11 +503,12 @@ class Trainer:
             self.log.bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{samples_per_s:.0f}", refresh=False)
 
     def _announce(self, train_size: int, eval_size: int, resumed_from: int) -> None:
-        rt, c = self.runtime, self.config
+        rt, loader = self.runtime, self.train_loader
         what = f"resuming from step {resumed_from}" if resumed_from else "starting from step 0"
         self.log.console(
-            f"{self.task.name}: {train_size} train / {eval_size} dev samples, {rt.world_size} process(es) × batch {c.batch_size}"
-            f" × accumulation {c.grad_accum}, {self.steps_per_epoch} steps/epoch, {self.total_steps} steps, "
+            f"{self.task.name}: {train_size} train / {eval_size} dev samples, {rt.world_size} process(es) × batch "
+            f"{loader.batch_size} × accumulation {loader.accumulation} = global batch "
+            f"{loader.global_batch}, {self.steps_per_epoch} steps/epoch, {self.total_steps} steps, "
             f"strategy {rt.strategy.name}, precision {rt.precision.name}; {what}"
         )
         self.log.file(repr(rt))

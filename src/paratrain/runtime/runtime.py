@@ -308,7 +308,8 @@ class Runtime:
         """This rank's loader: sharded, resumable, ``set_epoch`` automatic. Collective.
 
         See :func:`paratrain.data.make_loader` for the options (``shuffle``, ``exact``,
-        ``num_workers``, ``drop_last``, ``collate_fn``, ``sampler``, ``seed``).
+        ``num_workers``, ``drop_last``, ``collate_fn``, ``sampler``, ``seed``, ``group_by_length``,
+        ``global_order`` with ``grad_accum``: one trajectory at any world size).
         """
         from paratrain.data import make_loader
 
