@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from paratrain.bench.tune import (FACTORS, Config, Outcome, Search, available_choices, check_budget, choose,
+from paratrain.bench.tune import (FACTORS, Config, Outcome, Search, available_choices, check_budget, choose, confirmed,
                                   default_config, fit_call, fits, fits_budget, metric_band, out_of_band, runtime_call,
                                   train_command)
 from paratrain.cli.main import main
@@ -160,3 +160,37 @@ def test_bad_tune_input_is_one_line_and_writes_nothing(words, message, tmp_path,
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
     assert not out.exists()
+
+
+def test_the_winner_stands_only_if_its_median_still_wins():
+    assert confirmed([130.0, 125.0], [100.0, 104.0])
+    assert not confirmed([130.0, 80.0], [100.0, 104.0])  # one lucky run
+    assert not confirmed([103.0, 104.0], [100.0, 101.0])  # within the margin
+
+
+def test_tune_on_digits_through_the_cli(tmp_path):
+    """One small real search (one process, a few steps, half a minute): the default runs first, every
+    candidate is a real run with figures or an error, and the recommendation printed is one of the
+    measured candidates in the band, with the lines to use."""
+    import json
+    import subprocess
+
+    from tests.support import ROOT, clean_env, paratrain_cmd
+
+    out = tmp_path / "tune"
+    proc = subprocess.run(
+        paratrain_cmd("bench", "--task", "digits", "--tune", "--budget", "0.5", "--nproc-per-node", "1", "--steps", "4",
+                      "--warmup-steps", "1", "--min-time", "0", "--limit-eval", "100", "--out", str(out)),
+        cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "tune.json").read_text())
+    candidates = report["candidates"]
+    assert candidates[0]["config"] == {"strategy": "single", "nproc": 1, "precision": "32-true", "grad_accum": 1,
+                                       "compile": False, "grad_compression": "none"}
+    assert all((c["samples_per_s"] or 0) > 0 or c["error"] for c in candidates)
+    assert len(candidates) >= 2 or report["stopped"]  # the budget stopped it, or it ran past the default
+    chosen = next(c for c in candidates if c["config"] == report["recommendation"])
+    assert chosen["samples_per_s"] and not chosen["left_out"]
+    assert "[tune 1/≤" in proc.stderr and "not tried: strategy: one process" in proc.stderr
+    assert report["train_command"] in proc.stdout and report["runtime"] in proc.stdout and report["fit"] in proc.stdout
+    assert report["train_command"].startswith("paratrain train digits --nproc-per-node 1 --strategy single")

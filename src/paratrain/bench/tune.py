@@ -14,7 +14,11 @@ order, from the best configuration so far:
    margin the earlier, simpler configuration stays: one run on a shared machine
    cannot tell them apart);
 3. the search stops when the factors are done or the next run would not fit in
-   the budget.
+   the budget;
+4. when the budget leaves time for two more runs, the default and the winner run
+   once more each, and the winner stands only if the median of its runs still
+   beats the default's by :data:`MARGIN` (:func:`confirmed`): on a shared machine
+   one run can be lucky.
 
 At most ``1 + Σ (values − 1)`` runs (the plan), each a real run of paratrain's loop,
 so the order and the number of runs can be told in advance and the choice explained.
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from dataclasses import dataclass
 
 from paratrain.bench.parity import TOLERANCE, loss_parity
@@ -246,6 +251,11 @@ def choose(best: Config, speeds: dict[Config, float]) -> Config:
         return best
     fastest = max(speeds, key=speeds.get)
     return fastest if speeds[fastest] > speeds[best] * (1.0 + MARGIN) else best
+
+
+def confirmed(best_speeds: list[float], default_speeds: list[float]) -> bool:
+    """Whether the winner's median samples/s still beats the default's by more than :data:`MARGIN`."""
+    return statistics.median(best_speeds) > statistics.median(default_speeds) * (1.0 + MARGIN)
 
 
 def estimate_next_s(durations: list[float]) -> float:

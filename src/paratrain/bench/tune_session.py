@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import shutil
+import statistics
 import sys
 import time
 from dataclasses import asdict
@@ -31,7 +32,7 @@ from paratrain.bench.rounds import check_rounds, steps_for_min_time
 from paratrain.bench.runner import ProgressLine, run_tree
 from paratrain.bench.session import Bench, method_env
 from paratrain.bench.spec import BenchSpec
-from paratrain.bench.tune import (Choices, Config, Outcome, Search, available_choices, default_config, estimate_next_s,
+from paratrain.bench.tune import (Choices, Config, Outcome, Search, available_choices, confirmed, default_config, estimate_next_s,
                                   fit_call, fits_budget, runtime_call, train_command)
 from paratrain.errors import ConfigError, ParatrainError
 
@@ -133,19 +134,40 @@ class Tune:
                 raise ConfigError(f"--tune: the default configuration ({config.describe(b.global_batch)}) did not finish: "
                                   f"{outcome.error}; raise --budget or --timeout, or lower --steps")
         best = self.search.finish()
+        self.speeds = {c: [o.samples_per_s] for c, o in self.search.results.items() if o.samples_per_s is not None}
+        if best != self.default and not stopped:
+            elapsed = time.monotonic() - clock
+            if fits_budget(elapsed + estimate_next_s(self.durations), self.durations, self.budget_s):
+                best, stopped = self._confirm(best, work, clock)
+            else:
+                stopped = "no time left in the budget to run the default and the winner once more: one run each"
         self._report(best, stopped, time.monotonic() - clock)
         self._write(best, stopped)
         return best
 
-    def _candidate(self, config: Config, spec: BenchSpec, work: Path, clock: float) -> Outcome:
+    def _confirm(self, best: Config, work: Path, clock: float) -> tuple[Config, str]:
+        """The default and the winner once more each; the winner stands if its median still wins."""
+        for config in (self.default, best):
+            outcome = self._candidate(config, self.spec, work, clock, again=True)
+            if outcome.samples_per_s is not None:
+                self.speeds[config].append(outcome.samples_per_s)
+        if confirmed(self.speeds[best], self.speeds[self.default]):
+            return best, ""
+        return self.default, (f"the winner ({best.describe(self.bench.global_batch)}) did not hold up on a second run: "
+                              f"median {statistics.median(self.speeds[best]):,.0f} vs the default's "
+                              f"{statistics.median(self.speeds[self.default]):,.0f} samples/s; the default stays")
+
+    def _candidate(self, config: Config, spec: BenchSpec, work: Path, clock: float, again: bool = False) -> Outcome:
         index = self.labels.setdefault(config, len(self.labels) + 1)
         elapsed = time.monotonic() - clock
         left = self.budget_s - elapsed
         planned = index + self.search.remaining_plan()
         eta = min(left, estimate_next_s(self.durations) * (self.search.remaining_plan() + 1)) if self.durations else None
-        self._say(f"[tune {index}/≤{planned} · {_fmt_s(elapsed)} of {_fmt_s(self.budget_s)}"
+        if again:
+            planned, eta = 2, estimate_next_s(self.durations) * (2 if config == self.default else 1)
+        self._say(f"[tune {index}{' again' if again else ''}/≤{planned} · {_fmt_s(elapsed)} of {_fmt_s(self.budget_s)}"
                   + (f" · ETA ≤{_fmt_s(eta)}" if eta is not None else "") + f"] {config.describe(self.bench.global_batch)}")
-        run_dir = work / f"candidate-{index}"
+        run_dir = work / f"candidate-{index}{'-again' if again else ''}"
         shutil.rmtree(run_dir, ignore_errors=True)
         run_dir.mkdir(parents=True)
         single = config.strategy == "single"
@@ -179,22 +201,24 @@ class Tune:
 
     def _report(self, best: Config, stopped: str, elapsed: float) -> None:
         b, search = self.bench, self.search
-        base = search.results[self.default].samples_per_s
+        base = statistics.median(self.speeds[self.default])
         lines = ["", f"{'#':>2}  {'samples/s':>9}  {'vs default':>10}  {'dev ' + b.metric:>12}  candidate"]
         for config, outcome in search.results.items():
-            speed = f"{outcome.samples_per_s:,.0f}" if outcome.samples_per_s is not None else "—"
-            ratio = f"{outcome.samples_per_s / base:.2f}×" if outcome.samples_per_s is not None else "—"
+            runs = self.speeds.get(config, [])
+            speed = f"{statistics.median(runs):,.0f}" if runs else "—"
+            ratio = f"{statistics.median(runs) / base:.2f}×" if runs else "—"
+            spread = f"  (median of {', '.join(f'{r:,.0f}' for r in runs)})" if len(runs) > 1 else ""
             metric = f"{outcome.metric:.4f}" if outcome.metric is not None else "—"
             mark = "  ← fastest in the band" if config == best else ""
-            why = f"  [left out: {search.rejected[config]}]" if config in search.rejected else ""
+            why = spread + (f"  [left out: {search.rejected[config]}]" if config in search.rejected else "")
             lines.append(f"{self.labels[config]:>2}  {speed:>9}  {ratio:>10}  {metric:>12}  "
                          f"{config.describe(b.global_batch)}{mark}{why}")
         if stopped:
             lines.append(stopped)
-        chosen = search.results[best].samples_per_s
+        chosen = statistics.median(self.speeds[best])
+        runs = sum(len(v) for v in self.speeds.values()) + sum(1 for o in search.results.values() if o.samples_per_s is None)
         lines += ["", f"fastest: {best.describe(b.global_batch)} — {chosen:,.0f} samples/s, {chosen / base:.2f}× the "
-                  f"default's {base:,.0f} ({len(search.results)} runs in {_fmt_s(elapsed)}; one run each on this machine "
-                  f"as loaded now: re-check a close call with paratrain bench --repeats)"]
+                  f"default's {base:,.0f} ({runs} runs in {_fmt_s(elapsed)}, on this machine as loaded now)"]
         if task_ref.is_user_ref(self.settings.task):
             lines.append(f"  paratrain run --nproc-per-node {best.nproc} your_script.py   # with the calls below")
         else:
@@ -209,7 +233,7 @@ class Tune:
             "task": self.settings.task, "global_batch": b.global_batch, "steps": self.spec.steps,
             "budget_s": self.budget_s, "stopped": stopped,
             "choices": {k: list(v) for k, v in self.choices.values.items()}, "left_out": self.choices.left_out,
-            "candidates": [{"config": asdict(c), "samples_per_s": o.samples_per_s, "metric": o.metric, "seconds": o.seconds,
+            "candidates": [{"config": asdict(c), "samples_per_s": o.samples_per_s, "runs": self.speeds.get(c, []), "metric": o.metric, "seconds": o.seconds,
                             "error": o.error, "left_out": self.search.rejected.get(c)}
                            for c, o in self.search.results.items()],
             "recommendation": asdict(best),

@@ -211,6 +211,10 @@ def tune(args: argparse.Namespace) -> int:
     from paratrain.bench.tune_session import Tune
     from paratrain.tasks.api import TaskOptions
 
+    from paratrain.bench.rounds import check_rounds
+
+    min_time = 3.0 if args.min_time is None else args.min_time
+    check_rounds(1, min_time)  # before Bench creates --out
     timeout, _ = parse_timeouts(args.timeout, [])
     settings = BenchSettings(
         task=args.task, methods=[], out=Path(args.out or f"runs/tune-{task_ref.label(args.task)}"),
@@ -220,7 +224,7 @@ def tune(args: argparse.Namespace) -> int:
                                  limit_eval=args.limit_eval, max_len=args.max_len),
     )
     with terminate_as_interrupt():
-        Tune(Bench(settings), check_budget(args.budget), min_time_s=3.0 if args.min_time is None else args.min_time).run()
+        Tune(Bench(settings), check_budget(args.budget), min_time_s=min_time).run()
     return 0
 
 
