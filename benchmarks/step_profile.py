@@ -69,7 +69,9 @@ def child(script: str, spec_file: str) -> None:
                 profiler.disable()
             measured = n - warmup
             out = Path(spec.work_dir) / f"profile{self.record.rank}"
-            figures = {"rank": self.record.rank, "steps": measured,
+            import torch
+
+            figures = {"rank": self.record.rank, "steps": measured, "threads": torch.get_num_threads(),
                        "cpu_s_per_step": (time.process_time() - state["cpu"]) / measured,
                        "wall_s_per_step": (time.perf_counter() - state["wall"]) / measured}
             if ops:
@@ -141,7 +143,7 @@ def parent(args: argparse.Namespace) -> None:
         wall = statistics.mean(r["wall_s_per_step"] for r in ranks)
         count = "ops_per_step" if args.ops else "calls_per_step"
         calls = statistics.mean(r[count] for r in ranks)
-        print(f"{name:<12} {len(ranks)} ranks · {ranks[0]['steps']} steps · CPU {cpu * 1e3:7.2f} ms/step/rank · "
+        print(f"{name:<12} {len(ranks)} ranks × {ranks[0]['threads']} threads · {ranks[0]['steps']} steps · CPU {cpu * 1e3:7.2f} ms/step/rank · "
               f"wall {wall * 1e3:7.2f} ms/step · {calls:8.1f} {count.replace('_', ' ')} · ({time.monotonic() - started:.0f}s)")
     (out / "summary.json").write_text(json.dumps(results), encoding="utf-8")
     if args.ops or len(results) < 2:
