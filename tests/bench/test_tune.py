@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from paratrain.bench.tune import (FACTORS, Config, Outcome, Search, available_choices, check_budget, choose, confirmed,
+from paratrain.bench.tune import (FACTORS, Config, Outcome, Search, available_choices, check_budget, choose, confirmed, hopeless,
                                   default_config, fit_call, fits, fits_budget, metric_band, out_of_band, runtime_call,
                                   train_command)
 from paratrain.cli.main import main
@@ -194,3 +194,12 @@ def test_tune_on_digits_through_the_cli(tmp_path):
     assert "[tune 1/≤" in proc.stderr and "not tried: strategy: one process" in proc.stderr
     assert report["train_command"] in proc.stdout and report["runtime"] in proc.stdout and report["fit"] in proc.stdout
     assert report["train_command"].startswith("paratrain train digits --nproc-per-node 1 --strategy single")
+
+
+def test_a_candidate_far_slower_than_the_best_is_stopped_early():
+    # global batch 64; best 1000 samples/s; warm-up 10 steps
+    assert not hopeless(12, 10, 1.0, 64, 1000.0)  # 64 samples/s, but only 2 measured steps
+    assert hopeless(15, 10, 1.0, 64, 1000.0)  # 64 samples/s after 5 measured steps: under half of 1000
+    assert not hopeless(15, 10, 0.1, 64, 1000.0)  # 640 samples/s: could still be close
+    assert not hopeless(50, 10, 1.0, 64, None)  # the default itself: nothing to compare with
+    assert not hopeless(50, 10, None, 64, 1000.0)

@@ -13,8 +13,10 @@ order, from the best configuration so far:
    becomes the best when it beats it by more than :data:`MARGIN` (within the
    margin the earlier, simpler configuration stays: one run on a shared machine
    cannot tell them apart);
-3. the search stops when the factors are done or the next run would not fit in
-   the budget;
+3. a candidate running at under half the best's speed is stopped after a few
+   measured steps (:func:`hopeless`): it could not win, and the budget goes to the
+   next; the search stops when the factors are done or the next run would not fit
+   in the budget;
 4. when the budget leaves time for two more runs, the default and the winner run
    once more each, and the winner stands only if the median of its runs still
    beats the default's by :data:`MARGIN` (:func:`confirmed`): on a shared machine
@@ -47,6 +49,8 @@ ACCUMULATIONS = (1, 2, 4)
 COMPRESSIONS = ("none", "bf16", "fp16")
 METRIC_FLOOR = 0.01  # the band never narrower than one point of the metric
 ESTIMATE_SLACK = 1.2  # the next run is expected to take this much longer than the mean so far
+HOPELESS = 0.5  # a candidate running at under this fraction of the best's speed is stopped early
+HOPELESS_AFTER_STEPS = 5  # measured steps (after the warm-up) before a candidate can be called hopeless
 
 
 @dataclass(frozen=True)
@@ -251,6 +255,15 @@ def choose(best: Config, speeds: dict[Config, float]) -> Config:
         return best
     fastest = max(speeds, key=speeds.get)
     return fastest if speeds[fastest] > speeds[best] * (1.0 + MARGIN) else best
+
+
+def hopeless(step: int, warmup_steps: int, step_s: float | None, global_batch: int, best_samples_per_s: float | None) -> bool:
+    """Whether a running candidate can be stopped: past the warm-up and a few measured steps, its
+    speed so far (rank 0's seconds per step) is under :data:`HOPELESS` × the best's. It would not be
+    recommended, and finishing it would spend the budget that later candidates need."""
+    if step_s is None or not step_s > 0 or best_samples_per_s is None or step < warmup_steps + HOPELESS_AFTER_STEPS:
+        return False
+    return global_batch / step_s < HOPELESS * best_samples_per_s
 
 
 def confirmed(best_speeds: list[float], default_speeds: list[float]) -> bool:

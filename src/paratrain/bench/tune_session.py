@@ -32,8 +32,8 @@ from paratrain.bench.rounds import check_rounds, steps_for_min_time
 from paratrain.bench.runner import ProgressLine, run_tree
 from paratrain.bench.session import Bench, method_env
 from paratrain.bench.spec import BenchSpec
-from paratrain.bench.tune import (Choices, Config, Outcome, Search, available_choices, confirmed, default_config, estimate_next_s,
-                                  fit_call, fits_budget, runtime_call, train_command)
+from paratrain.bench.tune import (HOPELESS, Choices, Config, Outcome, Search, available_choices, confirmed, default_config,
+                                  estimate_next_s, fit_call, fits_budget, hopeless, runtime_call, train_command)
 from paratrain.errors import ConfigError, ParatrainError
 
 TUNE_FILE = "tune.json"
@@ -65,6 +65,25 @@ def compile_problem(device: torch.device) -> str | None:
     if device.type == "cpu" and not any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "c++", "clang++") if c):
         return "torch.compile on CPU needs a C++ compiler (g++ or clang++) and none is on the PATH"
     return None
+
+
+class Hopeless(Exception):
+    """A running candidate is too slow to win (raised from its progress line; run_tree kills its tree)."""
+
+
+class WatchedProgress(ProgressLine):
+    """The bench's progress line, which also stops a candidate that cannot win (:func:`tune.hopeless`)."""
+
+    def __init__(self, stream: TextIO, label: str, total_steps: int, warmup_steps: int, global_batch: int,
+                 best_samples_per_s: float | None):
+        super().__init__(stream, label, total_steps)
+        self.warmup_steps, self.global_batch, self.best = warmup_steps, global_batch, best_samples_per_s
+
+    def update(self, step: int, elapsed: float, step_s: float | None) -> None:
+        super().update(step, elapsed, step_s)
+        if hopeless(step, self.warmup_steps, step_s, self.global_batch, self.best):
+            raise Hopeless(f"stopped at step {step}: {self.global_batch / step_s:,.0f} samples/s so far, under "
+                           f"{HOPELESS:g} × the best's {self.best:,.0f}")
 
 
 def _fmt_s(seconds: float) -> str:
@@ -177,9 +196,17 @@ class Tune:
                                  "grad_compression": config.grad_compression, "grad_accum": config.grad_accum})
         spec_file = spec.for_method(method.name, config.precision, method.options, run_dir).save(run_dir)
         timeout = min(self.settings.timeout_s, max(left, 1.0))
-        progress = ProgressLine(self.stream, f"  candidate {index}", spec.steps)
+        best = self.search.in_band().get(self.search.best) if not again else None
+        progress = WatchedProgress(self.stream, f"  candidate {index}", spec.steps, self.bench.warmup_steps,
+                                   self.bench.global_batch, best)
         started = time.monotonic()
-        ran = run_tree(method.argv(spec_file, config.nproc, config.precision), method_env(config.nproc), run_dir, timeout, progress)
+        try:
+            ran = run_tree(method.argv(spec_file, config.nproc, config.precision), method_env(config.nproc), run_dir,
+                           timeout, progress)
+        except Hopeless as stop:
+            self.durations.append(time.monotonic() - started)
+            progress.done(str(stop))
+            return Outcome(None, error=str(stop), seconds=self.durations[-1])
         try:
             records = read_records(run_dir, config.nproc)
             figures = compute_figures(records, ran.started, ran.wall_s, spec.steps, self.bench.warmup_steps)
@@ -188,7 +215,7 @@ class Tune:
         except (ParatrainError, OSError, RuntimeError, ValueError) as exc:
             error = ran.error or f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             if ran.status == "timed out" and timeout < self.settings.timeout_s:
-                error = f"stopped at the end of the budget ({ran.error})"
+                error = f"stopped at the end of the budget ({ran.error.rpartition('; ')[2]})"
             self.durations.append(time.monotonic() - started)
             progress.done(f"failed: {error}"[:300])
             return Outcome(None, error=error[:300], seconds=self.durations[-1])
