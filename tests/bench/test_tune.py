@@ -197,9 +197,11 @@ def test_tune_on_digits_through_the_cli(tmp_path):
 
 
 def test_a_candidate_far_slower_than_the_best_is_stopped_early():
-    # global batch 64; best 1000 samples/s; warm-up 10 steps
-    assert not hopeless(12, 10, 1.0, 64, 1000.0)  # 64 samples/s, but only 2 measured steps
-    assert hopeless(15, 10, 1.0, 64, 1000.0)  # 64 samples/s after 5 measured steps: under half of 1000
-    assert not hopeless(15, 10, 0.1, 64, 1000.0)  # 640 samples/s: could still be close
-    assert not hopeless(50, 10, 1.0, 64, None)  # the default itself: nothing to compare with
-    assert not hopeless(50, 10, None, 64, 1000.0)
+    # global batch 64; best 1000 samples/s; warm-up 10 steps of 50: judged after 10 measured steps
+    assert not hopeless(19, 10, 1.0, 64, 1000.0, 50)  # 64 samples/s, but only 9 measured steps
+    assert hopeless(20, 10, 1.0, 64, 1000.0, 50)  # 64 samples/s after a quarter of the run: under half of 1000
+    assert not hopeless(20, 10, 0.1, 64, 1000.0, 50)  # 640 samples/s: could still be close
+    assert not hopeless(14, 10, 1.0, 64, 1000.0, 12)  # never before 5 measured steps
+    assert hopeless(15, 10, 1.0, 64, 1000.0, 12)
+    assert not hopeless(50, 10, 1.0, 64, None, 50)  # the default itself: nothing to compare with
+    assert not hopeless(50, 10, None, 64, 1000.0, 50)

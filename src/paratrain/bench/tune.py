@@ -13,8 +13,8 @@ order, from the best configuration so far:
    becomes the best when it beats it by more than :data:`MARGIN` (within the
    margin the earlier, simpler configuration stays: one run on a shared machine
    cannot tell them apart);
-3. a candidate running at under half the best's speed is stopped after a few
-   measured steps (:func:`hopeless`): it could not win, and the budget goes to the
+3. a candidate running at under half the best's speed is stopped after a quarter
+   of its measured steps (:func:`hopeless`): it could not win, and the budget goes to the
    next; the search stops when the factors are done or the next run would not fit
    in the budget;
 4. when the budget leaves time for two more runs, the default and the winner run
@@ -50,7 +50,7 @@ COMPRESSIONS = ("none", "bf16", "fp16")
 METRIC_FLOOR = 0.01  # the band never narrower than one point of the metric
 ESTIMATE_SLACK = 1.2  # the next run is expected to take this much longer than the mean so far
 HOPELESS = 0.5  # a candidate running at under this fraction of the best's speed is stopped early
-HOPELESS_AFTER_STEPS = 5  # measured steps (after the warm-up) before a candidate can be called hopeless
+HOPELESS_AFTER_STEPS = 5  # at least this many measured steps before a candidate can be called hopeless
 
 
 @dataclass(frozen=True)
@@ -257,11 +257,16 @@ def choose(best: Config, speeds: dict[Config, float]) -> Config:
     return fastest if speeds[fastest] > speeds[best] * (1.0 + MARGIN) else best
 
 
-def hopeless(step: int, warmup_steps: int, step_s: float | None, global_batch: int, best_samples_per_s: float | None) -> bool:
-    """Whether a running candidate can be stopped: past the warm-up and a few measured steps, its
-    speed so far (rank 0's seconds per step) is under :data:`HOPELESS` × the best's. It would not be
-    recommended, and finishing it would spend the budget that later candidates need."""
-    if step_s is None or not step_s > 0 or best_samples_per_s is None or step < warmup_steps + HOPELESS_AFTER_STEPS:
+def hopeless(step: int, warmup_steps: int, step_s: float | None, global_batch: int, best_samples_per_s: float | None,
+             total_steps: int = 0) -> bool:
+    """Whether a running candidate can be stopped: past the warm-up and a quarter of its measured
+    steps (at least :data:`HOPELESS_AFTER_STEPS`), its speed so far (rank 0's seconds per step) is
+    under :data:`HOPELESS` × the best's. It would not be recommended, and finishing it would spend
+    the budget that later candidates need; a quarter of the run is enough not to be fooled by a
+    slow moment of a shared machine."""
+    if step_s is None or not step_s > 0 or best_samples_per_s is None:
+        return False
+    if step < warmup_steps + max(HOPELESS_AFTER_STEPS, (total_steps - warmup_steps) // 4):
         return False
     return global_batch / step_s < HOPELESS * best_samples_per_s
 

@@ -81,7 +81,7 @@ class WatchedProgress(ProgressLine):
 
     def update(self, step: int, elapsed: float, step_s: float | None) -> None:
         super().update(step, elapsed, step_s)
-        if hopeless(step, self.warmup_steps, step_s, self.global_batch, self.best):
+        if hopeless(step, self.warmup_steps, step_s, self.global_batch, self.best, self.total):
             raise Hopeless(f"stopped at step {step}: {self.global_batch / step_s:,.0f} samples/s so far, under "
                            f"{HOPELESS:g} × the best's {self.best:,.0f}")
 
