@@ -136,9 +136,12 @@ class Tune:
         stopped = ""
         while (config := self.search.next_config()) is not None:
             elapsed = time.monotonic() - clock
-            if config != self.default and not fits_budget(elapsed, self.durations, self.budget_s):
+            # Time for two more runs stays in reserve: the default and the winner once more (_confirm).
+            reserve = 2 * estimate_next_s(self.durations)
+            if config != self.default and not fits_budget(elapsed + reserve, self.durations, self.budget_s):
                 stopped = (f"budget reached after {_fmt_s(elapsed)}: the next candidate would take about "
-                           f"{_fmt_s(estimate_next_s(self.durations))}; {self.search.remaining_plan() + 1} left untried")
+                           f"{_fmt_s(estimate_next_s(self.durations))}, and {_fmt_s(reserve)} are kept to run the default "
+                           f"and the winner once more; {self.search.remaining_plan() + 1} left untried")
                 break
             outcome = self._candidate(config, spec, work, clock)
             steps = steps_for_min_time(spec.steps, self.bench.warmup_steps, outcome.window_s, self.min_time_s)
@@ -146,6 +149,7 @@ class Tune:
                 self._say(f"  {outcome.window_s:.2f}s of steady state in {spec.steps} steps, below --min-time "
                           f"{self.min_time_s:g}s: every candidate takes {steps} steps; the default again")
                 spec = dataclasses.replace(spec, steps=steps)
+                self.durations.clear()  # the short run says nothing about how long the others take
                 outcome = self._candidate(config, spec, work, clock)
             self.search.record(config, outcome)
             self.spec = spec
@@ -154,12 +158,14 @@ class Tune:
                                   f"{outcome.error}; raise --budget or --timeout, or lower --steps")
         best = self.search.finish()
         self.speeds = {c: [o.samples_per_s] for c, o in self.search.results.items() if o.samples_per_s is not None}
-        if best != self.default and not stopped:
+        if best != self.default:
             elapsed = time.monotonic() - clock
             if fits_budget(elapsed + estimate_next_s(self.durations), self.durations, self.budget_s):
-                best, stopped = self._confirm(best, work, clock)
+                best, unconfirmed = self._confirm(best, work, clock)
+                stopped = "; ".join(filter(None, [stopped, unconfirmed]))
             else:
-                stopped = "no time left in the budget to run the default and the winner once more: one run each"
+                stopped = "; ".join(filter(None, [stopped, "no time left in the budget to run the default and the "
+                                                           "winner once more: one run each"]))
         self._report(best, stopped, time.monotonic() - clock)
         self._write(best, stopped)
         return best
@@ -245,7 +251,7 @@ class Tune:
         chosen = statistics.median(self.speeds[best])
         runs = sum(len(v) for v in self.speeds.values()) + sum(1 for o in search.results.values() if o.samples_per_s is None)
         lines += ["", f"fastest: {best.describe(b.global_batch)} — {chosen:,.0f} samples/s, {chosen / base:.2f}× the "
-                  f"default's {base:,.0f} ({runs} runs in {_fmt_s(elapsed)}, on this machine as loaded now)"]
+                  f"default's {base:,.0f} ({runs} run{'s' if runs != 1 else ''} in {_fmt_s(elapsed)}, on this machine as loaded now)"]
         if task_ref.is_user_ref(self.settings.task):
             lines.append(f"  paratrain run --nproc-per-node {best.nproc} your_script.py   # with the calls below")
         else:
