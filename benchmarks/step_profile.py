@@ -73,7 +73,8 @@ def child(script: str, spec_file: str) -> None:
 
             figures = {"rank": self.record.rank, "steps": measured, "threads": torch.get_num_threads(),
                        "cpu_s_per_step": (time.process_time() - state["cpu"]) / measured,
-                       "wall_s_per_step": (time.perf_counter() - state["wall"]) / measured}
+                       "wall_s_per_step": (time.perf_counter() - state["wall"]) / measured,
+                       "process_cpu_s": time.process_time()}  # this rank's whole CPU time so far
             if ops:
                 events = state["torch"].key_averages()
                 figures["ops_per_step"] = sum(e.count for e in events) / measured
@@ -133,18 +134,23 @@ def parent(args: argparse.Namespace) -> None:
         if args.extra_path:
             env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], args.extra_path])
         started = time.monotonic()
+        children_before = _children_cpu()
         proc = __import__("subprocess").run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0:
             print(f"{name}: failed ({proc.returncode}): {proc.stderr[-1500:]}")
             continue
         ranks = [json.loads(p.read_text()) for p in sorted(work.glob("profile*.json"))]
         results[name] = ranks
+        # What the launcher and its helpers spent beside the ranks (their whole runs, start-up included).
+        tree = _children_cpu() - children_before
+        launcher = tree - sum(r["process_cpu_s"] for r in ranks)
         cpu = statistics.mean(r["cpu_s_per_step"] for r in ranks)
         wall = statistics.mean(r["wall_s_per_step"] for r in ranks)
         count = "ops_per_step" if args.ops else "calls_per_step"
         calls = statistics.mean(r[count] for r in ranks)
         print(f"{name:<12} {len(ranks)} ranks × {ranks[0]['threads']} threads · {ranks[0]['steps']} steps · CPU {cpu * 1e3:7.2f} ms/step/rank · "
-              f"wall {wall * 1e3:7.2f} ms/step · {calls:8.1f} {count.replace('_', ' ')} · ({time.monotonic() - started:.0f}s)")
+              f"wall {wall * 1e3:7.2f} ms/step · {calls:8.1f} {count.replace('_', ' ')} · "
+              f"launcher and the rest {launcher:5.1f} CPU s of {tree:5.1f} · ({time.monotonic() - started:.0f}s)")
     (out / "summary.json").write_text(json.dumps(results), encoding="utf-8")
     if args.ops or len(results) < 2:
         return
@@ -155,6 +161,13 @@ def parent(args: argparse.Namespace) -> None:
     extra = sorted(((calls, fn) for fn, calls in mine.items() if all(fn not in o for o in others)), reverse=True)
     for calls, fn in extra[:args.top]:
         print(f"  {calls:7.1f}  {fn}")
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 class _Machine:
