@@ -205,3 +205,41 @@ def test_a_candidate_far_slower_than_the_best_is_stopped_early():
     assert hopeless(15, 10, 1.0, 64, 1000.0, 12)
     assert not hopeless(50, 10, 1.0, 64, None, 50)  # the default itself: nothing to compare with
     assert not hopeless(50, 10, None, 64, 1000.0, 50)
+
+
+def test_a_micro_batch_candidate_trains_what_the_default_trains(tmp_path):
+    """The bench's loop with its per-process batch in 2 micro-batches (what --tune tries) takes the same
+    steps as with one batch: the same per-step losses to the parity tolerance, one record per step."""
+    import subprocess
+
+    import torch
+
+    from paratrain.bench.figures import read_records
+    from paratrain.bench.methods import METHODS
+    from paratrain.bench.parity import TOLERANCE, loss_parity
+    from paratrain.bench.record import save_weights
+    from paratrain.bench.session import method_env
+    from paratrain.bench.spec import BenchSpec
+    from paratrain.tasks.api import TaskOptions
+    from paratrain.tasks.registry import create_task
+    from tests.support import ROOT
+
+    task = create_task("digits", TaskOptions())
+    torch.manual_seed(0)
+    save_weights(task.build_model().state_dict(), tmp_path / "init.safetensors")
+    spec = BenchSpec(task="digits", steps=6, global_batch=16, nproc=1, lr=task.recipe.lr,
+                     weight_decay=task.recipe.weight_decay, seed=0, init_weights=str(tmp_path / "init.safetensors"))
+    losses = {}
+    for accumulation in (1, 2):
+        work = tmp_path / f"accumulation-{accumulation}"
+        work.mkdir()
+        options = {"strategy": "single", "grad_accum": accumulation}
+        spec_file = spec.for_method("single", "32-true", options, work).save(work)
+        proc = subprocess.run(METHODS["single"].argv(spec_file, 1, "32-true"), cwd=ROOT, env=method_env(1),
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        losses[accumulation] = read_records(work, 1)[0].step_losses
+        assert ("2 micro-batches of 8 per process per step" in proc.stdout) == (accumulation == 2)
+    assert len(losses[2]) == len(losses[1]) == 6
+    assert loss_parity(losses[2], losses[1], steps=6) <= TOLERANCE
+    assert losses[2][-1] < losses[2][0]  # it trained

@@ -40,6 +40,8 @@ def train(spec_file: str) -> None:
             rt.step(optimizer, model=model)
             recorder.step(loss)
     else:
+        if rt.is_main:  # in the method's log: what this run measured
+            print(f"{accumulation} micro-batches of {loader.batch_size} per process per step", flush=True)
         micro_losses = []
         for batch in loader:
             batch = move_to(batch, rt.device)
