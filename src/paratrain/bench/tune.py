@@ -17,8 +17,8 @@ order, from the best configuration so far:
    of its measured steps (:func:`hopeless`): it could not win, and the budget goes to the
    next; the search stops when the factors are done or the next run would not fit
    in the budget;
-4. the search keeps time for two more runs in reserve: the default and the winner
-   run once more each, and the winner stands only if the median of its runs still
+4. once a candidate beats the default, the search keeps time for two more runs in
+   reserve: the default and the winner run once more each, and the winner stands only if the median of its runs still
    beats the default's by :data:`MARGIN` (:func:`confirmed`): on a shared machine
    one run can be lucky.
 

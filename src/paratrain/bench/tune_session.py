@@ -32,7 +32,7 @@ from paratrain.bench.rounds import check_rounds, steps_for_min_time
 from paratrain.bench.runner import ProgressLine, run_tree
 from paratrain.bench.session import Bench, method_env
 from paratrain.bench.spec import BenchSpec
-from paratrain.bench.tune import (HOPELESS, Choices, Config, Outcome, Search, available_choices, confirmed, default_config,
+from paratrain.bench.tune import (HOPELESS, Choices, Config, Outcome, Search, available_choices, choose, confirmed, default_config,
                                   estimate_next_s, fit_call, fits_budget, hopeless, runtime_call, train_command)
 from paratrain.errors import ConfigError, ParatrainError
 
@@ -136,12 +136,14 @@ class Tune:
         stopped = ""
         while (config := self.search.next_config()) is not None:
             elapsed = time.monotonic() - clock
-            # Time for two more runs stays in reserve: the default and the winner once more (_confirm).
-            reserve = 2 * estimate_next_s(self.durations)
+            # Once some candidate beats the default, time for two more runs stays in reserve: the
+            # default and the winner once more (_confirm).
+            leading = choose(self.search.best, self.search.in_band()) if self.default in self.search.results else self.default
+            reserve = 2 * estimate_next_s(self.durations) if leading != self.default else 0.0
             if config != self.default and not fits_budget(elapsed + reserve, self.durations, self.budget_s):
+                kept = f", and {_fmt_s(reserve)} are kept to run the default and the winner once more" if reserve else ""
                 stopped = (f"budget reached after {_fmt_s(elapsed)}: the next candidate would take about "
-                           f"{_fmt_s(estimate_next_s(self.durations))}, and {_fmt_s(reserve)} are kept to run the default "
-                           f"and the winner once more; {self.search.remaining_plan() + 1} left untried")
+                           f"{_fmt_s(estimate_next_s(self.durations))}{kept}; {self.search.remaining_plan() + 1} left untried")
                 break
             outcome = self._candidate(config, spec, work, clock)
             steps = steps_for_min_time(spec.steps, self.bench.warmup_steps, outcome.window_s, self.min_time_s)
