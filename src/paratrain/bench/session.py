@@ -153,6 +153,20 @@ def settings_from_here(settings: BenchSettings) -> BenchSettings:
     )
 
 
+def method_env(processes: int) -> dict[str, str]:
+    """The environment a method's launcher starts in: this paratrain first on the path, no launcher
+    variables of an outer job, and the cores shared among the method's processes."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    source = str(Path(paratrain.__file__).resolve().parents[1])  # this paratrain, whatever else is installed
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, os.getcwd(), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    if processes > 1 and "OMP_NUM_THREADS" not in os.environ:
+        # What torchrun does for its own workers, for every launcher: N processes share the cores
+        # instead of each starting a thread per core.
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // processes))
+    return env
+
+
 class Bench:
     """Checks everything it can before it writes anything; then runs the methods one after another."""
 
@@ -323,15 +337,7 @@ class Bench:
         return run
 
     def _env(self, processes: int) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
-        source = str(Path(paratrain.__file__).resolve().parents[1])  # this paratrain, whatever else is installed
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, os.getcwd(), env.get("PYTHONPATH")]))
-        env["PYTHONUNBUFFERED"] = "1"
-        if processes > 1 and "OMP_NUM_THREADS" not in os.environ:
-            # What torchrun does for its own workers, for every launcher: N processes share the cores
-            # instead of each starting a thread per core.
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // processes))
-        return env
+        return method_env(processes)
 
     def _judge(self, rows: list[Row]) -> None:
         """Each measured row against the baseline (``--baseline``, else the fastest median); notes for

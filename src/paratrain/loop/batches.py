@@ -16,7 +16,8 @@ def move_to(batch: Any, device: torch.device) -> Any:
     could be read before it has arrived.
     """
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=batch.is_pinned() and torch.device(device).type == "cuda")
+        # is_pinned() is asked only for a copy to a GPU: on CPU it is a call per tensor per step for nothing.
+        return batch.to(device, non_blocking=torch.device(device).type == "cuda" and batch.is_pinned())
     if isinstance(batch, dict):
         return {key: move_to(value, device) for key, value in batch.items()}
     if isinstance(batch, (list, tuple)):

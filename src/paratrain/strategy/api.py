@@ -169,11 +169,16 @@ class Strategy(abc.ABC):
         check_trains_current_parameters(optimizer)
         self.guard.check_step(optimizer)
         self.precision.unscale(optimizer)
-        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        self.accumulation.average(params)  # k micro-batches: the mean gradient of one batch of k·b
         norm = None
-        if clip_norm is not None:
-            norm = self.clip_grad_norm(params, clip_norm)
+        # The list of gradients is built only for what reads it: a plain step (one micro-batch, no
+        # clipping) leaves the gradients to the optimizer, as a hand-written loop does.
+        if clip_norm is not None or self.accumulation.pending > 1:
+            params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            self.accumulation.average(params)  # k micro-batches: the mean gradient of one batch of k·b
+            if clip_norm is not None:
+                norm = self.clip_grad_norm(params, clip_norm)
+        else:
+            self.accumulation.take_pending()  # the count restarts, as average() does
         self.precision.optimizer_step(optimizer)
         optimizer.zero_grad(set_to_none=True)
         self.guard.stepped()
