@@ -40,11 +40,11 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import torch
 from torch.utils.data import Sampler
 
 from paratrain.arguments import option
-from paratrain.data.length_groups import check_lengths, group_by_length
+from paratrain.data.length_groups import check_lengths
+from paratrain.data.sampler import epoch_order
 from paratrain.errors import DataError
 
 
@@ -159,19 +159,8 @@ class GlobalBatchSampler(Sampler[list[int]]):
     # ---- the order --------------------------------------------------------------------------
     def epoch_order(self) -> list[int]:
         """The whole job's order of the current epoch (all ranks')."""
-        if self.shuffle:
-            generator = torch.Generator()
-            generator.manual_seed(self.seed + self.epoch)
-            order = torch.randperm(self.dataset_len, generator=generator).tolist()
-        else:
-            order = list(range(self.dataset_len))
-        if self.lengths is not None:
-            shuffler = None
-            if self.shuffle:
-                shuffler = torch.Generator()
-                shuffler.manual_seed(self.seed + self.epoch + 1_000_003)  # as the per-rank sampler's
-            order = group_by_length(order, self.lengths, self.group_size, shuffler)
-        return order
+        # The per-rank sampler's order, so a run keeps its data order when it switches to this one.
+        return epoch_order(self.dataset_len, self.shuffle, self.seed, self.epoch, self.lengths, self.group_size)
 
     @property
     def batches_per_epoch(self) -> int:

@@ -60,6 +60,25 @@ def dataset_length(dataset: Any) -> int:
         ) from exc
 
 
+
+def epoch_order(dataset_len: int, shuffle: bool, seed: int, epoch: int, lengths: Sequence[int] | None = None,
+                group_size: int = 0) -> list[int]:
+    """The whole job's order of ``epoch``: a permutation seeded by ``seed + epoch`` (or 0..n-1), then,
+    with ``lengths``, groups of ``group_size`` similar lengths in a shuffled order (a seed of their own)."""
+    if shuffle:
+        generator = torch.Generator()
+        generator.manual_seed(seed + epoch)
+        order = torch.randperm(dataset_len, generator=generator).tolist()
+    else:
+        order = list(range(dataset_len))
+    if lengths is not None:
+        shuffler = None
+        if shuffle:
+            shuffler = torch.Generator()
+            shuffler.manual_seed(seed + epoch + 1_000_003)  # independent of the permutation's
+        order = group_by_length(order, lengths, group_size, shuffler)
+    return order
+
 class ResumableDistributedSampler(ResumableSampler):
     """Shuffled (or sequential) shard of the dataset for this rank, resumable mid-epoch.
 
@@ -116,18 +135,7 @@ class ResumableDistributedSampler(ResumableSampler):
 
     def global_order(self) -> list[int]:
         """This epoch's order for all ranks after ``skip``, padded or cut to a multiple of the world size."""
-        if self.shuffle:
-            generator = torch.Generator()
-            generator.manual_seed(self.seed + self.epoch)
-            order = torch.randperm(self.dataset_len, generator=generator).tolist()
-        else:
-            order = list(range(self.dataset_len))
-        if self.lengths is not None:
-            shuffler = None
-            if self.shuffle:
-                shuffler = torch.Generator()
-                shuffler.manual_seed(self.seed + self.epoch + 1_000_003)  # independent of the permutation's
-            order = group_by_length(order, self.lengths, self.group_size, shuffler)
+        order = epoch_order(self.dataset_len, self.shuffle, self.seed, self.epoch, self.lengths, self.group_size)
         rest = order[self.skip :]
         if self.drop_last:
             return rest[: len(rest) - len(rest) % self.num_replicas]
