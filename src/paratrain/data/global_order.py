@@ -44,7 +44,7 @@ from torch.utils.data import Sampler
 
 from paratrain.arguments import option
 from paratrain.data.length_groups import check_lengths
-from paratrain.data.sampler import epoch_order
+from paratrain.data.sampler import check_same_order, epoch_order
 from paratrain.errors import DataError
 
 
@@ -265,23 +265,7 @@ class GlobalBatchSampler(Sampler[list[int]]):
             got = sorted(state) if isinstance(state, Mapping) else type(state).__name__
             raise DataError(f"GlobalBatchSampler.load_state_dict got {got}, expected keys {sorted(expected)}; "
                             "pass what loader.state_dict() returned")
-        if int(state["dataset_len"]) != self.dataset_len:
-            raise DataError(
-                f"the saved sampler state is for a dataset of {state['dataset_len']} samples, this one has "
-                f"{self.dataset_len}; resume with the same dataset, or start a new run without loading the loader state"
-            )
-        if bool(state.get("group_size")) != (self.lengths is not None):
-            saved = "grouped by length" if state.get("group_size") else "not grouped by length"
-            raise DataError(
-                f"the saved sampler state is {saved}, this loader is not the same; resume with the same "
-                "group_by_length setting (paratrain train: --group-by-length / --no-group-by-length)"
-            )
-        for key in ("shuffle", "drop_last"):
-            if bool(state[key]) != getattr(self, key):
-                raise DataError(
-                    f"the saved sampler state has {key}={bool(state[key])}, this loader has {key}={getattr(self, key)}; "
-                    f"build the loader with {key}={bool(state[key])} to resume"
-                )
+        check_same_order(state, self.dataset_len, self.lengths is not None, self.shuffle, self.drop_last)
 
     def __repr__(self) -> str:
         return (f"GlobalBatchSampler(n={self.dataset_len}, global_batch={self.global_batch} = {self.split.describe()}, "

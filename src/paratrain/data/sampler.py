@@ -79,6 +79,32 @@ def epoch_order(dataset_len: int, shuffle: bool, seed: int, epoch: int, lengths:
         order = group_by_length(order, lengths, group_size, shuffler)
     return order
 
+
+def check_same_order(state: Mapping[str, Any], dataset_len: int, grouped: bool, shuffle: bool, drop_last: bool) -> None:
+    """Refuse a saved sampler state whose order this loader cannot continue: another dataset
+    length, length grouping on one side only, another ``shuffle`` or ``drop_last``.
+
+    Raises:
+        DataError: naming the saved and the current setting, and what to change.
+    """
+    if int(state["dataset_len"]) != dataset_len:
+        raise DataError(
+            f"the saved sampler state is for a dataset of {state['dataset_len']} samples, this one has "
+            f"{dataset_len}; resume with the same dataset, or start a new run without loading the loader state"
+        )
+    if bool(state.get("group_size")) != grouped:
+        saved = "grouped by length" if state.get("group_size") else "not grouped by length"
+        raise DataError(
+            f"the saved sampler state is {saved}, this loader is not the same; resume with the same "
+            "group_by_length setting (paratrain train: --group-by-length / --no-group-by-length)"
+        )
+    for key, current in (("shuffle", shuffle), ("drop_last", drop_last)):
+        if bool(state[key]) != current:
+            raise DataError(
+                f"the saved sampler state has {key}={bool(state[key])}, this loader has {key}={current}; "
+                f"build the loader with {key}={bool(state[key])} to resume"
+            )
+
 class ResumableDistributedSampler(ResumableSampler):
     """Shuffled (or sequential) shard of the dataset for this rank, resumable mid-epoch.
 
@@ -180,23 +206,7 @@ class ResumableDistributedSampler(ResumableSampler):
                 "group_size": self._fresh_group_size()}
 
     def _check_config(self, state: Mapping[str, Any]) -> None:
-        if int(state["dataset_len"]) != self.dataset_len:
-            raise DataError(
-                f"the saved sampler state is for a dataset of {state['dataset_len']} samples, this one has "
-                f"{self.dataset_len}; resume with the same dataset, or start a new run without loading the loader state"
-            )
-        if bool(state["group_size"]) != (self.lengths is not None):
-            saved = "grouped by length" if state["group_size"] else "not grouped by length"
-            raise DataError(
-                f"the saved sampler state is {saved}, this loader is not the same; resume with the same "
-                "group_by_length setting (paratrain train: --group-by-length / --no-group-by-length)"
-            )
-        for key in ("shuffle", "drop_last"):
-            if bool(state[key]) != getattr(self, key):
-                raise DataError(
-                    f"the saved sampler state has {key}={bool(state[key])}, this loader has {key}={getattr(self, key)}; "
-                    f"build the loader with {key}={bool(state[key])} to resume"
-                )
+        check_same_order(state, self.dataset_len, self.lengths is not None, self.shuffle, self.drop_last)
 
     def _restore(self, state: Mapping[str, Any]) -> None:
         # The saved seed wins: the resumed epoch must have the saved run's order.
