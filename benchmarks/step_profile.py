@@ -94,7 +94,7 @@ def child(script: str, spec_file: str) -> None:
 def parent(args: argparse.Namespace) -> None:
     import torch
 
-    from paratrain.bench import task_ref
+    from paratrain.tasks import task_ref
     from paratrain.bench.methods import METHODS
     from paratrain.bench.record import save_weights
     from paratrain.bench.session import method_env

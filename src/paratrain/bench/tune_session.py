@@ -23,7 +23,7 @@ from typing import TextIO
 
 import torch
 
-from paratrain.bench import task_ref
+from paratrain.tasks import task_ref
 from paratrain.bench.evaluate import evaluate_weights
 from paratrain.bench.figures import compute_figures, read_records
 from paratrain.bench.methods import Method

@@ -205,7 +205,7 @@ def check_tune_options(args: argparse.Namespace) -> None:
 
 def tune(args: argparse.Namespace) -> int:
     """``paratrain bench --tune --budget MINUTES``: the fastest settings of the task within the budget."""
-    from paratrain.bench import task_ref
+    from paratrain.tasks import task_ref
     from paratrain.bench.session import Bench, BenchSettings, parse_timeouts
     from paratrain.bench.tune import check_budget
     from paratrain.bench.tune_session import Tune

@@ -106,7 +106,9 @@ class ModelTask(Task):
         directory of another model is refused up front instead of failing to load."""
         from paratrain.diagnostics.desync import structure_digest
 
-        kind = type(self._model)
+        # FSDP2's fully_shard swaps the module's class for FSDP<Name> in place: name the user's class.
+        kind = next((k for k in type(self._model).__mro__ if not k.__module__.startswith("torch.distributed.")),
+                    type(self._model))
         return f"{kind.__module__}.{kind.__qualname__} (parameters {structure_digest(self._model)})"
 
     def forward(self, model, batch):
