@@ -163,23 +163,15 @@ class Preemption(PreemptionGuard):
         if not self.preempted:
             return
         from paratrain import comm
+        from paratrain.env.torchelastic import record_for_launcher
 
         if comm.is_main():
             cause = self.requested_by or "SIGTERM on another rank"
             print(f"paratrain: preempted by {cause}; the loop saved and stops: run the same command again to resume",
                   file=sys.stderr, flush=True)
-        _record_for_launcher(f"preempted by {self.requested_by or 'SIGTERM on another rank'}; the loop saved and stops")
+        # In torch elastic's error file: paratrain run says "preempted" and exits 75 only for workers
+        # that recorded it, never for a script's own exit code 75.
+        record_for_launcher(PreemptedError(f"preempted by {self.requested_by or 'SIGTERM on another rank'}; "
+                                           "the loop saved and stops"))
         raise SystemExit(PREEMPTED_EXIT_CODE)
 
-
-def _record_for_launcher(message: str) -> None:
-    """Leave a PreemptedError in torch elastic's error file: ``paratrain run`` says "preempted"
-    and exits 75 only for workers that recorded it, never for a script's own exit code 75."""
-    try:
-        from torch.distributed.elastic.multiprocessing.errors import get_error_handler
-
-        handler = get_error_handler()
-        handler.initialize()
-        handler.record_exception(PreemptedError(message))
-    except Exception:  # not under torchrun (no error file): the exit code is the whole answer
-        pass

@@ -463,17 +463,11 @@ def _end_process(report: str) -> None:
 
     The main thread is stuck (in a collective or the stalled code): nothing else can end it.
     """
+    from paratrain.env.torchelastic import record_for_launcher
     from paratrain.errors import CollectiveTimeoutError
 
     print(f"paratrain watchdog: error: {report}", file=sys.stderr, flush=True)
     error = CollectiveTimeoutError(report)
-    try:
-        from torch.distributed.elastic.multiprocessing.errors import get_error_handler
-
-        handler = get_error_handler()
-        handler.initialize()
-        handler.record_exception(error)
-    except Exception:  # no error file (not under torchrun): the printed line is the report
-        pass
+    record_for_launcher(error)  # not under torchrun: the printed line is the report
     sys.stderr.flush()
     os._exit(STALL_EXIT_CODE)

@@ -16,7 +16,7 @@ import signal
 from collections.abc import Mapping
 
 from paratrain.env.api import env_int
-from paratrain.env.torchelastic import LAUNCHER_PID_VAR
+from paratrain.env.torchelastic import LAUNCHER_PID_VAR, record_for_launcher
 
 #: Sent by a worker to its launcher: "my error repeats on restart; end the job".
 END_SIGNAL = signal.SIGUSR1
@@ -34,11 +34,7 @@ def end_job_instead_of_restart(exc: BaseException, environ: Mapping[str, str] | 
     environ = os.environ if environ is None else environ
     if getattr(exc, "restart_can_help", True) or not restarts_left(environ) or not environ.get(LAUNCHER_PID_VAR):
         return False
-    from torch.distributed.elastic.multiprocessing.errors import get_error_handler
-
-    handler = get_error_handler()
-    handler.initialize()
-    handler.record_exception(exc)  # before the signal: the launcher reads it once the workers stopped
+    record_for_launcher(exc)  # before the signal: the launcher reads it once the workers stopped
     try:
         os.kill(int(environ[LAUNCHER_PID_VAR]), END_SIGNAL)
     except (OSError, ValueError):

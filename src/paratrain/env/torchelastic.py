@@ -18,6 +18,20 @@ LAUNCHER_PID_VAR = "PARATRAIN_LAUNCHER_PID"
 SPAWNED_VAR = "PARATRAIN_SPAWNED"
 
 
+def record_for_launcher(exc: BaseException) -> None:
+    """Write ``exc`` to torch elastic's error file, so the launcher names it (``paratrain run``'s
+    failure line, "preempted", "not restarted") and not only the exit code. Not under torchrun
+    (no error file), or when the file cannot be written, the exit code is the whole answer."""
+    try:
+        from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+        handler = get_error_handler()
+        handler.initialize()
+        handler.record_exception(exc)
+    except Exception:  # never let the record hide the error it records
+        pass
+
+
 class TorchElasticEnvironment(ClusterEnvironment):
     name = "torchrun"
 

@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     from paratrain.cli import warning_lines
     from paratrain.env.no_restart import end_job_instead_of_restart
+    from paratrain.env.torchelastic import record_for_launcher
     from paratrain.cli.train_cmd import add_train_arguments
     from paratrain.loop.trainer import Trainer
 
@@ -83,20 +84,12 @@ def _main(argv: list[str] | None) -> int:
     except ParatrainError as exc:
         if os.environ.get("PARATRAIN_DEBUG"):
             raise
-        _record_for_launcher(exc)
+        record_for_launcher(exc)
         end_job_instead_of_restart(exc)  # a restart would fail the same way
         print(f"paratrain train (rank {os.environ.get('RANK', '0')}): error: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code
     return 0
 
-
-def _record_for_launcher(exc: BaseException) -> None:
-    """Write torch elastic's error file, so ``paratrain run`` names the error (not only the exit code)."""
-    from torch.distributed.elastic.multiprocessing.errors import get_error_handler
-
-    handler = get_error_handler()
-    handler.initialize()
-    handler.record_exception(exc)
 
 
 if __name__ == "__main__":
