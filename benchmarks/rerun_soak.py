@@ -239,7 +239,7 @@ def _final_weights(out: Path) -> bytes:
 def _inject(process: subprocess.Popen, kind: str) -> None:
     if kind in ("early-crash", "kill-worker"):
         workers = [p for p in psutil.Process(process.pid).children(recursive=True)
-                   if "paratrain.tasks.worker" in " ".join(p.cmdline())]
+                   if "paratrain.cli.workers.train" in " ".join(p.cmdline())]
         if workers:
             random.choice(workers).kill()
     elif kind == "kill-group":

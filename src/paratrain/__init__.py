@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from paratrain._version import __version__
+
 #: Where each public name lives. They are imported on first use (PEP 562), so that
 #: ``import paratrain`` and the command line start without torch: ``paratrain --help``,
 #: ``paratrain check`` and a refused flag answer at once, and torch is imported by what
@@ -74,7 +76,6 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-__version__ = "0.1.0"
 
 __all__ = [
     "Runtime",

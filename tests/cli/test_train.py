@@ -90,7 +90,7 @@ def test_every_process_flag_reaches_the_launcher_as_run_reads_it():
              "--log-dir": "logs", "--output": "raw", "--local-ranks-filter": "0"}
     assert sorted(given) == sorted(RUN_FLAGS)
     train = build_parser().parse_args(["train", "digits", "--nproc-per-node", "2", *[w for kv in given.items() for w in kv]])
-    config = LaunchConfig.from_args(build_parser().parse_args([*run_words(train), "-m", "paratrain.tasks.worker"]), environ={})
+    config = LaunchConfig.from_args(build_parser().parse_args([*run_words(train), "-m", "paratrain.cli.workers.train"]), environ={})
     assert (config.min_nodes, config.max_nodes, config.max_restarts, config.threads_per_proc) == (1, 2, 2, 1)
     assert (config.rdzv_backend, config.rdzv_id, config.rdzv_timeout, config.rdzv_last_call) == ("c10d", "job7", 90, 5)
     assert (config.backend, config.log_dir, config.output, config.local_ranks_filter) == ("gloo", "logs", "raw", (0,))

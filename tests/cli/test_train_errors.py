@@ -11,7 +11,7 @@ import pytest
 from paratrain.cli.main import main
 from paratrain.cli.train_cmd import add_train_arguments, train_argv
 from paratrain.loop.config import FitConfig
-from paratrain.tasks.worker import build_run
+from paratrain.cli.workers.train import build_run
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -102,7 +102,7 @@ def test_a_crash_before_the_first_checkpoint_does_not_lock_the_directory(tmp_pat
     out = tmp_path / "run"
     first = _start_until_workers_load(cli_env, out, "--epochs", "2")
     try:
-        workers = [p for p in psutil.Process(first.pid).children(recursive=True) if "paratrain.tasks.worker" in " ".join(p.cmdline())]
+        workers = [p for p in psutil.Process(first.pid).children(recursive=True) if "paratrain.cli.workers.train" in " ".join(p.cmdline())]
         assert workers, "no worker found"
         workers[-1].kill()  # the OOM killer, before any checkpoint exists
         output, _ = first.communicate(timeout=120)

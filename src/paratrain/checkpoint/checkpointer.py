@@ -226,7 +226,7 @@ class Checkpointer:
 
     def run_config(self) -> dict[str, Any]:
         """The run's configuration, stored in every manifest."""
-        from paratrain import __version__
+        from paratrain._version import __version__
 
         runtime = self.runtime
         config: dict[str, Any] = {

@@ -63,7 +63,7 @@ def handler(args: argparse.Namespace) -> int:
     node_rank = config.node_rank if config else 0
     findings = doctor.software() + doctor.devices() + doctor.environment()
     if not args.no_gpu_test:
-        from paratrain.diagnostics.gpu_selftest import gpu_self_test
+        from paratrain.cli.gpu_selftest import gpu_self_test
 
         findings += gpu_self_test()  # nothing without a CUDA GPU
     findings += doctor.network(args.master_addr, config.master_port if config else None, node_rank)
@@ -91,7 +91,7 @@ def _probe_config(args: argparse.Namespace):
         value = getattr(args, flag.lstrip("-").replace("-", "_"))
         if value is not None:
             words += [flag, str(value)]
-    run_args = build_parser().parse_args([*words, "-m", "paratrain.diagnostics.doctor_probe", "RESULT"])
+    run_args = build_parser().parse_args([*words, "-m", "paratrain.cli.workers.doctor_probe", "RESULT"])
     return LaunchConfig.from_args(run_args)
 
 
@@ -99,7 +99,7 @@ def _run_probe(config):
     """Start the probe job on this node; returns (its result or None, a finding)."""
     import dataclasses
 
-    from paratrain.diagnostics.doctor import OK, PROBLEM, Finding
+    from paratrain.cli.doctor import OK, PROBLEM, Finding
     from paratrain.errors import ParatrainError
     from paratrain.launch.torchrun import launch
 

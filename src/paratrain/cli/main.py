@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from paratrain import __version__
+    from paratrain._version import __version__
 
     parser.add_argument("--version", action="version", version=f"paratrain {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from paratrain.cli import warning_lines
+    from paratrain import warning_lines
 
     warning_lines.install()
     parser = build_parser()

@@ -172,7 +172,7 @@ def handler(args: argparse.Namespace) -> int:
     from paratrain.loop.out_dir import hold_out_dir, prepare_out_dir
     from paratrain.tasks import task_ref
     from paratrain.tasks.registry import TASKS
-    from paratrain.tasks.worker import build_run
+    from paratrain.cli.workers.train import build_run
 
     if args.list or not args.task:
         for name, cls in TASKS.items():
@@ -251,12 +251,12 @@ def run_words(args: argparse.Namespace) -> list[str]:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    """``paratrain run [process flags] -m paratrain.tasks.worker TASK [options]``."""
+    """``paratrain run [process flags] -m paratrain.cli.workers.train TASK [options]``."""
     from paratrain.cli.main import build_parser
     from paratrain.launch.config import LaunchConfig
     from paratrain.launch.torchrun import launch
 
-    run_args = build_parser().parse_args([*run_words(args), "-m", "paratrain.tasks.worker", *train_argv(args)])
+    run_args = build_parser().parse_args([*run_words(args), "-m", "paratrain.cli.workers.train", *train_argv(args)])
     config = LaunchConfig.from_args(run_args)
     config.validate()
     try:

@@ -22,7 +22,7 @@ from paratrain.errors import DistributedError
 
 def fingerprint(runtime: Any = None, model: torch.nn.Module | None = None, config: Any = None) -> dict[str, str]:
     """What must be equal on every rank: versions, strategy, precision, parameters, config hash."""
-    from paratrain import __version__
+    from paratrain._version import __version__
 
     found = {"paratrain": __version__, "torch": torch.__version__}
     if runtime is not None:

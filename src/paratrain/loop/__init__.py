@@ -7,7 +7,7 @@
 from paratrain.loop.callbacks import Callback
 from paratrain.loop.config import FitConfig
 from paratrain.loop.fit import fit
-from paratrain.loop.progress import epochs, progress
+from paratrain.runtime.progress import epochs, progress
 from paratrain.loop.result import FitResult
 from paratrain.loop.state import FitState
 from paratrain.loop.trainer import Trainer

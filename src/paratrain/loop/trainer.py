@@ -34,7 +34,7 @@ from paratrain.loop.evaluation import evaluate
 from paratrain.loop.nonfinite import NonFiniteGuard, stop_message
 from paratrain.loop.preflight import check_first_dev_batch, check_resumable
 from paratrain.loop.out_dir import agree_on_out_dir
-from paratrain.loop.progress import epochs, progress
+from paratrain.runtime.progress import epochs, progress
 from paratrain.loop.result import FitResult
 from paratrain.loop.run_log import RunLog
 from paratrain.loop.schedule import stretch_to, warmup_schedule

@@ -331,13 +331,13 @@ class Runtime:
     # ---- loop helpers (paratrain.loop) ------------------------------------------------
     def epochs(self, start: Any, total: int):
         """Epoch numbers from ``start`` (an int, or a resumed state / loader with ``.epoch``) to ``total - 1``."""
-        from paratrain.loop.progress import epochs
+        from paratrain.runtime.progress import epochs
 
         return epochs(start, total)
 
     def progress(self, iterable: Any = None, **tqdm_options: Any):
         """A tqdm bar on rank 0 only (when stderr is a terminal, unless ``enabled=``); silent elsewhere."""
-        from paratrain.loop.progress import progress
+        from paratrain.runtime.progress import progress
 
         return progress(iterable, **tqdm_options)
 

@@ -30,7 +30,7 @@ if _STACKS_DIR and _RANK is not None:
         pass  # no stacks at stop for this worker; nothing else changes
 
 try:  # only sys and warnings: no paratrain or torch import at interpreter start
-    from paratrain.cli import warning_lines
+    from paratrain import warning_lines
 
     warning_lines.install()
 except ImportError:

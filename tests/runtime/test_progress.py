@@ -8,7 +8,7 @@ import pytest
 from tqdm import tqdm
 
 import paratrain as pt
-from paratrain.loop.progress import epochs, progress
+from paratrain.runtime.progress import epochs, progress
 
 
 def test_epochs_continue_from_a_resumed_state_or_loader():

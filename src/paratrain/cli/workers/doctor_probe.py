@@ -1,4 +1,4 @@
-"""The worker of ``paratrain doctor``'s probe: ``python -m paratrain.diagnostics.doctor_probe RESULT.json``.
+"""The worker of ``paratrain doctor``'s probe: ``python -m paratrain.cli.workers.doctor_probe RESULT.json``.
 
 Started on every rank by the launch layer; joins the job, checks that every rank got
 there with the same software, times all-reduces (:mod:`paratrain.diagnostics.link_probe`)

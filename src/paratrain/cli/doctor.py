@@ -3,7 +3,7 @@
 Each check returns :class:`Finding` objects: ``ok``, ``info`` (facts worth seeing),
 ``warning`` (works, but slower or fragile) or ``problem`` (a job would fail or hang;
 the finding says how to fix it). The command exits non-zero when there is a problem.
-The cross-rank all_reduce probe is :mod:`paratrain.diagnostics.doctor_probe`.
+The cross-rank all_reduce probe is :mod:`paratrain.cli.workers.doctor_probe`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def software() -> list[Finding]:
     import torch
     import torch.distributed as dist
 
-    from paratrain import __version__
+    from paratrain._version import __version__
 
     found = [Finding("paratrain", OK, __version__)]
     python = platform.python_version()

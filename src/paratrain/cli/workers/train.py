@@ -1,4 +1,4 @@
-"""The worker of ``paratrain train``: ``python -m paratrain.tasks.worker TASK [options]``
+"""The worker of ``paratrain train``: ``python -m paratrain.cli.workers.train TASK [options]``
 (``TASK``: a built-in name, ``module:attr`` or an absolute ``file.py:attr``).
 
 ``paratrain train TASK --nproc-per-node N`` starts this module on N processes
@@ -67,14 +67,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    from paratrain.cli import warning_lines
+    from paratrain import warning_lines
     from paratrain.env.no_restart import end_job_instead_of_restart
     from paratrain.env.torchelastic import record_for_launcher
     from paratrain.cli.train_cmd import add_train_arguments
     from paratrain.loop.trainer import Trainer
 
     warning_lines.install()
-    parser = argparse.ArgumentParser(prog="python -m paratrain.tasks.worker")
+    parser = argparse.ArgumentParser(prog="python -m paratrain.cli.workers.train")
     add_train_arguments(parser)
     args = parser.parse_args(argv)
     try:
