@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import EXAMPLES, ROOT, clean_env
 
 PROBE = """
@@ -52,3 +54,14 @@ def test_the_package_imports_each_name_where_it_lives_on_first_use():
     done = subprocess.run([sys.executable, "-c", "import paratrain; paratrain.no_such_name"], cwd=ROOT, env=clean_env(),
                           capture_output=True, text=True, timeout=120)
     assert "AttributeError: module 'paratrain' has no attribute 'no_such_name'" in done.stderr
+
+
+def test_a_command_module_that_does_not_import_is_reported_not_left_out_of_the_help(monkeypatch, capsys):
+    """A missing command module is a broken install: ``paratrain --help`` fails naming it, instead of a
+    help text that silently lacks the command."""
+    from paratrain.cli import main as cli_main
+
+    monkeypatch.setattr(cli_main, "COMMAND_MODULES", ("check", "no_such"))
+    with pytest.raises(ModuleNotFoundError, match="paratrain.cli.no_such_cmd"):
+        cli_main.main(["--help"])
+    assert capsys.readouterr().out == ""  # no help text that lacks a command

@@ -31,6 +31,11 @@ COMMAND_MODULES = ("run", "train", "predict", "ckpt", "bench", "doctor", "check"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``paratrain`` parser with every command of :data:`COMMAND_MODULES` registered.
+
+    Raises:
+        ImportError: a command module does not import (a broken install, named in the traceback).
+    """
     parser = argparse.ArgumentParser(
         prog="paratrain",
         description=__doc__.split("\n\n", 1)[1],
@@ -41,12 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"paratrain {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"paratrain.cli.{name}_cmd")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"paratrain.cli.{name}_cmd":
-                raise
-            continue  # command not built yet
+        # Every command ships with the package: one that does not import is a broken install,
+        # reported with its traceback, never a command that silently vanishes from --help.
+        module = importlib.import_module(f"paratrain.cli.{name}_cmd")
         module.register(subparsers)
     return parser
 
