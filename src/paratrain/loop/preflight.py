@@ -3,6 +3,8 @@
 * :func:`check_first_dev_batch`: the dev set is not empty, and its first batch goes through the
   task's forward and evaluator (a dict batch without ``labels``, a model that returns a tuple,
   a dict batch given to a positional model — each is one line naming the fix).
+* :func:`check_options`: the options name a strategy, precision and metric that exist, and a
+  non-finite policy the strategy allows.
 * :func:`check_resumable`: a resumed run counts steps and picks its best checkpoint as the saved
   one did — the same batch size and accumulation, the same dev set — or it is refused in one line.
 """
@@ -58,6 +60,30 @@ def _hint(exc: Exception, batch: Any) -> str:
     return "checked before training; fix the dataset, collate_fn, forward= or evaluator= it names"
 
 
+def check_options(task: Any, config: Any, builds_runtime: bool) -> None:
+    """Refuse what is visible before training: an unknown strategy or precision (when the fit loop
+    ``builds_runtime`` from them: refused before any process starts), a metric ``task`` does not
+    compute, an impossible non-finite policy. Not collective.
+
+    Raises:
+        ConfigError: names the valid choices.
+    """
+    from paratrain.precision import check_precision_name
+    from paratrain.strategy import check_strategy_name
+
+    if builds_runtime:
+        check_strategy_name(config.strategy)
+        check_precision_name(config.precision)
+    known = ("loss", *task.metric_names)
+    if task.metric_names and config.metric not in known:
+        raise ConfigError(
+            f"{option('metric', config.metric)} is not computed by task {task.name!r}; choose one of: {', '.join(known)}"
+        )
+    if config.on_nonfinite == "skip" and config.strategy == "deepspeed":
+        raise ConfigError(f"{option('on_nonfinite', 'skip')} does not work with {option('strategy', 'deepspeed')} "
+                          "(its engine owns the gradients); use the default stop, or another strategy")
+
+
 def check_resumable(saved: Any, batch_size: int, grad_accum: int, dev_samples: int, out_dir: Any) -> None:
     """Refuse a resume whose steps or best checkpoint would not mean what they meant when saved.
 
@@ -83,4 +109,4 @@ def check_resumable(saved: Any, batch_size: int, grad_accum: int, dev_samples: i
         )
 
 
-__all__ = ["check_first_dev_batch", "check_resumable"]
+__all__ = ["check_first_dev_batch", "check_options", "check_resumable"]

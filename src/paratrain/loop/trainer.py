@@ -7,6 +7,9 @@ step takes, on every rank::
 
     batch → device → accumulate(sync on the last micro-batch) → autocast → forward
           → backward → step(mean of the micro-batches' gradients, clip) → LR schedule → log / eval / save
+
+Beside it: ``cadence.py`` (when to log, evaluate, save), ``finite_checks.py`` (NaN/inf: skip
+or stop), ``fit_preemption.py`` (SIGTERM: save, then exit 75), ``report.py`` (what it prints).
 """
 
 from __future__ import annotations
@@ -24,16 +27,19 @@ from paratrain.arguments import option
 from paratrain.data.global_order import MicroBatch
 from paratrain.diagnostics import watchdog
 from paratrain.diagnostics.desync import check_same_setup
-from paratrain.diagnostics.preemption import PreemptionGuard
-from paratrain.errors import ConfigError, NonFiniteError, PreemptedError
+from paratrain.errors import ConfigError
 from paratrain.loop.batches import move_to
+from paratrain.loop.cadence import Cadence
 from paratrain.loop.callbacks import Callback, CallbackList
 from paratrain.loop.checkpoints import LoopCheckpoints, metric_mode
 from paratrain.loop.config import FitConfig
 from paratrain.loop.evaluation import evaluate
-from paratrain.loop.nonfinite import NonFiniteGuard, stop_message
-from paratrain.loop.preflight import check_first_dev_batch, check_resumable
+from paratrain.loop.finite_checks import FiniteChecks
+from paratrain.loop.fit_preemption import FitPreemption
+from paratrain.loop.nonfinite import NonFiniteGuard
+from paratrain.loop.preflight import check_first_dev_batch, check_options
 from paratrain.loop.out_dir import agree_on_out_dir
+from paratrain.loop.report import report_communication, report_end, report_eval, report_start, report_train
 from paratrain.runtime.progress import epochs, progress
 from paratrain.loop.result import FitResult
 from paratrain.loop.run_log import RunLog
@@ -76,37 +82,23 @@ class Trainer:
         self.checkpoints: LoopCheckpoints | None = None
         self.out_dir: Path | None = None
         self.last_evaluation: Evaluation | None = None
-        self._evaluated_at = -1
-        self._saved_at = -1
-        self._saved_metrics_at = -1  # the last step saved with its evaluation's metrics
-        self._finite_at = -1  # the last step the ranks agreed that training is finite
+        self._cadence = Cadence(self.config)
         self._nonfinite = NonFiniteGuard(self.config.on_nonfinite, self.config.max_nonfinite_skips)
+        self._finite = FiniteChecks(self._nonfinite, self._last_good)
         self._step_clock = StepClock()
         self._out_lock: Any = None  # rank 0's writer lock on out_dir, held for the whole fit
-        self._preemption = PreemptionGuard()
+        self._preemption = FitPreemption()
 
     # ---- the whole run ------------------------------------------------------------------
     def check(self) -> None:
-        """Refuse what is visible before training: an unknown strategy or precision, a metric the task
-        does not compute, an impossible non-finite policy. Not collective.
+        """Refuse what is visible before training (:func:`~paratrain.loop.preflight.check_options`):
+        an unknown strategy or precision, a metric the task does not compute, an impossible non-finite
+        policy. Not collective.
 
         Raises:
             ConfigError: names the valid choices.
         """
-        from paratrain.precision import check_precision_name
-        from paratrain.strategy import check_strategy_name
-
-        if self.runtime is None:  # the names a Runtime will be built from: refused before any process starts
-            check_strategy_name(self.config.strategy)
-            check_precision_name(self.config.precision)
-        known = ("loss", *self.task.metric_names)
-        if self.task.metric_names and self.config.metric not in known:
-            raise ConfigError(
-                f"{option('metric', self.config.metric)} is not computed by task {self.task.name!r}; choose one of: {', '.join(known)}"
-            )
-        if self.config.on_nonfinite == "skip" and self.config.strategy == "deepspeed":
-            raise ConfigError(f"{option('on_nonfinite', 'skip')} does not work with {option('strategy', 'deepspeed')} "
-                              "(its engine owns the gradients); use the default stop, or another strategy")
+        check_options(self.task, self.config, builds_runtime=self.runtime is None)
 
     def fit(self) -> FitResult:
         """Train until the epochs or ``max_steps`` are done, or early stopping. Collective.
@@ -181,39 +173,36 @@ class Trainer:
                 model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
                 loader=self.train_loader, trainer=self.state,
             )
-            resumed_from = self.checkpoints.resume()
-            if resumed_from:
-                check_resumable(self.state, c.batch_size, c.grad_accum, len(eval_data), self.out_dir)
-                # The saved global batch is kept on any world size: count the steps with it.
+            resumed_from = self.checkpoints.resume(c.batch_size, c.grad_accum, len(eval_data))
+            if resumed_from:  # the saved global batch is kept on any world size: count the steps with it
                 self.steps_per_epoch = self.train_loader.global_batches_per_epoch
                 self.total_steps = c.max_steps or c.epochs * self.steps_per_epoch
-            self.state.batch_size, self.state.grad_accum, self.state.dev_samples = c.batch_size, c.grad_accum, len(eval_data)
             old_total = stretch_to(self.scheduler, self.total_steps, c.warmup or 0.0, c.schedule) if resumed_from else None
             if old_total is not None:
                 self.log.console(f"this run has {self.total_steps} steps, the saved one had {old_total}: "
                                  "the LR schedule now ends at the new last step")
-            self._saved_at = resumed_from if resumed_from else -1  # never write the same step twice
+            self._cadence.saved_at = resumed_from if resumed_from else -1  # never write the same step twice
             self._nonfinite.skipped = self.state.nonfinite_skips
             if rt.is_main:
                 task.save(self.out_dir)
         self.epoch = self.train_loader.epoch
         self.log.open_tensorboard(resumed_from)
-        self._announce(len(train_data), len(eval_data), resumed_from)
+        report_start(self, len(train_data), len(eval_data), resumed_from)
         self.callbacks("on_fit_start", self)
         # SIGTERM → finish the step, save, stop; no progress on some rank → a named stall.
         hang_watch = watchdog.Watchdog(c.stall_timeout) if c.stall_timeout else contextlib.nullcontext()
         # The guard stays up through the final evaluation and save: a SIGTERM there would otherwise
         # kill the worker mid-save, and the launcher would call a finished run "stopped".
-        with PreemptionGuard(c.save_every_minutes) as self._preemption:
+        with FitPreemption(c.save_every_minutes) as self._preemption:
             with hang_watch:
                 window = self._train()
             train_seconds = window.train_seconds  # before the final evaluation
-            if self._evaluated_at != self.state.step:
+            if self._cadence.evaluated_at != self.state.step:
                 self._evaluate()
-            if self._unsaved() and self.checkpoints is not None:
+            if self._cadence.unsaved(self.state.step) and self.checkpoints is not None:
                 self._save()
-            result = self._finish(resumed_from, train_seconds, window.samples_total)
-            self._preempted_at_the_end()
+            result = report_end(self, resumed_from, train_seconds, window.samples_total)
+            self._preemption.stop_if_asked_at_the_end(self.state.step, self._checkpoint_dir())
         return result
 
     def _agreed_config(self) -> dict[str, Any]:
@@ -262,7 +251,7 @@ class Trainer:
                         watchdog.mark("data")
                         continue
                     watchdog.mark("optimizer")
-                    skipped = self._skip_nonfinite([weighted for weighted, _ in step_batches])
+                    skipped = self._finite.skip_step(state, [weighted for weighted, _ in step_batches], self.optimizer, self.log)
                     norm = self.runtime.step(self.optimizer, clip_norm=c.clip_norm)
                     self.scheduler.step()
                     state.step += 1
@@ -307,134 +296,46 @@ class Trainer:
             rt.backward(weighted)
         return loss, weighted
 
-    def _skip_nonfinite(self, losses: list[torch.Tensor]) -> bool:
-        """``--on-nonfinite skip``: drop this step's gradients when any rank's loss or gradients are
-        not finite (the step still counts). Collective when skipping is on.
-
-        Raises:
-            NonFiniteError: more skipped steps than ``max_nonfinite_skips``.
-        """
-        guard = self._nonfinite
-        if not guard.skips_batches or not guard.should_skip(losses, self.optimizer):
-            return False
-        self.optimizer.zero_grad(set_to_none=True)
-        self.state.nonfinite_skips = guard.skipped
-        step = self.state.step + 1
-        self.log.console(f"step {step}: skipped (non-finite loss or gradients; {guard.skipped} of at most "
-                         f"{guard.max_skips} skips)")
-        self.log.record("nonfinite_skip", step, skipped=guard.skipped)
-        if guard.out_of_skips:
-            raise NonFiniteError(
-                f"stopped: more than {guard.max_skips} steps had non-finite losses or gradients (the last at step {step}); "
-                f"{self._last_good_text()}; lower the learning rate, or raise --max-nonfinite-skips"
-            )
-        return True
-
     def _check_finite(self) -> None:
-        """The ranks agree that losses, gradient norms and weights are finite so far. Collective.
-
-        Called before every log line with a loss, every evaluation and every save, so nothing
-        non-finite is ever reported as a result or written as a checkpoint.
-
-        Raises:
-            NonFiniteError: on every rank, naming the first bad step and the last good checkpoint.
-        """
-        step = self.state.step
-        if self._finite_at == step:
-            return
-        watchdog.mark("collective")
-        verdict = self._nonfinite.agree(step, self.model.parameters())
-        if verdict.bad:
-            self.log.record("nonfinite", verdict.first_step, what=verdict.describe())
-            raise NonFiniteError(stop_message(verdict, self._last_good(), self._nonfinite.skipped))
-        self._finite_at = step
+        """See :meth:`FiniteChecks.check`. Collective."""
+        self._finite.check(self.state.step, self.model, self.log)
 
     def _last_good(self) -> str | None:
         newest = self.checkpoints.newest() if self.checkpoints is not None else None
         return str(newest) if newest else None
 
-    def _last_good_text(self) -> str:
-        last_good = self._last_good()
-        return f"the last good checkpoint is {last_good}" if last_good else "no checkpoint was saved"
-
-    def _evaluation_due(self, step: int, epoch_ends: bool) -> bool:
-        """An evaluation at ``step``: every ``eval_every`` steps, at an epoch's end (``eval_per_epoch``),
-        and at the last step. A save at the same step always comes after it, so that checkpoint
-        carries the metrics the best one is chosen by."""
-        c = self.config
-        return (bool(c.eval_every) and step % c.eval_every == 0) or (epoch_ends and c.eval_per_epoch) \
-            or step >= self.total_steps
-
-    def _unsaved(self) -> bool:
-        """No checkpoint of this step yet, or one taken before this step's evaluation (without its metrics)."""
-        step = self.state.step
-        return self._saved_at != step or (self._evaluated_at == step and self._saved_metrics_at != step)
+    def _checkpoint_dir(self) -> Path | None:
+        return self.checkpoints.directory if self.checkpoints is not None else None
 
     def _after_step(self, epoch: int, window: TrainWindow, epoch_ends: bool) -> bool:
         """Log, evaluate and save when due; True when the run must stop. Collective."""
         c, step = self.config, self.state.step
-        self._time_steps(step, window)
+        report_communication(self, self._step_clock, step, window.train_seconds)
         if c.check_sync_every and step % c.check_sync_every == 0:
             self.runtime.check_same_weights(self.model, step=step)  # drift raises here, naming tensor and ranks
-        evaluate = self._evaluation_due(step, epoch_ends)
+        evaluate = self._cadence.evaluation_due(step, epoch_ends, self.total_steps)
         stop = False
-        if evaluate or step % c.log_every == 0 or step >= self.total_steps:
+        if self._cadence.log_due(step, evaluate, self.total_steps):
             self._check_finite()
-            self._log_train(epoch, *window.take())
+            report_train(self, epoch, *window.take())
             if evaluate:
                 self._evaluate()
                 self._save()
             stop = self._stop_requested()
-        if c.save_every and step % c.save_every == 0 and self._saved_at != step:
+        if self._cadence.save_due(step):
             self._save()  # a save step that is also a log step (or the last step, or a stop) saves too
         return stop
 
-    def _time_steps(self, step: int, window: TrainWindow) -> None:
-        """After the first steps, say whether communication bounds the job (multi-node DDP)."""
-        seconds = self._step_clock.after_step(step, window.train_seconds)
-        if seconds is not None:
-            text = self.runtime.strategy.communication_report(seconds)
-            if text:
-                self.log.console(text)
-                self.log.record("communication", step, step_seconds=seconds, report=text)
-
     def _save_if_asked(self) -> None:
-        """Save now when any rank got SIGTERM (then stop) or a timed save is due. Collective.
-
-        Raises:
-            PreemptedError: after the checkpoint, on every rank (exit code 75).
-        """
-        watchdog.mark("collective")
-        preempt, due = self._preemption.poll()
-        if (preempt or due) and self._saved_at != self.state.step:
-            self._save()
-        if preempt:
-            raise self._preempted(f"after step {self.state.step}", "run the same command again to resume")
-
-    def _preempted_at_the_end(self) -> None:
-        """A stop signal that came after the last step: the run finished and saved; say so the way a
-        preempted run does (exit 75), so the launcher reports what happened instead of "stopped".
-        Collective (the signal may have reached one node only).
-
-        Raises:
-            PreemptedError: on every rank, when any rank got SIGTERM or SIGINT since the last agreement.
-        """
-        preempt, _ = self._preemption.agree()
-        if preempt:
-            raise self._preempted(f"after the last step ({self.state.step})", "the run is complete")
-
-    def _preempted(self, when: str, advice: str) -> PreemptedError:
-        cause = self._preemption.requested_by or "a signal on another rank"
-        verb = "interrupted by SIGINT (Ctrl-C)" if cause == "SIGINT" else f"preempted by {cause}"
-        where = f"checkpoint at step {self.state.step} in {self.checkpoints.directory}" if self.checkpoints \
-            else "nothing saved (no output directory)"
-        return PreemptedError(f"{verb} {when}: {where}; {advice}")
+        """See :meth:`FitPreemption.save_if_asked`. Collective."""
+        step = self.state.step
+        self._preemption.save_if_asked(step, self._cadence.saved_at != step, self._save, self._checkpoint_dir())
 
     def _end_epoch(self, epoch: int) -> None:
         """Evaluate (when asked per epoch) and save at the end of a full pass. Collective."""
-        if self.config.eval_per_epoch and self._evaluated_at != self.state.step:
+        if self.config.eval_per_epoch and self._cadence.evaluated_at != self.state.step:
             self._evaluate()
-        if self.checkpoints is not None and self._unsaved():
+        if self.checkpoints is not None and self._cadence.unsaved(self.state.step):
             self._save()
         self.callbacks("on_epoch_end", self, epoch)
         self._stop_requested()
@@ -457,7 +358,7 @@ class Trainer:
         self._check_finite()
         evaluation = self.evaluate()
         self.last_evaluation = evaluation
-        self._evaluated_at = state.step
+        self._cadence.evaluated(state.step)
         value = evaluation.metrics.get(c.metric)
         if value is None:
             raise ConfigError(f"{option('metric', c.metric)} is not computed by task {self.task.name!r}; choose one of: {', '.join(evaluation.metrics)}")
@@ -465,9 +366,7 @@ class Trainer:
         if c.patience and state.evals_without_improvement >= c.patience:
             state.stopped_early = True
             self.should_stop = True
-        shown = " ".join(f"{k} {v:.4f}" for k, v in evaluation.metrics.items() if k != "samples")
-        self.log.console(f"eval  step {state.step}/{self.total_steps} {shown}" + (" (best)" if best else ""))
-        self.log.record("eval", state.step, epoch=self.epoch, best=best, **evaluation.metrics)
+        report_eval(self, evaluation, best)
         self.callbacks("on_eval_end", self, evaluation)
         return evaluation
 
@@ -477,73 +376,12 @@ class Trainer:
             return
         step = self.state.step
         self._check_finite()  # never a checkpoint of non-finite weights
-        metrics = self.last_evaluation.metrics if self._evaluated_at == step and self.last_evaluation else None
+        metrics = self.last_evaluation.metrics if self._cadence.evaluated_at == step and self.last_evaluation else None
         watchdog.mark("checkpoint")
         path = self.checkpoints.save(step=step, epoch=self.epoch, metrics=metrics)
         watchdog.mark("logging")
-        self._saved_at = step
-        self._saved_metrics_at = step if metrics else -1
+        self._cadence.saved(step, with_metrics=bool(metrics))
         self._preemption.saved()
         self.log.file(f"checkpoint step {step}: {path}")
         self.log.record("checkpoint", step, epoch=self.epoch, path=str(path) if path else None)
         self.callbacks("on_checkpoint", self, step)
-
-    def _log_train(self, epoch: int, local_loss: torch.Tensor, samples_per_s: float) -> None:
-        """Global mean loss over the window (one all-reduce) → console, files, bar. Collective."""
-        state = self.state
-        loss = float(comm.all_reduce(local_loss, op="mean"))
-        lr = self.scheduler.get_last_lr()[0]
-        epochs_total = "?" if self.config.max_steps else self.config.epochs
-        self.log.file(f"step {state.step} local loss {float(local_loss):.4f}")
-        self.log.console(
-            f"epoch {epoch + 1}/{epochs_total} step {state.step}/{self.total_steps} loss {loss:.4f} lr {lr:.2e} {samples_per_s:.1f} samples/s"
-        )
-        self.log.record("train", state.step, epoch=epoch, loss=loss, lr=lr, samples_per_s=samples_per_s)
-        if self.log.bar is not None:
-            self.log.bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{samples_per_s:.0f}", refresh=False)
-
-    def _announce(self, train_size: int, eval_size: int, resumed_from: int) -> None:
-        rt, loader = self.runtime, self.train_loader
-        what = f"resuming from step {resumed_from}" if resumed_from else "starting from step 0"
-        self.log.console(
-            f"{self.task.name}: {train_size} train / {eval_size} dev samples, {rt.world_size} process(es) × batch "
-            f"{loader.batch_size} × accumulation {loader.accumulation} = global batch "
-            f"{loader.global_batch}, {self.steps_per_epoch} steps/epoch, {self.total_steps} steps, "
-            f"strategy {rt.strategy.name}, precision {rt.precision.name}; {what}"
-        )
-        self.log.file(repr(rt))
-        if resumed_from:
-            self.log.record("resume", resumed_from)
-
-    def _finish(self, resumed_from: int, train_seconds: float, run_samples: int) -> FitResult:
-        rt, state = self.runtime, self.state
-        evaluation = self.last_evaluation
-        result = FitResult(
-            task=self.task.name,
-            steps=state.step,
-            epochs_done=state.step / max(self.steps_per_epoch, 1),
-            resumed_from_step=resumed_from,
-            seconds=round(train_seconds, 3),
-            samples_per_s=run_samples / train_seconds if train_seconds > 0 else 0.0,
-            world_size=rt.world_size,
-            metric=self.config.metric,
-            best_metrics=state.best_metrics,
-            best_step=state.best_step,
-            last_metrics=evaluation.metrics if evaluation else {},
-            checkpoint_dir=str(self.checkpoints.directory) if self.checkpoints else None,
-            best_checkpoint=self.checkpoints.best_path() if self.checkpoints else None,
-            stopped_early=state.stopped_early,
-            sync_batchnorm=bool(rt.strategy.sync_batchnorm),
-            strategy=rt.strategy.name,
-            precision=rt.precision.name,
-            report=evaluation.report if evaluation else "",
-        )
-        if evaluation and evaluation.report:
-            self.log.console(f"dev report at step {state.step}:\n{evaluation.report}")
-        for line in result.summary_lines():
-            self.log.console(line)
-        self.log.record("summary", state.step, **{k: v for k, v in result.to_dict().items() if k != "report"})
-        if rt.is_main and self.out_dir is not None:
-            result.save(self.out_dir)
-        self.callbacks("on_fit_end", self, result)
-        return result
