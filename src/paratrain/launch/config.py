@@ -1,6 +1,7 @@
 """``LaunchConfig``: what ``paratrain run`` was asked to start, parsed and checked.
 
-Flags (strings) → :meth:`LaunchConfig.from_args` (types, SLURM defaults) →
+Flags (strings) → :meth:`LaunchConfig.from_args` (types: :mod:`~paratrain.launch.flag_values`;
+flags not given: :mod:`~paratrain.launch.env_defaults`, torchrun's ``PET_*`` and SLURM) →
 :meth:`LaunchConfig.validate` (every mistake we can see before starting anything,
 each one line naming the fix) → :mod:`paratrain.launch.torchrun` (argv for
 torch.distributed.run).
@@ -18,6 +19,8 @@ from pathlib import Path
 
 from paratrain.errors import ConfigError
 from paratrain.launch import network, torchrun_flags
+from paratrain.launch.env_defaults import slurm_cpus, slurm_defaults, with_pet_defaults
+from paratrain.launch.flag_values import parse_int, parse_local_ranks, parse_nnodes, parse_nproc, parse_seconds
 from paratrain.launch.legacy import CHOICES as LEGACY_CHOICES
 from paratrain.launch.module_path import find_module
 
@@ -31,20 +34,8 @@ DEFAULT_ELASTIC_RESTARTS = 3
 OUTPUT_MODES = ("auto", "prefixed", "raw")
 # paratrain: the worker's own exit code, 128+signal, 75 preempted, 124 stalled; torchrun: 1 on any failure.
 EXIT_CODE_MODES = ("paratrain", "torchrun")
-NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
 # torch elastic's Std.from_str: one digit 0-3 for every local rank, or LOCAL_RANK:DIGIT,...
 _STD_SPEC = re.compile(r"[0-3]|\d+:[0-3](,\d+:[0-3])*")
-
-# torchrun takes each flag's default from PET_<FLAG> (torch.distributed.argparse_util.env);
-# Kubeflow's PyTorchJob sets PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR,
-# PET_MASTER_PORT (and PET_RDZV_* for elastic jobs), so `paratrain run` reads them the same way.
-PET_FLAGS = (
-    "nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port", "max_restarts",
-    "rdzv_backend", "rdzv_endpoint", "rdzv_id", "rdzv_conf", "log_dir", "redirects", "tee",
-    "local_ranks_filter", "local_addr",
-)
-# torchrun's on/off flags (argparse_util.check_env): PET_<NAME> set to anything but 0 turns them on.
-PET_SWITCHES = ("module", "standalone", "no_python")
 
 
 @dataclass(frozen=True)
@@ -140,10 +131,10 @@ class LaunchConfig:
             # As in torchrun, --standalone overrides the rendezvous flags: one node, a free local
             # port (the loopback store's), a fresh run id.
             args.rdzv_backend = args.rdzv_endpoint = args.rdzv_id = args.master_port = None
-        node_rank = _int("--node-rank", args.node_rank)
+        node_rank = parse_int("--node-rank", args.node_rank)
         master_addr = args.master_addr
-        master_port = _int("--master-port", args.master_port)
-        slurm = _slurm_defaults(environ) if nnodes is None and not standalone else None
+        master_port = parse_int("--master-port", args.master_port)
+        slurm = slurm_defaults(environ) if nnodes is None and not standalone else None
         if slurm:
             nnodes = str(slurm["nnodes"])
             node_rank = slurm["node_rank"] if node_rank is None else node_rank
@@ -158,9 +149,9 @@ class LaunchConfig:
             # torchrun's static rendezvous meets at --rdzv-endpoint when one is given, not --master-addr.
             host, colon, port = str(args.rdzv_endpoint).rpartition(":")
             host, port = (host, port) if colon else (port, "")
-            master_addr, master_port = host.strip("[]"), _int("--rdzv-endpoint port", port, master_port)
+            master_addr, master_port = host.strip("[]"), parse_int("--rdzv-endpoint port", port, master_port)
             args.rdzv_endpoint = None
-        max_restarts = _int("--max-restarts", args.max_restarts, DEFAULT_ELASTIC_RESTARTS if elastic else 0)
+        max_restarts = parse_int("--max-restarts", args.max_restarts, DEFAULT_ELASTIC_RESTARTS if elastic else 0)
         restarts_by_default = elastic and args.max_restarts in (None, "")
         if max_nodes > 1 and rdzv_backend == "static" and master_port is None:
             master_port = DEFAULT_MASTER_PORT
@@ -178,17 +169,17 @@ class LaunchConfig:
             rdzv_backend=rdzv_backend,
             rdzv_endpoint=args.rdzv_endpoint or None,
             rdzv_id=args.rdzv_id or None,
-            rdzv_timeout=_int("--rdzv-timeout", args.rdzv_timeout, DEFAULT_RDZV_TIMEOUT_S),
-            rdzv_last_call=_int("--rdzv-last-call", args.rdzv_last_call),
+            rdzv_timeout=parse_int("--rdzv-timeout", args.rdzv_timeout, DEFAULT_RDZV_TIMEOUT_S),
+            rdzv_last_call=parse_int("--rdzv-last-call", args.rdzv_last_call),
             backend=(args.backend or "auto").lower(),
             legacy_local_rank=legacy,
             log_dir=args.log_dir or None,
-            threads_per_proc=_int("--threads-per-proc", args.threads_per_proc),
+            threads_per_proc=parse_int("--threads-per-proc", args.threads_per_proc),
             verbose=bool(args.verbose),
-            slurm_cpus=_slurm_cpus(environ),
+            slurm_cpus=slurm_cpus(environ),
             output=getattr(args, "output", None) or "auto",
-            local_ranks_filter=_ranks("--local-ranks-filter", getattr(args, "local_ranks_filter", None)),
-            stall_timeout=_float("--stall-timeout", getattr(args, "stall_timeout", None)),
+            local_ranks_filter=parse_local_ranks("--local-ranks-filter", getattr(args, "local_ranks_filter", None)),
+            stall_timeout=parse_seconds("--stall-timeout", getattr(args, "stall_timeout", None)),
             standalone=standalone,
             rdzv_conf=getattr(args, "rdzv_conf", None) or None,
             no_python=bool(getattr(args, "no_python", None)),
@@ -345,128 +336,3 @@ class LaunchConfig:
                     f"--nproc-per-node {self.nproc_per_node} with NCCL needs that many GPUs, {gpus} visible; "
                     f"use --nproc-per-node {gpus} (or gpu)"
                 )
-
-
-def parse_nnodes(value: str) -> tuple[int, int]:
-    """``"2"`` → (2, 2); ``"1:4"`` → (1, 4).
-
-    Raises:
-        ConfigError: not ``N`` or ``MIN:MAX`` with integers.
-    """
-    parts = str(value).split(":")
-    if len(parts) > 2:
-        raise ConfigError(f"--nnodes {value!r} is not N or MIN:MAX")
-    numbers = [_int("--nnodes", part) for part in parts]
-    return numbers[0], numbers[-1]
-
-
-def parse_nproc(value: str) -> int:
-    """torchrun's ``--nproc-per-node``: ``"4"`` → 4; ``cpu`` → the CPUs this process may use;
-    ``gpu``/``xpu`` → the visible devices of that kind; ``auto`` → the accelerators, else the CPUs.
-
-    Raises:
-        ConfigError: not a number nor one of auto, cpu, gpu, xpu; ``gpu``/``xpu`` with none visible.
-    """
-    word = str(value).lower()
-    if word.lstrip("-").isdigit():
-        return int(word)
-    if word not in NPROC_WORDS:
-        raise ConfigError(f"--nproc-per-node {value!r} is neither a number nor 'auto' (or cpu, gpu, xpu)")
-    if word == "cpu":
-        return _usable_cpus()
-    import torch
-
-    if word == "auto":
-        return torch.accelerator.device_count() if torch.accelerator.is_available() else _usable_cpus()
-    device = torch.cuda if word == "gpu" else torch.xpu
-    if not device.is_available():
-        raise ConfigError(f"--nproc-per-node {word} needs a visible {word.upper()}, and none is; give a number or cpu")
-    return device.device_count()
-
-
-def _usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, as torch._utils.cpu_count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def _float(flag: str, value) -> float | None:
-    if value is None or value == "":
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{flag} {value!r} is not a number of seconds") from None
-
-
-def _ranks(flag: str, value) -> tuple[int, ...] | None:
-    if value is None or value == "":
-        return None
-    try:
-        return tuple(sorted({int(part) for part in str(value).split(",")}))
-    except ValueError:
-        raise ConfigError(f"{flag} {value!r} is not a comma-separated list of local ranks, e.g. 0 or 0,1") from None
-
-
-def _int(flag: str, value, default: int | None = None) -> int | None:
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{flag} {value!r} is not an integer") from None
-
-
-def with_pet_defaults(args: argparse.Namespace, environ: Mapping[str, str]) -> argparse.Namespace:
-    """``args`` with every flag that was not given taken from its ``PET_*`` variable.
-
-    A flag on the command line wins over the variable, as in torchrun. ``PET_MODULE``
-    set to ``1`` means ``-m``, like torchrun's ``check_env`` flags.
-    """
-    filled = argparse.Namespace(**vars(args))
-    for name in PET_FLAGS:
-        value = environ.get(f"PET_{name.upper()}")
-        if getattr(filled, name, None) is None and value:
-            setattr(filled, name, value)
-    for name in PET_SWITCHES:
-        if not getattr(filled, name, False) and environ.get(f"PET_{name.upper()}", "0") not in ("0", ""):
-            setattr(filled, name, True)
-    return filled
-
-
-def _slurm_cpus(environ: Mapping[str, str]) -> int | None:
-    """CPUs of this node in the SLURM step that runs us (``srun paratrain run``), else None."""
-    from paratrain.env.slurm import SlurmEnvironment
-    from paratrain.env.torchelastic import TorchElasticEnvironment
-
-    if not SlurmEnvironment().detected(environ) or TorchElasticEnvironment().detected(environ):
-        return None
-    raw = environ.get("SLURM_CPUS_ON_NODE", "")
-    return int(raw) if raw.isdigit() else None
-
-
-def _slurm_defaults(environ: Mapping[str, str]) -> dict | None:
-    """nnodes, node_rank, master address and port of an ``srun paratrain run`` step.
-
-    One launcher per node is the contract (it starts the node's workers); a step with
-    several tasks per node would start several launchers that fight over the GPUs.
-
-    Raises:
-        ConfigError: more than one task per node, or an unreadable node list.
-    """
-    from paratrain.env.slurm import SlurmEnvironment
-    from paratrain.env.torchelastic import TorchElasticEnvironment
-
-    slurm = SlurmEnvironment()
-    if not slurm.detected(environ) or TorchElasticEnvironment().detected(environ):
-        return None
-    info = slurm.read(environ)  # master address from the node list, port from the job id
-    nnodes = _int("SLURM_STEP_NUM_NODES", environ.get("SLURM_STEP_NUM_NODES"), info.num_nodes)
-    if info.world_size != nnodes:
-        raise ConfigError(
-            f"this SLURM step runs {info.world_size} tasks on {nnodes} nodes; paratrain run starts the workers "
-            "itself, so use one task per node: srun --ntasks-per-node=1 paratrain run ... (or give --nnodes "
-            "and --node-rank yourself: the flags replace what SLURM says)"
-        )
-    if nnodes == 1:
-        return None  # one node: the loopback rendezvous is the right default
-    return {"nnodes": nnodes, "node_rank": info.rank, "master_addr": info.master_addr, "master_port": info.master_port}

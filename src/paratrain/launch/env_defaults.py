@@ -1,0 +1,77 @@
+"""Flags not given on the command line, read from the environment: torchrun's ``PET_*``
+variables (as Kubeflow's PyTorchJob sets them), then a SLURM step's own variables."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+
+from paratrain.errors import ConfigError
+from paratrain.launch.flag_values import parse_int
+
+# torchrun takes each flag's default from PET_<FLAG> (torch.distributed.argparse_util.env);
+# Kubeflow's PyTorchJob sets PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR,
+# PET_MASTER_PORT (and PET_RDZV_* for elastic jobs), so `paratrain run` reads them the same way.
+PET_FLAGS = (
+    "nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port", "max_restarts",
+    "rdzv_backend", "rdzv_endpoint", "rdzv_id", "rdzv_conf", "log_dir", "redirects", "tee",
+    "local_ranks_filter", "local_addr",
+)
+# torchrun's on/off flags (argparse_util.check_env): PET_<NAME> set to anything but 0 turns them on.
+PET_SWITCHES = ("module", "standalone", "no_python")
+
+
+def with_pet_defaults(args: argparse.Namespace, environ: Mapping[str, str]) -> argparse.Namespace:
+    """``args`` with every flag that was not given taken from its ``PET_*`` variable.
+
+    A flag on the command line wins over the variable, as in torchrun. ``PET_MODULE``
+    set to ``1`` means ``-m``, like torchrun's ``check_env`` flags.
+    """
+    filled = argparse.Namespace(**vars(args))
+    for name in PET_FLAGS:
+        value = environ.get(f"PET_{name.upper()}")
+        if getattr(filled, name, None) is None and value:
+            setattr(filled, name, value)
+    for name in PET_SWITCHES:
+        if not getattr(filled, name, False) and environ.get(f"PET_{name.upper()}", "0") not in ("0", ""):
+            setattr(filled, name, True)
+    return filled
+
+
+def slurm_cpus(environ: Mapping[str, str]) -> int | None:
+    """CPUs of this node in the SLURM step that runs us (``srun paratrain run``), else None."""
+    from paratrain.env.slurm import SlurmEnvironment
+    from paratrain.env.torchelastic import TorchElasticEnvironment
+
+    if not SlurmEnvironment().detected(environ) or TorchElasticEnvironment().detected(environ):
+        return None
+    raw = environ.get("SLURM_CPUS_ON_NODE", "")
+    return int(raw) if raw.isdigit() else None
+
+
+def slurm_defaults(environ: Mapping[str, str]) -> dict | None:
+    """nnodes, node_rank, master address and port of an ``srun paratrain run`` step.
+
+    One launcher per node is the contract (it starts the node's workers); a step with
+    several tasks per node would start several launchers that fight over the GPUs.
+
+    Raises:
+        ConfigError: more than one task per node, or an unreadable node list.
+    """
+    from paratrain.env.slurm import SlurmEnvironment
+    from paratrain.env.torchelastic import TorchElasticEnvironment
+
+    slurm = SlurmEnvironment()
+    if not slurm.detected(environ) or TorchElasticEnvironment().detected(environ):
+        return None
+    info = slurm.read(environ)  # master address from the node list, port from the job id
+    nnodes = parse_int("SLURM_STEP_NUM_NODES", environ.get("SLURM_STEP_NUM_NODES"), info.num_nodes)
+    if info.world_size != nnodes:
+        raise ConfigError(
+            f"this SLURM step runs {info.world_size} tasks on {nnodes} nodes; paratrain run starts the workers "
+            "itself, so use one task per node: srun --ntasks-per-node=1 paratrain run ... (or give --nnodes "
+            "and --node-rank yourself: the flags replace what SLURM says)"
+        )
+    if nnodes == 1:
+        return None  # one node: the loopback rendezvous is the right default
+    return {"nnodes": nnodes, "node_rank": info.rank, "master_addr": info.master_addr, "master_port": info.master_port}
