@@ -6,7 +6,7 @@ own watchdog fires after 10–30 minutes. Here every rank runs a small thread th
 
 * publishes its progress (steps completed, phase, seconds without progress) under its
   own key in the job's TCPStore, through its own connection (the main thread may be
-  blocked inside a collective or a store call);
+  blocked inside a collective or a store call; :mod:`~paratrain.diagnostics.progress_board`);
 * reads every rank's progress; when some rank made no progress for ``stall_timeout``
   seconds, finds the rank(s) *behind* (:mod:`paratrain.diagnostics.stall`), writes all of
   its threads' stacks to its log (faulthandler), shares its main thread's top frames
@@ -19,11 +19,11 @@ none waits for gloo's timeout. If C code holds the GIL forever the thread cannot
 faulthandler's own timer, re-armed at every progress, dumps the stacks and exits instead.
 
 Under ``paratrain run`` and ``pt.spawn`` every multi-process :class:`~paratrain.Runtime`
-starts one itself (:func:`runtime_stall_timeout` says with which timeout): ``rt.loader`` batches, ``rt.backward`` and
-``rt.step`` mark progress, and it ends the job only when some rank has waited inside a
-collective for the stall timeout (by default the process group's timeout, which is then
-given a short margin so that gloo's own timeout never fires first and blames the waiting
-rank). ``Runtime(stall_timeout=0)`` / ``paratrain run --stall-timeout 0`` turn it off;
+starts one itself (:mod:`~paratrain.diagnostics.stall_timeouts` says with which timeout):
+``rt.loader`` batches, ``rt.backward`` and ``rt.step`` mark progress, and it ends the job
+only when some rank has waited inside a collective for the stall timeout (by default the
+process group's timeout, which is then given a short margin so that gloo's own timeout
+never fires first and blames the waiting rank). ``Runtime(stall_timeout=0)`` / ``paratrain run --stall-timeout 0`` turn it off;
 ``with rt.busy("evaluation"):`` declares a long phase on some ranks that the others
 wait for. An explicit watchdog (``pt.fit``'s, or an own loop's) takes over while it runs::
 
@@ -43,17 +43,20 @@ import socket
 import sys
 import threading
 import time
-from datetime import timedelta
 from typing import Any
 
 from paratrain.diagnostics import stacks
+from paratrain.diagnostics.progress_board import ProgressBoard, job_store
 from paratrain.diagnostics.stall import Beat, stall_message, stalled_ranks
+from paratrain.diagnostics.stall_timeouts import STACK_WAIT_S, poll_interval
+# Also importable from here: the Runtime asks this module for its watchdog, the stand-in and the timeouts.
+from paratrain.diagnostics.no_watchdog import NoWatchdog  # noqa: F401
+from paratrain.diagnostics.stall_timeouts import group_timeout_with_watchdog, runtime_stall_timeout  # noqa: F401
 from paratrain.errors import ConfigError
 
 DEFAULT_STALL_TIMEOUT_S = float(os.environ.get("PARATRAIN_STALL_TIMEOUT", "300"))  # NCCL's: 600–1800 s
 FINISHED = "finished"  # the phase a rank publishes when its watchdog stops normally
 STALL_EXIT_CODE = 124  # as GNU timeout: "it timed out"
-_STACK_WAIT_S = 5.0  # how long the reporters wait for the stalled rank's frames
 _HARD_EXIT_GRACE_S = 30.0  # faulthandler's last resort fires this long after the stall timeout
 _SILENT_POLLS = 4  # a rank whose publications stopped this many polls ago is gone, once we wait too
 
@@ -105,8 +108,9 @@ class Watchdog:
         self.stall_timeout = float(stall_timeout)
         self.rank = comm.rank() if rank is None else rank
         self.world_size = comm.world_size() if world_size is None else world_size
-        self.poll = poll if poll is not None else _poll_for(self.stall_timeout)
+        self.poll = poll if poll is not None else poll_interval(self.stall_timeout)
         self._store = store
+        self._board: ProgressBoard | None = None  # the store's records, once started
         self._on_stall = on_stall
         self._host = socket.gethostname()
         self._step = 0
@@ -147,9 +151,9 @@ class Watchdog:
         if self._outer is not None:
             self._outer._suspended = True
         if self._store is None and self.world_size > 1:
-            self._store = _job_store(self.stall_timeout)
-        self._prefix = f"paratrain/watchdog/{os.environ.get('TORCHELASTIC_RUN_ID', 'job')}/" \
-                       f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+            self._store = job_store(self.stall_timeout)
+        if self._store is not None:
+            self._board = ProgressBoard(self._store, self.rank, self.world_size)
         self._thread = threading.Thread(target=self._run, name="paratrain-watchdog", daemon=True)
         self._thread.start()
         if self._store is not None:
@@ -171,10 +175,9 @@ class Watchdog:
             outer._step, outer._phase = max(outer._step, self._step), self._phase
             outer._moved_at, outer._suspended = time.monotonic(), False
             return  # its next publication replaces this one's
-        if self._store is not None and self._thread is not None and self.report is None:
+        if self._board is not None and self._thread is not None and self.report is None:
             try:  # the others must not take a rank that finished for a silent one
-                finished = Beat(self.rank, self._host, os.getpid(), self._step, FINISHED, 0.0, -1)
-                self._store.set(f"{self._prefix}beat/{self.rank}", finished.to_json())
+                self._board.publish(Beat(self.rank, self._host, os.getpid(), self._step, FINISHED, 0.0, -1))
             except Exception:
                 pass
 
@@ -305,56 +308,25 @@ class Watchdog:
         return True
 
     def _exchange(self, beat: Beat) -> list[Beat]:
-        if self._store is None:
+        if self._board is None:
             return [beat]
-        self._store.set(f"{self._prefix}beat/{self.rank}", beat.to_json())
-        keys = [f"{self._prefix}beat/{r}" for r in range(self.world_size)]
-        present = [k for k in keys if self._store.check([k])]
-        beats = [Beat.from_json(v) for v in self._store.multi_get(present)] if present else []
+        beats = self._board.exchange(beat)
         self._finished = {b.rank for b in beats if b.phase == FINISHED}
         return beats
 
     def _report(self, beats: list[Beat], stalled: list[int]) -> None:
         stacks.dump_all_threads(f"paratrain watchdog: rank {self.rank}: a stall was detected; this rank's threads:")
         frames = {self.rank: stacks.main_thread_frames()}
-        if self._store is not None:
-            self._store.set(f"{self._prefix}frames/{self.rank}", frames[self.rank])
-            deadline = time.monotonic() + _STACK_WAIT_S
-            for rank in (r for r in stalled if r not in self._silent):  # a gone rank sends no frames
-                key = f"{self._prefix}frames/{rank}"
-                while rank not in frames and time.monotonic() < deadline:
-                    if self._store.check([key]):
-                        frames[rank] = self._store.get(key).decode()
-                    else:
-                        time.sleep(0.1)
+        if self._board is not None:
+            self._board.share_frames(frames[self.rank])
+            others = [r for r in stalled if r not in self._silent and r != self.rank]  # a gone rank sends no frames
+            frames.update(self._board.collect_frames(others, STACK_WAIT_S))
         self.report = stall_message(beats, stalled, self.stall_timeout, frames, gone=self._silent)
         if self._on_stall is not None:
             faulthandler.cancel_dump_traceback_later()
             self._on_stall(self.report)
             return
         _end_process(self.report)
-
-
-class NoWatchdog:
-    """What ``rt.watchdog()`` gives when the job's stall timeout is 0 (``paratrain run
-    --stall-timeout 0``): the calls of :class:`Watchdog`, and no thread, store or timer."""
-
-    report: str | None = None
-
-    def progress(self, step: int | None = None, phase: str | None = None) -> None:
-        pass
-
-    def start(self) -> NoWatchdog:
-        return self
-
-    def stop(self) -> None:
-        pass
-
-    def __enter__(self) -> NoWatchdog:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        pass
 
 
 class LoaderProgress:
@@ -371,47 +343,7 @@ class LoaderProgress:
         pass
 
 
-# ---- the Runtime's own watchdog ---------------------------------------------------------
-def runtime_stall_timeout(stall_timeout: Any, group_timeout_s: float, environ=os.environ) -> float:
-    """The stall timeout of a Runtime's own watchdog in seconds; 0: none.
-
-    ``stall_timeout`` as given to ``pt.Runtime`` wins; else, in a worker of ``paratrain run``
-    or ``pt.spawn``, ``PARATRAIN_STALL_TIMEOUT`` (``--stall-timeout``) or the process group's
-    timeout; else (plain torchrun, SLURM, MPI) none unless asked for.
-
-    Raises:
-        ConfigError: a value that is not 0 or a positive number of seconds.
-    """
-    from paratrain.env.torchelastic import LAUNCHER_PID_VAR, SPAWNED_VAR
-
-    if stall_timeout is not None:
-        return _seconds_or_off("pt.Runtime(stall_timeout=...)", stall_timeout)
-    if not (environ.get(LAUNCHER_PID_VAR) or environ.get(SPAWNED_VAR)):
-        return 0.0
-    text = environ.get("PARATRAIN_STALL_TIMEOUT", "").strip()
-    if text:
-        try:
-            seconds = float(text)
-        except ValueError:
-            raise ConfigError(f"PARATRAIN_STALL_TIMEOUT={text!r} is not a number of seconds; "
-                              "give seconds (0: no watchdog)") from None
-        return _seconds_or_off("PARATRAIN_STALL_TIMEOUT", seconds)
-    return float(group_timeout_s)
-
-
-def group_timeout_with_watchdog(group_timeout_s: float, stall_timeout_s: float) -> float:
-    """The process group's timeout when a Runtime's watchdog (``stall_timeout_s`` > 0) runs.
-
-    gloo's own timeout would end a *waiting* rank with "Timed out waiting", and the launcher
-    would blame it. Given a margin (one publication, the wait for the stalled rank's frames,
-    a few seconds to end), the watchdog always ends the job first, naming the rank that is
-    not in the collective; nothing ends earlier than the collective timeout asked for.
-    """
-    if not stall_timeout_s:
-        return group_timeout_s
-    return max(group_timeout_s, stall_timeout_s + _poll_for(stall_timeout_s) + _STACK_WAIT_S + 5.0)
-
-
+# ---- the Runtime's own watchdog: its timeouts are in stall_timeouts.py ------------------------
 def busy(name: str, limit_s: float, longest_s: float = math.inf):
     """Context: this rank is in a long phase that the other ranks wait for (``rt.busy``).
 
@@ -434,28 +366,6 @@ def busy(name: str, limit_s: float, longest_s: float = math.inf):
     if _active is None:
         return contextlib.nullcontext()
     return _active.busy(name, float(limit_s))
-
-
-def _seconds_or_off(what: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-        raise ConfigError(f"{what} must be 0 (no watchdog) or a positive number of seconds, got {value!r}")
-    return float(value)
-
-
-def _poll_for(stall_timeout_s: float) -> float:
-    return min(10.0, max(0.5, stall_timeout_s / 10))
-
-
-def _job_store(timeout_s: float):
-    """A new client connection to the job's TCPStore (torchrun's, or rank 0's under SLURM/MPI)."""
-    import torch.distributed as dist
-
-    host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if not host or not port:
-        return None
-    # Short enough that a lost store (node 0 gone) is noticed well within the stall timeout.
-    answer_s = min(30.0, max(5.0, timeout_s / 2))
-    return dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=answer_s))
 
 
 def _end_process(report: str) -> None:
