@@ -1,4 +1,4 @@
-"""A torch.distributed.launch-era script (seeds 000/001): it parses --local_rank itself.
+"""A torch.distributed.launch-era script (as in the classic DDP and APEX tutorials): it parses --local_rank itself.
 
 Unchanged, it runs under paratrain with --legacy-local-rank, which passes each worker
 its --local_rank=N:

@@ -1,4 +1,4 @@
-"""Seed 003's Accelerate script (multi-gpu-accelerate-cls.py), converted.
+"""The BERT multi-GPU comparison's Accelerate script (multi-gpu-accelerate-cls.py), converted.
 
 Before:  accelerate launch multi-gpu-accelerate-cls.py
          accelerator = Accelerator(); model, optimizer, train_loader, dev_loader = accelerator.prepare(...)

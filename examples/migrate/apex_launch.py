@@ -1,4 +1,4 @@
-"""Seed 001's torch.distributed.launch + APEX script (DeepLab on ADE20k), converted.
+"""The APEX tutorial's torch.distributed.launch + APEX script (DeepLab on ADE20k), converted.
 
 Before:  python -m torch.distributed.launch --nproc_per_node=4 main_with_apex.py
          --local_rank from argv, apex.parallel.convert_syncbn_model, amp.initialize + amp.scale_loss,

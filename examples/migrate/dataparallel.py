@@ -1,4 +1,4 @@
-"""Seed 002's DataParallel project, converted (the detectron2 `launch()` + `comm` recipe, done for you).
+"""The DataParallel project of the DataParallel-to-DDP conversion post, converted (the detectron2 `launch()` + `comm` recipe, done for you).
 
 Before:  python train.py, with model = torch.nn.DataParallel(model).cuda(): one process, threads,
          a batch of N split across GPUs, comm.is_main_process() / comm.gather / comm.synchronize

@@ -1,4 +1,4 @@
-"""Seed 003's DeepSpeed script (multi-gpu-deepspeed-cls.py), converted.
+"""The BERT multi-GPU comparison's DeepSpeed script (multi-gpu-deepspeed-cls.py), converted.
 
 Before:  deepspeed --master_port 11222 multi-gpu-deepspeed-cls.py
          model_engine, optimizer, _, _ = deepspeed.initialize(config_params=config, model=model, ...)
@@ -40,7 +40,7 @@ def main() -> None:
             rt.backward(loss)  # model_engine.backward(loss)
             rt.step(optimizer)  # model_engine.step()
         model.eval()
-        with torch.no_grad():  # seed 003 found every GPU scoring every batch: exact=True shards evaluation
+        with torch.no_grad():  # the original scored every batch on every GPU: exact=True shards evaluation
             scores = [(model(ids).argmax(1), labels) for ids, labels in dev]
         preds, labels = rt.gather(torch.cat([p for p, _ in scores]), torch.cat([y for _, y in scores]))
         accuracy = pt.accuracy(preds, labels)

@@ -1,4 +1,4 @@
-"""Seed 003's transformers Trainer script (multi-gpu-transformers-cls.py), converted.
+"""The BERT multi-GPU comparison's transformers Trainer script (multi-gpu-transformers-cls.py), converted.
 
 Before:  trainer = Trainer(model=model, args=TrainingArguments(...), train_dataset=..., eval_dataset=...,
                            data_collator=collate.collate_fn, compute_metrics=compute_metrics)
@@ -21,7 +21,7 @@ import paratrain as pt
 
 
 def collate(samples):
-    """Like seed 003's Collate.collate_fn: a dict of tensors the model takes as keywords."""
+    """Like the original script's Collate.collate_fn: a dict of tensors the model takes as keywords."""
     ids = torch.stack([ids for ids, _ in samples])
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
             "labels": torch.stack([label for _, label in samples])}

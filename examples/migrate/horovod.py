@@ -1,4 +1,4 @@
-"""Seed 003's Horovod script (multi-gpu-horovod-cls.py), converted.
+"""The BERT multi-GPU comparison's Horovod script (multi-gpu-horovod-cls.py), converted.
 
 Before:  horovodrun -np 2 -H localhost:2 python multi-gpu-horovod-cls.py
          hvd.init(); DistributedSampler(num_replicas=hvd.size(), rank=hvd.rank());

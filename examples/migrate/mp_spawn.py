@@ -1,4 +1,4 @@
-"""Seed 003's mp.spawn script (multi-gpu-distributed-mp-amp-cls.py), converted.
+"""The BERT multi-GPU comparison's mp.spawn script (multi-gpu-distributed-mp-amp-cls.py), converted.
 
 Before:  mp.spawn(main_worker, nprocs=2, args=(args,)) and, in each worker,
          dist.init_process_group("nccl", init_method="tcp://localhost:12345", world_size=2, rank=local_rank)

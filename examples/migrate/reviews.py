@@ -1,8 +1,8 @@
-"""Generated stand-in for seed 003's Chinese review corpus: token ids in, one of 6 moods out.
+"""Generated stand-in for the BERT multi-GPU comparison's Chinese review corpus: token ids in, one of 6 moods out.
 
 Each review is 24 token ids from a 200-word vocabulary; words 10k..10k+9 are "mood
 words" of class k, and a review carries a few words of its own class among noise, so
-a bag-of-words model learns it in one or two epochs. Shared by the seed-003 examples
+a bag-of-words model learns it in one or two epochs. Shared by the examples converted from that comparison
 so each of them shows only its conversion.
 """
 
@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import TensorDataset
 
-MOODS = ["其他", "喜好", "悲伤", "厌恶", "愤怒", "高兴"]  # seed 003's six labels
+MOODS = ["其他", "喜好", "悲伤", "厌恶", "愤怒", "高兴"]  # the corpus's six labels
 VOCAB, LENGTH = 200, 24
 
 

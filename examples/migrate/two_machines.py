@@ -1,4 +1,4 @@
-"""Seed 004's two-machine MNIST script, converted (see docs/migrate/two-machines-tcp.md).
+"""A two-machine MNIST tutorial's script, converted (see docs/migrate/two-machines-tcp.md).
 
 The same file runs unchanged under every launcher; pt.Runtime() reads who it is from
 the environment:
@@ -10,7 +10,7 @@ the environment:
     mpirun -np 2 python examples/migrate/two_machines.py                        # OpenMPI
     paratrain run examples/migrate/two_machines.py                              # Kubernetes PyTorchJob (PET_*)
 
-Data: scikit-learn's bundled 8x8 handwritten digits (seed 004 read MNIST IDX files).
+Data: scikit-learn's bundled 8x8 handwritten digits (the tutorial read MNIST IDX files).
 Run it again with the same --out to resume from the newest checkpoint.
 """
 
@@ -26,7 +26,7 @@ import paratrain as pt
 
 
 class Net(nn.Module):
-    """Seed 004's CNN, sized for 8x8 images."""
+    """The tutorial's CNN (torch's classic MNIST example), sized for 8x8 images."""
 
     def __init__(self):
         super().__init__()

@@ -13,7 +13,7 @@ from tests.checkpoint.helpers import same_weights, save_steps, trained
 def test_foreign_files_with_wrapper_prefixes_load_into_plain_and_compiled_models(tmp_path):
     source, _ = trained(seed=1)
     weights = source.state_dict()
-    # Seed 000 style: torch.save(ddp_model.state_dict()) on rank 0 -> every key has "module.".
+    # The classic DDP tutorial's style: torch.save(ddp_model.state_dict()) on rank 0 -> every key has "module.".
     torch.save({f"module.{k}": v for k, v in weights.items()}, tmp_path / "ddp.pt")
     # torch.compile(model).state_dict() -> "_orig_mod." keys, in a safetensors file.
     save_file({f"_orig_mod.{k}": v.contiguous() for k, v in weights.items()}, str(tmp_path / "compiled.safetensors"))

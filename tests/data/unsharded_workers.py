@@ -17,7 +17,7 @@ def train_on_each_kind_of_loader():
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     model, opt = rt.setup(model, opt)
-    whole_train = DataLoader(data, batch_size=8, shuffle=True)  # seed 004's loader
+    whole_train = DataLoader(data, batch_size=8, shuffle=True)  # the two-machine MNIST tutorial's loader
     whole_eval = DataLoader(data, batch_size=8)
     sampled = DataLoader(data, batch_size=8, sampler=DistributedSampler(data))
     sharded = rt.loader(data, batch_size=8, shuffle=True)

@@ -1,4 +1,4 @@
-"""paratrain check: the seeds' scripts trigger their pitfalls; the converted examples come out clean."""
+"""paratrain check: the tutorials' scripts trigger their pitfalls; the converted examples come out clean."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A real SLURM cluster (one node, started by the fixture): srun, sbatch, scancel.
 
-Each job trains seed 004's converted script or the built-in digits task on 2 CPU
+Each job trains the converted two-machine MNIST script or the built-in digits task on 2 CPU
 processes; SLURM's own variables are all the processes get.
 """
 

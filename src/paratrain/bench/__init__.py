@@ -1,4 +1,5 @@
-"""``paratrain bench``: train one task with every method, side by side (seed 003's table, for any model).
+"""``paratrain bench``: train one task with every method, side by side (the BERT multi-GPU
+comparison's table, for any model).
 
 Each method (``methods.py``) is a script under ``scripts/`` written the way its
 library's own documentation writes it, started in its own process tree by its own

@@ -1,4 +1,5 @@
-"""``bench.md`` and the printed table, in seed 003's layout (method | time | samples/s | speed-up | …)."""
+"""``bench.md`` and the printed table, in the BERT multi-GPU comparison's layout
+(method | time | samples/s | speed-up | …)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``paratrain bench``: train one task with every method and compare them (seed 003's table)."""
+"""``paratrain bench``: train one task with every method and compare them (the BERT multi-GPU
+comparison's table, for any task)."""
 
 from __future__ import annotations
 

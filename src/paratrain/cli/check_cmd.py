@@ -1,4 +1,4 @@
-"""``paratrain check``: the seeds' pitfalls in a training script, each with its line and fix."""
+"""``paratrain check``: the pitfalls of common DDP tutorials in a training script, each with its line and fix."""
 
 from __future__ import annotations
 

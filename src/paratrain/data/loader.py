@@ -1,6 +1,6 @@
 """``make_loader`` / ``rt.loader``: a DataLoader that knows the world size, the epoch and its place.
 
-What the seeds do by hand, and forget: build a DistributedSampler, never pass
+What DDP tutorials do by hand, and forget: build a DistributedSampler, never pass
 ``shuffle=True`` beside it, call ``set_epoch`` every epoch, seed workers per rank,
 pin memory on CUDA, keep workers alive between epochs, and pad evaluation data so
 accuracy changes with the GPU count. The loader here does all of it:

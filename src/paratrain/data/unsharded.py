@@ -1,7 +1,7 @@
 """Warn once when a multi-rank job trains on a DataLoader that every rank reads whole.
 
-``paratrain check``'s runtime twin for seed 004's pitfall (a DistributedSampler made but
-never passed to the DataLoader). While a multi-process :class:`~paratrain.Runtime` is
+``paratrain check``'s runtime twin for the two-machine MNIST tutorial's pitfall (a
+DistributedSampler made but never passed to the DataLoader). While a multi-process :class:`~paratrain.Runtime` is
 open, ``DataLoader.__iter__`` notes each iteration of a loader whose sampler does not
 shard (no DistributedSampler, no paratrain sampler, no ``num_replicas``), with the
 variable name and line that iterate it. ``rt.step`` then asks :func:`check_step`: if such

@@ -1,4 +1,4 @@
-"""``paratrain check``: read a training script (without running it) for the seeds' pitfalls.
+"""``paratrain check``: read a training script (without running it) for the pitfalls of common DDP tutorials.
 
     findings = check_file("train.py")
     for finding in findings:

@@ -1,6 +1,6 @@
 """The pitfalls ``paratrain check`` looks for: one function per rule, each yielding findings.
 
-Every rule is the mistake of a real tutorial (the seeds): a finding says where, why it
+Every rule is the mistake of a real, widely copied tutorial: a finding says where, why it
 is wrong in a multi-process job, and the fix. Rules stay quiet when unsure: a missed
 pitfall costs less than a false alarm that teaches users to ignore the tool.
 """
@@ -279,7 +279,7 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
             yield Finding(
                 call.lineno, "wrapped-state-dict",
                 f"`{ast.unparse(owner)}` is a DDP/DataParallel wrapper: its state_dict keys start with 'module.', "
-                "so the checkpoint loads only into a wrapped model (the seeds strip the prefix by hand)",
+                "so the checkpoint loads only into a wrapped model (tutorials strip the prefix by hand)",
                 f"save {ast.unparse(owner)}.module.state_dict(); with paratrain, pt.Checkpointer or "
                 "`paratrain ckpt export` (no prefixes)",
             )

@@ -3,7 +3,7 @@
 ``python -m torch.distributed.launch`` passed ``--local_rank=N`` to every worker
 until torch 2.0, then ``--local-rank=N`` (pytorch/pytorch#94505). Scripts
 written for one spelling fail with "unrecognized arguments" on the other, and scripts
-from seeds 000/001 fail with "required: --local_rank" under torchrun, which passes
+from the classic DDP and APEX tutorials fail with "required: --local_rank" under torchrun, which passes
 neither. We append the spelling the script parses; torch elastic replaces the
 ``${local_rank}`` macro per worker (torch.distributed.elastic.utils.macros).
 """

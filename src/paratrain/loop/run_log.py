@@ -1,7 +1,7 @@
 """Where the fit loop's words and numbers go.
 
-* the console: rank 0 only, lines in seed 003's spirit (``epoch 1/2 step 120/288 loss 0.41``),
-  written through the progress bar so the bar stays intact;
+* the console: rank 0 only, lines like the BERT multi-GPU comparison's
+  (``epoch 1/2 step 120/288 loss 0.41``), written through the progress bar so the bar stays intact;
 * ``OUT/logs/rank<R>.log``: every rank's own lines (its local loss, its timings,
   its warnings) — the first place to look when one rank misbehaves;
 * ``OUT/metrics.jsonl``: rank 0, one JSON object per event (train, eval,

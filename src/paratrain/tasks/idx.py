@@ -2,7 +2,7 @@
 
 Layout (LeCun's MNIST page): two zero bytes, a type byte (0x08 = unsigned byte),
 the number of dimensions, one big-endian uint32 per dimension, then the values.
-Seed 004 reads them with ``assert`` (which ``python -O`` removes) and ``strict=False``
+The two-machine MNIST tutorial reads them with ``assert`` (which ``python -O`` removes) and ``strict=False``
 (which accepts a truncated file); here every check is an error that names the
 file and what was expected.
 """

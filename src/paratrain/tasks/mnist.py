@@ -1,4 +1,5 @@
-"""``mnist``: seed 004's CNN on MNIST IDX files from ``--data DIR`` (raw or .gz; nothing is downloaded)."""
+"""``mnist``: the CNN of torch's classic MNIST example, on MNIST IDX files from ``--data DIR``
+(raw or .gz; nothing is downloaded)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ from paratrain.tasks.idx import read_pair
 
 TRAIN_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")
 TEST_FILES = ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
-MEAN, STD = 0.1307, 0.3081  # MNIST's pixel statistics, as in seed 004's Normalize
+MEAN, STD = 0.1307, 0.3081  # MNIST's pixel statistics, as in the classic example's Normalize
 
 
 class MnistNet(nn.Module):
-    """Seed 004's network (torch's classic MNIST example), returning log-probabilities."""
+    """The network of torch's classic MNIST example (pytorch/examples), returning log-probabilities."""
 
     def __init__(self):
         super().__init__()
@@ -44,7 +45,7 @@ class MnistNet(nn.Module):
 class MnistTask(Task):
     name = "mnist"
     options_used = ("data",)
-    summary = "seed 004's CNN on MNIST IDX files from --data DIR (raw or .gz)"
+    summary = "the classic MNIST example's CNN on IDX files from --data DIR (raw or .gz)"
     recipe = Recipe(epochs=2, batch_size=64, eval_batch_size=1000, lr=0.01)
     metric_names = METRICS
 
@@ -86,7 +87,7 @@ class MnistTask(Task):
         return MnistNet()
 
     def build_optimizer(self, model, lr, weight_decay, fused=True):
-        # Seed 004's optimizer: SGD with momentum 0.5.
+        # The classic MNIST example's optimizer: SGD with momentum 0.5.
         return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.5, weight_decay=weight_decay,
                                **kernel_options(torch.optim.SGD, model.parameters(), enabled=fused))
 

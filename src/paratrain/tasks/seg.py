@@ -1,8 +1,8 @@
 """``seg``: a small U-Net with BatchNorm on generated shapes, scored by mean IoU.
 
 With small per-rank batches each rank's BatchNorm sees only its own few images;
-``--sync-bn`` makes the statistics global (seeds 000 and 001 convert the model
-with ``convert_sync_batchnorm`` before wrapping it in DDP; here the strategy does).
+``--sync-bn`` makes the statistics global (the classic DDP and APEX
+tutorials convert the model with ``convert_sync_batchnorm`` before wrapping it in DDP; here the strategy does).
 """
 
 from __future__ import annotations

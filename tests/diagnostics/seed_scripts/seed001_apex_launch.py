@@ -1,4 +1,4 @@
-"""Seed 001 rebuilt: the launcher + APEX amp / DistributedDataParallel / SyncBN (needs APEX and GPUs).
+"""The APEX tutorial's script rebuilt: the launcher + APEX amp / DistributedDataParallel / SyncBN (needs APEX and GPUs).
 
 The segmentation model and data are small stand-ins for DeepLab and ADE20k.
 """

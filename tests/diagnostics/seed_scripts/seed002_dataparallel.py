@@ -1,4 +1,4 @@
-"""Seed 002 rebuilt: the DataParallel project before its conversion (runs on CPU: python seed002_dataparallel.py)."""
+"""The DataParallel-to-DDP conversion post rebuilt: the DataParallel project before its conversion (runs on CPU: python seed002_dataparallel.py)."""
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 

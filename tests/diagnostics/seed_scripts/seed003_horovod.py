@@ -1,4 +1,4 @@
-"""Seed 003 rebuilt: the Horovod variant (multi-gpu-horovod-cls.py).
+"""The BERT multi-GPU comparison rebuilt: its Horovod variant (multi-gpu-horovod-cls.py).
 
     horovodrun -np 2 -H localhost:2 python seed003_horovod.py
 """

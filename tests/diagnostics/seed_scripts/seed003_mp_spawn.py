@@ -1,4 +1,4 @@
-"""Seed 003 rebuilt: the mp.spawn variant (multi-gpu-distributed-mp-cls.py), on CPU with gloo.
+"""The BERT multi-GPU comparison rebuilt: its mp.spawn variant (multi-gpu-distributed-mp-cls.py), on CPU with gloo.
 
     python seed003_mp_spawn.py --local_world_size=2
 """

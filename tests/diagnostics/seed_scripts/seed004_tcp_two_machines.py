@@ -1,4 +1,4 @@
-"""Seed 004 rebuilt: two machines joined with a hard-coded tcp:// address (CPU stand-in: digits, gloo).
+"""The two-machine MNIST tutorial's script rebuilt: two machines joined with a hard-coded tcp:// address (CPU stand-in: digits, gloo).
 
 On each machine (the seed):
     python seed004_tcp_two_machines.py --tcp 'tcp://192.168.10.235:23456' --rank 0
