@@ -1,6 +1,6 @@
 """What the fit loop tells its user: the opening line, training and evaluation lines, the closing summary.
 
-Each function reads the trainer's public attributes (the ones callbacks see) and writes
+Each function reads the trainer's public attributes (task, runtime, state, counts, loaders) and writes
 through its :class:`~paratrain.loop.run_log.RunLog`: the console on rank 0, every rank's
 own log file, ``metrics.jsonl`` and TensorBoard.
 """
