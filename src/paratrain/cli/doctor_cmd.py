@@ -51,7 +51,7 @@ def register(subparsers) -> None:
 
 
 def handler(args: argparse.Namespace) -> int:
-    from paratrain.diagnostics import doctor
+    from paratrain.cli import doctor
     from paratrain.launch.config import LaunchConfig, parse_nnodes, parse_nproc
 
     nproc = parse_nproc(args.nproc_per_node or "1")
