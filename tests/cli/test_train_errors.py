@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 import pytest
@@ -129,3 +130,30 @@ def test_fast_default_switches_reach_the_worker():
     assert (default.fused_optimizer, default.tf32, default.compile) == (True, True, False)
     _, config = _worker_run(parser.parse_args(["digits", "--no-fused-optimizer", "--no-tf32", "--compile"]))
     assert (config.fused_optimizer, config.tf32, config.compile) == (False, False, True)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--strategy", "dpp"], "unknown strategy 'dpp'; choose one of: auto, single, dp, ddp, fsdp, deepspeed"),
+        (["--strategy", "dp"], "strategy 'dp' runs one process over all GPUs, but this job has 2 processes; "
+                               "use strategy='ddp'"),
+        (["--grad-compression", "zip"], "grad_compression 'zip' is not one of: none, bf16, fp16, powersgd"),
+    ],
+)
+def test_what_the_workers_could_not_run_is_refused_by_the_launcher_before_any_starts(tmp_path, flags, message):
+    import subprocess
+
+    from tests.support import clean_env, paratrain_cmd
+
+    scratch = tmp_path / "tmp"  # where the launcher would put the workers' logs and stack dumps
+    scratch.mkdir()
+    out = tmp_path / "run"
+    done = subprocess.run(paratrain_cmd("train", "digits", "--nproc-per-node", "2", "--out", str(out), *flags),
+                          env=clean_env(TMPDIR=str(scratch)), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == "" and done.stderr.count("\n") == 1, done.stderr  # once, by the launcher
+    assert done.stderr.startswith("paratrain train: error: ") and message in done.stderr
+    # No worker ran: none wrote a rank-tagged line, a run directory, a log or a stack dump.
+    assert re.search(r"rank ?\d", done.stderr) is None
+    assert not out.exists() and list(scratch.iterdir()) == []

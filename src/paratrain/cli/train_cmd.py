@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from paratrain.errors import LaunchError, PreemptedError
+from paratrain.errors import ConfigError, LaunchError, PreemptedError
 
 MANUAL = """\
 Train a built-in task on its bundled data with the fit loop, on --nproc-per-node
@@ -162,8 +162,9 @@ def handler(args: argparse.Namespace) -> int:
     fresh, config = config.fresh, config.replace(fresh=False)
     task.check()
     trainer = Trainer(task, config)
-    trainer.check()
     nproc = parse_nproc(args.nproc_per_node)
+    resolve_for_workers(trainer.config, nproc, args.nnodes, args.backend)
+    trainer.check()
     # One writer per run directory: this command holds --out for the run's life (several nodes:
     # global rank 0 does, wherever it runs), so a second run is refused before it writes anything.
     lock = hold_out_dir(config.out_dir) if _one_node(args) else None
@@ -180,6 +181,33 @@ def handler(args: argparse.Namespace) -> int:
     finally:
         if lock is not None:
             lock.release()
+
+
+def resolve_for_workers(config, nproc_per_node: int, nnodes: str | None, backend: str | None) -> None:
+    """Resolve strategy, precision, backend and TF32 here, as every worker's Runtime will
+    (:func:`paratrain.runtime.resolve.resolve`), for the world size the flags give: a typo, or a
+    strategy the job cannot run (dp on several processes, fsdp on one), is refused once, in this
+    process, before any worker starts. With an elastic ``--nnodes MIN:MAX`` it is refused only
+    when neither end works (what a strategy needs grows or shrinks with the world size).
+
+    Raises:
+        ConfigError: as ``resolve`` says, for the smallest world size.
+        MissingDependencyError: the strategy needs a package that is not installed.
+    """
+    from paratrain.launch.config import parse_nnodes
+    from paratrain.runtime.resolve import resolve
+
+    low, high = parse_nnodes(nnodes or "1")
+    refusals = []
+    for nodes in sorted({low, high}):
+        try:
+            resolve(config.strategy, config.precision, backend or "auto", world_size=nproc_per_node * nodes,
+                    tf32=config.tf32, sync_batchnorm=config.sync_batchnorm, compile=config.compile,
+                    strategy_options=config.strategy_options())
+            return
+        except ConfigError as exc:
+            refusals.append(exc)
+    raise refusals[0]
 
 
 def _one_node(args: argparse.Namespace) -> bool:

@@ -87,18 +87,13 @@ class Trainer:
 
     # ---- the whole run ------------------------------------------------------------------
     def check(self) -> None:
-        """Refuse what is visible before training: an unknown strategy or precision, a metric the task
-        does not compute, an impossible non-finite policy. Not collective.
+        """Refuse what is visible before training: a metric the task does not compute, an impossible
+        non-finite policy. Not collective. (Strategy and precision: ``runtime.resolve``, which
+        ``paratrain train`` runs before any process starts and the Runtime in every worker.)
 
         Raises:
             ConfigError: names the valid choices.
         """
-        from paratrain.precision import check_precision_name
-        from paratrain.strategy import check_strategy_name
-
-        if self.runtime is None:  # the names a Runtime will be built from: refused before any process starts
-            check_strategy_name(self.config.strategy)
-            check_precision_name(self.config.precision)
         known = ("loss", *self.task.metric_names)
         if self.task.metric_names and self.config.metric not in known:
             raise ConfigError(
