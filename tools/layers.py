@@ -32,15 +32,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("metrics",),
     ("comm",),
     ("env",),
-    ("arguments", "errors", "warning_lines", "_version"),  # leaves
+    ("arguments", "errors", "seeding", "warning_lines", "_version"),  # leaves
 )
 
 #: ``(importing module, imported module) -> why`` for the upward imports that stay.
-ALLOWED: dict[tuple[str, str], str] = {
-    ("paratrain.data.loader", "paratrain.runtime.runtime"): "make_loader(runtime) reads rank, world size, seed and device from it",
-    ("paratrain.data.loader", "paratrain.runtime.seeding"): "the per-rank worker seed",
-    ("paratrain.strategy.api", "paratrain.runtime.runtime"): "a strategy reads process, device and precision from the Runtime",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ _HOMES = {
     **dict.fromkeys(("RunningMean", "accuracy", "classification_report", "global_mean"), "paratrain.metrics"),
     "Runtime": "paratrain.runtime.runtime",
     **dict.fromkeys(("Callback", "FitConfig", "FitResult", "Trainer", "fit"), "paratrain.loop"),
-    **dict.fromkeys(("rank_seed", "seed_everything"), "paratrain.runtime.seeding"),
+    **dict.fromkeys(("rank_seed", "seed_everything"), "paratrain.seeding"),
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports these
@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from paratrain.loop import Callback, FitConfig, FitResult, Trainer, fit
     from paratrain.metrics import RunningMean, accuracy, classification_report, global_mean
     from paratrain.runtime.runtime import Runtime
-    from paratrain.runtime.seeding import rank_seed, seed_everything
+    from paratrain.seeding import rank_seed, seed_everything
 
 
 def __getattr__(name: str) -> Any:

@@ -12,19 +12,18 @@ argument, what it got, what it takes — and for a typo, the closest known name.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from paratrain.errors import ConfigError
 
-#: Option names whose command-line flag is not ``--`` + the name with dashes.
+#: Option names whose command-line flag is not ``--`` + the name with dashes (the parsers and
+#: the errors both spell flags through :func:`cli_flag`).
 CLI_FLAGS = {
     "out_dir": "--out",
     "sync_batchnorm": "--sync-bn",
-    "eval_per_epoch": "--no-eval-per-epoch",
-    "progress": "--no-progress",
-    "tensorboard": "--no-tensorboard",
 }
 
 _cli = [False]
@@ -41,12 +40,28 @@ def cli_spelling() -> Iterator[None]:
         _cli[0] = before
 
 
+def cli_flag(name: str) -> str:
+    """The command-line flag of option ``name``: ``--grad-accum`` for ``grad_accum``, or its :data:`CLI_FLAGS` entry."""
+    return CLI_FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
 def option(name: str, value: Any = ...) -> str:
     """``name`` as the user wrote it: ``grad_accum`` / ``fresh=True`` in Python, ``--grad-accum`` / ``--fresh`` on the CLI."""
     if _cli[0]:
-        flag = CLI_FLAGS.get(name, "--" + name.replace("_", "-"))
+        flag = cli_flag(name)
+        if value is False:  # a switch's other half (argparse.BooleanOptionalAction)
+            return "--no-" + flag[2:]
         return flag if value is ... or value is True else f"{flag} {value}"
     return name if value is ... else f"{name}={value!r}"
+
+
+def option_field(default: Any, help: str, **flag: Any) -> Any:
+    """A config dataclass field that is also a command-line flag, described in its metadata:
+    ``help``, and optionally ``metavar``, ``choices`` (shown in the help; the dataclass checks
+    them) and ``off`` (the flag's value that means ``None``). :mod:`paratrain.cli.config_flags`
+    derives the flag from it; the flag's name is :func:`cli_flag`'s.
+    """
+    return dataclasses.field(default=default, metadata={"help": help, **flag})
 
 
 def reject_unknown(call: str, given: Iterable[str], known: Iterable[str], hint: str = "") -> None:

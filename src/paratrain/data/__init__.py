@@ -8,12 +8,13 @@
 from paratrain.data.exact import ExactShardSampler, shard_bounds
 from paratrain.data.gather import gather
 from paratrain.data.global_loader import ElasticResumeWarning, GlobalOrderLoader
-from paratrain.data.loader import DistributedLoader, make_loader
+from paratrain.data.loader import DistributedLoader, RankPlace, make_loader
 from paratrain.data.resumable import ResumableSampler, ResumableWrapper
 from paratrain.data.sampler import ResumableDistributedSampler
 
 __all__ = [
     "make_loader",
+    "RankPlace",
     "DistributedLoader",
     "GlobalOrderLoader",
     "ElasticResumeWarning",

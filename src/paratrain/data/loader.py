@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
@@ -37,12 +38,27 @@ from paratrain.data.global_order import GlobalBatchSampler, Split
 from paratrain.data.resumable import ResumableSampler, ResumableWrapper
 from paratrain.data.sampler import ResumableDistributedSampler, dataset_length
 from paratrain.errors import DataError
-from paratrain.runtime.seeding import rank_seed
-
-if TYPE_CHECKING:
-    from paratrain.runtime.runtime import Runtime
+from paratrain.seeding import rank_seed
 
 _STATE_KEYS = ("epoch", "batches", "batch_size", "sampler")
+
+
+@dataclass(frozen=True)
+class RankPlace:
+    """What a loader needs to know about its process: ``rt.loader`` passes the Runtime's.
+
+    Args:
+        rank: this process's rank (which shard it reads).
+        world_size: processes in the job (how many shards).
+        seed: the job's seed: the shuffle order (the same on every rank) and, with the
+            rank, the seeds of this rank's loader workers. ``None`` counts as 0.
+        device: where the batches go: memory is pinned for a CUDA device.
+    """
+
+    rank: int
+    world_size: int
+    seed: int | None = 0
+    device: torch.device = torch.device("cpu")
 
 
 class DistributedLoader:
@@ -188,7 +204,7 @@ class DistributedLoader:
 
 
 def make_loader(
-    runtime: Runtime | None,
+    place: RankPlace | None,
     dataset: Any,
     batch_size: int,
     shuffle: bool = False,
@@ -208,8 +224,9 @@ def make_loader(
     All ranks must call it together: it compares the dataset length across ranks.
 
     Args:
-        runtime: the job's :class:`~paratrain.Runtime`, or ``None`` to read rank and
-            world size from the process group (seed 0 unless ``seed`` is given).
+        place: this process's rank, world size, the job's seed and device (:class:`RankPlace`;
+            a :class:`~paratrain.Runtime` has the same attributes), or ``None`` to read rank and
+            world size from the process group (seed 0 unless ``seed`` is given, CPU).
         dataset: a map-style dataset (``__getitem__`` and ``__len__``), the same on every rank.
         batch_size: samples per rank per step (the global batch is ``world_size ×`` this).
         shuffle: a new order every epoch, the same across ranks for a given seed.
@@ -219,7 +236,7 @@ def make_loader(
             multiple of the world size.
         collate_fn: passed to DataLoader.
         sampler: your own per-sample sampler (it then does the sharding, if any).
-        seed: shuffle seed (same on every rank); defaults to the runtime's seed.
+        seed: shuffle seed (same on every rank); defaults to ``place.seed``.
         group_by_length: one length per sample (e.g. token counts): each step's
             batches then hold samples of similar length, so little of the compute goes
             to padding (:mod:`paratrain.data.length_groups`). Training loaders only.
@@ -241,14 +258,11 @@ def make_loader(
     """
     check_request(dataset, batch_size, shuffle, exact, drop_last, sampler,
                   {**dataloader_kwargs, "num_workers": num_workers, "seed": seed})
-    rank = runtime.rank if runtime is not None else comm.rank()
-    world_size = runtime.world_size if runtime is not None else comm.world_size()
-    if seed is not None:
-        base_seed, worker_seed = int(seed), rank_seed(int(seed), rank)
-    elif runtime is not None:
-        base_seed, worker_seed = int(runtime.seed or 0), runtime.data_seed()
-    else:
-        base_seed, worker_seed = 0, rank_seed(0, rank)
+    if place is None:
+        place = RankPlace(comm.rank(), comm.world_size())
+    rank, world_size = place.rank, place.world_size
+    base_seed = int(seed if seed is not None else place.seed or 0)
+    worker_seed = rank_seed(base_seed, rank)
     length = dataset_length(dataset)
     check_same_length(length)
 
@@ -257,7 +271,7 @@ def make_loader(
     if global_order and (exact or sampler is not None):
         raise DataError(f"global_order orders training batches; drop it for {'exact=True' if exact else 'your own sampler'}")
     check_type("loader()", "grad_accum", grad_accum, "positive int", error=DataError)
-    on_cuda = runtime is not None and runtime.device.type == "cuda"
+    on_cuda = place.device.type == "cuda"
     options: dict[str, Any] = {
         "pin_memory": on_cuda,  # page-locked host memory makes host→GPU copies asynchronous
         "persistent_workers": num_workers > 0,  # no worker restart (and dataset re-pickling) per epoch

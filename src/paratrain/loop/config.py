@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from paratrain.arguments import check_type, option, reject_unknown
+from paratrain.arguments import check_type, option, option_field, reject_unknown
 from paratrain.diagnostics.watchdog import DEFAULT_STALL_TIMEOUT_S
 from paratrain.errors import ConfigError
 
@@ -32,50 +32,71 @@ class FitConfig:
     (higher is better; lower for a metric named ``loss``). ``patience`` stops after that many evaluations without a new best.
     """
 
-    epochs: int | None = None
-    max_steps: int | None = None
-    batch_size: int | None = None  # per rank
-    eval_batch_size: int | None = None  # per rank
-    lr: float | None = None
-    weight_decay: float | None = None
-    warmup: float | None = None  # fraction of all steps with a linearly rising LR
-    schedule: str = "linear"  # after warmup: "linear" decay to 0, or "constant"
-    grad_accum: int = 1
-    clip_norm: float | None = None
-    eval_every: int | None = None  # steps; None: only at epoch ends
-    eval_per_epoch: bool = True
-    metric: str | None = None
-    patience: int | None = None
-    out_dir: str | None = None  # None: no checkpoints, logs or metrics files
-    save_every: int | None = None  # steps, besides the saves at evaluations and epoch ends
-    save_every_minutes: float | None = None  # also save when this much time passed since the last save
-    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT_S  # seconds without progress on a rank → named error; 0/None: off
-    keep_last: int = 2
-    # A NaN/inf loss, gradient norm or weights: "stop" (name the step and the last good checkpoint)
-    # or "skip" the step's update, at most max_nonfinite_skips times (loop/nonfinite.py).
-    on_nonfinite: str = "stop"
-    max_nonfinite_skips: int = 10
-    log_every: int = 50  # steps between console lines / metric records
-    # Steps between checks that all ranks hold the same weights (0: never). The default costs
-    # well under 0.5 % of the step time (benchmarks/check_sync_cost.py).
-    check_sync_every: int = 100
-    strategy: str = "auto"
-    precision: str = "32-true"
-    seed: int = 42  # every generator when fit starts: data order, dropout; a task's model (pt.fit(model): seed before building it)
-    sync_batchnorm: bool = False
+    # Each field is also a flag of `paratrain train` (cli/config_flags.py): its help is the field's
+    # documentation, and a new option is one field here. None: the task's recipe, unless it says.
+    epochs: int | None = option_field(None, "passes over the training data (default: the task's)")
+    max_steps: int | None = option_field(None, "stop after this many optimizer steps instead", metavar="N")
+    batch_size: int | None = option_field(None, "samples per process per step (default: the task's)")
+    eval_batch_size: int | None = option_field(None, "samples per process per evaluation batch (default: the task's)")
+    lr: float | None = option_field(None, "peak learning rate (default: the task's)")
+    weight_decay: float | None = option_field(None, "AdamW weight decay (default: the task's)")
+    warmup: float | None = option_field(None, "fraction of the steps with a linearly rising LR (default: the task's)",
+                                        metavar="FRACTION")
+    schedule: str = option_field("linear", "after warmup: linear (decay to 0) or constant", choices=SCHEDULES)
+    grad_accum: int = option_field(1, "micro-batches per optimizer step (gradient accumulation)", metavar="N")
+    clip_norm: float | None = option_field(None, "clip the gradient norm to this value (default: the task's)",
+                                           metavar="NORM")
+    eval_every: int | None = option_field(None, "evaluate (and checkpoint) every N steps, besides every epoch end",
+                                          metavar="N")
+    eval_per_epoch: bool = option_field(True, "evaluate at the end of every epoch")
+    metric: str | None = option_field(None, "dev metric that picks the best checkpoint (default: the task's: "
+                                      "accuracy; seg: miou)")
+    patience: int | None = option_field(None, "stop after N evaluations without a new best", metavar="N")
+    out_dir: str | None = option_field(None, "output directory: checkpoints, logs, metrics (default runs/TASK)",
+                                       metavar="DIR")
+    save_every: int | None = option_field(None, "also checkpoint every N steps", metavar="N")
+    save_every_minutes: float | None = option_field(
+        None, "also checkpoint when M minutes passed since the last save (bounds what a crash loses)", metavar="M")
+    stall_timeout: float | None = option_field(
+        DEFAULT_STALL_TIMEOUT_S, "end the job naming the stalled rank after S seconds without progress (0: off)",
+        metavar="S", off=0)
+    keep_last: int = option_field(2, "checkpoints to keep besides the best", metavar="N")
+    on_nonfinite: str = option_field(  # loop/nonfinite.py
+        "stop", "a NaN/inf loss, gradient norm or weights: stop (name the step and the last good checkpoint, "
+        "exit 1) or skip (drop that step's update)", choices=NONFINITE_POLICIES)
+    max_nonfinite_skips: int = option_field(10, "with --on-nonfinite skip: stop after this many skipped steps",
+                                            metavar="N")
+    log_every: int = option_field(50, "steps between log lines and metric records", metavar="N")
+    # The default costs well under 0.5 % of the step time (benchmarks/check_sync_cost.py).
+    check_sync_every: int = option_field(100, "check every N steps that all processes hold the same weights (0: never)",
+                                         metavar="N")
+    strategy: str = option_field("auto", "auto, single, ddp, fsdp, dp, deepspeed (auto: ddp on several processes)",
+                                 metavar="NAME")
+    precision: str = option_field("32-true", "32-true, bf16-mixed, fp16-mixed", metavar="NAME")
+    # pt.fit(model) builds the model before the fit starts: seed before building it.
+    seed: int = option_field(42, "seed of every generator when the fit starts: a task's model init, the data order, "
+                             "dropout")
+    sync_batchnorm: bool = option_field(False, "convert BatchNorm to SyncBatchNorm (statistics over all processes)")
     # Fast defaults (README "Fast defaults"): fused optimizer kernel, TF32 on CUDA, torch.compile.
-    fused_optimizer: bool = True
-    tf32: bool = True
-    compile: bool = False  # on by choice: compiling costs seconds per process, and pays off on GPU
-    zero_stage: int | None = None  # strategy "deepspeed": ZeRO stage 1, 2 or 3 (its default: 2)
-    grad_compression: str | None = None  # strategy "ddp": none | bf16 | fp16 | powersgd[:RANK] | auto
-    find_unused_parameters: bool = False  # strategy "ddp" (or auto on several processes): parameters without a gradient
-    num_workers: int = 0
+    fused_optimizer: bool = option_field(True, "torch's fused optimizer kernel instead of its default one")
+    tf32: bool = option_field(True, "on CUDA, float32 matmuls on TF32 tensor cores (off: full float32)")
+    # Off by default: compiling costs seconds per process, and pays off on GPU.
+    compile: bool = option_field(False, "torch.compile the model (seconds per process to compile; the fast path on GPU)")
+    zero_stage: int | None = option_field(None, "with --strategy deepspeed: ZeRO stage 1, 2 or 3 (default 2)")
+    grad_compression: str | None = option_field(
+        None, "ddp gradients over the network: none, bf16, fp16, powersgd[:RANK] or auto (picks from the link "
+        "measured at start; one node keeps none) (default none)", metavar="KIND")
+    find_unused_parameters: bool = option_field(
+        False, "with ddp (auto on several processes): allow parameters that get no gradient in a step (slower: "
+        "DDP searches the autograd graph every step)")
+    num_workers: int = option_field(0, "data loader worker processes per process", metavar="N")
     # Batches of similar-length samples when the task gives lengths (text): far less padding.
-    group_by_length: bool = True
-    fresh: bool = False  # move an existing out_dir aside instead of resuming from it
-    progress: bool | None = None  # None: a bar when stderr is a terminal
-    tensorboard: bool | None = None  # None: when the tensorboard package is installed
+    group_by_length: bool = option_field(True, "text tasks: batches of similar-length samples (less padding, the same "
+                                         "samples per epoch); off: drawn at random")
+    fresh: bool = option_field(False, "move an existing --out run aside (nothing is deleted) and start from step 0")
+    progress: bool | None = option_field(None, "a progress bar (default: when stderr is a terminal)")
+    tensorboard: bool | None = option_field(None, "write TensorBoard files (default: when the tensorboard package "
+                                            "is installed)")
 
     def __post_init__(self) -> None:
         positive = ("epochs", "max_steps", "batch_size", "eval_batch_size", "grad_accum", "eval_every",
@@ -90,8 +111,10 @@ class FitConfig:
                                       or value < 0 or (name != "weight_decay" and value == 0)):
                 kind = "a number >= 0 (finite)" if name == "weight_decay" else "a positive number (finite)"
                 raise ConfigError(f"{option(name)} must be {kind}, got {value!r}")
-        if self.on_nonfinite not in NONFINITE_POLICIES:
-            raise ConfigError(f"{option('on_nonfinite', self.on_nonfinite)} is not one of {', '.join(NONFINITE_POLICIES)}")
+        for field in dataclasses.fields(self):  # schedule, on_nonfinite: the choices their flags show
+            choices = field.metadata.get("choices")
+            if choices is not None and getattr(self, field.name) not in choices:
+                raise ConfigError(f"{option(field.name, getattr(self, field.name))} is not one of {', '.join(choices)}")
         check_type("", "max_nonfinite_skips", self.max_nonfinite_skips, "int >= 0")
         for name in ("save_every_minutes", "stall_timeout"):
             value = getattr(self, name)
@@ -100,8 +123,6 @@ class FitConfig:
                 raise ConfigError(f"{option(name)} must be a positive number, got {value!r}")
         if self.warmup is not None and not 0 <= self.warmup < 1:
             raise ConfigError(f"{option('warmup')} is a fraction of the steps in [0, 1), got {self.warmup!r}")
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(f"{option('schedule', self.schedule)} is not one of {', '.join(SCHEDULES)}")
         check_type("", "num_workers", self.num_workers, "int >= 0")
         check_type("", "check_sync_every", self.check_sync_every, "int >= 0")
         check_type("", "seed", self.seed, "int")

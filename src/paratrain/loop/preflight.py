@@ -3,8 +3,8 @@
 * :func:`check_first_dev_batch`: the dev set is not empty, and its first batch goes through the
   task's forward and evaluator (a dict batch without ``labels``, a model that returns a tuple,
   a dict batch given to a positional model — each is one line naming the fix).
-* :func:`check_options`: the options name a strategy, precision and metric that exist, and a
-  non-finite policy the strategy allows.
+* :func:`check_options`: the options name a metric the task computes, and a non-finite policy
+  the strategy allows.
 * :func:`check_resumable`: a resumed run counts steps and picks its best checkpoint as the saved
   one did — the same batch size and accumulation, the same dev set — or it is refused in one line.
 """
@@ -60,20 +60,13 @@ def _hint(exc: Exception, batch: Any) -> str:
     return "checked before training; fix the dataset, collate_fn, forward= or evaluator= it names"
 
 
-def check_options(task: Any, config: Any, builds_runtime: bool) -> None:
-    """Refuse what is visible before training: an unknown strategy or precision (when the fit loop
-    ``builds_runtime`` from them: refused before any process starts), a metric ``task`` does not
-    compute, an impossible non-finite policy. Not collective.
+def check_options(task: Any, config: Any) -> None:
+    """Refuse what is visible before training: a metric ``task`` does not compute, an impossible
+    non-finite policy. Not collective. (Strategy and precision names: ``runtime.resolve``.)
 
     Raises:
         ConfigError: names the valid choices.
     """
-    from paratrain.precision import check_precision_name
-    from paratrain.strategy import check_strategy_name
-
-    if builds_runtime:
-        check_strategy_name(config.strategy)
-        check_precision_name(config.precision)
     known = ("loss", *task.metric_names)
     if task.metric_names and config.metric not in known:
         raise ConfigError(

@@ -91,14 +91,15 @@ class Trainer:
 
     # ---- the whole run ------------------------------------------------------------------
     def check(self) -> None:
-        """Refuse what is visible before training (:func:`~paratrain.loop.preflight.check_options`):
-        an unknown strategy or precision, a metric the task does not compute, an impossible non-finite
-        policy. Not collective.
+        """Refuse what is visible before training (:func:`~paratrain.loop.preflight.check_options`): a
+        metric the task does not compute, an impossible non-finite policy. Not collective. (Strategy
+        and precision: ``runtime.resolve``, which ``paratrain train`` runs before any process starts
+        and the Runtime in every worker.)
 
         Raises:
             ConfigError: names the valid choices.
         """
-        check_options(self.task, self.config, builds_runtime=self.runtime is None)
+        check_options(self.task, self.config)
 
     def fit(self) -> FitResult:
         """Train until the epochs or ``max_steps`` are done, or early stopping. Collective.

@@ -23,21 +23,33 @@ PRECISIONS: dict[str, type[Precision]] = {
 
 
 def create_precision(name: str, device: torch.device) -> Precision:
-    """Instantiate the precision called ``name`` for ``device``.
+    """Instantiate the precision called ``name`` for ``device``, checked first (:func:`check_precision`).
 
     Raises:
         ConfigError: unknown name (lists the valid ones) or not supported on ``device``.
     """
-    check_precision_name(name)
+    check_precision(name, device)
     return PRECISIONS[name](device)
+
+
+def check_precision(name: str, device: torch.device | None = None) -> None:
+    """Refuse an unknown precision name, and one that ``device`` cannot compute in
+    (a small autocast probe on it; ``None``: the name alone).
+
+    Raises:
+        ConfigError: ``name`` is not a registered precision (lists them), or ``device`` cannot run it.
+    """
+    if name not in PRECISIONS:
+        raise ConfigError(f"unknown precision {name!r}; choose one of: {', '.join(PRECISIONS)}")
+    if device is not None:
+        PRECISIONS[name].check_device(device)
 
 
 def check_precision_name(name: str) -> None:
     """Raises:
     ConfigError: ``name`` is not a registered precision (lists them).
     """
-    if name not in PRECISIONS:
-        raise ConfigError(f"unknown precision {name!r}; choose one of: {', '.join(PRECISIONS)}")
+    check_precision(name)
 
 
-__all__ = ["PRECISIONS", "Precision", "check_precision_name", "create_precision"]
+__all__ = ["PRECISIONS", "Precision", "check_precision", "check_precision_name", "create_precision"]

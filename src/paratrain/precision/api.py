@@ -28,16 +28,26 @@ class Precision(abc.ABC):
     TF32 for the float32 parts is not a precision's business: ``Runtime(tf32=...)``
     sets it once, for every precision (:mod:`paratrain.runtime.tf32`).
 
-    Raises:
-        ConfigError: the device cannot compute in this precision (subclasses).
+    The constructor checks nothing: :meth:`check_device` says whether the device computes
+    in this precision (``create_precision`` and ``runtime.resolve`` ask it first).
     """
 
     name: ClassVar[str]
     #: dtype that autocast computes matmuls in; None = no autocast.
     autocast_dtype: ClassVar[torch.dtype | None] = None
+    #: This precision's part of a DeepSpeed engine config (the engine does its own autocast and scaling).
+    deepspeed_config: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, device: torch.device):
         self.device = torch.device(device)
+
+    @classmethod
+    def check_device(cls, device: torch.device) -> None:
+        """Refuse a device that cannot compute in this precision (nothing to check for fp32).
+
+        Raises:
+            ConfigError: (subclasses) this torch build or device cannot autocast to the dtype.
+        """
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Context in which the forward pass (and loss) should run."""

@@ -17,7 +17,8 @@ class BF16MixedPrecision(Precision):
 
     name = "bf16-mixed"
     autocast_dtype = torch.bfloat16
+    deepspeed_config = {"bf16": {"enabled": True}}
 
-    def __init__(self, device: torch.device):
-        super().__init__(device)
-        check_autocast(self.device, self.autocast_dtype, self.name)
+    @classmethod
+    def check_device(cls, device: torch.device) -> None:
+        check_autocast(torch.device(device), cls.autocast_dtype, cls.name)

@@ -23,10 +23,14 @@ class FP16MixedPrecision(Precision):
 
     name = "fp16-mixed"
     autocast_dtype = torch.float16
+    deepspeed_config = {"fp16": {"enabled": True}}
+
+    @classmethod
+    def check_device(cls, device: torch.device) -> None:
+        check_autocast(torch.device(device), cls.autocast_dtype, cls.name)
 
     def __init__(self, device: torch.device):
         super().__init__(device)
-        check_autocast(self.device, self.autocast_dtype, self.name)
         self.scaler = torch.amp.GradScaler(self.device.type)
         #: optimizer steps skipped because a gradient was inf/NaN (the scale was lowered).
         self.skipped_steps = 0

@@ -33,8 +33,11 @@ def resolve_backend(requested: str | None = None) -> str:
     return requested
 
 
-def resolve_device(backend: str, local_rank: int) -> torch.device:
+def resolve_device(backend: str, local_rank: int | None) -> torch.device:
     """The GPU this process uses for NCCL (or gloo on a CUDA machine), else CPU.
+
+    ``local_rank=None`` (the launcher, before any worker exists): the workers' device
+    type only, ``cuda`` without an index.
 
     The GPU is :func:`gpu_index` of the local rank among the visible devices, so a
     launcher that gives each task its own GPU (``srun --gpus-per-task=1``,
@@ -46,6 +49,8 @@ def resolve_device(backend: str, local_rank: int) -> torch.device:
         ConfigError: more local processes than visible GPUs.
     """
     if backend == "nccl" or (os.environ.get("PARATRAIN_DEVICE") != "cpu" and torch.cuda.is_available()):
+        if local_rank is None:
+            return torch.device("cuda")
         return torch.device("cuda", gpu_index(local_rank, torch.cuda.device_count()))
     return torch.device("cpu")
 

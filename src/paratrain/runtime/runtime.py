@@ -1,9 +1,10 @@
 """``Runtime``: the one object a user's own training loop talks to.
 
-It reads who this process is (``paratrain.env``), joins the process group, picks the
-device, seeds, and hands model work to a *strategy* (how the model is wrapped) and
-number work to a *precision* (autocast, scaling). It holds no strategy-specific
-branches: those live behind the strategy interface.
+It reads who this process is (``paratrain.env``), resolves its settings once
+(``runtime/resolve.py``: strategy, precision, backend, device, TF32), joins the process
+group, seeds, and hands model work to a *strategy* (how the model is wrapped) and number
+work to a *precision* (autocast, scaling), both built with what they need (process, device,
+precision). It holds no strategy-specific branches: those live behind the strategy interface.
 """
 
 from __future__ import annotations
@@ -20,31 +21,16 @@ from paratrain.arguments import check_type, reject_objects, reject_unknown
 from paratrain.diagnostics import watchdog as hang_watch
 from paratrain.diagnostics.watchdog import mark as mark_progress
 from paratrain.env import ProcessInfo, detect
-from paratrain.runtime.device import resolve_backend, resolve_device, use_device
 from paratrain.runtime.launcher_death import die_with_launcher
+from paratrain.runtime import progress as rank0_progress
+from paratrain.runtime.open_watches import OpenWatches
 from paratrain.runtime.process_group import destroy_process_group, init_process_group
 from paratrain.runtime import topology
-from paratrain.runtime.seeding import rank_seed, seed_everything
 from paratrain.runtime.tf32 import set_tf32
+from paratrain.seeding import rank_seed, seed_everything
 
 RUNTIME_ARGUMENTS = ("strategy", "precision", "seed", "backend", "timeout", "sync_batchnorm", "compile", "tf32",
                      "stall_timeout")
-
-
-def _check_arguments(strategy, precision, seed, backend, timeout, sync_batchnorm, compile, tf32) -> None:
-    """Raises:
-    ConfigError: an argument of the wrong type, or a model/optimizer where a setting belongs.
-    """
-    call = "pt.Runtime()"
-    reject_objects(call, "models and optimizers go to rt.setup(model, optimizer)",
-                   strategy=strategy, precision=precision, seed=seed, backend=backend)
-    for name, value in (("strategy", strategy), ("precision", precision), ("backend", backend)):
-        check_type(call, name, value, "str")
-    check_type(call, "seed", seed, "int", allow_none=True)
-    check_type(call, "timeout", timeout, "positive number")
-    check_type(call, "sync_batchnorm", sync_batchnorm, "bool")
-    check_type(call, "compile", compile, "bool")
-    check_type(call, "tf32", tf32, "bool")
 
 
 class Runtime:
@@ -88,29 +74,27 @@ class Runtime:
         stall_timeout: float | None = None,
         **strategy_options: Any,
     ):
-        from paratrain.precision import create_precision
-        from paratrain.strategy import STRATEGIES, create_strategy
+        from paratrain.runtime.resolve import build_precision, build_strategy, resolve
+        from paratrain.strategy import STRATEGIES
 
-        _check_arguments(strategy, precision, seed, backend, timeout, sync_batchnorm, compile, tf32)
+        reject_objects("pt.Runtime()", "models and optimizers go to rt.setup(model, optimizer)",
+                       strategy=strategy, precision=precision, seed=seed, backend=backend)
+        check_type("pt.Runtime()", "seed", seed, "int", allow_none=True)  # resolve() checks the other settings
+        check_type("pt.Runtime()", "timeout", timeout, "positive number")
         # A typo of a Runtime argument (precison=) is not a strategy option: name the right one.
         reject_unknown("pt.Runtime()", strategy_options,
                        [*RUNTIME_ARGUMENTS, *(o for cls in STRATEGIES.values() for o in cls.option_names)])
         self.process: ProcessInfo = detect()
-        self.backend = resolve_backend(backend)
-        self.device = resolve_device(self.backend, self.process.local_rank)
-        use_device(self.device)  # first: the precision's bf16 check and NCCL ask for "the current GPU"
-        set_tf32(self.device, tf32)
+        # Every name and combination checked before any rendezvous, so a typo fails fast on every
+        # rank; the device is made current first (NCCL and the bf16 check ask for "the current GPU").
+        self.resolved = resolve(strategy, precision, backend, world_size=self.process.world_size,
+                                local_rank=self.process.local_rank, tf32=tf32, sync_batchnorm=sync_batchnorm,
+                                compile=compile, strategy_options=strategy_options, call="pt.Runtime()")
+        self.backend, self.device = self.resolved.backend, self.resolved.device
+        set_tf32(self.device, self.resolved.tf32)
         self.timeout = float(timeout)
         self.seed = seed
-        # Validate names before any rendezvous so a typo fails fast on every rank.
-        self.precision = create_precision(precision, self.device)
-        self.strategy = create_strategy(
-            strategy,
-            runtime=self,
-            sync_batchnorm=sync_batchnorm,
-            compile=compile,
-            **strategy_options,
-        )
+        self.precision = build_precision(self.resolved)
         if self.process.distributed:
             die_with_launcher()  # a worker of paratrain run ends when its launcher is killed
         stall_s = hang_watch.runtime_stall_timeout(stall_timeout, self.timeout) if self.process.distributed else 0.0
@@ -118,26 +102,12 @@ class Runtime:
         self._owns_group = init_process_group(self.process, self.backend, self.device, self._group_timeout)
         if self._owns_group:
             atexit.register(self.close)
-        if self.process.distributed:
-            # The job's shape from facts every rank agrees on, not from this rank's own
-            # numbers (nodes may run different numbers of processes): see runtime/topology.py.
-            self.topology = topology.exchange(self.process)
-            self.topology.check()
-            self.process = self.topology.place(self.process)
-            if self.topology.uneven and self.process.is_main:
-                comm.get_logger().info(f"{self.topology.describe()} (nodes run different numbers of processes)")
-        else:
-            self.topology = topology.from_facts([topology.own_facts(self.process)])
-        self._watchdog = None  # this rank's own hang watchdog: names the rank the others wait for
-        if stall_s:
-            self._watchdog = hang_watch.Watchdog(stall_s, rank=self.rank, world_size=self.world_size,
-                                                 in_collective_only=True).start()
-        self._check_loaders = None  # warns when a step trains on a loader every rank reads whole
-        if self.process.distributed:
-            from paratrain.data import unsharded
-
-            unsharded.watch()
-            self._check_loaders = unsharded.check_step
+        # The job's shape from facts every rank agrees on, not from this rank's own numbers
+        # (nodes may run different numbers of processes); the strategy gets the process placed in it.
+        self.topology, self.process = topology.settle(self.process)
+        self.strategy = build_strategy(self.resolved, self.process, self.precision)
+        # Its own hang watchdog (names the rank the others wait for), and loaders every rank reads whole.
+        self._watches = OpenWatches(stall_s, self.rank, self.world_size)
         if seed is not None:
             seed_everything(seed)
 
@@ -214,8 +184,7 @@ class Runtime:
             ConfigError: the optimizer holds parameters that ``setup`` replaced (fsdp)
                 because it was not passed to ``setup``.
         """
-        if self._check_loaders is not None:
-            self._check_loaders()
+        self._watches.check_step()
         mark_progress("optimizer")
         norm = self.strategy.step(optimizer, clip_norm=clip_norm, model=model)
         mark_progress("logging")  # between steps: what the loop does before its next batch
@@ -311,9 +280,10 @@ class Runtime:
         ``num_workers``, ``drop_last``, ``collate_fn``, ``sampler``, ``seed``, ``group_by_length``,
         ``global_order`` with ``grad_accum``: one trajectory at any world size).
         """
-        from paratrain.data import make_loader
+        from paratrain.data import RankPlace, make_loader
 
-        loader = make_loader(self, dataset, batch_size, **options)
+        place = RankPlace(self.rank, self.world_size, self.seed, self.device)
+        loader = make_loader(place, dataset, batch_size, **options)
         if not options.get("exact"):  # a training loader: its epoch ends flush gradient accumulation
             loader.add_position_listener(self.strategy.accumulation)
         loader.add_position_listener(hang_watch.LoaderProgress("evaluation" if options.get("exact") else "forward"))
@@ -331,15 +301,11 @@ class Runtime:
     # ---- loop helpers (paratrain.loop) ------------------------------------------------
     def epochs(self, start: Any, total: int):
         """Epoch numbers from ``start`` (an int, or a resumed state / loader with ``.epoch``) to ``total - 1``."""
-        from paratrain.runtime.progress import epochs
-
-        return epochs(start, total)
+        return rank0_progress.epochs(start, total)
 
     def progress(self, iterable: Any = None, **tqdm_options: Any):
         """A tqdm bar on rank 0 only (when stderr is a terminal, unless ``enabled=``); silent elsewhere."""
-        from paratrain.runtime.progress import progress
-
-        return progress(iterable, **tqdm_options)
+        return rank0_progress.progress(iterable, **tqdm_options)
 
     def preemption(self, save_every_minutes: float | None = None):
         """SIGTERM handling for an own loop, as ``pt.fit`` does it: a context manager.
@@ -367,12 +333,10 @@ class Runtime:
         Raises:
             ConfigError: a stall timeout that is not a positive number.
         """
-        from paratrain.diagnostics.watchdog import DEFAULT_STALL_TIMEOUT_S, NoWatchdog, Watchdog
-
-        if stall_timeout is None and DEFAULT_STALL_TIMEOUT_S == 0:
-            return NoWatchdog()  # the job turned the watchdog off
-        timeout = DEFAULT_STALL_TIMEOUT_S if stall_timeout is None else stall_timeout
-        return Watchdog(timeout, rank=self.rank, world_size=self.world_size, **options)
+        if stall_timeout is None and hang_watch.DEFAULT_STALL_TIMEOUT_S == 0:
+            return hang_watch.NoWatchdog()  # the job turned the watchdog off
+        timeout = hang_watch.DEFAULT_STALL_TIMEOUT_S if stall_timeout is None else stall_timeout
+        return hang_watch.Watchdog(timeout, rank=self.rank, world_size=self.world_size, **options)
 
     def busy(self, phase: str, limit: float | None = None):
         """Context: this rank is in a long phase that the others wait for (evaluation or a
@@ -413,14 +377,8 @@ class Runtime:
         already unreachable, and leaving the group first lets gloo's threads finish
         (:func:`paratrain.runtime.process_group.destroy_process_group`).
         """
-        if getattr(self, "_watchdog", None) is not None:
-            self._watchdog.stop()
-            self._watchdog = None
-        if getattr(self, "_check_loaders", None) is not None:
-            from paratrain.data import unsharded
-
-            self._check_loaders = None
-            unsharded.unwatch()
+        if getattr(self, "_watches", None) is not None:
+            self._watches.stop()
         if getattr(self, "_owns_group", False):
             self._owns_group = False
             gc.collect()
@@ -435,8 +393,6 @@ class Runtime:
         self.close()
 
     def __repr__(self) -> str:
-        return (
-            f"Runtime(rank={self.rank}/{self.world_size}, device={self.device}, backend={self.backend}, "
-            f"strategy={self.strategy.name}, precision={self.precision.name})"
-        )
+        return (f"Runtime(rank={self.rank}/{self.world_size}, device={self.device}, backend={self.backend}, "
+                f"strategy={self.strategy.name}, precision={self.precision.name})")
 

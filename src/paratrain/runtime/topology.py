@@ -128,3 +128,24 @@ def exchange(info: ProcessInfo) -> Topology:
     from paratrain import comm
 
     return from_facts(comm.all_gather_object(own_facts(info)))
+
+
+def settle(info: ProcessInfo) -> tuple[Topology, ProcessInfo]:
+    """The job's :class:`Topology` and ``info`` placed in it (node rank, node count, local size).
+
+    Collective with several processes (:func:`exchange`, then :meth:`Topology.check`); one
+    process sends nothing. Nodes running different numbers of processes are logged once.
+
+    Raises:
+        ConfigError: the nodes were started with different ``--nnodes``.
+    """
+    if not info.distributed:
+        return from_facts([own_facts(info)]), info
+    found = exchange(info)
+    found.check()
+    placed = found.place(info)
+    if found.uneven and placed.is_main:
+        from paratrain import comm
+
+        comm.get_logger().info(f"{found.describe()} (nodes run different numbers of processes)")
+    return found, placed

@@ -20,12 +20,13 @@ from __future__ import annotations
 import abc
 import contextlib
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from paratrain import comm
+from paratrain.env import ProcessInfo
 from paratrain.errors import ConfigError
 from paratrain.strategy.accumulation import GradientAccumulation
 from paratrain.strategy.optimizers import check_trains_current_parameters
@@ -35,7 +36,6 @@ from paratrain.strategy.weights import check_same_weights, replicated_tensors
 
 if TYPE_CHECKING:
     from paratrain.precision import Precision
-    from paratrain.runtime.runtime import Runtime
 
 #: Attribute set on a module once ``setup`` has prepared it (guards a second ``setup``).
 SETUP_MARK = "_paratrain_strategy"
@@ -45,13 +45,15 @@ class Strategy(abc.ABC):
     """One way to run a model over the job's processes.
 
     Args:
-        runtime: the worker's :class:`~paratrain.Runtime` (process, device, precision).
+        process: where this process sits in the job (rank, world size, nodes).
+        device: the device this process computes on.
+        precision: the numbers: ``backward`` and the optimizer step go through it.
         sync_batchnorm: convert BatchNorm layers to synchronised ones in ``setup``.
         compile: ``torch.compile`` the wrapped model in ``setup``.
         **options: strategy-specific, listed in ``option_names``.
 
-    Raises:
-        ConfigError: an option this strategy does not take, or a world size it cannot run.
+    The constructor takes what it is given: :meth:`check` (which ``create_strategy`` and
+    ``runtime.resolve`` call first) refuses options and world sizes the strategy cannot run.
     """
 
     name: ClassVar[str]
@@ -61,33 +63,32 @@ class Strategy(abc.ABC):
     #: through ``torch.distributed.checkpoint`` (one file per rank), not rank 0 alone.
     sharded_state: ClassVar[bool] = False
 
-    def __init__(self, runtime: Runtime, sync_batchnorm: bool = False, compile: bool = False, **options: Any):
-        unknown = sorted(set(options) - set(self.option_names))
-        if unknown:
-            accepted = ", ".join(self.option_names) or "no options"
-            raise ConfigError(f"strategy {self.name!r} does not take {', '.join(unknown)}; it accepts: {accepted}")
-        self.runtime = runtime
+    def __init__(self, process: ProcessInfo, device: torch.device, precision: Precision,
+                 sync_batchnorm: bool = False, compile: bool = False, **options: Any):
+        self.process = process
+        self.device = torch.device(device)
+        self.precision = precision
         self.sync_batchnorm = sync_batchnorm
         self.compile = compile
         self.options = options
         self.accumulation = GradientAccumulation()
         self.guard = SetupGuard()
-        self.check_world_size(runtime.process.world_size)
 
-    @property
-    def precision(self) -> Precision:
-        return self.runtime.precision
-
-    @property
-    def device(self) -> torch.device:
-        return self.runtime.device
-
-    def check_world_size(self, world_size: int) -> None:
-        """Refuse a number of processes this strategy cannot use.
+    @classmethod
+    def check(cls, world_size: int, options: Mapping[str, Any], sync_batchnorm: bool = False,
+              compile: bool = False) -> None:
+        """Refuse options this strategy does not take or cannot use, and a number of processes
+        it cannot run. Needs no process group and no device (the launcher calls it too).
 
         Raises:
-            ConfigError: (subclasses) e.g. ``dp`` with more than one process.
+            ConfigError: an unknown option (lists the accepted ones), a bad option value, or
+                (subclasses) a world size it cannot run, e.g. ``dp`` with more than one process.
+            MissingDependencyError: (subclasses) a package the strategy needs is not installed.
         """
+        unknown = sorted(set(options) - set(cls.option_names))
+        if unknown:
+            accepted = ", ".join(cls.option_names) or "no options"
+            raise ConfigError(f"strategy {cls.name!r} does not take {', '.join(unknown)}; it accepts: {accepted}")
 
     # ---- setup ---------------------------------------------------------------------------
     def setup(self, model: torch.nn.Module, *optimizers: torch.optim.Optimizer):
@@ -127,7 +128,7 @@ class Strategy(abc.ABC):
 
     def _prepare(self, model: torch.nn.Module) -> torch.nn.Module:
         if self.sync_batchnorm:
-            if self.runtime.world_size > 1:
+            if self.process.world_size > 1:
                 model = convert_sync_batchnorm(model, self.device)
             else:
                 warnings.warn(
@@ -261,10 +262,6 @@ class Strategy(abc.ABC):
         """Communication vs compute for a measured optimizer step, in words; None when there is
         nothing to say (one process, or no link measured)."""
         return None
-
-    def load_model_state_dict(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-        """Load a full state dict as :meth:`model_state_dict` returns it. Collective for sharded strategies."""
-        self.unwrap(model).load_state_dict(state)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(options={self.options})"

@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 from paratrain import comm
 from paratrain.errors import ConfigError, DistributedError
 from paratrain.strategy.api import Strategy
+from paratrain.strategy.grad_compression import parse_compression
 from paratrain.strategy.gradient_comm import GradientCommunication
 from paratrain.strategy.unused_parameters import unused_parameters_message
 
@@ -56,12 +57,20 @@ class DDPStrategy(Strategy):
         "grad_compression",
     )
 
-    def __init__(self, runtime, **options):
-        super().__init__(runtime, **options)
+    def __init__(self, process, device, precision, **options):
+        super().__init__(process, device, precision, **options)
         self.gradient_comm = GradientCommunication(
             self.options.get("grad_compression", "none"),
-            num_nodes=runtime.process.num_nodes,
+            num_nodes=process.num_nodes,  # agreed at start-up (runtime/topology.py)
         )
+
+    @classmethod
+    def check(cls, world_size, options, sync_batchnorm=False, compile=False) -> None:
+        """Raises:
+        ConfigError: as :meth:`Strategy.check`; a ``grad_compression`` that is not one of its forms.
+        """
+        super().check(world_size, options, sync_batchnorm, compile)
+        parse_compression(options.get("grad_compression", "none"))
 
     def wrap(self, module: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> torch.nn.Module:
         if not comm.is_initialized():
@@ -74,7 +83,6 @@ class DDPStrategy(Strategy):
         kwargs.update((k, v) for k, v in self.options.items() if k != "grad_compression")
         if self.device.type == "cuda":
             kwargs.update(device_ids=[self.device.index], output_device=self.device.index)
-        self.gradient_comm.num_nodes = self.runtime.process.num_nodes  # agreed at start-up (runtime/topology.py)
         self.gradient_comm.choose(module)  # the link is measured over the default group, DDP's
         bucket_cap_mb = self.gradient_comm.ddp_bucket_cap_mb(dist.get_backend(), kwargs.get("bucket_cap_mb"))
         if bucket_cap_mb is not None:

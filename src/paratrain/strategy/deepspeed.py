@@ -15,21 +15,17 @@ ZeRO stage. On CPU DeepSpeed runs on gloo (its CPU accelerator).
 from __future__ import annotations
 
 import argparse
-
 import contextlib
+import importlib.util
 from typing import Any
 
 import torch
 
-from paratrain.errors import ConfigError, require
+from paratrain.errors import ConfigError, MissingDependencyError, require
 from paratrain.strategy.api import Strategy
 from paratrain.strategy.deepspeed_state import ZeroStateAccess
 
-_PRECISION_CONFIG = {
-    "32-true": {},
-    "bf16-mixed": {"bf16": {"enabled": True}},
-    "fp16-mixed": {"fp16": {"enabled": True}},
-}
+_NEEDS = ("deepspeed", "deepspeed", "strategy 'deepspeed'")  # module, paratrain extra, what needs it
 
 
 class DeepSpeedStrategy(Strategy):
@@ -46,18 +42,29 @@ class DeepSpeedStrategy(Strategy):
     name = "deepspeed"
     option_names = ("zero_stage", "gradient_clipping", "config")
 
-    def __init__(self, runtime, **options: Any):
-        self.deepspeed = require("deepspeed", "deepspeed", "strategy 'deepspeed'")
-        super().__init__(runtime, **options)
-        stage = self.options.get("zero_stage", 2)
+    def __init__(self, process, device, precision, **options: Any):
+        self.deepspeed = require(*_NEEDS)
+        super().__init__(process, device, precision, **options)
+
+    @classmethod
+    def check(cls, world_size, options, sync_batchnorm=False, compile=False) -> None:
+        """Raises:
+        MissingDependencyError: deepspeed is not installed (found without importing it).
+        ConfigError: as :meth:`Strategy.check`; a bad ZeRO stage, accumulation set in the
+            config, or ``sync_batchnorm``/``compile``.
+        """
+        if importlib.util.find_spec(_NEEDS[0]) is None:
+            raise MissingDependencyError(*_NEEDS)
+        super().check(world_size, options, sync_batchnorm, compile)
+        stage = options.get("zero_stage", 2)
         if stage not in (1, 2, 3):
             raise ConfigError(f"deepspeed zero_stage must be 1, 2 or 3, got {stage!r}")
-        if (self.options.get("config") or {}).get("gradient_accumulation_steps", 1) != 1:
+        if (options.get("config") or {}).get("gradient_accumulation_steps", 1) != 1:
             raise ConfigError(
                 "do not set gradient_accumulation_steps in the deepspeed config; "
                 "use rt.accumulate(model, steps=N), which drives the engine's accumulation boundary"
             )
-        if self.sync_batchnorm or self.compile:
+        if sync_batchnorm or compile:
             raise ConfigError(
                 "sync_batchnorm and compile are not supported with strategy 'deepspeed'; "
                 "use strategy='ddp' or 'fsdp' for them"
@@ -74,7 +81,7 @@ class DeepSpeedStrategy(Strategy):
             # Always explicit: DeepSpeed's own default (1.0 in 0.19) would clip every run at
             # norm 1 unasked, and it leaves the path of ddp at the first larger gradient.
             "gradient_clipping": float(self.options.get("gradient_clipping") or 0.0),
-            **_PRECISION_CONFIG[self.precision.name],
+            **self.precision.deepspeed_config,
         }
         config.update(self.options.get("config") or {})
         return config
@@ -179,11 +186,6 @@ class DeepSpeedStrategy(Strategy):
         """Whole fp32 weights by name. Collective (ZeRO gathers the partitions)."""
         access = self.state_access()
         return access.model_state(access.module)
-
-    def load_model_state_dict(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-        """Load whole weights into the module and the fp32 masters. Collective."""
-        access = self.state_access()
-        access.load_model(access.module, state)
 
     def unwrap_wrapper(self, model: torch.nn.Module) -> torch.nn.Module:
         return getattr(model, "module", model) if model is getattr(self, "engine", None) else model

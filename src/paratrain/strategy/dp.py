@@ -17,10 +17,12 @@ from paratrain.strategy.api import Strategy
 class DataParallelStrategy(Strategy):
     name = "dp"
 
-    def check_world_size(self, world_size: int) -> None:
+    @classmethod
+    def check(cls, world_size, options, sync_batchnorm=False, compile=False) -> None:
         """Raises:
-        ConfigError: more than one process (DataParallel already uses every GPU from one).
+        ConfigError: as :meth:`Strategy.check`; more than one process (DataParallel already uses every GPU from one).
         """
+        super().check(world_size, options, sync_batchnorm, compile)
         if world_size > 1:
             raise ConfigError(
                 f"strategy 'dp' runs one process over all GPUs, but this job has {world_size} processes; "

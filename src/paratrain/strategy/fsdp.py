@@ -49,16 +49,19 @@ class FSDPStrategy(Strategy):
     option_names = ("wrap_modules", "min_params", "reshard_after_forward")
     sharded_state = True
 
-    def check_world_size(self, world_size: int) -> None:
+    @classmethod
+    def check(cls, world_size, options, sync_batchnorm=False, compile=False) -> None:
         """Raises:
-        ConfigError: one process (there is nothing to shard over).
+        ConfigError: as :meth:`Strategy.check`; one process (there is nothing to shard over);
+            a ``min_params`` that is not a positive integer.
         """
+        super().check(world_size, options, sync_batchnorm, compile)
         if world_size < 2:
             raise ConfigError(
                 "strategy 'fsdp' shards the model over processes, and this job has one; "
                 "launch >= 2 (paratrain run --nproc-per-node 2 ...) or use strategy='single'"
             )
-        min_params = self.options.get("min_params")
+        min_params = options.get("min_params")
         if min_params is not None and (isinstance(min_params, bool) or not isinstance(min_params, int) or min_params < 1):
             raise ConfigError(f"fsdp min_params must be a positive integer, got {min_params!r}")
 
@@ -78,7 +81,7 @@ class FSDPStrategy(Strategy):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        mesh = init_device_mesh(self.device.type, (self.runtime.world_size,))
+        mesh = init_device_mesh(self.device.type, (self.process.world_size,))
         settings = {
             "mesh": mesh,
             "mp_policy": self.precision.fsdp_policy(),
@@ -145,15 +148,6 @@ class FSDPStrategy(Strategy):
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_model_state_dict(self.unwrap(model), options=options)
 
-    def load_model_state_dict(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-        """Rank 0's full ``state`` is scattered into the shards (others may pass ``{}``). Collective."""
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-        )
-
-        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-        set_model_state_dict(self.unwrap(model), state, options=options)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from paratrain.arguments import option
+from paratrain.arguments import option, option_field
 from paratrain.errors import ConfigError
 from paratrain.strategy.optimizer_kernels import kernel_options
 
@@ -48,11 +48,13 @@ class TaskOptions:
         max_len: longest input in tokens (text tasks).
     """
 
-    data: str | None = None
-    model_path: str | None = None
-    limit_train: int | None = None
-    limit_eval: int | None = None
-    max_len: int | None = None
+    # Each field is also a flag of `paratrain train` (cli/config_flags.py).
+    data: str | None = option_field(None, "directory with the task's data files (mnist: the IDX files)", metavar="DIR")
+    model_path: str | None = option_field(None, "local pretrained model directory (text-cls: BERT + tokenizer)",
+                                          metavar="DIR")
+    limit_train: int | None = option_field(None, "use only the first N training samples", metavar="N")
+    limit_eval: int | None = option_field(None, "use only the first N dev samples", metavar="N")
+    max_len: int | None = option_field(None, "longest input in tokens (text-cls, default 96)", metavar="N")
 
     def __post_init__(self) -> None:
         for name in ("limit_train", "limit_eval", "max_len"):

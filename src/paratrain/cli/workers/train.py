@@ -23,35 +23,13 @@ def build_run(args: argparse.Namespace):
     Raises:
         ConfigError: unknown task, a task file that does not load, or a bad option value.
     """
+    from paratrain.cli.config_flags import config_from_args
     from paratrain.loop.config import FitConfig
     from paratrain.tasks.api import TaskOptions
     from paratrain.tasks.task_ref import resolve_task
 
-    options = TaskOptions(
-        data=args.data, model_path=args.model_path, limit_train=args.limit_train,
-        limit_eval=args.limit_eval, max_len=args.max_len,
-    )
-    task = resolve_task(args.task, options)
-    given = {
-        name: getattr(args, name)
-        for name in ("epochs", "max_steps", "batch_size", "eval_batch_size", "lr", "weight_decay", "warmup",
-                     "schedule", "grad_accum", "clip_norm", "eval_every", "metric", "patience", "save_every",
-                     "keep_last", "log_every", "check_sync_every", "strategy", "zero_stage", "grad_compression",
-                     "precision", "seed", "num_workers", "save_every_minutes", "on_nonfinite", "max_nonfinite_skips")
-        if getattr(args, name) is not None
-    }
-    config = FitConfig(
-        **given,
-        eval_per_epoch=not args.no_eval_per_epoch,
-        sync_batchnorm=args.sync_bn,
-        group_by_length=not args.no_group_by_length,
-        compile=args.compile, fused_optimizer=not args.no_fused_optimizer, tf32=not args.no_tf32,
-        out_dir=args.out,
-        progress=False if args.no_progress else None,
-        **({"stall_timeout": args.stall_timeout or None} if args.stall_timeout is not None else {}),
-        tensorboard=False if args.no_tensorboard else None,
-    )
-    return task, config
+    task = resolve_task(args.task, config_from_args(TaskOptions, args))
+    return task, config_from_args(FitConfig, args)
 
 
 def main(argv: list[str] | None = None) -> int:

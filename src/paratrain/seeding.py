@@ -4,6 +4,8 @@ The classic DDP tutorials seed every rank alike and then sync weights through a 
 paratrain seeds alike (identical init) and *also* broadcasts weights in ``setup``, while data
 augmentation and loader workers draw from :func:`rank_seed` so ranks do not feed
 the same random crops.
+
+A leaf module: the data layer (loader worker seeds) and the Runtime (``seed=``) both use it.
 """
 
 from __future__ import annotations
