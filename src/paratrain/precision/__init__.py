@@ -45,11 +45,4 @@ def check_precision(name: str, device: torch.device | None = None) -> None:
         PRECISIONS[name].check_device(device)
 
 
-def check_precision_name(name: str) -> None:
-    """Raises:
-    ConfigError: ``name`` is not a registered precision (lists them).
-    """
-    check_precision(name)
-
-
-__all__ = ["PRECISIONS", "Precision", "check_precision", "check_precision_name", "create_precision"]
+__all__ = ["PRECISIONS", "Precision", "check_precision", "create_precision"]
