@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 
 MANUAL = """\
@@ -52,7 +51,7 @@ def register(subparsers) -> None:
 
 def handler(args: argparse.Namespace) -> int:
     from paratrain.cli import doctor
-    from paratrain.launch.config import LaunchConfig, parse_nnodes, parse_nproc
+    from paratrain.launch.config import parse_nnodes, parse_nproc
 
     nproc = parse_nproc(args.nproc_per_node or "1")
     _, max_nodes = parse_nnodes(args.nnodes or "1")
