@@ -29,12 +29,13 @@ from pathlib import Path
 from paratrain.diagnostics.failure_report import oom_kill_count
 from paratrain.env.no_restart import END_SIGNAL
 from paratrain.env.torchelastic import LAUNCHER_PID_VAR, LINE_PREFIX_VAR, PROGRESS_TTY_VAR
-from paratrain.errors import LaunchError, PreemptedError
+from paratrain.errors import LaunchError
 from paratrain.launch import network, whole_lines, worker_site
 from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, LaunchConfig
 from paratrain.launch.environ import scoped_environ
 from paratrain.launch.failures import ended_without_restart, script_failure, workers_recorded
-from paratrain.launch.legacy import local_rank_argument, parses_local_rank
+from paratrain.launch.launch_errors import exit_hint, is_rendezvous_error, lost_node, rendezvous_error, stopped_by
+from paratrain.launch.legacy import local_rank_argument
 from paratrain.launch.rendezvous_wait import RendezvousWait, awaited
 from paratrain.launch.torch_logs import torch_log_level
 
@@ -274,8 +275,8 @@ def launch(config: LaunchConfig) -> int:
             torchrun.main(argv)
         except ChildFailedError as exc:
             error = script_failure(
-                exc, lambda local_rank: _log_file(log_dir, run_id, local_rank), lambda code: _hint(config, code),
-                oom_kills_before, lambda ranks, peer: _lost_node(config, ranks, peer),
+                exc, lambda local_rank: _log_file(log_dir, run_id, local_rank), lambda code: exit_hint(config, code),
+                oom_kills_before, lambda ranks, peer: lost_node(config, ranks, peer),
                 lambda rank: worker_site.stacks_at_stop(stacks_dir, rank),
             )
             _drop_scratch(config, log_dir, keep=error.report.first.log is not None)
@@ -284,14 +285,14 @@ def launch(config: LaunchConfig) -> int:
             if exc.sigval == END_SIGNAL:
                 error = ended_without_restart(_log_root(log_dir, run_id))
             else:
-                error = _stopped(exc.sigval, preempted=workers_recorded(_log_root(log_dir, run_id), "PreemptedError"))
+                error = stopped_by(exc.sigval, preempted=workers_recorded(_log_root(log_dir, run_id), "PreemptedError"))
             _drop_scratch(config, log_dir)
             raise _with_exit_code_mode(config, error) from None
         except Exception as exc:
             _drop_scratch(config, log_dir)
-            if not _is_rendezvous_error(exc):
+            if not is_rendezvous_error(exc):
                 raise
-            raise _with_exit_code_mode(config, _rendezvous_error(config, port, exc)) from None
+            raise _with_exit_code_mode(config, rendezvous_error(config, _rendezvous_where(config, port), exc)) from None
         finally:
             if previous_end is not None:
                 signal.signal(END_SIGNAL, previous_end)
@@ -330,86 +331,10 @@ def _with_exit_code_mode(config: LaunchConfig, error: LaunchError) -> LaunchErro
     return error
 
 
-def _is_rendezvous_error(exc: BaseException) -> bool:
-    import torch.distributed as dist
-    from torch.distributed.elastic.rendezvous import RendezvousError
-
-    return isinstance(exc, (dist.DistError, RendezvousError, TimeoutError, ConnectionError))
-
-
-def _rendezvous_error(config: LaunchConfig, port: int | None, exc: BaseException) -> LaunchError:
-    where = (
-        f"{config.rendezvous_host or network.LOOPBACK}:{port}"
-        if config.rdzv_backend == "static"
-        else rendezvous_endpoint(config)
-    )
-    cause = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    if "waiting for clients" in cause:  # node 0's store: not every node connected
-        return LaunchError(
-            f"the rendezvous at {where} timed out after {config.rdzv_timeout}s ({cause}); start every node "
-            f"(--node-rank 0 to {config.max_nodes - 1}) with the same --master-addr/--master-port and "
-            f"--nnodes {config.max_nodes}, "
-            "or raise --rdzv-timeout"
-        )
-    return LaunchError(
-        f"the rendezvous at {where} failed ({type(exc).__name__}: {cause}); check that node 0 runs, with the same "
-        f"--nnodes {config.min_nodes if config.min_nodes == config.max_nodes else f'{config.min_nodes}:{config.max_nodes}'}, and that "
-        f"every node reaches {where} (paratrain doctor), or raise --rdzv-timeout"
-    )
-
-
-def _hint(config: LaunchConfig, exitcode: int) -> str:
-    # 2 is argparse's exit code: a legacy script that did not get its --local_rank.
-    if exitcode == 2 and not config.legacy_local_rank and parses_local_rank(config.target, config.module):
-        return "the script parses --local_rank itself: add --legacy-local-rank"
-    return ""
-
-
-def _lost_node(config: LaunchConfig, failed: list[int], peer: str | None) -> str:
-    """Every failed rank of this node lost its peers: on several nodes, another node is gone."""
-    if not config.multi_node:
-        return ""
-    # The other node's ranks are not named: it may run another number of processes than this one.
-    if config.rdzv_backend == "static" and config.max_nodes == 2:
-        lost = f"node {1 - config.node_rank}"
-    else:
-        lost = "another node"
-    return (
-        f"every rank of this node ({_span(failed)}) lost its peers at once: {lost}"
-        + (f" at {peer}" if peer else "")
-        + " died or became unreachable; check that host, then start every node again "
-        "(or launch with --nnodes MIN:MAX --max-restarts K to let the remaining nodes go on without it)"
-    )
-
-
-def _span(ranks: list[int]) -> str:
-    return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)) \
-        else ", ".join(map(str, ranks))
-
-
-def _stopped(sigval, preempted: bool = False) -> LaunchError:
-    """The launcher got a signal; the agent has passed it to the workers and waited for them.
-
-    SIGTERM is how SLURM and Kubernetes preempt: pt.fit, ``paratrain train`` and loops using
-    ``rt.preemption()`` finish their step, save, and record a PreemptedError before they exit
-    (``preempted``); then the launcher says "preempted" and exits 75. Workers that recorded
-    nothing (plain scripts) were stopped where they were: 128+15, as a shell reports SIGTERM.
-    """
-    if sigval == signal.SIGTERM and preempted:
-        stopped = LaunchError(
-            "preempted by SIGTERM: the workers finished their step and saved; run the same command again to resume"
-        )
-        stopped.exit_code = PreemptedError.exit_code
-        return stopped
-    if sigval == signal.SIGINT:  # Ctrl-C: pt.fit and paratrain train save as on SIGTERM; exit 130 as a shell reports it
-        what = "the workers finished their step and saved; run the same command again to resume" if preempted \
-            else "the workers were stopped too"
-        stopped = LaunchError(f"interrupted by SIGINT (Ctrl-C): {what}")
-        stopped.exit_code = 130
-        return stopped
-    stopped = LaunchError(f"stopped by {sigval.name}; the workers were stopped too")
-    stopped.exit_code = 128 + int(sigval)
-    return stopped
+def _rendezvous_where(config: LaunchConfig, port: int | None) -> str:
+    if config.rdzv_backend == "static":
+        return f"{config.rendezvous_host or network.LOOPBACK}:{port}"
+    return rendezvous_endpoint(config)
 
 
 def _log_root(log_dir: str | None, run_id: str) -> Path | None:
