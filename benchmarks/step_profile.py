@@ -97,7 +97,7 @@ def parent(args: argparse.Namespace) -> None:
     from paratrain.tasks import task_ref
     from paratrain.bench.methods import METHODS
     from paratrain.bench.record import save_weights
-    from paratrain.bench.session import method_env
+    from paratrain.bench.settings import method_env
     from paratrain.bench.spec import BenchSpec
     from paratrain.tasks.api import TaskOptions
 

@@ -8,7 +8,7 @@ import pytest
 
 from paratrain.bench.machine import detect_machine
 from paratrain.bench.methods import METHODS
-from paratrain.bench.session import check_nproc
+from paratrain.bench.settings import check_nproc
 from paratrain.cli.main import main
 from paratrain.errors import ConfigError
 

@@ -218,7 +218,7 @@ def test_a_micro_batch_candidate_trains_what_the_default_trains(tmp_path):
     from paratrain.bench.methods import METHODS
     from paratrain.bench.parity import TOLERANCE, loss_parity
     from paratrain.bench.record import save_weights
-    from paratrain.bench.session import method_env
+    from paratrain.bench.settings import method_env
     from paratrain.bench.spec import BenchSpec
     from paratrain.tasks.api import TaskOptions
     from paratrain.tasks.registry import create_task

@@ -30,7 +30,8 @@ from paratrain.bench.methods import Method
 from paratrain.bench.record import FINAL_WEIGHTS, save_weights
 from paratrain.bench.rounds import check_rounds, steps_for_min_time
 from paratrain.bench.runner import ProgressLine, run_tree
-from paratrain.bench.session import Bench, method_env
+from paratrain.bench.session import Bench
+from paratrain.bench.settings import method_env
 from paratrain.bench.spec import BenchSpec
 from paratrain.bench.tune import (HOPELESS, Choices, Config, Outcome, Search, available_choices, choose, confirmed, default_config,
                                   estimate_next_s, fit_call, fits_budget, hopeless, runtime_call, train_command)

@@ -144,7 +144,8 @@ def handler(args: argparse.Namespace) -> int:
             print(f"  {method.name:<17} {method.summary}" + (f"  [{method.missing()}]" if method.missing() else ""))
         return 0
     from paratrain.tasks import task_ref
-    from paratrain.bench.session import Bench, BenchSettings, parse_timeouts
+    from paratrain.bench.session import Bench
+    from paratrain.bench.settings import BenchSettings, parse_timeouts
     from paratrain.tasks.api import TaskOptions
 
     if args.tune:
@@ -207,7 +208,8 @@ def check_tune_options(args: argparse.Namespace) -> None:
 def tune(args: argparse.Namespace) -> int:
     """``paratrain bench --tune --budget MINUTES``: the fastest settings of the task within the budget."""
     from paratrain.tasks import task_ref
-    from paratrain.bench.session import Bench, BenchSettings, parse_timeouts
+    from paratrain.bench.session import Bench
+    from paratrain.bench.settings import BenchSettings, parse_timeouts
     from paratrain.bench.tune import check_budget
     from paratrain.bench.tune_session import Tune
     from paratrain.tasks.api import TaskOptions
