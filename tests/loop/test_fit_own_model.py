@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import paratrain as pt
-from tests.loop.workers import fit_own, fit_own_cases
+from tests.loop.workers import fit_own, fit_own_cases, fit_own_runs
 
 
 def test_a_tie_keeps_the_earliest_best_everywhere_it_is_reported(tmp_path):
@@ -46,27 +46,31 @@ def test_shapes_that_cannot_train_are_named_before_the_first_step():
 
 def test_a_resume_with_another_batch_size_dev_set_or_model_is_refused(tmp_path):
     out = str(tmp_path / "run")
-    first = pt.spawn(fit_own, 2, args=(out, "plain", {"epochs": 2, "batch_size": 8}), timeout=180)
+    # One job runs the five fits one after another, as five scripts would (each fit makes and closes
+    # its own group): the last one resumes from what the first saved, past the three refused.
+    first, other_batch, other_dev, other_model, same = pt.spawn(fit_own_runs, 2, args=([
+        (out, "plain", {"epochs": 2, "batch_size": 8}),
+        (out, "plain", {"epochs": 4, "batch_size": 4}),
+        (out, "plain", {"epochs": 4, "batch_size": 8, "dev": 12}),
+        # Every pt.fit(model) run is task "model": the model itself tells them apart (before: a
+        # CheckpointError after building everything, offering strict=False).
+        (out, "mlp", {"epochs": 4, "batch_size": 8}),
+        (out, "plain", {"epochs": 4, "batch_size": 8}),
+    ],), timeout=300)
     assert first["steps"] == 8
-    other_batch = pt.spawn(fit_own, 2, args=(out, "plain", {"epochs": 4, "batch_size": 4}), timeout=180)
     assert "was trained with batch_size=8 × accumulation 1, this one has batch_size=4 × 1" in other_batch["error"]
-    other_dev = pt.spawn(fit_own, 2, args=(out, "plain", {"epochs": 4, "batch_size": 8, "dev": 12}), timeout=180)
     assert "the dev set has 12 samples, the run in" in other_dev["error"] and "evaluated on 16" in other_dev["error"]
-    # Every pt.fit(model) run is task "model": the model itself tells them apart (before: a CheckpointError
-    # after building everything, offering strict=False).
-    other_model = pt.spawn(fit_own, 2, args=(out, "mlp", {"epochs": 4, "batch_size": 8}), timeout=180)
     assert other_model["error"].startswith("ConfigError: ") and "\n" not in other_model["error"], other_model
     assert "holds a run of another model, torch.nn.modules.linear.Linear" in other_model["error"]
     assert "this one is torch.nn.modules.container.Sequential" in other_model["error"]
     assert "fresh=True" in other_model["error"] and "strict" not in other_model["error"]
-    same = pt.spawn(fit_own, 2, args=(out, "plain", {"epochs": 4, "batch_size": 8}), timeout=180)
     assert same["resumed_from_step"] == 8 and same["steps"] == 16 and same["epochs_done"] == 4
 
 
 def test_find_unused_parameters_is_an_option_of_pt_fit():
     # Before: reachable only through runtime=pt.Runtime(...), although DDP's error told users to pass it.
-    results = pt.spawn(fit_own_cases, 2, args=(["unused"], {"epochs": 2, "batch_size": 8, "find_unused_parameters": True}),
-                       timeout=240)
-    assert results["unused"]["steps"] == 8, results["unused"]
-    refused = pt.spawn(fit_own_cases, 2, args=(["unused"], {"epochs": 2, "batch_size": 8}), timeout=240)
-    assert "pass find_unused_parameters=True (to pt.fit" in refused["unused"]["error"], refused["unused"]
+    options = {"epochs": 2, "batch_size": 8}
+    trained, refused = pt.spawn(fit_own_runs, 2, args=([(None, "unused", {**options, "find_unused_parameters": True}),
+                                                        (None, "unused", options)],), timeout=240)
+    assert trained["steps"] == 8, trained
+    assert "pass find_unused_parameters=True (to pt.fit" in refused["error"], refused

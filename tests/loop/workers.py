@@ -138,6 +138,12 @@ def fit_own_cases(cases: list[str], options: dict) -> dict:
     return {case: fit_own(None, case, options) for case in cases}
 
 
+def fit_own_runs(runs: list[tuple[str | None, str, dict]]) -> list[dict]:
+    """:func:`fit_own` for each ``(out_dir, case, options)`` in turn, in one job: the runs one
+    would start one after another, without a job start (torch's import) for each."""
+    return [fit_own(out_dir, case, options) for out_dir, case, options in runs]
+
+
 class SigtermInFinalEval(pt.Callback):
     """SIGTERM to rank 1 only, during the evaluation after the last step (as the launcher's
     SIGTERM reaches a worker that is already finishing)."""
