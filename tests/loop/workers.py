@@ -138,11 +138,6 @@ def fit_own(out_dir: str | None, case: str, options: dict) -> dict:
     return result.to_dict()
 
 
-def fit_own_cases(cases: list[str], options: dict) -> dict:
-    """:func:`fit_own` for each case in turn, in one job (each fit makes and closes its own group)."""
-    return {case: fit_own(None, case, options) for case in cases}
-
-
 def fit_own_runs(runs: list[tuple[str | None, str, dict]]) -> list[dict]:
     """:func:`fit_own` for each ``(out_dir, case, options)`` in turn, in one job: the runs one
     would start one after another, without a job start (torch's import) for each."""
