@@ -15,31 +15,32 @@ SHARED_GROUPS = {"slurm": ("tests/env/test_slurm.py", "tests/env/test_mpi.py")}
 _GROUP_OF_FILE = {path: group for group, paths in SHARED_GROUPS.items() for path in paths}
 
 
-#: The longest files (seconds per file on two cores, 2026-11-23), handed to the workers first so
-#: that the run does not end with one worker alone on a long file while the other idles. The
-#: rest follow in collection order. (pyproject's ``--no-loadscope-reorder`` keeps this order;
+#: The longest files (seconds per file on two cores; 2026-11-23, and the files made cheaper on
+#: 2026-11-25 re-estimated from their time and CPU time before and after), handed to the workers
+#: first so that the run does not end with one worker alone on a long file while the other idles.
+#: The rest follow in collection order. (pyproject's ``--no-loadscope-reorder`` keeps this order;
 #: xdist would otherwise sort the groups by their number of tests.)
 LONGEST_FIRST = (
-    "tests/diagnostics/test_stall_positions.py",  # ~120: a stalled rank at each position of a step
     "tests/migrate/test_examples.py",  # 129
-    "tests/loop/test_rerun_soak.py",  # ~90: eight runs of the command, seven of them interrupted
-    "tests/launch/test_torchrun_compat.py",  # ~60: every case under torchrun and under paratrain run
-    "tests/launch/test_node_mismatch.py",  # ~70: two launchers of uneven or mismatched nodes
     "tests/diagnostics/test_auto_resume.py",  # 117
-    "tests/env/test_slurm.py",  # 105 with test_mpi.py (one group)
     "tests/cli/test_train.py",  # 106
+    "tests/env/test_slurm.py",  # 105 with test_mpi.py (one group)
+    "tests/loop/test_rerun_soak.py",  # ~90: eight runs of the command, seven of them interrupted
+    "tests/loop/test_elastic_trajectory.py",  # ~90 of CPU
     "tests/diagnostics/test_two_hosts.py",  # 85
-    "tests/cli/test_predict.py",  # 72
     "tests/diagnostics/test_hostile_inputs.py",  # 72
+    "tests/diagnostics/test_stall_positions.py",  # ~70: a stalled rank at each position of a step (3 ranks)
+    "tests/launch/test_node_mismatch.py",  # ~70: two launchers of uneven or mismatched nodes
+    "tests/cli/test_predict.py",  # ~69
     "tests/diagnostics/test_preemption.py",  # 68
     "tests/checkpoint/test_deepspeed.py",  # 65
     "tests/strategy/test_grad_compression_multi.py",  # 63
-    "tests/bench/test_bench.py",  # 54
-    "tests/loop/test_fit_multi.py",  # 54
+    "tests/launch/test_torchrun_compat.py",  # ~60: every case under torchrun and under paratrain run
     "tests/loop/test_run_directory.py",  # ~60
-    "tests/loop/test_fit_own_model.py",  # ~45
     "tests/launch/test_elastic_rejoin.py",  # ~60: a node killed, then started again
+    "tests/bench/test_bench.py",  # 54
     "tests/cli/test_own_task.py",  # ~50
+    "tests/loop/test_fit_multi.py",  # ~45
     "tests/loop/test_fit_seed.py",  # ~45
     "tests/launch/test_no_restart.py",  # ~40: two nodes, one on a disk of its own
     "tests/launch/test_reachability.py",  # ~30: a second network namespace

@@ -49,6 +49,17 @@ def _resume_and_save(rt, resume_dir: str, final_dir: str) -> dict:
     }
 
 
+def resume_and_save_stages(stages: list[int], root: str) -> dict:
+    """:func:`resume_and_save` at each ZeRO stage in turn, in ``root``/resume<stage> and
+    ``root``/final<stage>: one job start (torch's and DeepSpeed's import) for all of them."""
+    group = pt.Runtime(strategy="ddp", seed=SEED)  # owns the process group the engines share
+    try:
+        return {stage: resume_and_save(stage, f"{root}/resume{stage}", f"{root}/final{stage}") for stage in stages}
+    finally:
+        gc.collect()
+        group.close()
+
+
 def load(stage: int, directory: str) -> dict:
     """Load ``directory``'s newest checkpoint at ZeRO ``stage`` on this world size, then train a step."""
     return _in_zero(stage, _load, directory)

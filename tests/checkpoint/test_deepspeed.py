@@ -21,11 +21,7 @@ from tests.checkpoint import deepspeed_workers  # noqa: E402
 @pytest.fixture(scope="module")
 def zero_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("zero")
-    return root, {
-        stage: pt.spawn(deepspeed_workers.resume_and_save, 2,
-                        args=(stage, str(root / f"resume{stage}"), str(root / f"final{stage}")))
-        for stage in (2, 3)
-    }
+    return root, pt.spawn(deepspeed_workers.resume_and_save_stages, 2, args=([2, 3], str(root)))
 
 
 @pytest.mark.parametrize("stage", [2, 3])

@@ -18,11 +18,16 @@ def _run(cli_env, *words: str) -> subprocess.CompletedProcess:
     return result
 
 
-def _predict_json(capsys, out: Path) -> list[dict]:
-    """``paratrain predict --json`` in this process (the real CLI run is shown once, above it)."""
+def _predict(capsys, out: Path, *flags: str) -> str:
+    """``paratrain predict`` in this process: a fresh read of what the training processes saved
+    (the console script's own start is tests/cli/test_own_task.py's)."""
     capsys.readouterr()
-    assert main(["predict", "--json", str(out), *TEXTS]) == 0
-    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert main(["predict", *flags, str(out), *TEXTS]) == 0
+    return capsys.readouterr().out
+
+
+def _predict_json(capsys, out: Path) -> list[dict]:
+    return [json.loads(line) for line in _predict(capsys, out, "--json").splitlines()]
 
 
 def test_text_cls_slice_on_two_processes_reports_and_predict_labels_texts(tmp_path, cli_env, capsys):
@@ -35,10 +40,10 @@ def test_text_cls_slice_on_two_processes_reports_and_predict_labels_texts(tmp_pa
     assert summary["world_size"] == 2 and summary["best_metrics"]["samples"] == 64
     assert (out / "vocab.json").exists() and json.loads((out / "task.json").read_text())["task"] == "text-cls"
 
-    shown = _run(cli_env, "predict", str(out), *TEXTS)
+    shown = _predict(capsys, out)
     for text in TEXTS:
-        assert f"text:        {text}" in shown.stdout
-    assert shown.stdout.count("label:       ") == 2 and shown.stdout.count("probability: ") == 2
+        assert f"text:        {text}" in shown
+    assert shown.count("label:       ") == 2 and shown.count("probability: ") == 2
     predictions = _predict_json(capsys, out)
     assert [p["text"] for p in predictions] == TEXTS
     for prediction in predictions:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import paratrain as pt
-from tests.loop.workers import digits_uneven_eval, seg
+from tests.loop.workers import digits_uneven_eval, seg_runs
 
 
 def test_seg_trains_on_two_ranks_with_and_without_sync_batchnorm():
-    plain, synced = pt.spawn(seg, 2, args=(False,)), pt.spawn(seg, 2, args=(True,))
+    plain, synced = pt.spawn(seg_runs, 2, args=([False, True],))  # one job, two fits: one torch start
     for result in (plain, synced):
         assert result["world_size"] == 2 and result["steps"] == 16  # 64 samples / (2 ranks × 4) × 2 epochs
         assert result["metric"] == "miou" and math.isfinite(result["best_metrics"]["miou"])

@@ -25,6 +25,11 @@ def seg(sync_batchnorm: bool) -> dict:
     return {**result.to_dict(), "batchnorm_layers": kinds.layers, "batchnorm_kinds": kinds.kinds}
 
 
+def seg_runs(sync_batchnorm: list[bool]) -> list[dict]:
+    """:func:`seg` for each setting in turn, in one job (each fit makes and closes its own group)."""
+    return [seg(value) for value in sync_batchnorm]
+
+
 def digits_uneven_eval(strategy: str) -> dict:
     """Dev shards of 23 and 22 samples in batches of 22: rank 0 runs 2 eval batches, rank 1 runs 1."""
     result = pt.fit("digits", task_options=TaskOptions(limit_train=128, limit_eval=45), max_steps=4, batch_size=16,
@@ -133,9 +138,10 @@ def fit_own(out_dir: str | None, case: str, options: dict) -> dict:
     return result.to_dict()
 
 
-def fit_own_cases(cases: list[str], options: dict) -> dict:
-    """:func:`fit_own` for each case in turn, in one job (each fit makes and closes its own group)."""
-    return {case: fit_own(None, case, options) for case in cases}
+def fit_own_runs(runs: list[tuple[str | None, str, dict]]) -> list[dict]:
+    """:func:`fit_own` for each ``(out_dir, case, options)`` in turn, in one job: the runs one
+    would start one after another, without a job start (torch's import) for each."""
+    return [fit_own(out_dir, case, options) for out_dir, case, options in runs]
 
 
 class SigtermInFinalEval(pt.Callback):
