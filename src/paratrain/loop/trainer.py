@@ -183,7 +183,7 @@ class Trainer:
             )
             resumed_from = self.checkpoints.resume()
             if resumed_from:
-                check_resumable(self.state, c.batch_size, c.grad_accum, len(eval_data), self.out_dir)
+                check_resumable(self.state, c.batch_size, c.grad_accum, len(eval_data), self.out_dir, self.train_loader)
                 # The saved global batch is kept on any world size: count the steps with it.
                 self.steps_per_epoch = self.train_loader.global_batches_per_epoch
                 self.total_steps = c.max_steps or c.epochs * self.steps_per_epoch
