@@ -6,7 +6,7 @@ it is split as 1 × 3 × 4 and 3 × 2 × 2; resumed on 4 with batch 1 × accumul
 of the same global batch, asked for), as 4 × 1 × 3. Each epoch ends with a short global batch of
 5 samples, split unevenly (weighted by sample count). The stop falls mid-epoch. ddp, fsdp and
 deepspeed ZeRO-2 (which divides the loss by its accumulation cycle itself) are compared with the
-one uninterrupted ddp run.
+one uninterrupted ddp run. About 3 minutes on 2 cores (13 jobs of 1 to 4 processes).
 """
 
 from __future__ import annotations
