@@ -21,18 +21,19 @@ _GROUP_OF_FILE = {path: group for group, paths in SHARED_GROUPS.items() for path
 #: The rest follow in collection order. (pyproject's ``--no-loadscope-reorder`` keeps this order;
 #: xdist would otherwise sort the groups by their number of tests.)
 LONGEST_FIRST = (
+    "tests/loop/test_elastic_trajectory.py",  # ~150: one reference run, nine resumed runs (ddp, fsdp, deepspeed)
     "tests/migrate/test_examples.py",  # 129
     "tests/diagnostics/test_auto_resume.py",  # 117
     "tests/cli/test_train.py",  # 106
     "tests/env/test_slurm.py",  # 105 with test_mpi.py (one group)
     "tests/loop/test_rerun_soak.py",  # ~90: eight runs of the command, seven of them interrupted
-    "tests/loop/test_elastic_trajectory.py",  # ~90 of CPU
     "tests/diagnostics/test_two_hosts.py",  # 85
     "tests/diagnostics/test_hostile_inputs.py",  # 72
     "tests/diagnostics/test_stall_positions.py",  # ~70: a stalled rank at each position of a step (3 ranks)
     "tests/launch/test_node_mismatch.py",  # ~70: two launchers of uneven or mismatched nodes
     "tests/cli/test_predict.py",  # ~69
     "tests/diagnostics/test_preemption.py",  # 68
+    "tests/checkpoint/test_elastic_own_loop.py",  # ~70: an own loop stopped on 2 ranks, resumed on 1, 3 and 5
     "tests/checkpoint/test_deepspeed.py",  # 65
     "tests/strategy/test_grad_compression_multi.py",  # 63
     "tests/launch/test_torchrun_compat.py",  # ~60: every case under torchrun and under paratrain run

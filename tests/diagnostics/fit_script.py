@@ -1,6 +1,7 @@
 """A tiny ``pt.fit`` run for the diagnostics tests, started by ``paratrain run``.
 
     fit_script.py OUT [--stall-rank R --stall-step S] [--lr-on-rank-1 LR] [--steps N] [--step-sleep S]
+                      [--log-every N]
 
 ``--stall-rank/--stall-step`` is the test hook: that rank sleeps for good after that step.
 ``--step-sleep`` paces every step (a run that lasts while nodes leave and join).
@@ -57,7 +58,9 @@ def main():
     parser.add_argument("--step-sleep", type=float, default=0.0)
     parser.add_argument("--crash-rank", type=int)
     parser.add_argument("--crash-step", type=int)
+    parser.add_argument("--log-every", type=int, default=2)
     args = parser.parse_args()
+    torch.manual_seed(0)  # the same initial weights in every run (pt.fit broadcasts rank 0's)
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(96, 6, generator=generator)
     data = torch.utils.data.TensorDataset(inputs, (inputs.sum(1) > 0).long())
@@ -66,7 +69,7 @@ def main():
     callbacks = [SleepForever(args.stall_rank, args.stall_step)] if args.stall_rank is not None else []
     callbacks += [Pace(args.step_sleep)] if args.step_sleep else []
     callbacks += [CrashOnce(args.crash_rank, args.crash_step)] if args.crash_rank is not None else []
-    pt.fit(model, data, data, max_steps=args.steps, batch_size=8, lr=lr, out_dir=args.out, log_every=2,
+    pt.fit(model, data, data, max_steps=args.steps, batch_size=8, lr=lr, out_dir=args.out, log_every=args.log_every,
            callbacks=callbacks, progress=False, tensorboard=False)
 
 

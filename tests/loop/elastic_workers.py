@@ -1,6 +1,10 @@
-"""Top-level workers for the elastic-trajectory tests: a tiny fit that stops at a chosen step."""
+"""Top-level workers for the elastic-trajectory tests: a tiny fit that stops at a chosen step, and the
+comparisons of a resumed run with the uninterrupted one."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import torch
 
@@ -53,3 +57,22 @@ def fit_text(out_dir: str, stop_after: int | None, options: dict) -> dict:
                     out_dir=out_dir, epochs=1, lr=1e-3, log_every=1, progress=False, tensorboard=False, seed=7,
                     group_by_length=True, callbacks=[StopAfter(stop_after), weights], **options)
     return {**result.to_dict(), "weights": weights.weights}
+
+
+def step_losses(out_dir: Path) -> dict[int, float]:
+    """The logged (all-ranks) loss of every step; a resumed attempt's record of a step wins."""
+    losses = {}
+    for line in (Path(out_dir) / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record.get("event") == "train":
+            losses[record["step"]] = record["loss"]
+    return losses
+
+
+def worst_relative(got: dict[str, list[float]], want: dict[str, list[float]]) -> float:
+    """Largest difference of a tensor's entries, relative to that tensor's largest entry."""
+    worst = 0.0
+    for name, reference in want.items():
+        scale = max(abs(v) for v in reference)
+        worst = max(worst, max(abs(a - b) for a, b in zip(got[name], reference)) / scale)
+    return worst

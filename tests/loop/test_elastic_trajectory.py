@@ -1,45 +1,28 @@
 """One trajectory at any world size: a run stopped on 2 ranks and resumed on 1, 3 or 4 trains
 the same model as the run that never stopped (pt.fit, real gloo processes, fp32, no dropout).
 
-The run's global batch is 12 = 2 ranks × batch 3 × accumulation 2; resumed, it is split as
-1 × 3 × 4, 3 × 2 × 2 and 4 × 3 × 1. Each epoch ends with a short global batch of 5 samples,
-split unevenly (weighted by sample count). The stop falls mid-epoch. About 2 minutes on 2 cores
-(7 jobs of 1 to 4 processes).
+The run's global batch is 12 = 2 ranks × batch 3 × accumulation 2; resumed with the same options,
+it is split as 1 × 3 × 4 and 3 × 2 × 2; resumed on 4 with batch 1 × accumulation 3 (another split
+of the same global batch, asked for), as 4 × 1 × 3. Each epoch ends with a short global batch of
+5 samples, split unevenly (weighted by sample count). The stop falls mid-epoch. ddp, fsdp and
+deepspeed ZeRO-2 (which divides the loss by its accumulation cycle itself) are compared with the
+one uninterrupted ddp run. About 3 minutes on 2 cores (13 jobs of 1 to 4 processes).
 """
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import shutil
 from pathlib import Path
 
 import pytest
 
 import paratrain as pt
-from tests.loop.elastic_workers import fit_tiny
+from tests.loop.elastic_workers import fit_tiny, step_losses, worst_relative
 
 OPTIONS = {"batch_size": 3, "grad_accum": 2}
 STOP_AFTER = 3
 RELATIVE = 1e-6
-
-
-def step_losses(out_dir: Path) -> dict[int, float]:
-    """The logged (all-ranks) loss of every step; a resumed attempt's record of a step wins."""
-    losses = {}
-    for line in (out_dir / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        if record.get("event") == "train":
-            losses[record["step"]] = record["loss"]
-    return losses
-
-
-def worst_relative(got: dict[str, list[float]], want: dict[str, list[float]]) -> float:
-    """Largest difference of a tensor's entries, relative to that tensor's largest entry."""
-    worst = 0.0
-    for name, reference in want.items():
-        scale = max(abs(v) for v in reference)
-        worst = max(worst, max(abs(a - b) for a, b in zip(got[name], reference)) / scale)
-    return worst
 
 
 @pytest.fixture(scope="module")
@@ -61,14 +44,23 @@ def runs(tmp_path_factory):
     return root, full, stopped_run
 
 
-# fsdp reshards its checkpoint (DCP) and reduce-scatters gradients; it must train the same model as ddp.
-@pytest.mark.parametrize("strategy,world_size", [("ddp", 1), ("ddp", 3), ("ddp", 4), ("fsdp", 3)])
-def test_a_run_resumed_on_another_world_size_trains_the_same_model(runs, strategy, world_size):
+DEEPSPEED = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
+                               reason="strategy 'deepspeed' needs: pip install 'paratrain[deepspeed]'")
+
+
+# fsdp reshards its checkpoint (DCP) and reduce-scatters gradients; deepspeed's engine divides the loss
+# by its accumulation cycle and averages over ranks itself: each must train the same model as ddp.
+@pytest.mark.parametrize("strategy,world_size,split", [
+    ("ddp", 1, {}), ("ddp", 3, {}), ("ddp", 4, {"batch_size": 1, "grad_accum": 3}), ("fsdp", 3, {}),
+    pytest.param("deepspeed", 1, {}, marks=DEEPSPEED), pytest.param("deepspeed", 3, {}, marks=DEEPSPEED),
+])
+def test_a_run_resumed_on_another_world_size_trains_the_same_model(runs, strategy, world_size, split):
     root, full, stopped_run = runs
     assert full["steps"] == 10
     out_dir = root / f"resumed-{strategy}-{world_size}"
     shutil.copytree(stopped_run(strategy), out_dir)
-    resumed = pt.spawn(fit_tiny, world_size, args=(str(out_dir), None, {**OPTIONS, "strategy": strategy}), timeout=180)
+    resumed = pt.spawn(fit_tiny, world_size, args=(str(out_dir), None, {**OPTIONS, "strategy": strategy, **split}),
+                       timeout=180)
     assert resumed["resumed_from_step"] == STOP_AFTER and resumed["steps"] == 10
     assert resumed["world_size"] == world_size
 

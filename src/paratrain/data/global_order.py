@@ -228,7 +228,7 @@ class GlobalBatchSampler(Sampler[list[int]]):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> str | None:
         """Continue from ``state``; return a line saying how the global batch is now split
-        when the world size changed (else None).
+        when it is split otherwise than when saved (another world size; else None).
 
         A state of the per-rank sampler (a checkpoint from before the global order) continues
         at the global batch that holds the samples its ranks had consumed.
@@ -249,10 +249,11 @@ class GlobalBatchSampler(Sampler[list[int]]):
         saved = int(state["global_batch"])
         self.position = int(state["position"])
         self.group_size = int(state.get("group_size") or saved)
-        note = None
         if saved != self.global_batch:
             self.split = choose_split(saved, self.split.world_size, self.split.micro_batch)
-            saved_split = Split(int(state["world_size"]), int(state["micro_batch"]), int(state["accumulation"]))
+        saved_split = Split(int(state["world_size"]), int(state["micro_batch"]), int(state["accumulation"]))
+        note = None
+        if saved_split != self.split:  # another world size, or a split asked for explicitly
             note = (f"the run's global batch of {saved} samples is kept ({saved_split.describe()} when saved): "
                     f"now {self.split.describe()}, the same trajectory")
         if not self.position:

@@ -33,21 +33,22 @@ class LoopCheckpoints:
             trainer=trainer, **stateful,
         )
 
-    def resume(self, batch_size: int, grad_accum: int, dev_samples: int) -> int:
+    def resume(self, batch_size: int, grad_accum: int, dev_samples: int, loader: Any = None) -> int:
         """Load the newest good checkpoint, if any; return the step it was taken at (0: none).
 
         A resumed run must count steps and choose its best checkpoint as the saved one did
-        (:func:`~paratrain.loop.preflight.check_resumable`); the loop's state then records this
+        (:func:`~paratrain.loop.preflight.check_resumable`: with the restored training ``loader`` of the
+        global order, the same global batch on any world size); the loop's state then records this
         run's batch size, accumulation and dev-set size, for the next resume to be checked against.
 
         Raises:
             CheckpointError: a checkpoint in the directory cannot be resumed.
-            ConfigError: another batch size, accumulation or dev set than the saved run's.
+            ConfigError: another global batch (or batch size and accumulation), or dev set, than the saved run's.
         """
         state = self._checkpointer.resume()
         step = 0 if state is None else int(self._trainer_state.step)
         if step:
-            check_resumable(self._trainer_state, batch_size, grad_accum, dev_samples, self.directory.parent)
+            check_resumable(self._trainer_state, batch_size, grad_accum, dev_samples, self.directory.parent, loader)
         saved = self._trainer_state
         saved.batch_size, saved.grad_accum, saved.dev_samples = batch_size, grad_accum, dev_samples
         return step

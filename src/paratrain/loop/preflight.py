@@ -6,7 +6,7 @@
 * :func:`check_options`: the options name a metric the task computes, and a non-finite policy
   the strategy allows.
 * :func:`check_resumable`: a resumed run counts steps and picks its best checkpoint as the saved
-  one did — the same batch size and accumulation, the same dev set — or it is refused in one line.
+  one did — the same global batch, the same dev set — or it is refused in one line.
 """
 
 from __future__ import annotations
@@ -77,22 +77,40 @@ def check_options(task: Any, config: Any) -> None:
                           "(its engine owns the gradients); use the default stop, or another strategy")
 
 
-def check_resumable(saved: Any, batch_size: int, grad_accum: int, dev_samples: int, out_dir: Any) -> None:
+def check_resumable(saved: Any, batch_size: int, grad_accum: int, dev_samples: int, out_dir: Any,
+                    loader: Any = None) -> None:
     """Refuse a resume whose steps or best checkpoint would not mean what they meant when saved.
 
     ``saved`` is the restored :class:`~paratrain.loop.state.FitState` (fields 0 when an older
-    checkpoint did not record them: not checked). The world size may change (elastic restarts).
+    checkpoint did not record them: not checked); ``loader`` the restored training loader.
+    A step must hold the run's global batch. With the job's global order (a loader that
+    ``keeps_trajectory``) the world size may change and so may the split of that batch: the
+    same ``batch_size`` and ``grad_accum`` as saved (the same command on another number of
+    processes; the loader re-splits the saved global batch), or any whose product with this
+    run's processes is the saved global batch (``4 × 3 × 1`` for ``2 × 3 × 2``). Another
+    product is another global batch, and is refused. Without the global order (an older
+    checkpoint of the per-rank order) the batch size and accumulation must be the saved ones.
 
     Raises:
-        ConfigError: another batch size or accumulation, or another dev set.
+        ConfigError: another global batch (or, without the global order, another batch size or
+            accumulation), or another dev set.
     """
     how = f"or pass {option('fresh', True)} to move the run aside and start over"
-    if saved.batch_size and (saved.batch_size, saved.grad_accum) != (batch_size, grad_accum):
+    same = (saved.batch_size, saved.grad_accum) == (batch_size, grad_accum)
+    if saved.batch_size and not same and not _splits_the_global_batch(loader, batch_size, grad_accum):
+        global_batch = _kept_global_batch(loader)
+        if global_batch:
+            world = loader.sampler.split.world_size
+            asked = (f": on {world} process(es) that is a global batch of {world * batch_size * grad_accum} samples, "
+                     f"the run's is {global_batch}")
+            values = (f"resume with the same values (any number of processes keeps the run's global batch) or "
+                      f"values whose product with the number of processes is {global_batch}, {how}")
+        else:
+            asked, values = "", f"resume with the same values, {how}"
         raise ConfigError(
             f"the run in {out_dir} was trained with {option('batch_size', saved.batch_size)} × accumulation "
-            f"{saved.grad_accum}, this one has {option('batch_size', batch_size)} × {grad_accum}: a step would "
-            f"hold another number of samples, so its step, epoch and LR-schedule counts would be wrong; "
-            f"resume with the same values, {how}"
+            f"{saved.grad_accum}, this one has {option('batch_size', batch_size)} × {grad_accum}{asked}; a step "
+            f"would hold another number of samples, so its step, epoch and LR-schedule counts would be wrong; {values}"
         )
     if saved.dev_samples and saved.dev_samples != dev_samples:
         raise ConfigError(
@@ -100,6 +118,17 @@ def check_resumable(saved: Any, batch_size: int, grad_accum: int, dev_samples: i
             f"its best checkpoint was chosen on that set, and the metrics would mix; resume with the same dev set "
             f"(the same {option('limit_eval')}), {how}"
         )
+
+
+def _kept_global_batch(loader: Any) -> int | None:
+    """The run's global batch when ``loader`` restored one of the global order, else None."""
+    return loader.global_batch if getattr(loader, "keeps_trajectory", False) else None
+
+
+def _splits_the_global_batch(loader: Any, batch_size: int, grad_accum: int) -> bool:
+    """``batch_size × grad_accum`` on this run's processes makes up the run's saved global batch."""
+    global_batch = _kept_global_batch(loader)
+    return bool(global_batch) and loader.sampler.split.world_size * batch_size * grad_accum == global_batch
 
 
 __all__ = ["check_first_dev_batch", "check_options", "check_resumable"]

@@ -174,7 +174,7 @@ class Trainer:
                 model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
                 loader=self.train_loader, trainer=self.state,
             )
-            resumed_from = self.checkpoints.resume(c.batch_size, c.grad_accum, len(eval_data))
+            resumed_from = self.checkpoints.resume(c.batch_size, c.grad_accum, len(eval_data), self.train_loader)
             if resumed_from:  # the saved global batch is kept on any world size: count the steps with it
                 self.steps_per_epoch = self.train_loader.global_batches_per_epoch
                 self.total_steps = c.max_steps or c.epochs * self.steps_per_epoch
