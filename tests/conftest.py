@@ -74,13 +74,25 @@ def _watched_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(_WATCHED_PREFIXES)}
 
 
+#: What ``paratrain``'s command line sets in its own process on purpose (cli/main.py). A test that
+#: calls ``main()`` in-process sets it in the test worker; it is put back after every test, or the
+#: launchers of later tests in that worker would inherit it (and torch's and paratrain's alike).
+CLI_SETS = ("TORCH_CPP_LOG_LEVEL",)
+
+
 @pytest.fixture(autouse=True)
 def no_leaks():
     """Fail a test that leaves distributed env vars or an initialised process group behind."""
     import torch.distributed as dist
 
     before = _watched_env()
+    cli_before = {key: os.environ.get(key) for key in CLI_SETS}
     yield
+    for key, value in cli_before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     leaked_group = dist.is_available() and dist.is_initialized()
     if leaked_group:
         dist.destroy_process_group()
