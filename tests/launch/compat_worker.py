@@ -34,6 +34,17 @@ def join_and_all_reduce(restart: str) -> dict:
     return {"sum": total.item(), "launched": dist.is_torchelastic_launched()}
 
 
+def _wait_for_every_record(restart: str, timeout_s: float = 60.0) -> None:
+    """Before failing on purpose, let every rank write what it saw: the launcher stops the others
+    when one fails, and a rank still starting up on a busy machine would leave no record (the
+    comparison would then report a difference in the ranks seen, which is the load, not the launcher)."""
+    paths = [os.path.join(os.environ["COMPAT_OUT"], f"seen.{rank}.{restart}.json")
+             for rank in range(int(os.environ["WORLD_SIZE"]))]
+    deadline = time.monotonic() + timeout_s
+    while not all(os.path.exists(path) for path in paths) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def main() -> None:
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "-")
     seen = {"env": dict(os.environ), "argv": sys.argv[1:]}
@@ -45,6 +56,7 @@ def main() -> None:
     if fail == "wait":
         time.sleep(600)
     if os.environ["RANK"] == "1" and (fail == "once" and restart == "0" or fail.isdigit()):
+        _wait_for_every_record(restart)
         sys.exit(3 if fail == "once" else int(fail))
 
 
