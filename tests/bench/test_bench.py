@@ -11,7 +11,7 @@ import pytest
 from paratrain.bench.parity import TOLERANCE
 from tests.support import ROOT, clean_env, paratrain_cmd
 
-METHODS = "hangs,raises,absent,horovod,single,ddp,lr-double,crashes-at-exit"
+METHODS = "hangs,raises,absent,horovod,single,ddp,lr-double,extra-step,crashes-at-exit"
 
 
 def assert_gone(pid: int) -> None:
@@ -73,6 +73,21 @@ def test_fp32_methods_agree_with_single_and_a_different_lr_is_flagged(bench):
     assert rows["single"]["speedup"] == 1.0
 
 
+def test_weights_decayed_once_as_horovods_recipe_leaves_them_are_not_the_same_training(bench):
+    """Horovod's documented ``broadcast_optimizer_state`` on a fresh optimizer takes a zero-gradient step
+    whose weight decay stays: the losses pass the parity tolerance, yet they leave single's path by more
+    than the reference pair does, and the row must say it trained something else (✗, red)."""
+    out, _, rows, _ = bench
+    extra, ddp = rows["extra-step"], rows["ddp"]
+    assert extra["kind"] == "measured", extra
+    assert extra["parity"] <= TOLERANCE and not extra["parity_differs"], extra  # within the tolerance…
+    assert extra["leaves_single"] and extra["departs_at_step"] == 1, extra  # …and still caught
+    assert any("not the same training" in note for note in extra["notes"]), extra["notes"]
+    assert not ddp["parity_differs"] and not ddp["leaves_single"], ddp
+    table = {line.split("|")[1].strip(): line for line in (out / "bench.md").read_text().splitlines() if line.startswith("| `")}
+    assert "✗" in table["`extra-step`"] and "✗" not in table["`ddp`"]
+
+
 def test_crash_hang_and_missing_library_become_their_rows(bench):
     out, _, rows, _ = bench
     assert rows["raises"]["kind"] == "failed"
@@ -119,8 +134,9 @@ def test_a_terminated_bench_takes_the_running_method_with_it(tmp_path):
 
 
 def test_two_rounds_in_rotated_order_give_every_figure_a_range_and_a_verdict(bench):
-    _, report, rows, _ = bench
-    running = ["single", "ddp", "lr-double", "crashes-at-exit"]  # hangs and raises ended in round 1
+    out, report, rows, _ = bench
+    table = (out / "bench.md").read_text()
+    running = ["single", "ddp", "lr-double", "extra-step", "crashes-at-exit"]  # hangs and raises ended in round 1
     def order(round_number):
         runs = [(run["started"], name) for name in running for run in rows[name]["runs"] if run["round"] == round_number]
         return [name for _, name in sorted(runs)]
@@ -139,8 +155,14 @@ def test_two_rounds_in_rotated_order_give_every_figure_a_range_and_a_verdict(ben
         speeds[name] = spread["median"]
     fastest = max(speeds, key=speeds.get)
     assert report["settings"]["baseline"] == fastest and rows[fastest]["verdict"] == "baseline"
+    by_round = {name: {run["round"]: run["samples_per_s"] for run in rows[name]["runs"]} for name in running}
     for name in running:
         assert rows[name]["verdict"] in ("baseline", "faster", "slower", "indistinguishable")
+        if name != fastest:  # beside the verdict: its samples/s over the baseline's, round by round
+            ratios = sorted(by_round[name][r] / by_round[fastest][r] for r in (1, 2))
+            ratio = rows[name]["vs_baseline"]
+            assert (ratio["low"], ratio["high"], ratio["n"]) == pytest.approx((ratios[0], ratios[1], 2))
+            assert f"{rows[name]['verdict']} · {ratio['median']:.2f}× (" in table
 
 
 def test_a_method_that_crashed_at_exit_is_measured_with_the_crash_quoted(bench):

@@ -5,7 +5,7 @@ import pytest
 
 from paratrain.bench.load import Load
 from paratrain.bench.rounds import round_order, steps_for_min_time
-from paratrain.bench.spread import INDISTINGUISHABLE, Spread, pick_baseline, verdict
+from paratrain.bench.spread import INDISTINGUISHABLE, Spread, per_round_ratio, pick_baseline, verdict
 
 
 def test_each_round_starts_one_method_later():
@@ -57,3 +57,19 @@ def test_other_work_is_flagged_when_it_came_went_or_ran_beside():
     assert not Load(before=0.1, during=0.2, after=0.3).changed
     assert Load(before=0.1, during=0.2, after=1.1).changed
     assert Load(before=0.1, during=0.9, after=0.1).changed
+
+
+def test_the_per_round_ratio_takes_the_machines_drift_between_rounds_out():
+    # The machine slows down from round to round; a method 5 % behind in every round has ranges that
+    # overlap the baseline's (no verdict), while its per-round ratio says 0.95 every time.
+    baseline = {1: 600.0, 2: 550.0, 3: 500.0, 4: 450.0}
+    method = {r: 0.95 * v for r, v in baseline.items()}
+    assert verdict(Spread.of(method.values()), Spread.of(baseline.values())) == INDISTINGUISHABLE
+    ratio = per_round_ratio(method, baseline)
+    assert (ratio.median, ratio.low, ratio.high, ratio.n) == pytest.approx((0.95, 0.95, 0.95, 4))
+
+
+def test_the_per_round_ratio_uses_only_rounds_both_methods_measured():
+    ratio = per_round_ratio({1: 100.0, 2: 200.0, 3: 90.0}, {1: 100.0, 3: 100.0, 4: 50.0})
+    assert (ratio.low, ratio.high, ratio.n) == pytest.approx((0.9, 1.0, 2))
+    assert per_round_ratio({1: 100.0}, {2: 100.0}) is None

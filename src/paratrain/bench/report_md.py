@@ -26,12 +26,20 @@ def _memory(row: Row) -> str:
     return f"{spread.median / 2**20:,.0f} MiB" if spread else "—"
 
 
+def _versus(row: Row) -> str:
+    """The verdict, and with two rounds or more the per-round ratio to the baseline: median (range)."""
+    ratio = row.vs_baseline
+    if ratio is None or ratio.n < 2:
+        return row.verdict or "—"
+    return f"{row.verdict} · {ratio.median:.2f}× ({ratio.low:.2f}–{ratio.high:.2f})"
+
+
 def _parity(row: Row) -> str:
     if row.parity is None:
         return "—"
     if not judged(row.precision):
         return f"{row.parity:.1e} (amp)"
-    return f"{row.parity:.1e} {'✗' if row.parity_differs else '✓'}"
+    return f"{row.parity:.1e} {'✓' if row.same_training else '✗'}"
 
 
 def table_lines(result: BenchResult) -> list[str]:
@@ -51,7 +59,7 @@ def table_lines(result: BenchResult) -> list[str]:
                 runs,
                 f"{_seconds(wall.median)} ({_seconds(first.median)})",
                 _range(row.spreads["samples_per_s"], lambda v: f"{v:,.0f}"),
-                row.verdict or "—",
+                _versus(row),
                 f"{row.speedup:.2f}×" if row.speedup is not None else "—",
                 _memory(row),
                 f"{dev:.4f}" if dev is not None else "—",
@@ -86,14 +94,17 @@ def render_markdown(result: BenchResult) -> str:
         f"lr {s['lr']:g} constant, same initial weights and data order for all; samples/s after {s['warmup_steps']} warm-up steps; "
         f"memory: {'GPU max allocated per rank' if m['gpu_count'] else 'CPU peak RSS summed over ranks'}; "
         f"dev {result.metric} on all {s['dev_samples']} dev samples; loss parity: largest relative difference from "
-        f"`single`'s per-step loss over the first {s['parity_steps']} steps (full precision must stay ≤ {TOLERANCE:g}).",
+        f"`single`'s per-step loss over the first {s['parity_steps']} steps (full precision must stay ≤ {TOLERANCE:g}); "
+        "✗ also when a full-precision method later leaves `single` by more than two correct reductions of the "
+        "same sums do (the note says where).",
         "",
         f"{s['repeats']} rounds, every method once per round, the order rotated each round"
         + (f" ({s['steps']} steps instead of {s['steps_asked']}, so that each measured window lasts ≥ {s['min_time_s']:g} s)"
            if s["steps"] != s["steps_asked"] else "")
         + ". Time and samples/s: the median over the runs, in brackets the slowest and the fastest; "
         f"a method is faster or slower than {baseline} "
-        "only when the two ranges do not overlap (else indistinguishable; one run: not judged).",
+        "only when the two ranges do not overlap (else indistinguishable; one run: not judged); beside the verdict, "
+        "the method's samples/s over the baseline's in the same round, median (range).",
         "",
         *table_lines(result),
         "",

@@ -18,7 +18,7 @@ def render_png(result: BenchResult, path: Path) -> None:
     names = [row.method for row in rows]
     speed = [row.spreads["samples_per_s"] if row.measured else None for row in rows]
     memory = [row.spreads["peak_memory_bytes"].scaled(1 / 2**20) if row.measured else None for row in rows]
-    colors = ["#d62728" if row.parity_differs else "#1f77b4" if row.precision == "32-true" else "#ff7f0e" for row in rows]
+    colors = ["#d62728" if not row.same_training else "#1f77b4" if row.precision == "32-true" else "#ff7f0e" for row in rows]
     s, m = result.settings, result.machine
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 0.45 * len(rows) + 2.2), sharey=True)
@@ -47,7 +47,7 @@ def render_png(result: BenchResult, path: Path) -> None:
     where = f"{m['gpu_count']}× {m['gpu_model']}" if m["gpu_count"] else f"{m['cpu_cores']}-core CPU, no GPU"
     figure.suptitle(f"paratrain bench · {s['task']} · {s['nproc']} processes · {s['repeats']} rounds · {s['steps']} steps × batch "
                     f"{s['global_batch']} · {where}\nblue: full precision, orange: mixed precision, "
-                    "red: loss differs from single", fontsize=10)
+                    "red: not the same training as single (see the notes)", fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

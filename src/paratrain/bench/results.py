@@ -53,6 +53,7 @@ class Row:
     parity: float | None = None
     parity_differs: bool = False
     departs_at_step: int | None = None  # full precision: first step beyond the tolerance, over the whole run
+    leaves_single: bool = False  # full precision: left single's path by more than the reference pair allows
     speedup: float | None = None
     error: str = ""
     command: list[str] = field(default_factory=list)
@@ -60,10 +61,17 @@ class Row:
     runs: list[Run] = field(default_factory=list)
     spreads: dict[str, Spread] = field(default_factory=dict)  # TIMED_FIGURES over the measured runs
     verdict: str | None = None  # against the baseline: faster, slower, indistinguishable, baseline, one run
+    vs_baseline: Spread | None = None  # samples/s over the baseline's in the same round: median and range
 
     @property
     def measured(self) -> bool:
         return self.kind == MEASURED
+
+    @property
+    def same_training(self) -> bool:
+        """False when the row's losses say it trained something else than ``single``: beyond the parity
+        tolerance over the first steps, or beyond the reference pair's drift later on."""
+        return not (self.parity_differs or self.leaves_single)
 
     @property
     def measured_runs(self) -> list[Run]:

@@ -31,7 +31,7 @@ from paratrain.bench.runner import ProgressLine, run_tree
 from paratrain.bench.spec import BenchSpec
 from paratrain.bench.settings import (BenchSettings, check_datasets, check_nproc, check_out_dir, method_env,
                                       settings_from_here)
-from paratrain.bench.spread import BASELINE, check_baseline, pick_baseline, verdict
+from paratrain.bench.spread import BASELINE, check_baseline, per_round_ratio, pick_baseline, verdict
 from paratrain.errors import ConfigError, ParatrainError
 from paratrain.tasks.api import Task
 
@@ -219,9 +219,12 @@ class Bench:
         runs that crashed at exit, failed beside measured ones, or ran while other work came or went."""
         speeds = {row.method: row.spreads["samples_per_s"] for row in rows if row.measured}
         self.baseline = pick_baseline(speeds, self.settings.baseline)
+        by_round = {row.method: {run.round: run.samples_per_s for run in row.measured_runs} for row in rows}
         for row in rows:
             if row.measured and self.baseline is not None:
                 row.verdict = BASELINE if row.method == self.baseline else verdict(speeds[row.method], speeds[self.baseline])
+                if row.method != self.baseline:
+                    row.vs_baseline = per_round_ratio(by_round[row.method], by_round[self.baseline])
             for run in row.runs:
                 where = f"round {run.round}" if self.settings.repeats > 1 else "the run"
                 if run.note:
@@ -255,9 +258,10 @@ class Bench:
                 found = departure(row.figures.step_losses, reference.figures.step_losses, envelope)
                 if found:
                     step, gap, allowed = found
-                    row.departs_at_step = step
-                    row.notes.append(f"leaves single at step {step} by {gap:.1e}, beyond the {allowed:.1e} that two correct "
-                                     "reductions of the same sums differ by there: not the same training (clipping, lr, data?)")
+                    row.departs_at_step, row.leaves_single = step, True
+                    row.notes.append(f"leaves single at step {step} by {gap:.1e}, beyond the {allowed:.1e} that two "
+                                     "correct reductions of the same sums differ by there: not the same training "
+                                     "(weights, clipping, learning rate, data, or an extra optimizer step?)")
             elif row in others:
                 row.departs_at_step = first_departure(row.figures.step_losses, reference.figures.step_losses)
                 if row.departs_at_step is not None:

@@ -4,6 +4,13 @@ A figure measured once on a shared machine is one draw of its noise. Over rounds
 the bench reports the median and the smallest-to-largest range, and calls a method
 faster or slower than the baseline only when the two ranges do not overlap: any
 overlap, or a single run on either side, and the table says so instead of guessing.
+
+Beside the verdict, each method's samples/s is divided by the baseline's *of the same
+round* (:func:`per_round_ratio`). Rounds are minutes apart and the machine's speed drifts
+between them; within a round both methods ran in the same few minutes, so the ratio's
+spread shows how far apart the two are with that drift taken out. It is shown, not used
+for the verdict: with five rounds, five ratios on one side of 1 happen by chance one time
+in sixteen.
 """
 
 from __future__ import annotations
@@ -56,6 +63,12 @@ def verdict(speed: Spread, baseline: Spread) -> str:
     if speed.high < baseline.low:
         return SLOWER
     return INDISTINGUISHABLE
+
+
+def per_round_ratio(values: Mapping[int, float], baseline: Mapping[int, float]) -> Spread | None:
+    """The median and range of ``values[r] / baseline[r]`` over the rounds ``r`` both have (round → figure);
+    None when they share no round."""
+    return Spread.of(values[r] / baseline[r] for r in values if r in baseline and baseline[r] > 0)
 
 
 def check_baseline(baseline: str | None, methods: list[str]) -> None:

@@ -35,7 +35,8 @@ Noise shown, not hidden: --repeats rounds (default 3), every method once per
 round and the order rotated each round; each figure is the median with the
 slowest and fastest run beside it, and a method is called faster or slower than
 the baseline (--baseline, default the fastest) only when the two ranges do not
-overlap. Each steady-state window lasts at least --min-time seconds (the steps
+overlap; beside the verdict, its samples/s over the baseline's in the same round
+(median and range: the machine's drift between rounds taken out). Each steady-state window lasts at least --min-time seconds (the steps
 are raised for every method when the first measured one is shorter). Other work
 on the machine just before, during and just after each run is noted on its row.
 A method that trained and wrote its results but crashed on its way out is
