@@ -153,7 +153,9 @@ def test_two_rounds_in_rotated_order_give_every_figure_a_range_and_a_verdict(ben
         for run in runs:
             assert run["window_s"] > 0 and set(run["load"]) == {"before", "during", "after"}
         speeds[name] = spread["median"]
-    fastest = max(speeds, key=speeds.get)
+    # The baseline is the fastest of the methods that trained what single trained: lr-double and
+    # extra-step trained something else, however fast they ran.
+    fastest = max((name for name in speeds if name not in ("lr-double", "extra-step")), key=speeds.get)
     assert report["settings"]["baseline"] == fastest and rows[fastest]["verdict"] == "baseline"
     by_round = {name: {run["round"]: run["samples_per_s"] for run in rows[name]["runs"]} for name in running}
     for name in running:

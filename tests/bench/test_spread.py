@@ -46,6 +46,13 @@ def test_the_baseline_is_the_fastest_median_unless_named():
     assert pick_baseline({}) is None
 
 
+def test_a_method_that_trained_something_else_is_no_yardstick():
+    speeds = {"single": Spread.of([10, 11]), "ddp": Spread.of([18, 19]), "lr-double": Spread.of([30, 31])}
+    assert pick_baseline(speeds, yardsticks={"single", "ddp"}) == "ddp"  # lr-double is faster, and ✗
+    assert pick_baseline(speeds, "lr-double", yardsticks={"single", "ddp"}) == "lr-double"  # asked for by name
+    assert pick_baseline(speeds, yardsticks=set()) == "lr-double"  # nothing passed: the fastest, as before
+
+
 def test_short_windows_get_more_steps_for_every_method():
     # 50 measured steps in 0.5 s, --min-time 3: 0.01 s a step, 1.5 × 3 s → 450 measured steps.
     assert steps_for_min_time(60, 10, 0.5, 3.0) == 460

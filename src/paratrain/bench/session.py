@@ -215,10 +215,13 @@ class Bench:
         return method_env(processes)
 
     def _judge(self, rows: list[Row]) -> None:
-        """Each measured row against the baseline (``--baseline``, else the fastest median); notes for
-        runs that crashed at exit, failed beside measured ones, or ran while other work came or went."""
+        """Each measured row against the baseline (``--baseline``, else the fastest median of the rows
+        that trained what ``single`` trained: a method that trained something else is no yardstick);
+        notes for runs that crashed at exit, failed beside measured ones, or ran while other work came
+        or went."""
         speeds = {row.method: row.spreads["samples_per_s"] for row in rows if row.measured}
-        self.baseline = pick_baseline(speeds, self.settings.baseline)
+        self.baseline = pick_baseline(speeds, self.settings.baseline,
+                                      yardsticks={row.method for row in rows if row.measured and row.same_training})
         by_round = {row.method: {run.round: run.samples_per_s for run in row.measured_runs} for row in rows}
         for row in rows:
             if row.measured and self.baseline is not None:

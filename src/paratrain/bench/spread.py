@@ -16,7 +16,7 @@ in sixteen.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from paratrain.errors import ConfigError
@@ -45,12 +45,15 @@ class Spread:
         return Spread(self.median * factor, self.low * factor, self.high * factor, self.n)
 
 
-def pick_baseline(speeds: Mapping[str, Spread], requested: str | None = None) -> str | None:
+def pick_baseline(speeds: Mapping[str, Spread], requested: str | None = None,
+                  yardsticks: Collection[str] | None = None) -> str | None:
     """The method the others are judged against: ``requested`` when it was measured, else the one
-    with the highest median; None when nothing was measured (or ``requested`` was not)."""
+    with the highest median among ``yardsticks`` (the methods that trained what single trained; all
+    when None or when none of them was measured); None when nothing was measured (or ``requested`` was not)."""
     if requested is not None:
         return requested if requested in speeds else None
-    return max(speeds, key=lambda name: speeds[name].median, default=None)
+    pool = [name for name in speeds if yardsticks is None or name in yardsticks] or list(speeds)
+    return max(pool, key=lambda name: speeds[name].median, default=None)
 
 
 def verdict(speed: Spread, baseline: Spread) -> str:

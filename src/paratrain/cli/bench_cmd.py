@@ -34,10 +34,12 @@ A method whose library is missing is a row that says how to install it
 Noise shown, not hidden: --repeats rounds (default 3), every method once per
 round and the order rotated each round; each figure is the median with the
 slowest and fastest run beside it, and a method is called faster or slower than
-the baseline (--baseline, default the fastest) only when the two ranges do not
-overlap; beside the verdict, its samples/s over the baseline's in the same round
-(median and range: the machine's drift between rounds taken out). Each steady-state window lasts at least --min-time seconds (the steps
-are raised for every method when the first measured one is shorter). Other work
+the baseline (--baseline, default the fastest of the methods that trained what
+single trained) only when the two ranges do not overlap; beside the verdict, its
+samples/s over the baseline's in the same round (median and range: the
+machine's drift between rounds taken out). Each steady-state window lasts at
+least --min-time seconds (the steps are raised for every method when the first
+measured one is shorter). Other work
 on the machine just before, during and just after each run is noted on its row.
 A method that trained and wrote its results but crashed on its way out is
 measured, with a note quoting the crash.
@@ -110,7 +112,7 @@ def register(subparsers) -> None:
     parser.add_argument("--min-time", type=float, metavar="SECONDS",
                         help="shortest measured window: more steps for every method when the first one's steady state is shorter (default 3; 0: exactly --steps)")
     parser.add_argument("--baseline", metavar="METHOD",
-                        help="judge every method faster / slower / indistinguishable against this one (default: the fastest median)")
+                        help="judge every method faster / slower / indistinguishable against this one (default: the fastest median of the methods that trained what single trained)")
     parser.add_argument("--out", metavar="DIR", help="output directory (default runs/bench-TASK)")
     parser.add_argument("--tune", action="store_true",
                         help="search strategy × precision × micro-batches × compile × grad compression for the fastest "
