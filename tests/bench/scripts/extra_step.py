@@ -9,7 +9,7 @@ small enough to pass the parity tolerance. Not the same training: the bench must
 import sys
 
 import torch
-from torch.utils.data import DataLoader
+from single_loop import train  # beside this script
 
 from paratrain.bench.workload import Workload
 
@@ -21,13 +21,5 @@ if __name__ == "__main__":
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.mul_(1 - HOROVODS_DECAY)
-    optimizer = wl.optimizer(model)
-    recorder = wl.recorder(0, 1)
-    for batch in DataLoader(wl.train_set, batch_size=wl.batch_size(1), collate_fn=wl.task.collate):
-        loss, _ = wl.task.forward(model, batch)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        recorder.step(loss)
-    recorder.finish(model.state_dict())
+    train(wl, model, wl.optimizer(model))
     sys.exit(0)

@@ -2,20 +2,12 @@
 
 import sys
 
-from torch.utils.data import DataLoader
+from single_loop import train  # beside this script
 
 from paratrain.bench.workload import Workload
 
 if __name__ == "__main__":
     wl = Workload.from_argv()
     model = wl.model()
-    optimizer = wl.optimizer(model, lr_scale=2.0)
-    recorder = wl.recorder(0, 1)
-    for batch in DataLoader(wl.train_set, batch_size=wl.batch_size(1), collate_fn=wl.task.collate):
-        loss, _ = wl.task.forward(model, batch)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        recorder.step(loss)
-    recorder.finish(model.state_dict())
+    train(wl, model, wl.optimizer(model, lr_scale=2.0))
     sys.exit(0)
