@@ -8,8 +8,8 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 register(Method("lr-double", "single with twice the learning rate", str(SCRIPTS / "lr_double.py"), "python",
                 multi_process=False))
-register(Method("extra-step", "single with its weights decayed once, as Horovod's broadcast_optimizer_state leaves them",
-                str(SCRIPTS / "extra_step.py"), "python", multi_process=False))
+register(Method("decayed-once", "single with its weights decayed once, as Horovod's broadcast_optimizer_state leaves them",
+                str(SCRIPTS / "decayed_once.py"), "python", multi_process=False))
 register(Method("raises", "raises at start", str(SCRIPTS / "raises.py"), "python", multi_process=False))
 register(Method("hangs", "never ends", str(SCRIPTS / "hangs.py"), "paratrain run"))
 register(Method("absent", "needs a library that is not installed", str(SCRIPTS / "raises.py"), "python",

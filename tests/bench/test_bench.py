@@ -11,7 +11,7 @@ import pytest
 from paratrain.bench.parity import TOLERANCE
 from tests.support import ROOT, clean_env, paratrain_cmd
 
-METHODS = "hangs,raises,absent,horovod,single,ddp,lr-double,extra-step,crashes-at-exit"
+METHODS = "hangs,raises,absent,horovod,single,ddp,lr-double,decayed-once,crashes-at-exit"
 
 
 def assert_gone(pid: int) -> None:
@@ -78,14 +78,14 @@ def test_weights_decayed_once_as_horovods_recipe_leaves_them_are_not_the_same_tr
     whose weight decay stays: the losses pass the parity tolerance, yet they leave single's path by more
     than the reference pair does, and the row must say it trained something else (✗, red)."""
     out, _, rows, _ = bench
-    extra, ddp = rows["extra-step"], rows["ddp"]
-    assert extra["kind"] == "measured", extra
-    assert extra["parity"] <= TOLERANCE and not extra["parity_differs"], extra  # within the tolerance…
-    assert extra["leaves_single"] and extra["departs_at_step"] == 1, extra  # …and still caught
-    assert any("not the same training" in note for note in extra["notes"]), extra["notes"]
+    decayed, ddp = rows["decayed-once"], rows["ddp"]
+    assert decayed["kind"] == "measured", decayed
+    assert decayed["parity"] <= TOLERANCE and not decayed["parity_differs"], decayed  # within the tolerance…
+    assert decayed["leaves_single"] and decayed["departs_at_step"] == 1, decayed  # …and still caught
+    assert any("not the same training" in note for note in decayed["notes"]), decayed["notes"]
     assert not ddp["parity_differs"] and not ddp["leaves_single"], ddp
     table = {line.split("|")[1].strip(): line for line in (out / "bench.md").read_text().splitlines() if line.startswith("| `")}
-    assert "✗" in table["`extra-step`"] and "✗" not in table["`ddp`"]
+    assert "✗" in table["`decayed-once`"] and "✗" not in table["`ddp`"]
 
 
 def test_crash_hang_and_missing_library_become_their_rows(bench):
@@ -136,7 +136,7 @@ def test_a_terminated_bench_takes_the_running_method_with_it(tmp_path):
 def test_two_rounds_in_rotated_order_give_every_figure_a_range_and_a_verdict(bench):
     out, report, rows, _ = bench
     table = (out / "bench.md").read_text()
-    running = ["single", "ddp", "lr-double", "extra-step", "crashes-at-exit"]  # hangs and raises ended in round 1
+    running = ["single", "ddp", "lr-double", "decayed-once", "crashes-at-exit"]  # hangs and raises ended in round 1
     def order(round_number):
         runs = [(run["started"], name) for name in running for run in rows[name]["runs"] if run["round"] == round_number]
         return [name for _, name in sorted(runs)]
@@ -154,8 +154,8 @@ def test_two_rounds_in_rotated_order_give_every_figure_a_range_and_a_verdict(ben
             assert run["window_s"] > 0 and set(run["load"]) == {"before", "during", "after"}
         speeds[name] = spread["median"]
     # The baseline is the fastest of the methods that trained what single trained: lr-double and
-    # extra-step trained something else, however fast they ran.
-    fastest = max((name for name in speeds if name not in ("lr-double", "extra-step")), key=speeds.get)
+    # decayed-once trained something else, however fast they ran.
+    fastest = max((name for name in speeds if name not in ("lr-double", "decayed-once")), key=speeds.get)
     assert report["settings"]["baseline"] == fastest and rows[fastest]["verdict"] == "baseline"
     by_round = {name: {run["round"]: run["samples_per_s"] for run in rows[name]["runs"]} for name in running}
     for name in running:

@@ -78,7 +78,8 @@ def render_markdown(result: BenchResult) -> str:
     load = ", ".join(f"{x:g}" for x in m["load_average"])
     baseline = "the baseline"
     if s.get("baseline"):
-        baseline = f"`{s['baseline']}`" + ("" if s.get("baseline_asked") else " (the fastest median of the methods that trained what `single` trained)")
+        chosen = " (the fastest median of the methods that trained what `single` trained)"
+        baseline = f"`{s['baseline']}`" + ("" if s.get("baseline_asked") else chosen)
     lines = [
         f"# paratrain bench: {s['task']}",
         "",

@@ -69,7 +69,7 @@ class Row:
 
     @property
     def same_training(self) -> bool:
-        """False when the row's losses say it trained something else than ``single``: beyond the parity
+        """False when the row's losses say it trained something other than ``single``: beyond the parity
         tolerance over the first steps, or beyond the reference pair's drift later on."""
         return not (self.parity_differs or self.leaves_single)
 
