@@ -43,6 +43,8 @@ def child(script: str, spec_file: str) -> None:
     from paratrain.bench.spec import BenchSpec
 
     spec = BenchSpec.load(spec_file)
+    if os.environ.get("STEP_PROFILE_PIN") == "1":
+        os.sched_setaffinity(0, {int(os.environ.get("LOCAL_RANK", "0")) % os.cpu_count()})
     warmup = int(os.environ["STEP_PROFILE_WARMUP"])
     ops = os.environ.get("STEP_PROFILE_OPS") == "1"
     state: dict = {"steps": 0}
@@ -53,8 +55,10 @@ def child(script: str, spec_file: str) -> None:
         original(self, loss)
         state["steps"] += 1
         n = state["steps"]
+        if n == warmup and os.environ.get("STEP_PROFILE_PIN") == "2":  # the main thread alone
+            os.sched_setaffinity(0, {int(os.environ.get("LOCAL_RANK", "0")) % os.cpu_count()})
         if n == warmup:
-            state.update(cpu=time.process_time(), wall=time.perf_counter())
+            state.update(cpu=time.process_time(), wall=time.perf_counter(), threads=_thread_cpu())
             if ops:
                 import torch.profiler
 
@@ -74,7 +78,8 @@ def child(script: str, spec_file: str) -> None:
             figures = {"rank": self.record.rank, "steps": measured, "threads": torch.get_num_threads(),
                        "cpu_s_per_step": (time.process_time() - state["cpu"]) / measured,
                        "wall_s_per_step": (time.perf_counter() - state["wall"]) / measured,
-                       "process_cpu_s": time.process_time()}  # this rank's whole CPU time so far
+                       "process_cpu_s": time.process_time(),  # this rank's whole CPU time so far
+                       "thread_cpu_ms_per_step": _thread_cpu_per_step(state["threads"], _thread_cpu(), measured)}
             if ops:
                 events = state["torch"].key_averages()
                 figures["ops_per_step"] = sum(e.count for e in events) / measured
@@ -87,8 +92,44 @@ def child(script: str, spec_file: str) -> None:
             out.with_suffix(".json").write_text(json.dumps(figures), encoding="utf-8")
 
     record.StepRecorder.step = step
+    _children_under_profile(script, spec_file)
     sys.argv = [script, spec_file]
     runpy.run_path(script, run_name="__main__")
+
+
+def _thread_cpu() -> dict[str, tuple[str, float]]:
+    """CPU seconds so far of each thread of this process, by thread id: (name, seconds)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    threads = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # the thread ended
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        threads[task.name] = (name, (int(fields[11]) + int(fields[12])) / tick)  # utime, stime
+    return threads
+
+
+def _thread_cpu_per_step(before: dict, after: dict, steps: int) -> dict[str, float]:
+    """CPU ms per step of each thread over the window, summed by thread name (the main thread apart)."""
+    main = str(os.getpid())
+    spent: dict[str, float] = {}
+    for tid, (name, seconds) in after.items():
+        key = "main" if tid == main else name
+        spent[key] = spent.get(key, 0.0) + (seconds - before.get(tid, (name, 0.0))[1]) * 1e3 / steps
+    return {k: round(v, 3) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}
+
+
+def _children_under_profile(script: str, spec_file: str) -> None:
+    """Fabric starts its other ranks itself, by running ``sys.argv`` again: have them run
+    this file in ``--child`` mode too, so that every rank is measured, not rank 0 alone."""
+    try:
+        from lightning.fabric.strategies.launchers import subprocess_script
+    except ImportError:
+        return
+    subprocess_script._basic_subprocess_cmd = lambda: [sys.executable, str(HERE), "--child", script, spec_file]
 
 
 def parent(args: argparse.Namespace) -> None:
@@ -151,6 +192,10 @@ def parent(args: argparse.Namespace) -> None:
         print(f"{name:<12} {len(ranks)} ranks × {ranks[0]['threads']} threads · {ranks[0]['steps']} steps · CPU {cpu * 1e3:7.2f} ms/step/rank · "
               f"wall {wall * 1e3:7.2f} ms/step · {calls:8.1f} {count.replace('_', ' ')} · "
               f"launcher and the rest {launcher:5.1f} CPU s of {tree:5.1f} · ({time.monotonic() - started:.0f}s)")
+        for r in ranks:
+            threads = ", ".join(f"{k} {v:.2f}" for k, v in r["thread_cpu_ms_per_step"].items() if v)
+            print(f"{'':13}rank {r['rank']}: CPU {r['cpu_s_per_step'] * 1e3:.2f}, wall {r['wall_s_per_step'] * 1e3:.2f} ms/step"
+                  f" · by thread (ms/step): {threads}")
     (out / "summary.json").write_text(json.dumps(results), encoding="utf-8")
     if args.ops or len(results) < 2:
         return

@@ -168,6 +168,12 @@ def register(subparsers) -> argparse.ArgumentParser:
     size.add_argument(
         "--threads-per-proc", metavar="T", help="OMP_NUM_THREADS per worker (default: cores / local workers)"
     )
+    size.add_argument(
+        "--cpu-binding",
+        choices=("auto", "none"),
+        help="auto (default): 2+ CPU workers each compute on an equal share of this node's CPUs of their own "
+        "(pt.Runtime binds its compute threads; gloo's stay free); none: the scheduler places every thread",
+    )
 
     rdzv = parser.add_argument_group("rendezvous")
     rdzv.add_argument("--master-addr", "--master_addr", metavar="HOST", help="address of node 0 (several nodes)")

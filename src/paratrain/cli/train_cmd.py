@@ -62,6 +62,7 @@ Surviving failures:
 #: ``paratrain run``'s flags that ``paratrain train`` takes and passes on (any of them, even with
 #: one process, trains through the launcher rather than in this process).
 RUN_FLAGS = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--max-restarts", "--threads-per-proc",
+             "--cpu-binding",
              "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--rdzv-timeout", "--rdzv-last-call", "--backend",
              "--log-dir", "--output", "--local-ranks-filter")
 

@@ -65,6 +65,7 @@ class LaunchConfig:
     legacy_local_rank: str | None = None  # None, "auto", "local_rank" or "local-rank"
     log_dir: str | None = None
     threads_per_proc: int | None = None
+    cpu_binding: str = "auto"  # one of env.cpu_binding.CPU_BINDING_MODES
     verbose: bool = False
     slurm_cpus: int | None = None  # CPUs the SLURM step gave this node (SLURM_CPUS_ON_NODE), if any
     output: str = "auto"  # "prefixed": whole lines tagged [rankN]: ; "raw": the workers' streams as they are
@@ -175,6 +176,7 @@ class LaunchConfig:
             legacy_local_rank=legacy,
             log_dir=args.log_dir or None,
             threads_per_proc=parse_int("--threads-per-proc", args.threads_per_proc),
+            cpu_binding=getattr(args, "cpu_binding", None) or "auto",
             verbose=bool(args.verbose),
             slurm_cpus=slurm_cpus(environ),
             output=getattr(args, "output", None) or "auto",

@@ -23,6 +23,7 @@ from typing import Any
 
 import cloudpickle
 
+from paratrain.env.cpu_binding import CPU_CORES_VAR, encode, node_plan
 from paratrain.env.torchelastic import SPAWNED_VAR
 from paratrain.errors import ConfigError
 from paratrain.launch import network
@@ -93,6 +94,7 @@ def spawn(
     timeout: float = 600.0,
     start_method: str = "spawn",
     verbose: bool = False,
+    cpu_binding: str = "auto",
 ) -> Any:
     """Call ``fn(*args)`` in ``nprocs`` new processes; return rank 0's return value.
 
@@ -102,10 +104,12 @@ def spawn(
     it. ``env`` is added to the workers' environment (after OMP_NUM_THREADS=1 and
     GLOO_SOCKET_IFNAME=lo, which it may override). ``start_method`` is ``"spawn"``
     (fresh interpreters) or ``"fork"``. ``verbose`` shows torch elastic's own log lines.
+    ``cpu_binding="auto"`` gives each worker an equal share of the CPUs of its own, to which a
+    CPU ``pt.Runtime`` binds its compute threads, as ``paratrain run`` does; ``"none"`` does not.
 
     Raises:
         ConfigError: ``nprocs`` < 1; ``fn`` or ``args`` cannot be copied to another
-            process; ``fork`` after CUDA was initialised.
+            process; ``fork`` after CUDA was initialised; a ``cpu_binding`` other than auto or none.
         WorkerError: a worker raised; the error names its rank, exception type and
             message and carries its traceback (the first failure by time).
         LaunchError: a worker died without an exception (signal, ``os._exit``).
@@ -120,11 +124,14 @@ def spawn(
         raise ConfigError(f"start_method {start_method!r} is not one of spawn, fork, forkserver")
     _check_fork_is_safe(start_method)
     call = _pack(fn, args)
+    threads = os.environ.get("OMP_NUM_THREADS", "1")
+    shares = node_plan(cpu_binding, nprocs, int(threads) if threads.isdigit() else 1, setting="pt.spawn(cpu_binding=)")
     worker_env = {
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "OMP_NUM_THREADS": threads,
         # Gloo's pair sockets on loopback too (like the store), whatever the host name resolves to.
         "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME") or network.interface_for(network.LOOPBACK).name,
         SPAWNED_VAR: "1",  # a Runtime in the workers starts its hang watchdog
+        **({CPU_CORES_VAR: encode(shares)} if shares and not os.environ.get(CPU_CORES_VAR) else {}),
         **(env or {}),
     }
     quiet = logging.INFO if verbose else logging.CRITICAL

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from paratrain.diagnostics.failure_report import oom_kill_count
+from paratrain.env import cpu_binding
 from paratrain.env.no_restart import END_SIGNAL
 from paratrain.env.torchelastic import LAUNCHER_PID_VAR, LINE_PREFIX_VAR, PROGRESS_TTY_VAR
 from paratrain.errors import LaunchError
@@ -152,7 +153,11 @@ def socket_interface(config: LaunchConfig) -> network.Interface:
 
 def worker_env(config: LaunchConfig, environ: Mapping[str, str], interface: network.Interface) -> dict[str, str]:
     """Variables to add to the workers' environment (what the user set is kept)."""
-    env = {"OMP_NUM_THREADS": str(threads_per_proc(config, environ)), LAUNCHER_PID_VAR: str(os.getpid())}
+    threads = threads_per_proc(config, environ)
+    env = {"OMP_NUM_THREADS": str(threads), LAUNCHER_PID_VAR: str(os.getpid())}
+    shares = cpu_shares(config, threads)
+    if shares and not environ.get(cpu_binding.CPU_CORES_VAR):
+        env[cpu_binding.CPU_CORES_VAR] = cpu_binding.encode(shares)
     if config.backend != "auto" or not environ.get("PARATRAIN_BACKEND"):
         env["PARATRAIN_BACKEND"] = config.backend  # --backend wins; without it, the user's variable stays
     for var in SOCKET_IFNAME_VARS:
@@ -246,6 +251,10 @@ def launch(config: LaunchConfig) -> int:
         oversubscribed = oversubscription(config, env)
         if oversubscribed:
             _info(oversubscribed)
+        if cpu_binding.CPU_CORES_VAR in env:
+            _info(f"each CPU worker computes on CPUs of its own: "
+                  f"{cpu_binding.describe(cpu_binding.decode(env[cpu_binding.CPU_CORES_VAR]))} (pt.Runtime binds its compute threads; "
+                  "--cpu-binding none leaves them to the scheduler)")
         argv = torchrun_argv(config, port, run_id, log_dir, interface.address if config.multi_node else None)
         if config.multi_node:
             static = config.rdzv_backend == "static"
@@ -352,6 +361,17 @@ def _log_file(log_dir: str | None, run_id: str, local_rank: int) -> Path | None:
     attempts = sorted(root.glob("attempt_*"), key=lambda p: int(p.name.split("_")[-1]))
     log = attempts[-1] / str(local_rank) / "stderr.log" if attempts else None
     return log if log is not None and log.exists() else None
+
+
+def cpu_shares(config: LaunchConfig, threads: int) -> list[tuple[int, ...]] | None:
+    """This node's CPUs, one share per CPU worker, for ``pt.Runtime`` to bind each worker's
+    compute threads to (see :mod:`paratrain.env.cpu_binding`); None for GPU workers, one
+    worker, ``--cpu-binding none``, or workers whose threads do not fit in a share."""
+    from paratrain.runtime.device import resolve_backend
+
+    if resolve_backend(config.backend) != "gloo":
+        return None  # GPU workers: torchrun's --numa-binding places them by the GPU's NUMA node
+    return cpu_binding.node_plan(config.cpu_binding, config.nproc_per_node, threads)
 
 
 def oversubscription(config: LaunchConfig, env: Mapping[str, str]) -> str | None:

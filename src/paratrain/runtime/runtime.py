@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
+import os
 from typing import Any
 
 import torch
@@ -21,6 +22,7 @@ from paratrain.arguments import check_type, reject_objects, reject_unknown
 from paratrain.diagnostics import watchdog as hang_watch
 from paratrain.diagnostics.watchdog import mark as mark_progress
 from paratrain.env import ProcessInfo, detect
+from paratrain.env.cpu_binding import bind_compute_threads, share_for
 from paratrain.runtime.launcher_death import die_with_launcher
 from paratrain.runtime import progress as rank0_progress
 from paratrain.runtime.open_watches import OpenWatches
@@ -53,11 +55,16 @@ class Runtime:
             elsewhere none (see :mod:`paratrain.diagnostics.watchdog`).
         **strategy_options: passed to the strategy (e.g. ``find_unused_parameters=True``).
 
-    Creating a Runtime in a multi-process job is collective: all ranks must do it.
+    Creating a Runtime in a multi-process job is collective: all ranks must do it. On CPU,
+    under ``paratrain run`` or ``pt.spawn`` with 2+ workers on the node, it binds the thread
+    that creates it (and the OpenMP threads that thread starts later) to the CPUs the launcher
+    gave this rank; threads started before it (gloo's) keep every CPU (``rt.cpu_share``;
+    ``--cpu-binding none`` turns this off; see :mod:`paratrain.env.cpu_binding`).
 
     Raises:
         ConfigError: unknown strategy/precision/backend, an unknown argument (with the
-            closest known name), a value of the wrong type, or a bad combination.
+            closest known name), a value of the wrong type, or a bad combination;
+            a malformed ``PARATRAIN_CPU_CORES``.
         DistributedError: the process group could not be joined in time.
     """
 
@@ -99,6 +106,8 @@ class Runtime:
             die_with_launcher()  # a worker of paratrain run ends when its launcher is killed
         stall_s = hang_watch.runtime_stall_timeout(stall_timeout, self.timeout) if self.process.distributed else 0.0
         self._group_timeout = hang_watch.group_timeout_with_watchdog(self.timeout, stall_s)
+        cpu_share = (share_for(os.environ, self.process.local_rank)
+                     if self.process.distributed and self.device.type == "cpu" else None)
         self._owns_group = init_process_group(self.process, self.backend, self.device, self._group_timeout)
         if self._owns_group:
             atexit.register(self.close)
@@ -108,6 +117,9 @@ class Runtime:
         self.strategy = build_strategy(self.resolved, self.process, self.precision)
         # Its own hang watchdog (names the rank the others wait for), and loaders every rank reads whole.
         self._watches = OpenWatches(stall_s, self.rank, self.world_size)
+        # Now that gloo's and the watchdog's threads exist (they keep every core): this thread, and
+        # the OpenMP pool it starts, on the CPUs the launcher gave this rank (env/cpu_binding.py).
+        self.cpu_share = bind_compute_threads(cpu_share)
         if seed is not None:
             seed_everything(seed)
 
