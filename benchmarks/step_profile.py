@@ -11,10 +11,16 @@ after ``--warmup`` (the bench's ``StepRecorder.step`` marks them, in every scrip
   intra-op threads, gloo's threads), and wall seconds per step beside it;
 * Python function calls per step (``cProfile``), and the functions paratrain's loop
   calls that the peer does not, by calls per step;
-* with ``--ops``, torch operators per step (``torch.profiler``), instead of cProfile.
+* with ``--ops``, torch operators per step (``torch.profiler``), instead of cProfile;
+* each thread's CPU time per step (from ``/proc``: the main thread, gloo's threads, …), and
+  every rank of Fabric too (it starts its other ranks itself: they run this file as well).
+
+``--cpu-binding none`` runs ``paratrain run``'s methods without their CPU shares
+(``paratrain.env.cpu_binding``), to measure what the binding changes.
 
     python benchmarks/step_profile.py --task digits --methods ddp,accelerate --steps 200
     python benchmarks/step_profile.py --task text-cls --methods single,ddp,accelerate --steps 60 --top 25
+    python benchmarks/step_profile.py --task text-cls --methods ddp --steps 140 --cpu-binding none
 
 Results go to runs/step-profile-TASK/ (one folder per method with each rank's figures).
 The launched script runs under ``python step_profile.py --child SCRIPT SPEC``.
@@ -43,8 +49,6 @@ def child(script: str, spec_file: str) -> None:
     from paratrain.bench.spec import BenchSpec
 
     spec = BenchSpec.load(spec_file)
-    if os.environ.get("STEP_PROFILE_PIN") == "1":
-        os.sched_setaffinity(0, {int(os.environ.get("LOCAL_RANK", "0")) % os.cpu_count()})
     warmup = int(os.environ["STEP_PROFILE_WARMUP"])
     ops = os.environ.get("STEP_PROFILE_OPS") == "1"
     state: dict = {"steps": 0}
@@ -55,8 +59,6 @@ def child(script: str, spec_file: str) -> None:
         original(self, loss)
         state["steps"] += 1
         n = state["steps"]
-        if n == warmup and os.environ.get("STEP_PROFILE_PIN") == "2":  # the main thread alone
-            os.sched_setaffinity(0, {int(os.environ.get("LOCAL_RANK", "0")) % os.cpu_count()})
         if n == warmup:
             state.update(cpu=time.process_time(), wall=time.perf_counter(), threads=_thread_cpu())
             if ops:
@@ -169,6 +171,8 @@ def parent(args: argparse.Namespace) -> None:
         script = method.script_path
         at = argv.index(script)
         argv[at:at + 1] = [str(HERE), "--child", script]
+        if args.cpu_binding != "auto" and "run" in argv:  # paratrain run's methods (ddp, fsdp, deepspeed)
+            argv[argv.index("run") + 1:argv.index("run") + 1] = ["--cpu-binding", args.cpu_binding]
         env = method_env(method.processes(args.nproc))
         env["STEP_PROFILE_WARMUP"] = str(args.warmup)
         env["STEP_PROFILE_OPS"] = "1" if args.ops else "0"
@@ -232,6 +236,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--ops", action="store_true", help="torch operators per step instead of Python calls")
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--cpu-binding", choices=("auto", "none"), default="auto",
+                        help="paratrain run's --cpu-binding for the methods it launches")
     parser.add_argument("--extra-path", help="added to the methods' PYTHONPATH (a peer library installed aside)")
     parser.add_argument("--out")
     main_args = parser.parse_args()

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from paratrain.env.cpu_binding import core_order
 from tests.launch.processes import HANG_GUARD_S
 from tests.support import ROOT, clean_env, free_port
 
@@ -89,6 +90,11 @@ INTENDED = {
     "OMP_NUM_THREADS": Intended(
         "unset with 1 worker, 1 with 2+", "cores / local workers", "one worker uses the cores it has; several "
         "share them", "export OMP_NUM_THREADS"),
+    # Checked through cpu_cores(): the value depends on the CPUs and the workers per node.
+    "PARATRAIN_CPU_CORES": Intended(
+        "None", "an equal share of the CPUs per local worker", "2+ CPU workers: pt.Runtime binds each one's "
+        "compute threads to its share (gloo's stay free), so the scheduler stops moving them between CPUs",
+        "--cpu-binding none"),
     "TORCH_CPP_LOG_LEVEL": Intended(
         "None", "ERROR", "torch's C++ warnings stay out of the lines users read; paratrain's one-line errors say "
         "what failed", "--verbose, or export it yourself (yours is kept)"),
@@ -282,6 +288,22 @@ def omp_threads(local_world_size: int) -> tuple[str | None, str]:
     return (None if local_world_size == 1 else "1"), str(max(1, CORES // local_world_size))
 
 
+def cpu_cores(local_world_size: int) -> tuple[None, str | None]:
+    """PARATRAIN_CPU_CORES under torchrun and under paratrain run (2+ CPU workers, none of the
+    user's OMP_NUM_THREADS): the usable CPUs, in physical-core order, cut into equal runs."""
+    cpus = core_order(os.sched_getaffinity(0))
+    size = len(cpus) // local_world_size
+    if local_world_size < 2 or size < 1:
+        return None, None
+    shares = [cpus[i * size:(i + 1) * size] for i in range(local_world_size)]
+    def written(share: list[int]) -> str:  # as `taskset -c` writes it, for one run of neighbours or not
+        if len(share) > 1 and share == list(range(share[0], share[-1] + 1)):
+            return f"{share[0]}-{share[-1]}"
+        return ",".join(map(str, share))
+
+    return None, ";".join(written(share) for share in shares)
+
+
 @pytest.fixture(scope="module")
 def observations(tmp_path_factory) -> dict[str, dict[str, Observation]]:
     tmp = tmp_path_factory.mktemp("compat")
@@ -296,11 +318,13 @@ def test_same_as_torchrun_but_the_intended_differences(case, observations):
     found = _as_intended(case, differences(torch_side, para))
     local_world_size = int(next(iter(torch_side.seen.values()))["env"]["LOCAL_WORLD_SIZE"])
     threads = omp_threads(local_world_size)
-    expected = set(case.differences) | ({"OMP_NUM_THREADS"} if threads[0] != threads[1] else set())
+    shares = cpu_cores(local_world_size)
+    expected = (set(case.differences) | ({"OMP_NUM_THREADS"} if threads[0] != threads[1] else set())
+                | ({"PARATRAIN_CPU_CORES"} if shares[1] else set()))
     assert sorted(found) == sorted(expected), (found, para.stderr[-2000:])
     for name, (torch_value, paratrain_value) in found.items():
-        if name == "OMP_NUM_THREADS":
-            assert (torch_value, paratrain_value) == threads
+        if name in ("OMP_NUM_THREADS", "PARATRAIN_CPU_CORES"):
+            assert (torch_value, paratrain_value) == (threads if name == "OMP_NUM_THREADS" else shares)
             continue
         assert INTENDED[name].holds(torch_value, paratrain_value), (name, torch_value, paratrain_value)
 

@@ -27,6 +27,9 @@ TORCHELASTIC_RUN_ID, TORCHELASTIC_ERROR_FILE, ...). Where paratrain differs, on 
     workers write them) -- --output raw for torchrun's console; -r/-t choose as in torchrun;
   * --log-dir also keeps each rank's stdout/stderr (torchrun: only with -r/-t);
   * OMP_NUM_THREADS is cores / local workers (torchrun: 1 with 2+ workers) -- set it to choose;
+  * 2+ CPU workers each compute on an equal share of the node's CPUs (pt.Runtime binds
+    its compute threads there; gloo's stay free) -- --cpu-binding none to leave them all
+    to the scheduler (torchrun's --numa-binding is for GPU workers);
   * extra worker variables, below;
   * --nnodes MIN:MAX restarts up to 3 times unless --max-restarts says otherwise (torchrun: 0);
   * exit codes say what happened (below); --exit-codes torchrun gives torchrun's 1;
@@ -81,6 +84,8 @@ Legacy scripts that parse --local_rank (torch.distributed.launch style):
 Environment for the workers, besides torchrun's (what you set yourself wins):
   OMP_NUM_THREADS      --threads-per-proc, else cores / local processes (at least 1)
   PARATRAIN_BACKEND    --backend; pt.Runtime() follows it
+  PARATRAIN_CPU_CORES  each local worker's share of the CPUs (0;1), for pt.Runtime to
+                       bind its compute threads to (2+ CPU workers; --cpu-binding none)
   GLOO_SOCKET_IFNAME   lo on one node, the route to the master on several
   NCCL_SOCKET_IFNAME   same
   PARATRAIN_LAUNCHER_PID  the launcher's pid: a worker ends when its launcher is killed

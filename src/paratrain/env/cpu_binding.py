@@ -21,7 +21,8 @@ So the work is split in two:
   only the thread that calls it (the main thread, whose OpenMP pool, started later,
   inherits the binding). Threads started before — gloo's, the watchdog's — keep every
   core. A process group a script or library creates after ``pt.Runtime()`` starts its
-  threads from the bound thread, and they share its cores.
+  threads from the bound thread, and they share its cores; so do the processes it starts
+  (DataLoader workers), which keeps a rank's data loading on its own share.
 """
 
 from __future__ import annotations
