@@ -60,7 +60,8 @@ def child(script: str, spec_file: str) -> None:
         state["steps"] += 1
         n = state["steps"]
         if n == warmup:
-            state.update(cpu=time.process_time(), wall=time.perf_counter(), threads=_thread_cpu())
+            state.update(cpu=time.process_time(), wall=time.perf_counter(), threads=_thread_cpu(),
+                         migrations=_migrations())
             if ops:
                 import torch.profiler
 
@@ -81,7 +82,8 @@ def child(script: str, spec_file: str) -> None:
                        "cpu_s_per_step": (time.process_time() - state["cpu"]) / measured,
                        "wall_s_per_step": (time.perf_counter() - state["wall"]) / measured,
                        "process_cpu_s": time.process_time(),  # this rank's whole CPU time so far
-                       "thread_cpu_ms_per_step": _thread_cpu_per_step(state["threads"], _thread_cpu(), measured)}
+                       "thread_cpu_ms_per_step": _thread_cpu_per_step(state["threads"], _thread_cpu(), measured),
+                       "main_migrations_per_step": (_migrations() - state["migrations"]) / measured}
             if ops:
                 events = state["torch"].key_averages()
                 figures["ops_per_step"] = sum(e.count for e in events) / measured
@@ -112,6 +114,17 @@ def _thread_cpu() -> dict[str, tuple[str, float]]:
         fields = stat[stat.rindex(")") + 2:].split()
         threads[task.name] = (name, (int(fields[11]) + int(fields[12])) / tick)  # utime, stime
     return threads
+
+
+def _migrations() -> int:
+    """How often the scheduler has moved this (main) thread to another CPU; 0 where Linux does not say."""
+    try:
+        for line in Path(f"/proc/self/task/{os.getpid()}/sched").read_text().splitlines():
+            if line.startswith("se.nr_migrations"):
+                return int(line.split(":")[1])
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _thread_cpu_per_step(before: dict, after: dict, steps: int) -> dict[str, float]:
@@ -199,6 +212,7 @@ def parent(args: argparse.Namespace) -> None:
         for r in ranks:
             threads = ", ".join(f"{k} {v:.2f}" for k, v in r["thread_cpu_ms_per_step"].items() if v)
             print(f"{'':13}rank {r['rank']}: CPU {r['cpu_s_per_step'] * 1e3:.2f}, wall {r['wall_s_per_step'] * 1e3:.2f} ms/step"
+                  f" · main thread moved to another CPU {r['main_migrations_per_step']:.2f}×/step"
                   f" · by thread (ms/step): {threads}")
     (out / "summary.json").write_text(json.dumps(results), encoding="utf-8")
     if args.ops or len(results) < 2:
