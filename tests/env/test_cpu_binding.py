@@ -5,9 +5,11 @@ through ``paratrain run`` and ``pt.spawn``, reading every thread's allowed CPUs 
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import subprocess
+import threading
 
 import pytest
 
@@ -100,8 +102,8 @@ def _check_free(seen: list[dict]) -> None:
         assert all(cpus == USABLE for threads in s["threads"].values() for cpus in threads), s["threads"]
 
 
-def _run(tmp_path, *flags: str) -> tuple[list[dict], str]:
-    proc = subprocess.run(paratrain_cmd("run", "--nproc-per-node", "2", *flags, str(WORKER)), cwd=tmp_path,
+def _run(tmp_path, *flags: str, strategy: tuple[str, ...] = ()) -> tuple[list[dict], str]:
+    proc = subprocess.run(paratrain_cmd("run", "--nproc-per-node", "2", *flags, str(WORKER), *strategy), cwd=tmp_path,
                           env=clean_env(BINDING_OUT=str(tmp_path)), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(p.read_text()) for p in sorted(tmp_path.glob("binding.*.json"))], proc.stderr
@@ -118,6 +120,47 @@ def test_paratrain_run_binds_each_workers_compute_threads_and_leaves_gloos_free(
     expected = cpu_binding.describe(plan(2, 1, core_order(USABLE)))
     assert f"paratrain run: each CPU worker computes on CPUs of its own: {expected} (" in stderr
     assert "--cpu-binding none" in stderr
+
+
+def test_process_groups_a_strategy_makes_after_the_binding_talk_on_every_cpu(tmp_path):
+    seen, _ = _run(tmp_path, strategy=("deepspeed",))
+    assert len(seen) == 2
+    if len(USABLE) < 2:
+        _check_free(seen)
+        return
+    _check_bound(seen)
+    for s in seen:  # DeepSpeed's own group started its gloo threads in setup, from the bound thread
+        assert len(s["threads"]["gloo_tcp_loop"]) > s["before_setup"]["gloo_tcp_loop"], s
+        assert len(s["threads"]["pt_gloo_runloop"]) > s["before_setup"]["pt_gloo_runloop"], s
+        assert all(cpus == USABLE for cpus in s["threads"]["pt_gloo_runloop"]), s["threads"]
+
+
+def _named_thread(name: str, cpus: set[int], ready: threading.Event, done: threading.Event, tids: dict) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME: what /proc/self/task/TID/comm shows
+    os.sched_setaffinity(0, cpus)  # this thread only
+    tids[name] = threading.get_native_id()
+    ready.set()
+    done.wait(30)
+
+
+def test_only_gloo_threads_get_every_cpu_back():
+    ready = {name: threading.Event() for name in ("gloo_test_loop", "compute_pool")}
+    done, tids = threading.Event(), {}
+    threads = [threading.Thread(target=_named_thread, args=(name, {USABLE[0]}, event, done, tids))
+               for name, event in ready.items()]
+    for thread in threads:
+        thread.start()
+    try:
+        assert all(event.wait(30) for event in ready.values())
+        moved = cpu_binding.free_communication_threads(USABLE)
+        assert os.sched_getaffinity(tids["gloo_test_loop"]) == set(USABLE)
+        assert os.sched_getaffinity(tids["compute_pool"]) == {USABLE[0]}  # not communication: stays bound
+        assert moved == (1 if len(USABLE) > 1 else 0)
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join()
 
 
 def test_cpu_binding_none_leaves_every_thread_to_the_scheduler(tmp_path):

@@ -21,8 +21,10 @@ So the work is split in two:
   only the thread that calls it (the main thread, whose OpenMP pool, started later,
   inherits the binding). Threads started before — gloo's, the watchdog's — keep every
   core. A process group a script or library creates after ``pt.Runtime()`` starts its
-  threads from the bound thread, and they share its cores; so do the processes it starts
-  (DataLoader workers), which keeps a rank's data loading on its own share.
+  threads from the bound thread; ``rt.setup`` gives the gloo threads among them every CPU
+  again (:func:`free_communication_threads`: DeepSpeed makes its groups there). The
+  processes a bound thread starts (DataLoader workers) keep its share, which keeps a
+  rank's data loading on its own CPUs.
 """
 
 from __future__ import annotations
@@ -131,6 +133,29 @@ def share_for(environ: Mapping[str, str], local_rank: int) -> tuple[int, ...] | 
             f"not use (it may use CPU {_cpu_list(usable)}): unset it, or give --cpu-binding none"
         )
     return share
+
+
+#: Name prefixes of the threads torch's gloo process groups start (gloo's event loop, torch's
+#: work loop): communication, which must not wait for its rank's compute thread to yield a CPU.
+COMMUNICATION_THREADS = ("gloo", "pt_gloo")
+
+
+def free_communication_threads(cpus: Iterable[int]) -> int:
+    """Give every CPU in ``cpus`` back to this process's gloo threads that a bound thread
+    started — those of a process group created after the binding (DeepSpeed makes its own
+    in ``rt.setup``). Other threads keep theirs. Returns how many threads were moved."""
+    cpus = set(cpus)
+    moved = 0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            tid = int(task.name)
+            if not (task / "comm").read_text().startswith(COMMUNICATION_THREADS) or os.sched_getaffinity(tid) == cpus:
+                continue
+            os.sched_setaffinity(tid, cpus)
+        except (OSError, ValueError):
+            continue  # the thread ended meanwhile
+        moved += 1
+    return moved
 
 
 def bind_compute_threads(share: Sequence[int] | None) -> tuple[int, ...] | None:

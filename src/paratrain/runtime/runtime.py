@@ -22,7 +22,7 @@ from paratrain.arguments import check_type, reject_objects, reject_unknown
 from paratrain.diagnostics import watchdog as hang_watch
 from paratrain.diagnostics.watchdog import mark as mark_progress
 from paratrain.env import ProcessInfo, detect
-from paratrain.env.cpu_binding import bind_compute_threads, share_for
+from paratrain.env.cpu_binding import bind_compute_threads, free_communication_threads, share_for, usable_cpus
 from paratrain.runtime.launcher_death import die_with_launcher
 from paratrain.runtime import progress as rank0_progress
 from paratrain.runtime.open_watches import OpenWatches
@@ -58,7 +58,8 @@ class Runtime:
     Creating a Runtime in a multi-process job is collective: all ranks must do it. On CPU,
     under ``paratrain run`` or ``pt.spawn`` with 2+ workers on the node, it binds the thread
     that creates it (and the OpenMP threads that thread starts later) to the CPUs the launcher
-    gave this rank; threads started before it (gloo's) keep every CPU (``rt.cpu_share``;
+    gave this rank; threads started before it (gloo's) keep every CPU, and ``setup`` gives every
+    CPU back to the gloo threads of groups the strategy made (DeepSpeed's) (``rt.cpu_share``;
     ``--cpu-binding none`` turns this off; see :mod:`paratrain.env.cpu_binding`).
 
     Raises:
@@ -119,6 +120,7 @@ class Runtime:
         self._watches = OpenWatches(stall_s, self.rank, self.world_size)
         # Now that gloo's and the watchdog's threads exist (they keep every core): this thread, and
         # the OpenMP pool it starts, on the CPUs the launcher gave this rank (env/cpu_binding.py).
+        self._all_cpus = usable_cpus()  # what gloo threads started later get back (see setup)
         self.cpu_share = bind_compute_threads(cpu_share)
         if seed is not None:
             seed_everything(seed)
@@ -174,7 +176,10 @@ class Runtime:
         if isinstance(model, torch.nn.Module):
             check_same_setup(self, model)
         hint_fusable(optimizers, self.device)
-        return self.strategy.setup(model, *optimizers)
+        prepared = self.strategy.setup(model, *optimizers)
+        if self.cpu_share is not None:
+            free_communication_threads(self._all_cpus)  # groups the strategy made (DeepSpeed's) talk on every CPU
+        return prepared
 
     def backward(self, loss: torch.Tensor, model: torch.nn.Module | None = None) -> None:
         """``loss.backward()`` with the precision's scaling (fp16). Inside ``accumulate``
