@@ -252,8 +252,8 @@ def launch(config: LaunchConfig) -> int:
         if oversubscribed:
             _info(oversubscribed)
         if cpu_binding.CPU_CORES_VAR in env:
-            _info(f"each CPU worker computes on CPUs of its own: "
-                  f"{cpu_binding.describe(cpu_binding.decode(env[cpu_binding.CPU_CORES_VAR]))} (pt.Runtime binds its compute threads; "
+            shares = cpu_binding.describe(cpu_binding.decode(env[cpu_binding.CPU_CORES_VAR]))
+            _info(f"each CPU worker computes on CPUs of its own: {shares} (pt.Runtime binds its compute threads; "
                   "--cpu-binding none leaves them to the scheduler)")
         argv = torchrun_argv(config, port, run_id, log_dir, interface.address if config.multi_node else None)
         if config.multi_node:
