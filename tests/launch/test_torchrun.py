@@ -119,3 +119,22 @@ def test_launch_config_is_usable_without_the_cli():
     cfg = LaunchConfig(target=ALLREDUCE, nproc_per_node=2)
     cfg.validate()
     assert torchrun.parse_args(torchrun_argv(cfg, 5, "r")).nproc_per_node == "2"
+
+
+def test_cpu_shares_go_to_cpu_workers_only_and_the_users_variable_wins(monkeypatch):
+    import os
+
+    from paratrain.runtime import device
+
+    cpus = len(os.sched_getaffinity(0))
+    two = config("--nproc-per-node", "2", "--threads-per-proc", "1", ALLREDUCE)
+    env = worker_env(two, {}, LO)
+    assert ("PARATRAIN_CPU_CORES" in env) == (cpus >= 2)
+    assert "PARATRAIN_CPU_CORES" not in worker_env(two, {"PARATRAIN_CPU_CORES": "0;0"}, LO)  # yours is kept
+    off = config("--nproc-per-node", "2", "--threads-per-proc", "1", "--cpu-binding", "none", ALLREDUCE)
+    assert "PARATRAIN_CPU_CORES" not in worker_env(off, {}, LO)
+    crowded = config("--nproc-per-node", "2", "--threads-per-proc", str(cpus), ALLREDUCE)
+    assert "PARATRAIN_CPU_CORES" not in worker_env(crowded, {}, LO)  # 2 × all CPUs: nothing to share out
+    # GPU workers (NCCL): no CPU shares, whatever the CPUs; torchrun's --numa-binding is theirs.
+    monkeypatch.setattr(device, "resolve_backend", lambda backend: "nccl")
+    assert "PARATRAIN_CPU_CORES" not in worker_env(two, {}, LO)
