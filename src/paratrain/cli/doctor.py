@@ -14,6 +14,8 @@ import socket
 import sys
 from dataclasses import asdict, dataclass
 
+from paratrain.env.cpu_binding import usable_cpus
+
 OK, INFO, WARNING, PROBLEM = "ok", "info", "warning", "problem"
 
 # The environment variables that steer a distributed job.
@@ -86,7 +88,7 @@ def devices() -> list[Finding]:
         found.append(Finding(f"cuda:{index}", status, f"{name}, {free / 2**30:.1f} of {total / 2**30:.1f} GiB free",
                              "" if status == OK else "another process holds this GPU's memory (nvidia-smi)"))
     memory = psutil.virtual_memory()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = len(usable_cpus())
     found.append(Finding("cpu", OK, f"{cores} core(s) usable, {memory.available / 2**30:.1f} of "
                                     f"{memory.total / 2**30:.1f} GiB memory free"))
     return found

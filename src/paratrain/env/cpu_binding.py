@@ -44,7 +44,8 @@ SYSFS_CPUS = Path("/sys/devices/system/cpu")
 
 
 def usable_cpus() -> list[int]:
-    """The CPUs this process may run on (its affinity mask, which SLURM and taskset set)."""
+    """The CPUs this process may run on: its affinity mask, which SLURM and taskset set (what
+    torch's own CPU count reads). The one place paratrain asks; ``len()`` of it is its core count."""
     if hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0))
     return list(range(os.cpu_count() or 1))

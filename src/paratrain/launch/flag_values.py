@@ -6,8 +6,7 @@ variables); :class:`~paratrain.launch.config.LaunchConfig` builds itself with th
 
 from __future__ import annotations
 
-import os
-
+from paratrain.env.cpu_binding import usable_cpus
 from paratrain.errors import ConfigError
 
 NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
@@ -39,20 +38,15 @@ def parse_nproc(value: str) -> int:
     if word not in NPROC_WORDS:
         raise ConfigError(f"--nproc-per-node {value!r} is neither a number nor 'auto' (or cpu, gpu, xpu)")
     if word == "cpu":
-        return usable_cpus()
+        return len(usable_cpus())
     import torch
 
     if word == "auto":
-        return torch.accelerator.device_count() if torch.accelerator.is_available() else usable_cpus()
+        return torch.accelerator.device_count() if torch.accelerator.is_available() else len(usable_cpus())
     device = torch.cuda if word == "gpu" else torch.xpu
     if not device.is_available():
         raise ConfigError(f"--nproc-per-node {word} needs a visible {word.upper()}, and none is; give a number or cpu")
     return device.device_count()
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, as torch._utils.cpu_count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def parse_seconds(flag: str, value) -> float | None:

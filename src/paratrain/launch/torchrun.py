@@ -138,7 +138,7 @@ def threads_per_proc(config: LaunchConfig, environ: Mapping[str, str]) -> int:
         return config.threads_per_proc
     if environ.get("OMP_NUM_THREADS", "").isdigit() and int(environ["OMP_NUM_THREADS"]) > 0:
         return int(environ["OMP_NUM_THREADS"])
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = len(cpu_binding.usable_cpus())
     return max(1, cores // config.nproc_per_node)
 
 
@@ -384,7 +384,7 @@ def oversubscription(config: LaunchConfig, env: Mapping[str, str]) -> str | None
 
     if resolve_backend(config.backend) != "gloo":
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = len(cpu_binding.usable_cpus())
     threads = int(env.get("OMP_NUM_THREADS", "1") or 1)
     if config.nproc_per_node * threads <= cores:
         return None
