@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from paratrain.env.torchelastic import LINE_PREFIX_VAR
 from paratrain.errors import CollectiveTimeoutError, ConfigError
 
 T = TypeVar("T")
@@ -245,9 +246,17 @@ def all_gather(tensor: torch.Tensor) -> list[torch.Tensor]:
 def print(*args: Any, **kwargs: Any) -> None:  # noqa: A001 - mirrors builtins.print on purpose
     """``print`` on rank 0 only (``all_ranks=True`` prints everywhere with a rank tag)."""
     if kwargs.pop("all_ranks", False):
-        builtins.print(f"[rank {rank()}]", *args, **kwargs)
+        if _tagged_by_launcher():
+            builtins.print(*args, **kwargs)
+        else:
+            builtins.print(f"[rank {rank()}]", *args, **kwargs)
     elif is_main():
         builtins.print(*args, **kwargs)
+
+
+def _tagged_by_launcher() -> bool:
+    """The launcher puts ``[rankN]:`` before every line of this process already (one tag per line)."""
+    return bool(os.environ.get(LINE_PREFIX_VAR))
 
 
 class _MainRankFilter(logging.Filter):
@@ -265,7 +274,8 @@ def get_logger(name: str = "paratrain") -> logging.Logger:
         logger.addFilter(_MainRankFilter())
     if not logger.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[%(asctime)s rank %(rank)s %(levelname)s] %(message)s", "%H:%M:%S"))
+        tag = "" if _tagged_by_launcher() else " rank %(rank)s"
+        handler.setFormatter(logging.Formatter(f"[%(asctime)s{tag} %(levelname)s] %(message)s", "%H:%M:%S"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False

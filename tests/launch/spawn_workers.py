@@ -25,3 +25,23 @@ def fail_on_rank_one():
     if int(os.environ["RANK"]) == 1:
         raise ValueError("bad batch shape on purpose")
     return "ok"
+
+
+def stopped_while_reporting():
+    """Rank 1 fails as a worker stopped mid-exit does: torch elastic's record() has written its
+    error file, torch.multiprocessing's traceback file exists but is empty (the worker was
+    stopped while writing it). Rank 0 waits to be stopped."""
+    import sys
+    import time
+
+    from paratrain.env.torchelastic import record_for_launcher
+
+    if int(os.environ["RANK"]) != 1:
+        time.sleep(60)
+        return "not reached"
+    record_for_launcher(RuntimeError("stall: rank 1 stopped in backward (on purpose)"))
+    frame = sys._getframe()
+    while frame is not None and "error_file" not in frame.f_locals:  # torch.multiprocessing's _wrap
+        frame = frame.f_back
+    open(frame.f_locals["error_file"], "wb").close()
+    os._exit(1)

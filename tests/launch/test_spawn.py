@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import paratrain as pt
-from tests.launch.spawn_workers import fail_on_rank_one, reduce_ranks
+from tests.launch.spawn_workers import fail_on_rank_one, reduce_ranks, stopped_while_reporting
 
 
 def test_spawn_returns_rank_zero_value():
@@ -21,6 +21,14 @@ def test_worker_exception_names_rank_and_type():
     assert (error.rank, error.exc_type, error.remote_message) == (1, "ValueError", "bad batch shape on purpose")
     assert str(error).startswith("rank 1 raised ValueError: bad batch shape on purpose")
     assert "in fail_on_rank_one" in error.remote_traceback  # the worker's own traceback travels with it
+
+
+def test_a_worker_stopped_while_reporting_still_gets_its_own_error():
+    # torch reads an empty traceback file as "EOFError: Ran out of input"; the user gets the rank's error.
+    with pytest.raises(pt.WorkerError) as caught:
+        pt.spawn(stopped_while_reporting, 2)
+    assert (caught.value.rank, caught.value.exc_type) == (1, "RuntimeError")
+    assert "stall: rank 1 stopped in backward" in str(caught.value)
 
 
 def test_bad_arguments_are_refused_before_starting():

@@ -66,18 +66,35 @@ class RankOutcome:
     def peer_lost(self) -> bool:
         return bool(self.exception_message and _PEER_LOST.search(f"{self.exception_type}: {self.exception_message}"))
 
+    @property
+    def while_joining(self) -> bool:
+        """Its error came from forming the process group (gloo's full mesh, init_process_group)."""
+        text = f"{self.exception_message or ''} {' '.join(self.last_frames)}"
+        return "connectFullMesh" in text or "init_process_group" in text or "_new_process_group_helper" in text
+
+    @property
+    def raised_before_stop(self) -> bool:
+        """It raised its own exception and was ending when the launcher's SIGTERM reached it
+        (two ranks failing at once: the agent stops the second while it exits)."""
+        return self.signal == "SIGTERM" and bool(self.exception_type)
+
     def how(self, brief: bool = False) -> str:
         """How it ended; ``brief`` cuts the exception message (for ranks that only followed)."""
+        if self.raised_before_stop:
+            return f"raised {self._exception(brief)} (the launcher stopped it as it exited)"
         if self.signal:
             text = f"was killed by {self.signal}"
             return text + (" (likely the kernel's OOM killer: out of memory)" if self.likely_oom else "")
         text = f"exited with code {self.exitcode}"
         if self.exception_type:
-            message = (self.exception_message or "").splitlines()[0] if self.exception_message else ""
-            if brief and len(message) > 60:
-                message = message[:57] + "..."
-            text += f" after {self.exception_type}" + (f": {message}" if message else "")
+            text += f" after {self._exception(brief)}"
         return text
+
+    def _exception(self, brief: bool) -> str:
+        message = (self.exception_message or "").splitlines()[0] if self.exception_message else ""
+        if brief and len(message) > 60:
+            message = message[:57] + "..."
+        return f"{self.exception_type}" + (f": {message}" if message else "")
 
 
 @dataclass
@@ -195,7 +212,8 @@ def build_report(outcomes: list[RankOutcome], hint: str = "") -> FailureReport:
 
     ordered = sorted(outcomes, key=blame)
     first, rest = ordered[0], ordered[1:]
-    stopped = sorted(o.rank for o in rest if o.signal in {s.name for s in STOPPED_BY_AGENT} and not o.likely_oom)
+    stopped = sorted(o.rank for o in rest
+                     if o.signal in {s.name for s in STOPPED_BY_AGENT} and not o.likely_oom and not o.raised_before_stop)
     consequences = [o for o in rest if o.rank not in stopped]
     outside = [o for o in rest if o.outside_collective]
     if not hint and first.peer_lost and outside:
@@ -203,6 +221,11 @@ def build_report(outcomes: list[RankOutcome], hint: str = "") -> FailureReport:
             f"rank {o.rank} (host {o.host}, pid {o.pid}) was not in the collective: when stopped it was in "
             f"{describe_frames(o.stack_at_stop)}" for o in outside
         ) + f" — the collective timed out waiting for {'them' if len(outside) > 1 else 'it'}"
+    if not hint and first.peer_lost and first.while_joining:
+        hint = ("the ranks could not connect while forming the process group (init_process_group): a peer died "
+                "while starting (its log says why), or the address it announced is not reachable from here — on "
+                "several nodes set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME to the interface between them "
+                "(paratrain doctor --master-addr … tells)")
     if not hint and first.peer_lost:
         hint = ("this rank lost a peer inside a collective: another rank or host died (its log says why), or "
                 "a collective ran on only some ranks — a rank-dependent branch (`if rank == 0:` / "

@@ -159,13 +159,27 @@ def free_communication_threads(cpus: Iterable[int]) -> int:
     return moved
 
 
+#: The calling thread's CPUs before :func:`bind_compute_threads` first bound it (None: never bound).
+_before_binding: list[int] | None = None
+
+
 def bind_compute_threads(share: Sequence[int] | None) -> tuple[int, ...] | None:
     """Bind the calling thread (and the threads it starts from now on) to ``share``, from
     :func:`share_for`; other threads keep their CPUs. Returns the share bound, or None."""
+    global _before_binding
     if not share or not hasattr(os, "sched_setaffinity"):
         return None
+    if _before_binding is None:
+        _before_binding = usable_cpus()
     os.sched_setaffinity(0, share)  # Linux: pid 0 is the calling thread, not the whole process
     return tuple(share)
+
+
+def unbound_cpus() -> list[int]:
+    """The CPUs this process had before a thread of it was bound (:func:`usable_cpus` until then):
+    what communication threads get back. A script's own ``init_process_group`` under ``paratrain
+    run`` binds before ``pt.Runtime`` runs (launch/worker_site/plain_scripts.py)."""
+    return list(_before_binding) if _before_binding is not None else usable_cpus()
 
 
 def _cpu_list(cpus: Iterable[int]) -> str:

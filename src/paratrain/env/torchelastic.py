@@ -18,6 +18,21 @@ LAUNCHER_PID_VAR = "PARATRAIN_LAUNCHER_PID"
 SPAWNED_VAR = "PARATRAIN_SPAWNED"
 
 
+def store_attempt(environ: Mapping[str, str]) -> str:
+    """The attempt that separates this group's keys from a dead attempt's in the same store.
+
+    Where the agent's store outlives the attempts (a static rendezvous, ours on loopback), a
+    restarted group would read the dead one's addresses without the restart count in its prefix;
+    every node restarts together there, so the counts agree. A node range (c10d rendezvous) gets
+    a fresh store every round (``paratrain run`` turns torch's store sharing off), and there the
+    counts do *not* agree: a node started again counts from 0 while the others count on, and
+    ranks under two prefixes would wait for each other until the group's timeout.
+    """
+    if environ.get("TORCHELASTIC_USE_AGENT_STORE") == "False":
+        return "0"
+    return environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+
+
 def record_for_launcher(exc: BaseException) -> None:
     """Write ``exc`` to torch elastic's error file, so the launcher names it (``paratrain run``'s
     failure line, "preempted", "not restarted") and not only the exit code. Not under torchrun

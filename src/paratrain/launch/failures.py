@@ -27,8 +27,35 @@ def worker_error(exc) -> ParatrainError:
 
     ``exc`` is a ``torch.distributed.elastic.multiprocessing.errors.ChildFailedError``.
     """
-    rank, failure = exc.get_first_failure()
-    for other_rank, other in sorted(exc.failures.items()):
+    return _first_failure_error(exc.get_first_failure(), exc.failures)
+
+
+def worker_error_from_files(log_dir: str | Path) -> ParatrainError:
+    """``pt.spawn``: the same error as :func:`worker_error`, read from the error files torch
+    elastic's ``record()`` wrote under ``log_dir`` (one node: local rank = rank), for when torch
+    itself could not build its ``ChildFailedError``."""
+    failures = {}
+    for path in Path(log_dir).glob("*/attempt_*/*/error.json"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        except (OSError, ValueError):
+            continue  # a file cut short as its worker was stopped says nothing
+        rank = int(path.parent.name) if path.parent.name.isdigit() else 0
+        timestamp = (data.get("message") or {}).get("extraInfo", {}).get("timestamp", 0) \
+            if isinstance(data.get("message"), dict) else 0
+        failure = SimpleNamespace(error_file_data=data, pid="?", exitcode=1, timestamp=int(timestamp or 0))
+        if recorded_exception(failure) is not None:
+            failures[rank] = failure
+    if not failures:
+        return LaunchError("a worker failed, and no worker recorded an exception; look at the output above")
+    first = min(failures.items(), key=lambda item: (item[1].timestamp, item[0]))
+    return _first_failure_error(first, failures)
+
+
+def _first_failure_error(first: tuple[int, object], failures: dict) -> ParatrainError:
+    """The error of the rank whose failure is the cause: a stall verdict's rank, else ``first``."""
+    rank, failure = first
+    for other_rank, other in sorted(failures.items()):
         # The watchdog's verdict names the stalled rank; a peer that lost it after its exit only
         # saw a closed connection, perhaps a moment earlier (as build_report orders them).
         found = recorded_exception(other)

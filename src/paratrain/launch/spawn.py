@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +31,7 @@ from paratrain.env.torchelastic import SPAWNED_VAR
 from paratrain.errors import ConfigError
 from paratrain.launch import network
 from paratrain.launch.environ import scoped_environ
-from paratrain.launch.failures import worker_error
+from paratrain.launch.failures import worker_error, worker_error_from_files
 from paratrain.launch.loopback_store import LoopbackStore
 from paratrain.launch.torch_logs import torch_log_level
 
@@ -114,6 +117,7 @@ def spawn(
             message and carries its traceback (the first failure by time).
         LaunchError: a worker died without an exception (signal, ``os._exit``).
     """
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig as ElasticConfig
     from torch.distributed.launcher.api import elastic_launch
@@ -135,6 +139,8 @@ def spawn(
         **(env or {}),
     }
     quiet = logging.INFO if verbose else logging.CRITICAL
+    # The workers' error files in a folder of ours, readable when torch cannot report them (below).
+    log_dir = tempfile.mkdtemp(prefix="paratrain-spawn-")
     with LoopbackStore(timeout_s=timeout) as store, torch_log_level(quiet), scoped_environ():
         config = ElasticConfig(
             min_nodes=1,
@@ -147,9 +153,18 @@ def spawn(
             max_restarts=0,
             start_method=start_method,
             monitor_interval=0.05,
+            logs_specs=DefaultLogsSpecs(log_dir=log_dir),
         )
         try:
             results = elastic_launch(config, _worker)(call, worker_env)
         except ChildFailedError as exc:
             raise worker_error(exc) from None
+        except (EOFError, pickle.UnpicklingError):
+            # torch.multiprocessing unpickles the traceback a failed worker writes as it exits; a
+            # worker stopped while writing it leaves an empty file, and torch raises "Ran out of
+            # input" in place of the failure. Every worker's exception is in the error file torch
+            # elastic's record() wrote before that one.
+            raise worker_error_from_files(log_dir) from None
+        finally:
+            shutil.rmtree(log_dir, ignore_errors=True)
     return cloudpickle.loads(results[0])

@@ -38,12 +38,11 @@ from paratrain.launch.failures import ended_without_restart, script_failure, wor
 from paratrain.launch.launch_errors import exit_hint, is_rendezvous_error, lost_node, rendezvous_error, stopped_by
 from paratrain.launch.legacy import local_rank_argument
 from paratrain.launch.rendezvous_wait import RendezvousWait, awaited
+from paratrain.launch.restart_notice import RestartNotice
 from paratrain.launch.torch_logs import torch_log_level
 
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
-# On a terminal each tagged line first clears the line it lands on: rank 0's progress bar,
-# drawn there directly (PROGRESS_TTY_VAR), stays below the scrolling lines as with tqdm.write.
-CLEAR_LINE = "\r\x1b[K"
+CLEAR_LINE = whole_lines.CLEAR_LINE
 
 
 def torchrun_argv(
@@ -253,8 +252,9 @@ def launch(config: LaunchConfig) -> int:
             _info(oversubscribed)
         if cpu_binding.CPU_CORES_VAR in env:
             shares = cpu_binding.describe(cpu_binding.decode(env[cpu_binding.CPU_CORES_VAR]))
-            _info(f"each CPU worker computes on CPUs of its own: {shares} (pt.Runtime binds its compute threads; "
-                  "--cpu-binding none leaves them to the scheduler)")
+            _info(f"each CPU worker computes on CPUs of its own: {shares} (bound once it joins the process group, "
+                  "through pt.Runtime or init_process_group: its main thread and the threads it starts after; "
+                  "gloo's threads keep every CPU; --cpu-binding none leaves them all to the scheduler)")
         argv = torchrun_argv(config, port, run_id, log_dir, interface.address if config.multi_node else None)
         if config.multi_node:
             static = config.rdzv_backend == "static"
@@ -278,6 +278,7 @@ def launch(config: LaunchConfig) -> int:
         stack.enter_context(torch_log_level(logging.INFO if config.verbose else logging.CRITICAL))
         oom_kills_before = oom_kill_count()
         whole_lines.install()  # --tee writes a line in parts behind separate tags otherwise
+        stack.enter_context(RestartNotice(_info, lambda local_rank: _log_file(log_dir, run_id, local_rank)))
         # A worker whose error a restart would repeat asks this launcher to end the job.
         previous_end = signal.signal(END_SIGNAL, _end_requested) if _in_main_thread() else None
         try:

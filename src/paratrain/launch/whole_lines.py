@@ -7,7 +7,8 @@ a line in parts (an unbuffered ``print(a, b)`` is three writes) then shows up as
 ``[rank0]:part-a`` and ``[rank0]: part-b`` merged into the next rank's line whenever
 the tailing thread runs between the writes, which a loaded machine makes common.
 :func:`tail_whole_lines` holds a partial line until its newline arrives, or for at most
-:data:`HOLD_S` (a progress bar redrawn with ``\\r`` still shows).
+:data:`HOLD_S` (a progress bar redrawn with ``\\r`` still shows). A line that starts
+with the rank's tag already (torch's excepthook, torch's log formatter) gets it once.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from typing import TextIO
 
 from torch.distributed.elastic.multiprocessing import tail_log
 
+# On a terminal each tagged line first clears the line it lands on: rank 0's progress bar,
+# drawn there directly (PROGRESS_TTY_VAR), stays below the scrolling lines as with tqdm.write.
+CLEAR_LINE = "\r\x1b[K"
 #: The longest a line without its newline is held back before it is shown as it is.
 HOLD_S = 0.5
 
@@ -39,9 +43,11 @@ def tail_whole_lines(
             return
         time.sleep(interval_sec)
 
+    tag = header.rsplit(CLEAR_LINE, 1)[-1]  # the visible part, after a terminal's clear-line
+
     def write(line: str) -> None:
         if log_line_filter is None or log_line_filter(line):
-            dst.write(f"{header}{line}")
+            dst.write(f"{header}{without_tag(line, tag)}")
 
     pending, since = "", 0.0
     with open(file, errors="replace") as fp:
@@ -61,6 +67,15 @@ def tail_whole_lines(
             if finished.is_set():
                 break
             time.sleep(interval_sec)
+
+
+def without_tag(line: str, tag: str) -> str:
+    """``line`` without a copy of the launcher's own ``tag`` at its start (torch's excepthook
+    and log formatter write ``[rankN]: `` themselves): one tag per line."""
+    if tag and line.startswith(tag):
+        line = line[len(tag):]
+        return line[1:] if line.startswith(" ") else line
+    return line
 
 
 def install() -> None:

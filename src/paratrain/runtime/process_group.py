@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from paratrain import comm
 from paratrain.env import ProcessInfo
-from paratrain.env.torchelastic import LINE_PREFIX_VAR
+from paratrain.env.torchelastic import LINE_PREFIX_VAR, store_attempt
 from paratrain.errors import DistributedError
 
 
@@ -108,22 +108,7 @@ def _generation_store(info: ProcessInfo, timeout_s: float) -> dist.Store:
         _store, _, _ = next(dist.rendezvous("env://", info.rank, info.world_size, timeout=timedelta(seconds=timeout_s)))
     _generations += 1
     _store.set_timeout(timedelta(seconds=timeout_s))
-    return dist.PrefixStore(f"paratrain/attempt{_store_attempt(os.environ)}/group{_generations}", _store)
-
-
-def _store_attempt(environ) -> str:
-    """The attempt that separates this group's keys from a dead attempt's in the same store.
-
-    Where the agent's store outlives the attempts (a static rendezvous, ours on loopback), a
-    restarted group would read the dead one's addresses without the restart count in its prefix;
-    every node restarts together there, so the counts agree. A node range (c10d rendezvous) gets
-    a fresh store every round (``paratrain run`` turns torch's store sharing off), and there the
-    counts do *not* agree: a node started again counts from 0 while the others count on, and
-    ranks under two prefixes would wait for each other until the group's timeout.
-    """
-    if environ.get("TORCHELASTIC_USE_AGENT_STORE") == "False":
-        return "0"
-    return environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"paratrain/attempt{store_attempt(os.environ)}/group{_generations}", _store)
 
 
 #: How long leaving a group waits, with the GIL released, for gloo's threads to let go of

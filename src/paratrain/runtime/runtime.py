@@ -22,7 +22,7 @@ from paratrain.arguments import check_type, reject_objects, reject_unknown
 from paratrain.diagnostics import watchdog as hang_watch
 from paratrain.diagnostics.watchdog import mark as mark_progress
 from paratrain.env import ProcessInfo, detect
-from paratrain.env.cpu_binding import bind_compute_threads, free_communication_threads, share_for, usable_cpus
+from paratrain.env.cpu_binding import bind_compute_threads, free_communication_threads, share_for, unbound_cpus
 from paratrain.runtime.launcher_death import die_with_launcher
 from paratrain.runtime import progress as rank0_progress
 from paratrain.runtime.open_watches import OpenWatches
@@ -120,7 +120,7 @@ class Runtime:
         self._watches = OpenWatches(stall_s, self.rank, self.world_size)
         # Now that gloo's and the watchdog's threads exist (they keep every core): this thread, and
         # the OpenMP pool it starts, on the CPUs the launcher gave this rank (env/cpu_binding.py).
-        self._all_cpus = usable_cpus()  # what gloo threads started later get back (see setup)
+        self._all_cpus = unbound_cpus()  # what gloo threads started later get back (see setup)
         self.cpu_share = bind_compute_threads(cpu_share)
         if seed is not None:
             seed_everything(seed)

@@ -7,6 +7,8 @@ After a collective timeout the launcher reads these files to name the rank that 
 in the collective (:mod:`paratrain.diagnostics.failure_report`). A script that installs
 its own SIGTERM handler (``pt.fit``'s preemption) replaces this one. paratrain's own warnings
 (a checkpoint loaded at another world size, …) print as one line, as under ``paratrain train``.
+A script that makes its process group itself gets what ``pt.Runtime`` would give it
+(:mod:`paratrain.launch.worker_site.plain_scripts`).
 
 Python imports only the first ``sitecustomize`` on the path: the next one (a
 distribution's, a virtual environment's) is run after this.
@@ -29,10 +31,12 @@ if _STACKS_DIR and _RANK is not None:
     except (OSError, ValueError, RuntimeError):
         pass  # no stacks at stop for this worker; nothing else changes
 
-try:  # only sys and warnings: no paratrain or torch import at interpreter start
+try:  # only sys, warnings and an import hook: no torch import at interpreter start
     from paratrain import warning_lines
+    from paratrain.launch.worker_site import plain_scripts
 
     warning_lines.install()
+    plain_scripts.install()  # each attempt's own store keys, the CPU share, one rank tag per line
 except ImportError:
     pass
 
