@@ -107,3 +107,18 @@ def test_print_after_fit_prints_once_on_three_processes(tmp_path):
     assert output.count("logged after fit") == 1
     for rank in range(3):
         assert f"rank {rank} of 3 main {rank == 0}" in output
+
+
+def test_lines_the_launcher_tags_already_carry_no_second_rank_tag(monkeypatch, capsys):
+    from paratrain import comm
+
+    from paratrain.env.torchelastic import LINE_PREFIX_VAR
+
+    monkeypatch.setenv(LINE_PREFIX_VAR, "[rank${rank}]:")
+    comm.print("every rank", all_ranks=True)
+    assert capsys.readouterr().out == "every rank\n"
+    assert "rank %(rank)s" not in comm._log_format()
+    monkeypatch.delenv(LINE_PREFIX_VAR)
+    comm.print("every rank", all_ranks=True)
+    assert capsys.readouterr().out == "[rank 0] every rank\n"
+    assert "rank %(rank)s" in comm._log_format()

@@ -259,6 +259,11 @@ def _tagged_by_launcher() -> bool:
     return bool(os.environ.get(LINE_PREFIX_VAR))
 
 
+def _log_format() -> str:
+    """``[time rank N LEVEL] message``, without the rank where the launcher tags the line."""
+    return "[%(asctime)s" + ("" if _tagged_by_launcher() else " rank %(rank)s") + " %(levelname)s] %(message)s"
+
+
 class _MainRankFilter(logging.Filter):
     """Lets records through on rank 0, and warnings and errors from every rank."""
 
@@ -274,8 +279,7 @@ def get_logger(name: str = "paratrain") -> logging.Logger:
         logger.addFilter(_MainRankFilter())
     if not logger.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler()
-        tag = "" if _tagged_by_launcher() else " rank %(rank)s"
-        handler.setFormatter(logging.Formatter(f"[%(asctime)s{tag} %(levelname)s] %(message)s", "%H:%M:%S"))
+        handler.setFormatter(logging.Formatter(_log_format(), "%H:%M:%S"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False

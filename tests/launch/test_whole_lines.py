@@ -28,3 +28,11 @@ def test_a_line_written_in_parts_is_copied_once_whole_and_a_lasting_partial_one_
     finished.set()
     tail.join(timeout=10)
     assert console.getvalue() == "[rank0]:first part-b\n[rank0]:no newline yet\n[rank0]:last"
+
+
+def test_a_line_that_carries_the_rank_tag_already_gets_it_once():
+    # torch's excepthook writes "[rank0]: Traceback"; the launcher's tag is not repeated.
+    assert whole_lines.without_tag("[rank0]: Traceback (most recent call last):\n", "[rank0]:") == \
+        "Traceback (most recent call last):\n"
+    assert whole_lines.without_tag("[rank1]: x\n", "[rank0]:") == "[rank1]: x\n"  # another rank's tag is text
+    assert whole_lines.without_tag("plain\n", "[rank0]:") == "plain\n"
