@@ -547,6 +547,13 @@ def unseeded_split(facts: ScriptFacts) -> Iterator[Finding]:
         if re.search(r"(?:^|\.)random\.(?:shuffle|permutation)$", facts.full_name(call))
         and call.args and isinstance(call.args[0], ast.Name) and re.search(rf"\b{call.args[0].id}\b", subsets)
     ]
+    # A dataset's own `.shuffle()` (Hugging Face datasets) with no seed: a different order per process,
+    # which the Trainer's or a DistributedSampler's sharding by index then splits into overlapping parts.
+    splits += [
+        call for call in facts.calls_named("shuffle")
+        if isinstance(call.func, ast.Attribute) and not call.args and not call.keywords
+        and isinstance(call.func.value, (ast.Subscript, ast.Name, ast.Attribute))
+    ]
     for split in splits:
         seeds = [call for call in facts.calls if _SEED_CALL.fullmatch(last_name(call)) and call.lineno < split.lineno
                  and last_name(call) not in ("seed",) or (last_name(call) == "seed" and "random" in ast.unparse(call.func)

@@ -138,8 +138,10 @@ class ScriptFacts:
 
     @property
     def distributed(self) -> bool:
-        """The script starts or joins several processes (DDP, a sampler, spawn, Horovod, …)."""
-        return any(last_name(call) in DISTRIBUTED_MARKERS for call in self.calls)
+        """The script starts or joins several processes (DDP, a sampler, spawn, Horovod, Fabric, …), or
+        reads the launcher's WORLD_SIZE / LOCAL_RANK (an HF Trainer script run by torchrun)."""
+        return any(last_name(call) in DISTRIBUTED_MARKERS for call in self.calls) or self.mentions(
+            r"environ(?:\.get\(|\[)\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)[\"']|getenv\(\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)")
 
     def guard(self, node: ast.AST, _followed: frozenset = frozenset()) -> str:
         """``"global"`` under a rank-0 test, ``"local"`` under a local-rank test only, else ``""``.
