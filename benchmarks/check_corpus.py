@@ -12,9 +12,16 @@ a row with verdict ``clean`` only names a file of the corpus that has no pitfall
 
 The scripts themselves are not kept here. ``--repos DIR`` holds one entry per repository,
 named ``owner+name``: a bare git directory (or one with the git directory in ``repo/``)
-read at the labelled commit, or a plain folder of files at their paths.
+read at the labelled commit, or a plain folder of files at their paths. ``--fetch`` first
+brings every labelled commit that DIR lacks from GitHub (a shallow fetch of that commit only).
+
+Two corpora: ``check_corpus_labels.csv`` (the default, 25 files the rules were first fitted to) and
+``check_corpus_unseen_labels.csv`` (82 files from 28 repositories). The second is split by a hash
+of the repository's name, fixed before any file was read: ``--half held-out`` scores only the
+repositories whose sha256(owner/name) is even, which no rule was tuned on; ``--half tuned`` the others.
 
     python benchmarks/check_corpus.py --repos /path/to/mirrors [--markdown]
+    python benchmarks/check_corpus.py --repos DIR --fetch --labels benchmarks/check_corpus_unseen_labels.csv --half held-out
 
 Exit code: 0 when every finding is labelled true and no true pitfall is missed, 1 otherwise.
 """
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -32,6 +40,12 @@ from pathlib import Path
 from paratrain.diagnostics.check import check_source
 
 LABELS = Path(__file__).with_name("check_corpus_labels.csv")
+HALVES = ("all", "tuned", "held-out")
+
+
+def held_out(repository: str) -> bool:
+    """The split of the unseen corpus, by repository, decided before any of its files was read."""
+    return int(hashlib.sha256(repository.encode()).hexdigest(), 16) % 2 == 0
 
 
 @dataclass(frozen=True)
@@ -70,11 +84,31 @@ def read_source(repos: Path, script: ScriptFile) -> str:
     return plain.read_text(encoding="utf-8")
 
 
-def score(repos: Path, labels_path: Path) -> tuple[list[tuple[ScriptFile, list[str]]], dict[str, Counter]]:
+def fetch(repos: Path, scripts: list[ScriptFile]) -> None:
+    """A bare git directory per repository under ``repos`` holding every labelled commit (shallow)."""
+    for repository, commit in sorted({(s.repository, s.commit) for s in scripts}):
+        git_dir = repos / repository.replace("/", "+") / "repo"
+        if (git_dir / "HEAD").is_file() and subprocess.run(
+                ["git", f"--git-dir={git_dir}", "cat-file", "-e", f"{commit}^{{commit}}"],
+                capture_output=True, check=False).returncode == 0:
+            continue
+        if not (git_dir / "HEAD").is_file():
+            subprocess.run(["git", "init", "-q", "--bare", str(git_dir)], check=True)
+        print(f"fetching {repository} {commit[:12]}", file=sys.stderr)
+        subprocess.run(["git", f"--git-dir={git_dir}", "fetch", "-q", "--depth=1",
+                        f"https://github.com/{repository}.git", commit], check=True)
+
+
+def score(repos: Path, labels_path: Path, half: str = "all",
+          get: bool = False) -> tuple[list[tuple[ScriptFile, list[str]]], dict[str, Counter]]:
     """Per file the findings with their verdicts; per rule the counts tp / fp / fn / unlabelled."""
     per_rule: dict[str, Counter] = defaultdict(Counter)
     rows = []
-    for script, labels in read_labels(labels_path).items():
+    corpus = {script: labels for script, labels in read_labels(labels_path).items()
+              if half == "all" or held_out(script.repository) == (half == "held-out")}
+    if get:
+        fetch(repos, list(corpus))
+    for script, labels in corpus.items():
         findings = {(f.line, f.rule) for f in check_source(read_source(repos, script), script.path)}
         marks = []
         for line, rule in sorted(findings):
@@ -99,8 +133,11 @@ def main() -> int:
     parser.add_argument("--repos", type=Path, required=True, help="folder with one owner+name entry per repository")
     parser.add_argument("--labels", type=Path, default=LABELS, help="labels CSV (default: %(default)s)")
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    parser.add_argument("--half", choices=HALVES, default="all",
+                        help="the unseen corpus's tuned or held-out repositories (default: %(default)s)")
+    parser.add_argument("--fetch", action="store_true", help="fetch the labelled commits missing from --repos first")
     args = parser.parse_args()
-    rows, per_rule = score(args.repos, args.labels)
+    rows, per_rule = score(args.repos, args.labels, args.half, args.fetch)
     sep = " | " if args.markdown else "  "
     print(f"| repository | path | findings (✓ right, ✗ wrong) |\n|---|---|---|" if args.markdown else "findings per file:")
     for script, marks in rows:

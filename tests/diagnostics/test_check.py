@@ -18,8 +18,9 @@ EXPECTED = {
     "seed001_apex_launch.py": {"deprecated-launcher", "sampler-not-passed", "padded-eval-sampler",
                                "wrapped-state-dict", "save-on-every-rank", "local-rank-argument"},
     "seed002_dataparallel.py": {"model-before-seed", "data-parallel", "wrapped-state-dict"},
+    # its --local-rank flag is never read (mp.spawn hands the rank to main_worker): harmless
     "seed003_mp_spawn.py": {"hardcoded-rendezvous", "padded-eval-sampler", "save-on-every-rank",
-                            "wrapped-state-dict", "local-rank-argument"},
+                            "wrapped-state-dict"},
     "seed003_horovod.py": {"no-set-epoch", "padded-eval-sampler", "print-on-every-rank"},
     "seed004_tcp_two_machines.py": {"hardcoded-rendezvous", "model-before-seed", "sampler-not-passed",
                                     "print-on-every-rank"},
@@ -44,8 +45,9 @@ def test_seed_004_sampler_finding_points_at_both_lines():
 
 
 def test_local_rank_finding_tells_default_from_none():
-    with_default = check_source("import argparse\np = argparse.ArgumentParser()\np.add_argument('--local_rank', default=0)\n")
-    without = check_source("import argparse\np = argparse.ArgumentParser()\np.add_argument('--local-rank', type=int)\n")
+    read = "torch.cuda.set_device(p.parse_args().local_rank)\n"
+    with_default = check_source("import argparse\np = argparse.ArgumentParser()\np.add_argument('--local_rank', default=0)\n" + read)
+    without = check_source("import argparse\np = argparse.ArgumentParser()\np.add_argument('--local-rank', type=int)\n" + read)
     assert "defaults to 0" in with_default[0].problem and "same device" in with_default[0].problem
     assert "has no default" in without[0].problem and "--legacy-local-rank" in without[0].fix
 

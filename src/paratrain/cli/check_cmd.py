@@ -18,13 +18,23 @@ multi-process job wrong or slow, and print each with its line, why, and the fix:
   padded-eval-sampler      DistributedSampler on evaluation data (duplicates)
   local-rank-argument      --local_rank parsed as an argument (torchrun uses env)
   deprecated-launcher      torch.distributed.launch
-  hardcoded-rendezvous     tcp://host:port, rank= or world_size= in the code
+  hardcoded-rendezvous     tcp://host:port, MASTER_ADDR/MASTER_PORT literals,
+                           rank= or world_size= in the code
   save-on-every-rank       torch.save not limited to rank 0
   print-on-every-rank      print on every rank
   wrapped-state-dict       saving a DDP wrapper's state_dict ('module.' keys)
   batchnorm-without-syncbn BatchNorm under DDP without SyncBatchNorm
   model-before-seed        the model built before the seed is set
   data-parallel            nn.DataParallel instead of one process per GPU
+  log-on-every-rank        logging.info on every rank (INFO level for all)
+  ungathered-metric        an evaluation metric of one rank's shard, never reduced
+  unseeded-split           random_split / shuffle seeded differently per rank
+
+Scripts on Fabric, Accelerate, DeepSpeed or detectron2's launch count as
+multi-process; their own print/save helpers are rank-aware. Code under a rank
+test (also a helper of the file returning one), in the single-process branch
+of `if distributed:`, in a launcher's parent, or in a function the script never
+calls is not reported.
 
 Examples:
   paratrain check train.py

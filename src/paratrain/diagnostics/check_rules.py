@@ -97,8 +97,8 @@ def _first_arg(call: ast.Call) -> str:
 def sampler_not_passed(facts: ScriptFacts) -> Iterator[Finding]:
     used = _sampler_uses(facts)
     for name, sampler in facts.names_bound_to(*_SAMPLERS).items():
-        if name in used:
-            continue
+        if name in used or _handed_on(facts, name):
+            continue  # BatchSampler(sampler, …), a helper that builds the loader: it reaches a loader there
         dataset = _first_arg(sampler)
         loader = next((c for c in facts.calls_named(*_LOADERS) if dataset and _first_arg(c) == dataset), None)
         where = f"the DataLoader at line {loader.lineno} reads" if loader else "every DataLoader reads"
@@ -166,11 +166,16 @@ def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
         if flag is None:
             continue
         default = keyword(call, "default")
-        if not facts.loaded_attrs.get("local_rank") and facts.mentions(_ENV_INIT_HELPER):
-            # Accepted only so that torch.distributed.launch's `--local_rank=N` does not stop argparse
-            # (DINO: "Please ignore and do not set this argument"); the helper reads the environment.
+        required = is_true(keyword(call, "required"))
+        if not required and (not facts.loaded_attrs.get("local_rank") or _reads_local_rank_env(facts)):
+            # Kept only so that torch.distributed.launch's `--local_rank=N` does not stop argparse
+            # (DINO: "Please ignore and do not set this argument"): the flag is never read, or the
+            # script takes LOCAL_RANK from the environment, which torchrun sets.
             continue
         why = (
+            f"`{flag}` is required: torchrun and paratrain run pass LOCAL_RANK in the environment, not as an "
+            "argument, so argparse stops every process before it starts"
+            if required else
             f"`{flag}` has no default: torchrun and paratrain run pass LOCAL_RANK in the environment, "
             "not as an argument, so it is None in every process"
             if default is None else
@@ -182,6 +187,16 @@ def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
             "read int(os.environ['LOCAL_RANK']) (or pt.Runtime().local_rank); or keep the flag and start "
             "the script with `paratrain run --legacy-local-rank`",
         )
+
+
+def _reads_local_rank_env(facts: ScriptFacts) -> bool:
+    """``os.environ["LOCAL_RANK"]``, ``os.getenv("LOCAL_RANK")``, ``os.environ.get("LOCAL_RANK", …)``."""
+    return any(
+        isinstance(node, ast.Constant) and node.value == "LOCAL_RANK"
+        and (isinstance(facts.parents.get(node), ast.Subscript) or isinstance(facts.parents.get(node), ast.Call))
+        and "environ" in ast.unparse(facts.parents[node]) + "getenv"
+        for node in ast.walk(facts.tree)
+    ) and facts.mentions(r"environ|getenv")
 
 
 def deprecated_launcher(facts: ScriptFacts) -> Iterator[Finding]:
@@ -198,15 +213,49 @@ def deprecated_launcher(facts: ScriptFacts) -> Iterator[Finding]:
             return
 
 
-def hardcoded_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
+_LITERAL_URL = re.compile(r"tcp://[^:/{}%\s]+:\d+$")
+_LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
+def _environ_literals(facts: ScriptFacts) -> Iterator[tuple[ast.AST, str, str]]:
+    """``os.environ["MASTER_PORT"] = "12355"`` (and ``os.environ.update({...})``): the variable set to a literal."""
     for node in ast.walk(facts.tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("tcp://"):
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Constant, ast.JoinedStr)):
+            for target in node.targets:
+                if (isinstance(target, ast.Subscript) and ast.unparse(target.value).endswith("environ")
+                        and isinstance(target.slice, ast.Constant) and isinstance(node.value, ast.Constant)):
+                    yield node, str(target.slice.value), str(node.value.value)
+        elif isinstance(node, ast.Call) and last_name(node) == "update" and "environ" in ast.unparse(node.func):
+            for arg in node.args:
+                if isinstance(arg, ast.Dict):
+                    for key, value in zip(arg.keys, arg.values):
+                        if isinstance(key, ast.Constant) and isinstance(value, ast.Constant):
+                            yield node, str(key.value), str(value.value)
+
+
+def hardcoded_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
+    # A whole literal URL only: "tcp://%s:%s" % (os.environ["MASTER_ADDR"], …) or
+    # f"tcp://127.0.0.1:{port}" take their address and port from the run.
+    for node in ast.walk(facts.tree):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and _LITERAL_URL.match(node.value)
+                and not isinstance(facts.parents.get(node), ast.JoinedStr)):
             yield Finding(
                 node.lineno, "hardcoded-rendezvous",
                 f"hard-coded rendezvous address {node.value!r}: the job breaks when the machine, its address "
                 "or the port changes, and a port left busy by another job stops it",
                 "init_process_group(backend) with the default env:// and start with paratrain run "
                 "(--master-addr/--master-port on several machines), or pt.Runtime()",
+            )
+    for node, variable, value in _environ_literals(facts):
+        if variable == "MASTER_PORT" or (variable == "MASTER_ADDR" and value not in _LOOPBACK):
+            what = ("a port left busy by another job (or a second run on the machine) stops the rendezvous"
+                    if variable == "MASTER_PORT" else
+                    "the job breaks when that machine or its address changes, and the launcher's own value is overwritten")
+            yield Finding(
+                node.lineno, "hardcoded-rendezvous",
+                f"os.environ[{variable!r}] is set to {value!r} in the code: {what}",
+                "leave MASTER_ADDR/MASTER_PORT to the launcher: paratrain run picks a free port on one machine and "
+                "takes --master-addr/--master-port on several (or os.environ.setdefault for a default)",
             )
     for call in facts.calls_named("init_process_group"):
         for name in ("world_size", "rank"):
@@ -224,10 +273,10 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     if not facts.distributed:
         return
     for call in facts.calls_named("save"):
-        if not last_name(call.func.value if isinstance(call.func, ast.Attribute) else call.func) == "torch":
+        if facts.full_name(call) != "torch.save":  # `import torch as th; th.save(...)` counts, `fabric.save` does not
             continue
         guard = facts.guard(call)
-        if guard == "global":
+        if guard == "global" or facts.in_launcher(call):
             continue
         why = (
             "torch.save runs where local_rank == 0, i.e. once per machine: on several machines they all "
@@ -273,7 +322,7 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
     wrapped = set(facts.names_bound_to(*_WRAPPERS))
     for call in facts.calls_named("state_dict"):
         owner = call.func.value if isinstance(call.func, ast.Attribute) else None
-        if owner is None or ast.unparse(owner) not in wrapped:
+        if owner is None or ast.unparse(owner) not in wrapped or facts.single_process(call):
             continue
         if facts.inside(call, "save") or isinstance(facts.parents.get(call), ast.Dict):
             yield Finding(
@@ -286,7 +335,8 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
 
 
 def batchnorm_without_syncbn(facts: ScriptFacts) -> Iterator[Finding]:
-    if not facts.calls_named(*_WRAPPERS[:2]) or facts.mentions(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn"):
+    wraps = facts.calls_named(*_WRAPPERS[:2]) or (facts.calls_named("Fabric", "Accelerator") and facts.calls_named("setup", "prepare"))
+    if not wraps or facts.mentions(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn"):
         return
     norms = [call for call in facts.calls if re.fullmatch(r"BatchNorm[123]d", last_name(call))]
     if norms:
@@ -378,8 +428,152 @@ def data_parallel(facts: ScriptFacts) -> Iterator[Finding]:
         )
 
 
+# ---- logging on every rank ----------------------------------------------------------------------
+# A logging setup that already tells the ranks apart: a level or handler chosen by rank (HF's
+# `training_args.get_process_log_level()`, `setLevel(INFO if is_main else WARN)`), a logger made by a
+# helper that takes the rank (Swin's `create_logger(dist_rank=…)`, detectron2's `setup_logger`).
+_RANK_AWARE_LOG_SETUP = re.compile(r"get_process_log_level|should_log")
+_LOG_SETUP_CALLS = ("basicConfig", "setLevel", "set_verbosity", "addHandler", "disable")
+_LOGGER_HELPER = re.compile(r"(?:setup|init|create|get|make)_?log\w*|setup_logging|\w*_logger", re.IGNORECASE)
+
+
+def _loggers(facts: ScriptFacts) -> set[str] | None:
+    """Names of the stdlib loggers the script writes to (``logging`` itself, ``logging.getLogger(...)``);
+    None when the script's logging is rank-aware or made somewhere this reading cannot see."""
+    if facts.mentions(_RANK_AWARE_LOG_SETUP.pattern):
+        return None
+    setups = facts.calls_named(*_LOG_SETUP_CALLS)
+    if any(re.search(r"rank|main|master|process_index|primary", ast.unparse(call)) for call in setups):
+        return None
+    # Without a visible level of INFO or lower, info() is dropped (the default level is WARNING), or
+    # the handlers are set up in another file this reading cannot see.
+    if not any(re.search(r"INFO|DEBUG|NOTSET|\b(?:10|20)\b", ast.unparse(call)) for call in setups):
+        return None
+    names = {"logging"} if facts.modules.get("logging") == "logging" else set()
+    for name, values in facts.assigned.items():
+        for value in values:
+            if not isinstance(value, ast.Call):
+                continue
+            full = facts.full_name(value)
+            if full in ("logging.getLogger", "logging.getLogger"):
+                names.add(name)
+            elif _LOGGER_HELPER.fullmatch(last_name(value)) and last_name(value) != "getLogger":
+                return None  # a logger helper of the project or of a library (accelerate's is rank-aware)
+    return names
+
+
+def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
+    if not facts.distributed or facts.mentions(_PRINT_SILENCED.pattern):
+        return
+    loggers = _loggers(facts)
+    if not loggers:
+        return
+    logs = [
+        call for call in facts.calls_named("info", "debug")
+        if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in loggers
+        and not facts.guard(call) and not facts.in_launcher(call) and not _rank_tagged(call)
+    ]
+    if logs:
+        others = ", ".join(str(call.lineno) for call in logs[1:])
+        yield Finding(
+            logs[0].lineno, "log-on-every-rank",
+            "logging writes on every rank: each message appears once per process, interleaved"
+            + (f" (also lines {others})" if others else ""),
+            "set the level by rank once: logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING) "
+            "(or pt.print for messages on rank 0)",
+        )
+
+
+# ---- an evaluation metric that each rank computes on its own shard ------------------------------
+_COLLECTIVES = (
+    "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "gather", "gather_object",
+    "gather_for_metrics", "reduce", "reduce_dict", "reduce_tensor", "reduce_mean", "all_reduce_mean",
+    "synchronize_between_processes", "pad_across_processes", "sync", "reduce_across_processes", "gather_all",
+)
+_METRIC = re.compile(r"\b(?:\w*_)?(?:acc\d?|accuracy|correct|top1|top5|val_loss|eval_loss|test_loss|f1)\b", re.IGNORECASE)
+_REPORTS = ("print", "info", "log", "log_dict", "add_scalar")
+
+
+def _sharded_eval_loaders(facts: ScriptFacts) -> list[str]:
+    """Evaluation loaders whose data each rank sees a part of: built on an evaluation DistributedSampler,
+    or handed to ``accelerator.prepare`` / ``fabric.setup_dataloaders``."""
+    samplers = {name for name, call in facts.names_bound_to(*_SAMPLERS).items() if _is_eval(name, call)}
+    loaders = [name for name, call in facts.names_bound_to(*_LOADERS).items()
+               if keyword(call, "sampler") is not None and ast.unparse(keyword(call, "sampler")) in samplers]
+    for call in facts.calls_named("prepare", "setup_dataloaders"):
+        loaders += [ast.unparse(arg) for arg in call.args if _EVAL_NAME.search(ast.unparse(arg))
+                    and "loader" in ast.unparse(arg).lower()]
+    return loaders
+
+
+def ungathered_metric(facts: ScriptFacts) -> Iterator[Finding]:
+    if not facts.distributed or facts.calls_named(*_COLLECTIVES) or facts.mentions(r"torchmetrics|evaluate\.load"):
+        return
+    loaders = _sharded_eval_loaders(facts)
+    if not loaders:
+        return
+    # Only where this file counts the metric itself: the report sits in the function that loops over
+    # the loader (a metric from another file's `evaluate()` may be reduced there).
+    loops = {
+        facts.scope(node) for node in ast.walk(facts.tree)
+        if isinstance(node, ast.For) and any(ast.unparse(n) in loaders for n in ast.walk(node.iter))
+    }
+    for call in facts.calls_named(*_REPORTS):
+        if facts.scope(call) not in loops:
+            continue
+        if any(_METRIC.search(ast.unparse(arg)) for arg in list(call.args) + [k.value for k in call.keywords]):
+            yield Finding(
+                call.lineno, "ungathered-metric",
+                f"this metric is computed from `{loaders[0]}`, of which each rank sees its own shard, and is "
+                "never reduced across ranks: every process reports a different number, none of them the whole set's",
+                "sum the counts over ranks first (dist.all_reduce(torch.tensor([correct, total]))), or "
+                "rt.gather(preds, labels) / accelerator.gather_for_metrics(...) before computing the metric",
+            )
+            return
+
+
+# ---- a split or shuffle that differs per rank ----------------------------------------------------
+_SEED_CALL = re.compile(r"\w*seed\w*")
+_PER_RANK = re.compile(r"rank|process_index|get_rank|getpid", re.IGNORECASE)
+
+
+def unseeded_split(facts: ScriptFacts) -> Iterator[Finding]:
+    if not facts.distributed:
+        return
+    splits = [call for call in facts.calls_named("random_split") if keyword(call, "generator") is None]
+    subsets = " ".join(ast.unparse(call) for call in facts.calls_named("Subset"))
+    splits += [
+        call for call in facts.calls_named("shuffle", "permutation")
+        if re.search(r"(?:^|\.)random\.(?:shuffle|permutation)$", facts.full_name(call))
+        and call.args and isinstance(call.args[0], ast.Name) and re.search(rf"\b{call.args[0].id}\b", subsets)
+    ]
+    # A dataset's own `.shuffle()` (Hugging Face datasets) with no seed: a different order per process,
+    # which the Trainer's or a DistributedSampler's sharding by index then splits into overlapping parts.
+    splits += [
+        call for call in facts.calls_named("shuffle")
+        if isinstance(call.func, ast.Attribute) and not call.args and not call.keywords
+        and isinstance(call.func.value, (ast.Subscript, ast.Name, ast.Attribute))
+    ]
+    for split in splits:
+        seeds = [call for call in facts.calls if _SEED_CALL.fullmatch(last_name(call)) and call.lineno < split.lineno
+                 and last_name(call) not in ("seed",) or (last_name(call) == "seed" and "random" in ast.unparse(call.func)
+                                                          and call.lineno < split.lineno)]
+        alike = [call for call in seeds if not _PER_RANK.search(ast.unparse(call))]
+        if alike and len(alike) == len(seeds):
+            continue  # seeded with the same value on every rank before the split
+        why = ("the seed set before it differs per rank" if seeds else "nothing seeds it before")
+        yield Finding(
+            split.lineno, "unseeded-split",
+            f"`{last_name(split)}` draws a random split on every rank and {why}: each rank trains and evaluates "
+            "on a different split (a sample may be in one rank's training set and another's test set)",
+            "pass a generator seeded alike everywhere: random_split(ds, sizes, generator=torch.Generator().manual_seed(0)); "
+            "seed per rank only after the split",
+        )
+
+
 RULES: tuple[Rule, ...] = (
     sampler_not_passed, shuffle_beside_sampler, no_set_epoch, padded_eval_sampler, local_rank_argument,
     deprecated_launcher, hardcoded_rendezvous, save_on_every_rank, print_on_every_rank, wrapped_state_dict,
-    batchnorm_without_syncbn, model_before_seed, data_parallel,
+    batchnorm_without_syncbn, model_before_seed, data_parallel, log_on_every_rank, ungathered_metric,
+    unseeded_split,
 )

@@ -7,6 +7,13 @@ enclosing ``if`` tests a rank (``rank == 0``, ``is_main()``, ``dist.get_rank() =
 or when it sits in a function of this file whose every call site does (calls are
 followed within the file, methods by their name: ``self._save_checkpoint()`` under
 ``if self.gpu_id == 0:`` guards the ``torch.save`` inside ``_save_checkpoint``).
+
+Three more places run on one process only: the ``else:`` branch of a test for a distributed
+run (``if args.distributed: … else: <one process>``), the statements after an early exit of the
+other ranks (``if not is_main(): return``), and the parent of a launcher (``mp.spawn(main_worker)``,
+detectron2's ``launch(main, …)``) under ``if __name__ == "__main__":``. A module-level function that
+a script with such an entry point never uses does not run at all. Helpers of the file that return a
+rank test (``def is_primary(args): return args.rank == 0``) count as rank tests.
 """
 
 from __future__ import annotations
@@ -16,8 +23,17 @@ import re
 from dataclasses import dataclass, field
 
 # An `if` that limits a block to one process: the global rank or a main-process helper.
-_GLOBAL_GUARD = re.compile(r"(?<![\w.])(?:\w+\.)*(?:rank|global_rank|get_rank|RANK|is_main\w*|is_master\w*|master_process|is_rank_zero)\b")
-_LOCAL_GUARD = re.compile(r"local_rank|LOCAL_RANK|local_process_index|is_local_main\w*")
+_GLOBAL_GUARD = re.compile(
+    r"(?<![\w.])(?:\w+\.)*(?:rank|global_rank|get_rank|RANK|is_main\w*|is_master\w*|master_process|is_rank_zero"
+    r"|is_primary\w*|is_global_zero|is_world_process_zero|main_process|rank_?0|rank_zero\w*)\b")
+_LOCAL_GUARD = re.compile(r"local_rank|LOCAL_RANK|local_process_index|is_local_\w*")
+# An `if` that tells a multi-process run from a single-process one: its `else:` runs on one process.
+_DISTRIBUTED_TEST = re.compile(
+    r"^(?:\w+\.)*(?:ddp|distributed|is_distributed|use_ddp|multiprocessing_distributed|is_initialized\(\)"
+    r"|is_dist_avail_and_initialized\(\))$|world_size\s*>\s*1$")
+# Calls that start the ranks from a parent process: `mp.spawn(main_worker, …)`, detectron2's
+# `launch(main, …)`, `start_processes(fn, …)`.
+_LAUNCHERS = ("spawn", "launch", "start_processes")
 # The device index a process was started on (`gpu`, `gpu_id`, `device_id`): `mp.spawn` hands each
 # process its rank on the one machine, so the tutorials (pytorch/examples' ddp-tutorial-series) test
 # it as their rank 0; read as a global guard unless the file assigns it from LOCAL_RANK.
@@ -27,7 +43,7 @@ _PER_MACHINE = re.compile(r"\brank\s*%\s*[\w.]+\s*==\s*0")
 # Calls and wrappers that make a script multi-process.
 DISTRIBUTED_MARKERS = {
     "init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn", "init",
-    "initialize", "Accelerator", "DistributedOptimizer",
+    "initialize", "Accelerator", "DistributedOptimizer", "Fabric", "init_distributed", "launch",
 }
 
 
@@ -61,6 +77,8 @@ class ScriptFacts:
     parents: dict[ast.AST, ast.AST] = field(default_factory=dict)
     loaded_names: dict[str, list[ast.Name]] = field(default_factory=dict)  # every read of `f`
     loaded_attrs: dict[str, list[ast.Attribute]] = field(default_factory=dict)  # every read of `x.f`
+    modules: dict[str, str] = field(default_factory=dict)  # "th" → "torch", "save" → "torch.save"
+    rank_helpers: set[str] = field(default_factory=set)  # functions of this file that return a rank test
 
     @classmethod
     def read(cls, source: str) -> ScriptFacts:
@@ -80,10 +98,32 @@ class ScriptFacts:
                 facts.loaded_names.setdefault(parent.id, []).append(parent)
             elif isinstance(parent, ast.Attribute) and isinstance(parent.ctx, ast.Load):
                 facts.loaded_attrs.setdefault(parent.attr, []).append(parent)
+            elif isinstance(parent, ast.Import):
+                for alias in parent.names:
+                    facts.modules[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+            elif isinstance(parent, ast.ImportFrom) and parent.module:
+                for alias in parent.names:
+                    facts.modules[alias.asname or alias.name] = f"{parent.module}.{alias.name}"
         facts.calls.sort(key=lambda call: (call.lineno, call.col_offset))
+        facts.rank_helpers = {
+            node.name for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and len(node.body) <= 3
+            and any(isinstance(stmt, ast.Return) and stmt.value is not None
+                    and _GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", ast.unparse(stmt.value)))
+                    and re.search(r"==\s*0|\bnot\b|is_main|master|primary|zero", ast.unparse(stmt.value))
+                    for stmt in node.body)
+        }
         return facts
 
     # ---- questions the rules ask ---------------------------------------------------------------
+    def full_name(self, node: ast.AST) -> str:
+        """``th.save`` after ``import torch as th`` → ``torch.save``; ``save`` after ``from torch import save``
+        → ``torch.save``; names not imported stay as written."""
+        text = ast.unparse(node.func if isinstance(node, ast.Call) else node)
+        head, _, rest = text.partition(".")
+        module = self.modules.get(head)
+        return (module + ("." + rest if rest else "")) if module else text
+
     def calls_named(self, *names: str) -> list[ast.Call]:
         return [call for call in self.calls if last_name(call) in names]
 
@@ -98,8 +138,10 @@ class ScriptFacts:
 
     @property
     def distributed(self) -> bool:
-        """The script starts or joins several processes (DDP, a sampler, spawn, Horovod, …)."""
-        return any(last_name(call) in DISTRIBUTED_MARKERS for call in self.calls)
+        """The script starts or joins several processes (DDP, a sampler, spawn, Horovod, Fabric, …), or
+        reads the launcher's WORLD_SIZE / LOCAL_RANK (an HF Trainer script run by torchrun)."""
+        return any(last_name(call) in DISTRIBUTED_MARKERS for call in self.calls) or self.mentions(
+            r"environ(?:\.get\(|\[)\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)[\"']|getenv\(\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)")
 
     def guard(self, node: ast.AST, _followed: frozenset = frozenset()) -> str:
         """``"global"`` under a rank-0 test, ``"local"`` under a local-rank test only, else ``""``.
@@ -112,11 +154,18 @@ class ScriptFacts:
         child, parent = node, self.parents.get(node)
         while parent is not None:
             if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
-                kind = self._test_kind(parent.test)
+                in_else = child in parent.orelse if isinstance(parent, ast.If) else child is parent.orelse
+                if self._single_process_branch(parent.test, in_else):
+                    return "global"
+                kind = self._test_kind(parent.test)  # either branch: `if rank != 0: … else: save()`
                 if kind == "global":
                     return "global"
                 local = local or kind == "local"
-            elif isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and parent not in _followed:
+            exits = self._early_exit_kind(parent, child)
+            if exits == "global":
+                return "global"
+            local = local or exits == "local"
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and parent not in _followed:
                 callers = self._callers_guard(parent, _followed | {parent})
                 if callers == "global":
                     return "global"
@@ -124,8 +173,51 @@ class ScriptFacts:
             child, parent = parent, self.parents.get(parent)
         return "local" if local else ""
 
+    def _single_process_branch(self, test: ast.expr, in_else: bool) -> bool:
+        """The branch runs when the job is not distributed: ``else:`` of ``if ddp:``, body of ``if not ddp:``."""
+        negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+        text = ast.unparse(test.operand if negated else test)
+        return bool(_DISTRIBUTED_TEST.search(text)) and in_else != negated
+
+    def single_process(self, node: ast.AST) -> bool:
+        """``node`` sits in the branch a run without ``torch.distributed`` takes (``else:`` of ``if ddp:``)."""
+        child, parent = node, self.parents.get(node)
+        while parent is not None:
+            if isinstance(parent, ast.If) and child is not parent.test and self._single_process_branch(
+                    parent.test, child in parent.orelse):
+                return True
+            child, parent = parent, self.parents.get(parent)
+        return False
+
+    def _early_exit_kind(self, block_owner: ast.AST, child: ast.AST) -> str:
+        """``if not is_main(): return`` (or ``if rank != 0: return``) before ``child`` in the same body:
+        what follows runs on rank 0 only."""
+        body = getattr(block_owner, "body", None)
+        if not isinstance(body, list) or child not in body:
+            return ""
+        kind = ""
+        for stmt in body[:body.index(child)]:
+            if not (isinstance(stmt, ast.If) and stmt.body and isinstance(stmt.body[-1], (ast.Return, ast.Continue))
+                    and not stmt.orelse):
+                continue
+            test = stmt.test
+            text = ast.unparse(test)
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                found = self._test_kind(test.operand)
+            elif re.search(r"!=\s*0\b|>\s*0\b", text):
+                found = self._test_kind(test)
+            else:
+                continue
+            if found == "global":
+                return "global"
+            kind = kind or found
+        return kind
+
     def _test_kind(self, test: ast.expr) -> str:
         text = ast.unparse(test)
+        called = {last_name(node) for node in ast.walk(test) if isinstance(node, ast.Call)}
+        if called & self.rank_helpers:
+            return "global"
         if _PER_MACHINE.search(text):
             return "local"
         device = _DEVICE_GUARD.search(text)
@@ -142,7 +234,10 @@ class ScriptFacts:
         is_method = isinstance(self.parents.get(function), ast.ClassDef)
         uses = (self.loaded_attrs if is_method else self.loaded_names).get(function.name, [])
         if not uses:
-            return ""
+            # A script (it has a __main__ entry point) that never uses one of its own functions never
+            # runs it; a module's functions are called from other files.
+            top_level = self.parents.get(function) is self.tree
+            return "global" if top_level and self.main_block() is not None and not function.decorator_list else ""
         kinds = set()
         for use in uses:
             call = self.parents.get(use)
@@ -172,16 +267,42 @@ class ScriptFacts:
     def mentions(self, pattern: str) -> bool:
         return any(re.search(pattern, line) for line in self.lines)
 
+    def main_block(self) -> ast.If | None:
+        """The module's ``if __name__ == "__main__":``."""
+        return next((stmt for stmt in self.tree.body
+                     if isinstance(stmt, ast.If) and "__name__" in ast.unparse(stmt.test)), None)
+
     def in_launcher(self, node: ast.AST) -> bool:
-        """``node`` runs in the parent of ``mp.spawn``/``pt.spawn`` (under ``if __name__ == "__main__"``)."""
-        if not self.calls_named("spawn"):
+        """``node`` runs only in the parent that starts the ranks: beside a call that hands a function of
+        this file to ``mp.spawn``/``pt.spawn``/detectron2's ``launch``, under ``if __name__ == "__main__"``
+        or in a function called only from there (the children import the file under another name, so
+        that block does not run in them)."""
+        own = {n.name for n in ast.walk(self.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        main = self.main_block()
+        if main is None:
             return False
-        parent = self.parents.get(node)
-        while parent is not None:
-            if isinstance(parent, ast.If) and "__name__" in ast.unparse(parent.test):
+        for call in self.calls_named(*_LAUNCHERS):
+            if not any(isinstance(arg, ast.Name) and arg.id in own
+                       for arg in call.args[:1] + [kw.value for kw in call.keywords]):
+                continue
+            scope = self.scope(call)
+            if scope is self.tree:
+                if self._within(call, main) and self._within(node, main):
+                    return True
+            elif self.scope(node) is scope and self._called_only_from(scope, main):
                 return True
-            parent = self.parents.get(parent)
         return False
+
+    def _called_only_from(self, function: ast.AST, region: ast.AST) -> bool:
+        uses = self.loaded_names.get(getattr(function, "name", ""), [])
+        return bool(uses) and self.parents.get(function) is self.tree and all(
+            self._within(use, region) for use in uses)
+
+    def _within(self, node: ast.AST, ancestor: ast.AST) -> bool:
+        parent = self.parents.get(node)
+        while parent is not None and parent is not ancestor:
+            parent = self.parents.get(parent)
+        return parent is ancestor
 
     def docstring_lines(self) -> set[int]:
         """Line numbers inside the module's, classes' and functions' docstrings."""

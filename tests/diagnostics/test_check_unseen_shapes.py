@@ -1,0 +1,199 @@
+"""paratrain check on the shapes behind its false findings and misses on unseen public scripts.
+
+Each script here is written for the test; the patterns are the ones benchmarks/check_corpus.py's
+held-out corpus turned up (docs/check_corpus.md): rank helpers, launcher parents, single-process
+branches, Fabric/Accelerate scripts, rendezvous values from the environment vs literals, module
+aliases, logging, un-gathered metrics and per-rank splits.
+"""
+
+from __future__ import annotations
+
+from paratrain.diagnostics.check import check_source
+
+HEAD = """\
+import os
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
+dist.init_process_group("nccl")
+"""
+
+
+def rules(source: str, head: str = HEAD) -> list[tuple[int, str]]:
+    return [(f.line, f.rule) for f in check_source(head + source)]
+
+
+# ---- local-rank-argument: the flag kept only so the old launcher's argument parses --------------
+def test_local_rank_flag_with_local_rank_read_from_the_environment():
+    source = """
+import argparse
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=0)
+args = parser.parse_args()
+args.local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(args.local_rank)
+"""
+    assert rules(source) == []
+    unused = 'import argparse\nargparse.ArgumentParser().add_argument("--local-rank", type=int)\n'
+    assert rules(unused) == []
+    required = 'import argparse\nargparse.ArgumentParser().add_argument("--local_rank", type=int, required=True)\n'
+    assert rules(required) == [(7, "local-rank-argument")]
+
+
+# ---- hardcoded-rendezvous: built from the run vs literal -----------------------------------------
+def test_rendezvous_built_from_the_environment_or_a_runtime_port_is_not_hard_coded():
+    source = """
+url = "tcp://%s:%s" % (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
+port = find_free_port()
+other = f"tcp://127.0.0.1:{port}"
+os.environ.setdefault("MASTER_PORT", "29500")
+os.environ["MASTER_ADDR"] = "localhost"
+"""
+    assert rules(source) == []
+
+
+def test_master_addr_and_port_literals_are_hard_coded():
+    source = """
+os.environ["MASTER_ADDR"] = "10.1.2.3"
+os.environ["MASTER_PORT"] = "12355"
+dist.init_process_group("gloo", init_method="tcp://10.1.2.3:23456")
+"""
+    assert rules(source) == [(7, "hardcoded-rendezvous"), (8, "hardcoded-rendezvous"), (9, "hardcoded-rendezvous")]
+
+
+# ---- samplers through a BatchSampler --------------------------------------------------------------
+def test_distributed_sampler_wrapped_in_a_batch_sampler_is_used():
+    source = """
+from torch.utils.data import BatchSampler
+sampler = DistributedSampler(train_dataset)
+batches = BatchSampler(sampler, 32, drop_last=True)
+loader = DataLoader(train_dataset, batch_sampler=batches)
+for epoch in range(3):
+    loader.batch_sampler.sampler.set_epoch(epoch)
+"""
+    assert rules(source) == []
+
+
+# ---- rank-0 guards ----------------------------------------------------------------------------------
+def test_helpers_that_return_a_rank_test_guard():
+    source = """
+def is_primary(args):
+    return args.rank == 0
+
+def save(state):
+    if is_primary(args):
+        torch.save(state, "ckpt.pt")
+    if not is_main_process():
+        return
+    print("saved")
+
+save({})
+"""
+    assert rules(source) == []
+
+
+def test_parent_of_a_launcher_runs_once():
+    source = """
+from detectron2.engine import launch
+
+def main(args):
+    pass
+
+def invoke_main():
+    args = parse()
+    print("Command Line Args:", args)
+    launch(main, 8, args=(args,))
+
+if __name__ == "__main__":
+    invoke_main()
+"""
+    assert rules(source) == []
+
+
+def test_single_process_branch_and_uncalled_function():
+    source = """
+if args.distributed:
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    if dist.get_rank() == 0:
+        torch.save(model.module.state_dict(), "m.pt")
+else:
+    print("one process")
+    torch.save(model.state_dict(), "m.pt")
+
+def unused_export(model):
+    torch.save(model, "export.pt")
+
+if __name__ == "__main__":
+    pass
+"""
+    assert rules(source) == []
+
+
+# ---- Fabric / Accelerate scripts are multi-process ---------------------------------------------------
+FABRIC = """\
+import torch
+import lightning as L
+fabric = L.Fabric(accelerator="cuda", devices=4, strategy="ddp")
+fabric.launch()
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8))
+model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+print("epoch done")
+torch.save(model.state_dict(), "model.pt")
+fabric.print("rank-aware")
+fabric.save("state.ckpt", {"model": model})
+"""
+
+
+def test_fabric_script_is_multi_process():
+    assert rules("", head=FABRIC) == [(5, "batchnorm-without-syncbn"), (7, "print-on-every-rank"),
+                                      (8, "save-on-every-rank")]
+
+
+# ---- module aliases, logging, metrics, splits ---------------------------------------------------------
+def test_torch_save_through_a_module_alias():
+    assert rules("import torch as th\nth.save(model.state_dict(), 'm.pt')\n") == [(7, "save-on-every-rank")]
+    assert rules("from torch import save\nsave(model.state_dict(), 'm.pt')\n") == [(7, "save-on-every-rank")]
+
+
+def test_logging_info_on_every_rank():
+    source = """
+import logging
+logging.basicConfig(level=logging.INFO)
+logger = logging.getLogger(__name__)
+logger.info("epoch 1")
+"""
+    assert rules(source) == [(10, "log-on-every-rank")]
+    by_rank = source.replace("level=logging.INFO", "level=logging.INFO if dist.get_rank() == 0 else logging.WARN")
+    assert rules(by_rank) == []
+    level_unset = source.replace("logging.basicConfig(level=logging.INFO)\n", "")
+    assert rules(level_unset) == []
+
+
+def test_eval_metric_of_one_shard_is_reported_ungathered():
+    source = """
+val_sampler = DistributedSampler(val_dataset, shuffle=False, drop_last=True)
+val_loader = DataLoader(val_dataset, batch_size=64, sampler=val_sampler)
+
+def evaluate(model):
+    correct = total = 0
+    for x, y in val_loader:
+        correct += (model(x).argmax(1) == y).sum().item()
+        total += len(y)
+    print(f"accuracy {correct / total:.3f}")
+"""
+    assert rules(source) == [(7, "padded-eval-sampler"), (15, "print-on-every-rank"), (15, "ungathered-metric")]
+    reduced = source.replace("    print(", "    dist.all_reduce(counts)\n    print(")
+    assert rules(reduced) == [(7, "padded-eval-sampler"), (16, "print-on-every-rank")]
+
+
+def test_random_split_not_seeded_alike_on_every_rank():
+    source = """
+from torch.utils.data import random_split
+torch.manual_seed(1234 + dist.get_rank())
+train_set, test_set = random_split(dataset, [0.9, 0.1])
+"""
+    assert rules(source) == [(9, "unseeded-split")]
+    seeded = source.replace("[0.9, 0.1])", "[0.9, 0.1], generator=torch.Generator().manual_seed(0))")
+    assert rules(seeded) == []
+    alike = source.replace(" + dist.get_rank()", "")
+    assert rules(alike) == []
