@@ -15,14 +15,22 @@ Epochs: every new ``iter(loader)`` is the next epoch, unless the loader was just
 created, restored with ``load_state_dict`` or pointed at an epoch with
 ``set_epoch`` — then that epoch (from its saved position) is used.
 
-Progress counts *consumed* batches — those handed to the training loop — not the
-indices the sampler has given to prefetching workers, so a ``state_dict()`` taken
-after ``k`` batches resumes at batch ``k + 1`` with any ``num_workers``.
+**The saved position is what the optimizer has consumed, not what the loader has handed
+out.** A training loader of ``rt.loader`` is told by its Runtime when the optimizer steps
+(``rt.step``) and when a model ``rt.setup`` returned runs forward: a step has trained the
+batches handed out before the model's last forward (all handed out, when no forward was
+seen). So a loop that draws its next batch before the step or before the save (nanoGPT
+fetches ``X, Y`` between forward and backward; a loop may save at the top of its body)
+saves a position before that batch, and the resumed run trains it. Batches prefetched by
+workers (``num_workers > 0``) are never counted: only those handed to the loop. A loader
+without a Runtime (:func:`make_loader` alone) cannot see steps and counts the batches
+handed out.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +87,12 @@ class DistributedLoader:
         self._pass_len = 0  # batches the current pass yields in all
         self._started = False
         self._listeners: list[Any] = []
+        # What the optimizer has consumed (told by a Runtime; see the module's docstring):
+        self._counts_steps = False  # a Runtime reports steps and forwards to this loader
+        self._steps_seen = False  # ... and has reported a step
+        self._trained = 0  # batches of the current pass trained by an optimizer step
+        self._at_forward: int | None = None  # batches handed out when a model last ran, since the last step
+        self._warned_untracked = False
 
     def add_position_listener(self, listener: Any) -> None:
         """Tell ``listener`` where each batch sits in its pass: ``listener.loader_batch(index, total)``
@@ -136,6 +150,9 @@ class DistributedLoader:
             generator.manual_seed((self._worker_seed + 7919 * self.sampler.epoch) % 2**63)
         self._pass_len = len(self.dataloader)
         self._taken = 0
+        self._trained = 0
+        if self._at_forward is not None:
+            self._at_forward = 0  # the model last ran before this pass: none of its batches yet
         self._started = True
         return self._count(iter(self.dataloader))
 
@@ -157,19 +174,56 @@ class DistributedLoader:
             return self.steps_per_epoch  # this pass is over; the next iter() starts a new epoch
         return len(self.dataloader)
 
+    # ---- what the optimizer consumed (a Runtime tells) -----------------------------------
+    def count_trained_batches(self) -> None:
+        """From now on, count as consumed only the batches an optimizer step trained, as told
+        by :meth:`model_forward` and :meth:`optimizer_stepped` (``rt.loader`` calls this)."""
+        self._counts_steps = True
+
+    def model_forward(self) -> None:
+        """A model being trained runs forward: on the batches handed out so far."""
+        self._at_forward = self._taken
+
+    def optimizer_stepped(self) -> None:
+        """The optimizer stepped: the batches handed out before the model's last forward (all
+        handed out, when no forward was reported since the last step) are trained."""
+        self._steps_seen = True
+        trained = self._taken if self._at_forward is None else self._at_forward
+        self._trained = max(self._trained, trained)
+        self._at_forward = None
+
+    def _consumed(self) -> int:
+        """Batches of the current pass that the optimizer has consumed."""
+        if not self._counts_steps:
+            return self._taken
+        untrained = self._taken - self._trained
+        if self._steps_seen or untrained <= 1:
+            return self._trained
+        # Several batches handed out and no rt.step in this process: the loop steps its optimizer
+        # itself, so the loader cannot know what was trained; the batches handed out count.
+        if not self._warned_untracked and comm.is_main():
+            self._warned_untracked = True
+            warnings.warn(f"the loader handed out {untrained} batches that no rt.step trained; saving them as "
+                          "consumed — step with rt.step(optimizer) so a checkpoint counts only trained batches",
+                          stacklevel=3)
+        return self._taken
+
     # ---- state --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Epoch, batches consumed in it, batch size and sampler state (plain ints/bools).
 
-        The same on every rank of a training loader (every rank consumes the same
-        number of batches), so saving rank 0's copy is enough.
+        Consumed means trained by an optimizer step when a Runtime reports the steps (a batch
+        drawn and not yet trained is drawn again on resume), else handed out. The same on
+        every rank of a training loader (every rank consumes the same number of batches), so
+        saving rank 0's copy is enough.
         """
+        consumed = self._consumed()
         if self._fresh or not self._started:
             position = self.sampler.position
-        elif self._taken >= self._pass_len:
+        elif consumed >= self._pass_len:
             position = self.sampler.num_samples  # the epoch is done: saved as the next one's start
         else:
-            position = self.sampler.position + self._taken * self.batch_size
+            position = self.sampler.position + consumed * self.batch_size
         sampler_state = self.sampler.state_dict(position=position)
         return {
             "epoch": sampler_state["epoch"],
@@ -198,6 +252,7 @@ class DistributedLoader:
         self._fresh = True
         self._started = False
         self._taken = 0
+        self._trained = 0
 
     def __repr__(self) -> str:
         return f"DistributedLoader({self.sampler!r}, batch_size={self.batch_size}, batches={len(self)})"

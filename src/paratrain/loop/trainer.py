@@ -253,7 +253,7 @@ class Trainer:
                         continue
                     watchdog.mark("optimizer")
                     skipped = self._finite.skip_step(state, [weighted for weighted, _ in step_batches], self.optimizer, self.log)
-                    norm = self.runtime.step(self.optimizer, clip_norm=c.clip_norm)
+                    norm = self.runtime.step(self.optimizer, clip_norm=c.clip_norm).grad_norm
                     self.scheduler.step()
                     state.step += 1
                     self._nonfinite.observe(state.step, [] if skipped else [weighted for weighted, _ in step_batches], norm)
