@@ -46,7 +46,8 @@ class Stop(Exception):
 
 
 def train(rt: pt.Runtime, directory: str, shape: str, steps: int, save_every: int, stop_at: int | None = None,
-          num_workers: int = 0, global_order: bool = False, progress: str | None = None) -> dict:
+          num_workers: int = 0, global_order: bool = False, progress: str | None = None,
+          step_seconds: float = 0.0) -> dict:
     """One run of ``shape`` on every rank; this rank's trained sample ids and rank 0's final weights.
 
     ``stop_at``: end right after the save at that step (the stopped half of a resumed run).
@@ -69,6 +70,7 @@ def train(rt: pt.Runtime, directory: str, shape: str, steps: int, save_every: in
     def note(step: int) -> None:
         if progress and rt.is_main:
             Path(progress).write_text(str(step))
+        time.sleep(step_seconds)
 
     try:
         LOOPS[shape](rt, model, optimizer, data, state, steps, save_every, save, note, trained)
@@ -184,12 +186,14 @@ def main() -> None:
     parser.add_argument("--save-every", type=int, default=3)
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--progress", help="rank 0 writes the step it reached here")
+    parser.add_argument("--step-seconds", type=float, default=0.0, help="sleep after each step (a slower model)")
     args = parser.parse_args()
     rt = pt.Runtime(strategy="ddp", seed=5)
     done = train(rt, os.path.join(args.directory, "checkpoints"), args.shape, args.steps, args.save_every,
-                 num_workers=args.num_workers, progress=args.progress)
+                 num_workers=args.num_workers, progress=args.progress, step_seconds=args.step_seconds)
     if rt.is_main:
-        Path(args.directory, "final.json").write_text(json.dumps(done["weights"]))
+        final = {"weights": done["weights"], "resumed_from": done["resumed_from"]}
+        Path(args.directory, "final.json").write_text(json.dumps(final))
     gc.collect()
     rt.close()
 

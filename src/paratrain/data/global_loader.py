@@ -47,8 +47,9 @@ class GlobalOrderLoader(DistributedLoader):
 
     sampler: GlobalBatchSampler
 
-    def __init__(self, dataloader: Any, sampler: GlobalBatchSampler, worker_seed: int, drop_last: bool):
-        super().__init__(dataloader, sampler, worker_seed, drop_last)
+    def __init__(self, dataloader: Any, sampler: GlobalBatchSampler, worker_seed: int, drop_last: bool,
+                 device: Any = None):
+        super().__init__(dataloader, sampler, worker_seed, drop_last, device)
         #: The micro-batch last handed out, with its loss weight and whether it steps.
         self.current: MicroBatch | None = None
         #: False after loading a checkpoint of the per-rank order (older runs): its world size

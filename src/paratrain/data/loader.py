@@ -45,6 +45,7 @@ from paratrain.data.exact import ExactShardSampler
 from paratrain.data.global_order import GlobalBatchSampler, Split
 from paratrain.data.resumable import ResumableSampler, ResumableWrapper
 from paratrain.data.sampler import ResumableDistributedSampler, dataset_length
+from paratrain.data.to_device import move_to
 from paratrain.errors import DataError
 from paratrain.seeding import rank_seed
 
@@ -60,7 +61,7 @@ class RankPlace:
         world_size: processes in the job (how many shards).
         seed: the job's seed: the shuffle order (the same on every rank) and, with the
             rank, the seeds of this rank's loader workers. ``None`` counts as 0.
-        device: where the batches go: memory is pinned for a CUDA device.
+        device: where the batches go (``move_to_device``): memory is pinned for a CUDA device.
     """
 
     rank: int
@@ -77,10 +78,13 @@ class DistributedLoader:
     Build it with :func:`make_loader` or ``rt.loader(...)``.
     """
 
-    def __init__(self, dataloader: DataLoader, sampler: ResumableSampler, worker_seed: int, drop_last: bool):
+    def __init__(self, dataloader: DataLoader, sampler: ResumableSampler, worker_seed: int, drop_last: bool,
+                 device: torch.device | None = None):
         self.dataloader = dataloader
         self.sampler = sampler
         self.drop_last = drop_last
+        #: where each batch is moved before it is handed out (None: left where the DataLoader made it)
+        self.device = device
         self._worker_seed = worker_seed
         self._fresh = True  # the next iter() uses sampler.epoch/position as they are
         self._taken = 0  # batches handed out by the current pass
@@ -163,7 +167,7 @@ class DistributedLoader:
                 self._taken += 1
                 for listener in self._listeners:
                     listener.loader_batch(index, self._pass_len)
-                yield batch
+                yield batch if self.device is None else move_to(batch, self.device)
         finally:
             for listener in self._listeners:
                 listener.loader_done()
@@ -272,6 +276,7 @@ def make_loader(
     group_by_length: Sequence[int] | None = None,
     global_order: bool = False,
     grad_accum: int = 1,
+    move_to_device: bool = True,
     **dataloader_kwargs: Any,
 ) -> DistributedLoader:
     """Build this rank's loader over ``dataset``. Collective when several ranks run.
@@ -301,6 +306,11 @@ def make_loader(
             then steps on ``loader.current.sync`` and weights the loss by
             ``loader.current.loss_weight``). Training loaders only.
         grad_accum: micro-batches per optimizer step, with ``global_order``.
+        move_to_device: hand out every batch on ``place.device`` (``rt.device``): each tensor in
+            dicts, lists, tuples, namedtuples and dataclasses, non-blocking from pinned memory
+            on CUDA; anything else left as it is (:mod:`paratrain.data.to_device`). ``False``
+            leaves batches where the DataLoader made them (on the CPU), for a loop that moves
+            them itself. Nothing to do on a CPU device.
         **dataloader_kwargs: passed to DataLoader, overriding the defaults
             (``pin_memory`` on CUDA, ``persistent_workers`` when ``num_workers > 0``).
 
@@ -326,6 +336,8 @@ def make_loader(
     if global_order and (exact or sampler is not None):
         raise DataError(f"global_order orders training batches; drop it for {'exact=True' if exact else 'your own sampler'}")
     check_type("loader()", "grad_accum", grad_accum, "positive int", error=DataError)
+    check_type("loader()", "move_to_device", move_to_device, "bool", error=DataError)
+    device = place.device if move_to_device and place.device.type != "cpu" else None
     on_cuda = place.device.type == "cuda"
     options: dict[str, Any] = {
         "pin_memory": on_cuda,  # page-locked host memory makes host→GPU copies asynchronous
@@ -344,7 +356,7 @@ def make_loader(
                             "or set drop_last=False")
         batches = GlobalBatchSampler(length, split, rank, shuffle, base_seed, drop_last, group_by_length)
         dataloader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, collate_fn=collate_fn, **options)
-        return GlobalOrderLoader(dataloader, batches, worker_seed, drop_last)
+        return GlobalOrderLoader(dataloader, batches, worker_seed, drop_last, device)
     if sampler is not None:
         resumable: ResumableSampler = ResumableWrapper(sampler)
     elif exact:
@@ -363,4 +375,4 @@ def make_loader(
         collate_fn=collate_fn,
         **options,
     )
-    return DistributedLoader(dataloader, resumable, worker_seed, drop_last)
+    return DistributedLoader(dataloader, resumable, worker_seed, drop_last, device)

@@ -28,7 +28,6 @@ from paratrain.data.global_order import MicroBatch
 from paratrain.diagnostics import watchdog
 from paratrain.diagnostics.desync import check_same_setup
 from paratrain.errors import ConfigError
-from paratrain.loop.batches import move_to
 from paratrain.loop.cadence import Cadence
 from paratrain.loop.callbacks import Callback, CallbackList
 from paratrain.loop.checkpoints import LoopCheckpoints, metric_mode
@@ -286,8 +285,7 @@ class Trainer:
         the short last global batch of an epoch splits unevenly, so each micro-batch's loss is
         weighted by its share (``micro.loss_weight``, 1.0 for an even split).
         """
-        rt = self.runtime
-        batch = move_to(batch, rt.device)
+        rt = self.runtime  # the batch comes from rt.loader, already on rt.device
         watchdog.mark("forward")
         with rt.accumulate(self.model, steps=micro.micro_steps, sync=micro.sync):  # step averages the micro-batches
             with rt.autocast():

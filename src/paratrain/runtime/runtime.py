@@ -23,6 +23,7 @@ from paratrain.diagnostics import watchdog as hang_watch
 from paratrain.diagnostics.watchdog import mark as mark_progress
 from paratrain.env import ProcessInfo, detect
 from paratrain.env.cpu_binding import bind_compute_threads, free_communication_threads, share_for, usable_cpus
+from paratrain.runtime.input_device import refuse_inputs_elsewhere
 from paratrain.runtime.launcher_death import die_with_launcher
 from paratrain.runtime import progress as rank0_progress
 from paratrain.runtime.open_watches import OpenWatches
@@ -156,7 +157,9 @@ class Runtime:
         Converts BatchNorm to SyncBatchNorm (``sync_batchnorm=True``), moves the model
         to ``rt.device``, wraps it for the strategy (DDP, FSDP2, DataParallel, …),
         makes its weights identical on all ranks (rank 0's, whatever each rank's
-        seed), and compiles it (``compile=True``). Optimizers created before
+        seed), and compiles it (``compile=True``). Calling the returned model with inputs
+        none of which is on ``rt.device`` raises ConfigError in one line (batches from
+        ``rt.loader`` are moved there). Optimizers created before
         ``setup`` and given to it keep working: if the strategy replaces parameters
         (FSDP shards them), their param groups are repointed in place. One created
         before and *not* given would train the replaced tensors: ``rt.step`` refuses it.
@@ -180,7 +183,10 @@ class Runtime:
             check_same_setup(self, model)
         hint_fusable(optimizers, self.device)
         prepared = self.strategy.setup(model, *optimizers)
-        self._trained.watch(prepared[0] if optimizers else prepared)
+        wrapped = prepared[0] if optimizers else prepared
+        self._trained.watch(wrapped)
+        if not self.strategy.moves_inputs:
+            refuse_inputs_elsewhere(wrapped, self.device)  # a batch left on the CPU fails in one line
         if self.cpu_share is not None:
             free_communication_threads(self._all_cpus)  # groups the strategy made (DeepSpeed's) talk on every CPU
         return prepared
@@ -310,6 +316,7 @@ class Runtime:
         ``num_workers``, ``drop_last``, ``collate_fn``, ``sampler``, ``seed``, ``group_by_length``,
         ``global_order`` with ``grad_accum``: one trajectory at any world size).
 
+        Batches come out on ``rt.device`` (``move_to_device=False`` leaves them on the CPU).
         A training loader's saved position is what the optimizer has consumed: the batches
         that an ``rt.step`` trained — those handed out before the last forward of a model
         ``setup`` returned — not a batch drawn ahead of the step or of the save

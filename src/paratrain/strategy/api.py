@@ -94,6 +94,8 @@ class Strategy(abc.ABC):
     #: True when each rank holds only a shard of the state: checkpoints then go
     #: through ``torch.distributed.checkpoint`` (one file per rank), not rank 0 alone.
     sharded_state: ClassVar[bool] = False
+    #: True when the wrapper moves the forward's inputs to the device itself (so inputs elsewhere are fine).
+    moves_inputs: ClassVar[bool] = False
 
     def __init__(self, process: ProcessInfo, device: torch.device, precision: Precision,
                  sync_batchnorm: bool = False, compile: bool = False, **options: Any):
