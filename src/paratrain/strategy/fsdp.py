@@ -48,6 +48,7 @@ class FSDPStrategy(Strategy):
     name = "fsdp"
     option_names = ("wrap_modules", "min_params", "reshard_after_forward")
     sharded_state = True
+    moves_inputs = True  # FSDP2's root module moves the inputs to its device
 
     @classmethod
     def check(cls, world_size, options, sync_batchnorm=False, compile=False) -> None:
