@@ -57,6 +57,12 @@ class DDPStrategy(Strategy):
         "grad_compression",
     )
 
+    @property
+    def moves_inputs(self) -> bool:
+        # With device_ids (every CUDA rank), torch's DDP moves the forward's inputs to its device:
+        # a model(**batch) whose labels travel with the inputs works from CPU batches, as under torch.
+        return self.device.type == "cuda"
+
     def __init__(self, process, device, precision, **options):
         super().__init__(process, device, precision, **options)
         self.gradient_comm = GradientCommunication(
