@@ -388,7 +388,8 @@ def measure(method: str, job: Job, data: Dataset) -> dict:
 
 class TimeLimit:
     """``--time-limit``: a measurement starts only when it is expected to end in time — as long as
-    the same method's last one at that batch size took, or the longest one so far before that."""
+    the same method's last one at that batch size took; else its longest at another batch size;
+    else the longest measurement so far."""
 
     def __init__(self, seconds: float | None):
         self.end = None if seconds is None else time.monotonic() + seconds
@@ -397,7 +398,8 @@ class TimeLimit:
     def allows(self, batch: int, method: str) -> bool:
         if self.end is None:
             return True
-        expected = self.took.get((batch, method), max(self.took.values(), default=0.0))
+        same_method = [took for (_, m), took in self.took.items() if m == method]
+        expected = self.took.get((batch, method), max(same_method or self.took.values(), default=0.0))
         return time.monotonic() + expected < self.end
 
     def record(self, batch: int, method: str, seconds: float) -> None:
@@ -420,6 +422,14 @@ def run(args: argparse.Namespace) -> dict:
     shape = TINY if args.tiny else BERT_BASE
     compile_raw = {"on": True, "off": False, "auto": device.type == "cuda"}[args.compile]
     per_sample, per_sample_dense = flops_per_sample(build_model(shape), shape)
+    result = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": device_name(device, machine), "versions": machine.versions, "python": machine.python,
+        "shape": asdict(shape),
+        "steps": args.steps, "warmup_steps": args.warmup_steps, "rounds": args.rounds, "time_limit": args.time_limit,
+        "peak_tflops": args.peak_tflops, "flops_per_sample": per_sample, "flops_per_sample_dense": per_sample_dense,
+        "paratrain_options": PARATRAIN_OPTIONS, "load_average": machine.load_average, "machine": machine.to_dict(),
+    }
     jobs = {batch: Job(shape, batch, args.warmup_steps, args.steps, device, compile_raw) for batch in args.batch_sizes}
     data = {batch: TokenBatches(job.total_steps * batch, shape) for batch, job in jobs.items()}
     missing = {m: missing_packages(m) for m in args.methods}
@@ -439,6 +449,15 @@ def run(args: argparse.Namespace) -> dict:
                 rate = outcome["samples_per_s"]
                 print(f"  batch {batch} round {round_index + 1}/{args.rounds} {method}: "
                       + (f"{rate:.1f} samples/s" if rate else outcome["note"]), flush=True)
+                if args.json:  # what is known so far, should the process be stopped before its end
+                    write_json(args.json, {**result, "rows": rows_of(runs, missing, result, args, final=False)})
+    return {**result, "rows": rows_of(runs, missing, result, args, final=True)}
+
+
+def rows_of(runs: dict[tuple[int, str], list[dict]], missing: dict[str, list[str]], result: dict,
+            args: argparse.Namespace, final: bool) -> list[dict]:
+    """One row per batch size and method: the median of its rounds so far."""
+    peak = args.peak_tflops * 1e12
     rows = []
     for batch in args.batch_sizes:
         for method in args.methods:
@@ -450,28 +469,29 @@ def run(args: argparse.Namespace) -> dict:
             if missing[method]:
                 status, note = "not installed", f"not installed: {', '.join(missing[method])}"
             elif not done:
-                status, note = "not run: out of time", f"not run: out of time (--time-limit {args.time_limit:g} s)"
+                status = "not run: out of time"
+                note = f"{status} (--time-limit {args.time_limit:g} s)" if final else f"{status} (the run was stopped)"
             else:  # a failure in any round is shown, else the last round's note
                 status, note = ("failed" if failure else "ok"), failure or done[-1]["note"]
             rows.append({
                 "method": method, "batch": batch, "status": status, "samples_per_s": rate, "rounds": rates,
-                "mfu": rate * per_sample / (args.peak_tflops * 1e12) if rate else None,
-                "mfu_dense": rate * per_sample_dense / (args.peak_tflops * 1e12) if rate else None,
+                "mfu": rate * result["flops_per_sample"] / peak if rate else None,
+                "mfu_dense": rate * result["flops_per_sample_dense"] / peak if rate else None,
                 "peak_gib": max(peaks) if peaks else None, "note": note,
             })
         reference = next((r["samples_per_s"] for r in rows if r["batch"] == batch and r["method"] == "hf-trainer"), None)
         for row in rows:
             if row["batch"] == batch:
                 row["vs_hf_trainer"] = row["samples_per_s"] / reference if reference and row["samples_per_s"] else None
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": device_name(device, machine), "versions": machine.versions, "python": machine.python,
-        "shape": asdict(shape),
-        "steps": args.steps, "warmup_steps": args.warmup_steps, "rounds": args.rounds, "time_limit": args.time_limit,
-        "peak_tflops": args.peak_tflops, "flops_per_sample": per_sample, "flops_per_sample_dense": per_sample_dense,
-        "paratrain_options": PARATRAIN_OPTIONS, "load_average": machine.load_average, "machine": machine.to_dict(),
-        "rows": rows,
-    }
+    return rows
+
+
+def write_json(path: str, result: dict) -> None:
+    """Whole or not at all: a reader never sees half a file."""
+    partial = f"{path}.partial"
+    with open(partial, "w") as f:
+        json.dump(result, f, indent=2)
+    os.replace(partial, path)
 
 
 def table(result: dict) -> str:
@@ -546,8 +566,7 @@ def main(argv: list[str] | None = None) -> None:
     result = run(args)
     print(table(result))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        write_json(args.json, result)
 
 
 if __name__ == "__main__":

@@ -18,10 +18,10 @@ cuts the repeated ones):
     digits fp32 | bf16-mixed | fp16-mixed | compile | ddp-nccl
                        the same command on the GPU (ddp: ``--strategy ddp --nproc-per-node 1``, NCCL
                        at world size 1); each accuracy within ACCURACY_TOLERANCE of the reference
-    kill -9 and rerun  the fp32 command SIGKILLed after its first checkpoint, then run again: its
-                       final weights must equal the uninterrupted fp32 run's bit for bit (when they
-                       differ, a second uninterrupted run tells a resume bug from kernels that are
-                       not deterministic)
+    kill -9 and rerun  the fp16-mixed command (on the CPU: fp32) SIGKILLed after its first checkpoint,
+                       then run again: its final weights must equal the uninterrupted run's bit for
+                       bit (when they differ, a second uninterrupted run tells a resume bug from
+                       kernels that are not deterministic)
     own loop           pt.Runtime + rt.loader (pinned memory on CUDA) + rt.backward/rt.step
     doctor             ``paratrain doctor --json``, and its GPU self-test findings as a row of their own
     pytest -m gpu      ``pytest -m gpu -n0 tests/gpu`` (the doctor's test left out: the doctor row runs it)
@@ -67,6 +67,8 @@ PRECISIONS = {"fp32": ["--precision", "32-true"], "bf16-mixed": ["--precision", 
 SAVE_EVERY, KILL_AFTER = 100, 150  # the killed run has a checkpoint at step 100 and dies at step 150 or later
 BERT_METHODS = ("paratrain", "paratrain-compile", "paratrain-fit", "hf-trainer", "accelerate", "fabric", "raw-compiled")
 BERT_BATCHES = (32, 256)
+# Dense bf16 peak TFLOP/s by card (NVIDIA's data sheets), for MFU; first match of the device name wins.
+PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0), ("H200", 989.0), ("A100", 312.0))
 # Seconds each check may take at most (the part's deadline may cut it shorter).
 BUDGET = {"versions": 30, "digits": 90, "digits compile": 150, "digits ddp-nccl": 120, "kill": 150,
           "own loop": 60, "doctor": 150, "pytest": 240}
@@ -325,14 +327,18 @@ def check_digits(proof: Proof, name: str) -> None:
 
 
 def check_kill_and_rerun(proof: Proof) -> None:
-    """SIGKILL the fp32 command after its first checkpoint, run it again; compare with the uninterrupted run."""
+    """SIGKILL a digits command after its first checkpoint, run it again; compare with its uninterrupted run.
+
+    On the GPU the fp16-mixed command: its checkpoint must carry the GradScaler's state and the
+    CUDA generator (dropout) for the rerun to end bit-identical. On the CPU the fp32 reference."""
     name = "kill -9 and rerun"
-    reference = proof.work / ("digits-fp32" if proof.cuda else "digits-cpu")
+    precision = "fp16-mixed" if proof.cuda else "fp32"
+    reference = proof.work / ("digits-fp16-mixed" if proof.cuda else "digits-cpu")
     if not (reference / "summary.json").exists():
         proof.set(name, FAILED, f"the uninterrupted run ({reference.name}) did not finish")
         return
     out = proof.work / "digits-killed"
-    argv = digits_argv(out, PRECISIONS["fp32"])
+    argv = digits_argv(out, PRECISIONS[precision])
     timeout, _ = proof.budget("A", BUDGET["kill"])
     deadline = time.monotonic() + timeout
     proof.say(f"$ {' '.join(argv)}   (SIGKILL once step {KILL_AFTER} is logged)")
@@ -357,19 +363,20 @@ def check_kill_and_rerun(proof: Proof) -> None:
         return
     resumed = json.loads((out / "summary.json").read_text()).get("resumed_from_step")
     same, detail = same_weights(reference, out)
-    figures = {"killed_at_step": step, "resumed_from_step": resumed, "identical": same}
+    figures = {"precision": precision, "killed_at_step": step, "resumed_from_step": resumed, "identical": same}
     if same:
-        proof.set(name, OK, f"killed at step {step}, resumed from step {resumed}: final weights bit-identical", **figures)
+        proof.set(name, OK, f"{precision}: killed at step {step}, resumed from step {resumed}: final weights "
+                  "bit-identical", **figures)
         return
     # Kernels that are not deterministic (cuDNN's, atomics) make two uninterrupted runs differ too.
     control = proof.work / "digits-control"
-    again = proof.command(digits_argv(control, PRECISIONS["fp32"]), "A", max(deadline - time.monotonic(), 1))
+    again = proof.command(digits_argv(control, PRECISIONS[precision]), "A", max(deadline - time.monotonic(), 1))
     if again.verdict(BUDGET["kill"]) is None:
         control_same, control_detail = same_weights(reference, control)
         figures["uninterrupted_runs_identical"] = control_same
         detail += ("; two uninterrupted runs are identical, so the resume is at fault" if control_same else
                    f"; two uninterrupted runs differ too ({control_detail}): the kernels are not deterministic")
-    proof.set(name, FAILED, f"killed at step {step}, resumed from step {resumed}: {detail}", **figures)
+    proof.set(name, FAILED, f"{precision}: killed at step {step}, resumed from step {resumed}: {detail}", **figures)
 
 
 def logged_step(out: Path) -> int:
@@ -520,6 +527,12 @@ def check_bert(proof: Proof) -> None:
         for batch in BERT_BATCHES:
             proof.set(f"bert batch {batch} paratrain-compile", NO_CUDA, "compiling BERT on the CPU takes minutes")
     argv += ["--methods", *methods]
+    device = str(proof.facts.get("device"))
+    peak = next((tflops for card, tflops in PEAK_BF16_TFLOPS if card in device), None)
+    if peak:
+        argv += ["--peak-tflops", f"{peak:g}"]
+    elif proof.cuda:
+        proof.say(f"no known bf16 peak for {device}: MFU is against gpu_bert.py's default (an H100 SXM's)")
     outcome = proof.command(argv, "B", limit + margin)
     if not results.exists():
         status, detail = outcome.verdict(limit + margin) or (FAILED, "gpu_bert.py wrote no results")
