@@ -107,7 +107,7 @@ class Proof:
         self.facts: dict[str, Any] = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                                       "mode": "smoke (CPU, tiny sizes)" if smoke else "full",
                                       "time_limit_s": time_limit, "part_a_limit_s": part_a_limit}
-        self.goals: list[dict[str, Any]] = []
+        self.goals = goals(self)  # every goal has its row from the start, without a value until Part B ran
         self.work = Path(tempfile.mkdtemp(prefix="gpu-proof-"))  # run directories: not OUTDIR's eight files
         out.mkdir(parents=True, exist_ok=True)
         self.log = open(out / "proof.log", "w", buffering=1)
@@ -309,7 +309,7 @@ def check_digits(proof: Proof, name: str) -> None:
             proof.set(row, *bad)
             return
     else:  # the device is the CPU: its fp32 run is the reference run (compared with itself)
-        out, outcome = proof.work / "digits-cpu", None
+        out = proof.work / "digits-cpu"
     accuracy = final_accuracy(out)
     summary = json.loads((out / "summary.json").read_text())
     figures = {"accuracy": accuracy, "strategy": summary.get("strategy"), "precision": summary.get("precision"),
@@ -427,10 +427,11 @@ def check_own_loop(proof: Proof) -> None:
         features = torch.randn(512, 32)
         data = TensorDataset(features, (features[:, 0] > 0).long())
         model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
-        model, optimizer = rt.setup(model, torch.optim.AdamW(model.parameters(), lr=1e-2, fused=proof.cuda or None))
+        model, optimizer = rt.setup(model, torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True))
+        train = rt.loader(data, batch_size=64, shuffle=True)
         losses, pinned, delivered_on = [], set(), set()
-        for epoch in range(3):
-            for xb, yb in rt.loader(data, batch_size=64, shuffle=True):
+        for _ in range(3):  # epochs: the loader reshuffles on each pass
+            for xb, yb in train:
                 delivered_on.add(xb.device.type)
                 if xb.device != rt.device:  # rt.loader hands host batches: the loop moves them
                     pinned.add(xb.is_pinned())
@@ -448,7 +449,8 @@ def check_own_loop(proof: Proof) -> None:
             problems.append(f"the loss fell from {values[0]:.3f} to {values[-1]:.3f} only")
         if rt.device.type == "cuda" and False in pinned:
             problems.append("rt.loader handed unpinned host batches on CUDA")
-        where = "on the device" if delivered_on == {rt.device.type} else "on the host (pinned)" if pinned == {True} else "on the host"
+        where = ("on the device" if delivered_on == {rt.device.type} else
+                 "on the host (pinned)" if pinned == {True} else "on the host")
         detail = f"{len(values)} steps on {rt.device}, loss {values[0]:.3f} -> {values[-1]:.3f}, batches came {where}"
         proof.set("own loop", FAILED if problems else OK, "; ".join(problems) or detail, **figures)
     finally:
@@ -503,8 +505,12 @@ def check_pytest_gpu(proof: Proof) -> None:
         status, detail = outcome.verdict(BUDGET["pytest"])
         proof.set(name, status, f"{detail} ({summary})", **figures)
         return
-    proof.set(name, OK if outcome.code == 0 and not failing else FAILED,
-              summary + (f"; failing: {', '.join(failing)}" if failing else ""), **figures)
+    problems = [f"failing: {', '.join(failing)}"] if failing else []
+    if outcome.code != 0 and not failing:
+        problems.append(f"exit {outcome.code}: {last_line(outcome.text)}")
+    if not counts.get("passed"):
+        problems.append("no GPU test passed")  # all skipped: pytest does not see the GPU
+    proof.set(name, FAILED if problems else OK, "; ".join([summary, *problems]), **figures)
 
 
 # ---- Part B ------------------------------------------------------------------------------------
