@@ -22,7 +22,8 @@ cuts the repeated ones):
                        then run again: its final weights must equal the uninterrupted run's bit for
                        bit (when they differ, a second uninterrupted run tells a resume bug from
                        kernels that are not deterministic)
-    own loop           pt.Runtime + rt.loader (pinned memory on CUDA) + rt.backward/rt.step
+    own loop           pt.Runtime(strategy="ddp") in a group of one the script made (NCCL on CUDA) +
+                       rt.loader (pinned memory on CUDA) + rt.backward/rt.step
     doctor             ``paratrain doctor --json``, and its GPU self-test findings as a row of their own
     pytest -m gpu      ``pytest -m gpu -n0 tests/gpu`` (the doctor's test left out: the doctor row runs it)
 
@@ -308,8 +309,9 @@ def check_digits(proof: Proof, name: str) -> None:
         if bad := outcome.verdict(budget):
             proof.set(row, *bad)
             return
+        output = outcome.text
     else:  # the device is the CPU: its fp32 run is the reference run (compared with itself)
-        out = proof.work / "digits-cpu"
+        out, output = proof.work / "digits-cpu", ""
     accuracy = final_accuracy(out)
     summary = json.loads((out / "summary.json").read_text())
     figures = {"accuracy": accuracy, "strategy": summary.get("strategy"), "precision": summary.get("precision"),
@@ -319,11 +321,16 @@ def check_digits(proof: Proof, name: str) -> None:
         return
     gap = accuracy - reference
     problems = [] if abs(gap) <= ACCURACY_TOLERANCE else ["outside the tolerance"]
-    if name == "ddp-nccl" and (summary.get("strategy"), summary.get("world_size")) != ("ddp", 1):
-        problems.append(f"ran {summary.get('strategy')} at world size {summary.get('world_size')}, not ddp at 1")
+    if name == "ddp-nccl":
+        if (summary.get("strategy"), summary.get("world_size")) != ("ddp", 1):
+            problems.append(f"ran {summary.get('strategy')} at world size {summary.get('world_size')}, not ddp at 1")
+        figures["ddp_wrapped"] = "running the model unwrapped" not in output
+        if not figures["ddp_wrapped"]:  # paratrain makes no group for one process; the own loop row runs DDP on NCCL
+            figures["note"] = "one process under paratrain run: no process group, DDP unwrapped (own loop: DDP on NCCL)"
     proof.set(row, FAILED if problems else OK,
               f"accuracy {accuracy:.4f} vs CPU {reference:.4f} ({gap:+.4f}, tolerance {ACCURACY_TOLERANCE})"
-              + "".join(f"; {p}" for p in problems), gap=gap, **figures)
+              + "".join(f"; {p}" for p in problems) + (f"; {figures['note']}" if "note" in figures else ""),
+              gap=gap, **figures)
 
 
 def check_kill_and_rerun(proof: Proof) -> None:
@@ -413,15 +420,29 @@ def same_weights(a: Path, b: Path) -> tuple[bool, str]:
 
 
 def check_own_loop(proof: Proof) -> None:
-    """An own loop on pt.Runtime: rt.loader (pinned host memory on CUDA), rt.backward, rt.step."""
+    """An own loop on pt.Runtime: rt.loader (pinned host memory on CUDA), rt.backward, rt.step, with
+    ``strategy="ddp"`` inside a process group of one that the script made first (NCCL on CUDA).
+
+    One process started by ``paratrain train`` or ``paratrain run`` makes no process group, so DDP
+    stays unwrapped there (the ``digits ddp-nccl`` row); a group the user made is kept by pt.Runtime,
+    so here DDP is built and its gradients go through NCCL, on the one GPU there is."""
     import torch
+    import torch.distributed as dist
     from torch.utils.data import TensorDataset
 
     import paratrain as pt
 
-    if not proof.cuda:
+    if proof.cuda:
+        torch.cuda.set_device(0)
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1, device_id=torch.device("cuda", 0))
+    else:
         os.environ["PARATRAIN_DEVICE"] = "cpu"  # pt.Runtime takes a visible GPU otherwise (runtime/device.py)
-    rt = pt.Runtime(strategy="single", precision="bf16-mixed" if proof.cuda else "32-true", seed=0)
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        rt = pt.Runtime(strategy="ddp", precision="bf16-mixed" if proof.cuda else "32-true", seed=0)
+    except BaseException:
+        dist.destroy_process_group()
+        raise
     try:
         torch.manual_seed(0)
         features = torch.randn(512, 32)
@@ -442,19 +463,23 @@ def check_own_loop(proof: Proof) -> None:
                 rt.step(optimizer)
                 losses.append(loss.detach())
         values = [float(x) for x in torch.stack(losses).cpu()]
-        figures = {"device": str(rt.device), "steps": len(values), "first_loss": values[0], "last_loss": values[-1],
+        wrapped = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+        figures = {"device": str(rt.device), "backend": dist.get_backend(), "ddp_wrapped": wrapped, "steps": len(values),
+                   "first_loss": values[0], "last_loss": values[-1],
                    "loader_delivered_on": sorted(delivered_on), "host_batches_pinned": sorted(pinned)}
-        problems = []
+        problems = [] if wrapped else [f"rt.setup did not wrap the model in DDP ({type(model).__name__})"]
         if not values[-1] < 0.5 * values[0]:
             problems.append(f"the loss fell from {values[0]:.3f} to {values[-1]:.3f} only")
         if rt.device.type == "cuda" and False in pinned:
             problems.append("rt.loader handed unpinned host batches on CUDA")
         where = ("on the device" if delivered_on == {rt.device.type} else
                  "on the host (pinned)" if pinned == {True} else "on the host")
-        detail = f"{len(values)} steps on {rt.device}, loss {values[0]:.3f} -> {values[-1]:.3f}, batches came {where}"
+        detail = (f"DDP on {dist.get_backend()}, {len(values)} steps on {rt.device}, loss {values[0]:.3f} -> "
+                  f"{values[-1]:.3f}, batches came {where}")
         proof.set("own loop", FAILED if problems else OK, "; ".join(problems) or detail, **figures)
     finally:
         rt.close()
+        dist.destroy_process_group()  # the script's own group: pt.Runtime leaves it to its maker
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 

@@ -62,7 +62,7 @@ def test_the_smoke_run_executes_every_part_and_writes_every_row(tmp_path):
     assert figures["kill -9 and rerun"]["identical"] is True
     assert figures["kill -9 and rerun"]["resumed_from_step"] > 0  # the rerun resumed, it did not start over
     assert figures["digits fp32"]["accuracy"] > 0.9
-    assert figures["own loop"]["last_loss"] < figures["own loop"]["first_loss"]
+    assert figures["own loop"]["ddp_wrapped"] and figures["own loop"]["last_loss"] < figures["own loop"]["first_loss"]
     assert all(figures[f"bert batch {b} paratrain"]["samples_per_s"] > 0 for b in (32, 256))
     assert "$ " in (tmp_path / "proof.log").read_text()  # the commands are logged with their output
 
