@@ -7,8 +7,9 @@ in one process on one device, with the same learning rate and bf16 autocast. The
 methods run one after another and alternate over ``--rounds`` so that machine noise
 hits all of them; each row is the median of its rounds. A round goes through every batch
 size before the next round starts, so ``--time-limit`` (no measurement starts that would
-end after it) cuts rounds, not batch sizes. A peer that is not installed is a "not
-installed" row.
+end after it) cuts rounds, not batch sizes; ``--json`` is rewritten after every measurement,
+so a run stopped from outside still leaves what it measured. A peer that is not installed is
+a "not installed" row.
 
     method             what runs
     paratrain          the user's loop on pt.Runtime (PARATRAIN_OPTIONS below + paratrain's

@@ -16,8 +16,9 @@ cuts the repeated ones):
     versions           device, driver, torch, CUDA, NCCL, cuDNN, the peers
     digits cpu         ``paratrain train digits`` on the CPU: the reference accuracy
     digits fp32 | bf16-mixed | fp16-mixed | compile | ddp-nccl
-                       the same command on the GPU (ddp: ``--strategy ddp --nproc-per-node 1``, NCCL
-                       at world size 1); each accuracy within ACCURACY_TOLERANCE of the reference
+                       the same command on the GPU (ddp: ``--strategy ddp --nproc-per-node 1 --backend
+                       nccl`` through the launcher; one process makes no process group, so DDP itself
+                       runs in the own loop); each accuracy within ACCURACY_TOLERANCE of the reference
     kill -9 and rerun  the fp16-mixed command (on the CPU: fp32) SIGKILLed after its first checkpoint,
                        then run again: its final weights must equal the uninterrupted run's bit for
                        bit (when they differ, a second uninterrupted run tells a resume bug from

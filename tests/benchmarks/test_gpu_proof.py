@@ -70,7 +70,7 @@ def test_the_smoke_run_executes_every_part_and_writes_every_row(tmp_path):
 @pytest.mark.parametrize("flags, code, first, rest", [
     (["--device", "cpu", "--smoke", "--time-limit", "0.5"], 0, "not run: out of time", "not run: out of time"),
     (["--device", "cuda"], 1, "failed", "skipped: no CUDA"),  # versions fails, nothing else can run
-])
+], ids=["out-of-time", "no-cuda"])
 def test_rows_that_did_not_run_are_still_written_and_a_failure_sets_the_exit_code(tmp_path, flags, code, first, rest):
     if "cuda" in flags and torch.cuda.is_available():
         pytest.skip("this machine has CUDA: the full proof would run")
