@@ -621,7 +621,9 @@ def markdown(result: dict[str, Any]) -> str:
         if c["part"] == "A":
             seconds = f"{c['seconds']:.0f}" if c["seconds"] is not None else ""
             lines.append(f"| {c['name']} | {c['status']} | {c['detail'].replace('|', '/')} | {seconds} |")
-    lines += ["", "## Part B: speed (BERT-base, bf16)", "",
+    shape = result.get("bert", {}).get("shape")
+    model = f"BERT hidden {shape['hidden']} x {shape['layers']} layers, seq {shape['seq']}" if shape else "BERT-base"
+    lines += ["", f"## Part B: speed ({model}, bf16)", "",
               "| batch | method | status | samples/s | vs HF Trainer | MFU | dense MFU | peak GiB | rounds | note |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for c in result["checks"]:
