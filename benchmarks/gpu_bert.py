@@ -204,13 +204,10 @@ def paratrain_runtime(job: Job, **extra):
 
 def paratrain_loop(job: Job, data: Dataset, clock: StepClock, **extra) -> str:
     """The loop a paratrain user writes, on pt.Runtime(**PARATRAIN_OPTIONS, **extra)."""
-    from paratrain.loop.batches import move_to
-
     rt = paratrain_runtime(job, **extra)
     model = build_model(job.shape)
     model, optimizer = rt.setup(model, adamw(model))
-    for batch in rt.loader(data, batch_size=job.batch):
-        batch = move_to(batch, rt.device)
+    for batch in rt.loader(data, batch_size=job.batch):  # on rt.device, copied from pinned memory
         with rt.autocast():
             loss = model(**batch).loss
         rt.backward(loss, model)
