@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("precision",),
     ("data",),
     ("diagnostics",),  # watchdog, preemption, desync, failure reports, link probe: comm and env only
+    ("goodput",),  # the ledger of where wall time went, its accounting, the checkpoint interval: stdlib only
     ("metrics",),
     ("comm",),
     ("env",),

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -33,27 +34,37 @@ from paratrain import comm
 from paratrain.arguments import check_type, reject_objects
 from paratrain.checkpoint import catalog, restoring, saving
 from paratrain.checkpoint.agreement import main_then_share
+from paratrain.checkpoint.auto_interval import AutoInterval
+from paratrain.checkpoint.background import BackgroundWrite
 from paratrain.checkpoint.manifest import Manifest, verify
 from paratrain.checkpoint.model_state import TorchStateAccess
 from paratrain.checkpoint.restoring import CheckpointState
 from paratrain.checkpoint.stateful import Stateful, by_name, collect
 from paratrain.checkpoint.writer_lock import WriterLock
 from paratrain.errors import ConfigError
+from paratrain.goodput import ledger
 
 _BY_NAME = "pass the objects to save by name: pt.Checkpointer(rt, directory, model=model, optimizer=opt, loader=train)"
 
 
-def _check_arguments(runtime: Any, directory: Any, keep_last: Any, best_metric: Any, mode: Any) -> None:
+def _check_arguments(runtime: Any, directory: Any, keep_last: Any, best_metric: Any, mode: Any, background: Any,
+                     every: Any, mtbf: Any) -> None:
     """Raises:
     ConfigError: a model/optimizer/loader where an option belongs, or an option of the wrong type.
     """
     call = "pt.Checkpointer()"
     if runtime is not None and not hasattr(runtime, "strategy"):
         raise ConfigError(f"{call}: the first argument is the pt.Runtime (or None), got a {type(runtime).__name__}; {_BY_NAME}")
-    reject_objects(call, _BY_NAME, directory=directory, keep_last=keep_last, best_metric=best_metric, mode=mode)
+    reject_objects(call, _BY_NAME, directory=directory, keep_last=keep_last, best_metric=best_metric, mode=mode,
+                   background=background, every=every, mtbf=mtbf)
     if not isinstance(directory, (str, Path)):
         raise ConfigError(f"{call}: directory must be a path (str or Path), got {type(directory).__name__}")
     check_type(call, "best_metric", best_metric, "str", allow_none=True)
+    check_type(call, "background", background, "bool")
+    if every is not None and every != "auto" and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+        raise ConfigError(f"{call}: every={every!r}: a number of steps >= 1, 'auto' (the Young/Daly interval) or None")
+    if mtbf is not None and (isinstance(mtbf, bool) or not isinstance(mtbf, (int, float)) or not mtbf > 0):
+        raise ConfigError(f"{call}: mtbf={mtbf!r}: the mean time between failures in seconds, a number > 0")
 
 
 class Checkpointer:
@@ -68,6 +79,15 @@ class Checkpointer:
             ``best_metric`` and the one ``latest`` points to are always kept too.
         best_metric: a key of ``save(metrics=...)`` that ranks checkpoints.
         mode: ``"max"`` (higher is better) or ``"min"``.
+        background: after the first save, block only while the state is copied to host memory;
+            rank 0 writes, checksums, commits and prunes in a thread while training goes on (one-file
+            checkpoints; sharded ones are written in the foreground). :meth:`save` then returns
+            before the checkpoint is complete; the next save, :meth:`resume`, :meth:`finish_writing`
+            and :meth:`close` wait for it.
+        every: what :meth:`due` answers: a save every N steps, or ``"auto"`` — the Young/Daly interval
+            √(2 · save cost · MTBF) from the measured save cost (:mod:`paratrain.goodput.interval`).
+        mtbf: the mean time between failures (seconds) for ``every="auto"``; default: estimated from
+            this directory's earlier attempts, else one hour.
         **stateful: the objects, by name: models (``nn.Module``, wrapped or not),
             optimizers, and anything with ``state_dict()``/``load_state_dict()``
             (LR scheduler, the loader from ``rt.loader``, your own). ``None`` is skipped.
@@ -89,9 +109,12 @@ class Checkpointer:
         keep_last: int | None = 3,
         best_metric: str | None = None,
         mode: str = "max",
+        background: bool = False,
+        every: int | str | None = None,
+        mtbf: float | None = None,
         **stateful: Any,
     ):
-        _check_arguments(runtime, directory, keep_last, best_metric, mode)
+        _check_arguments(runtime, directory, keep_last, best_metric, mode, background, every, mtbf)
         if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1):
             raise ConfigError(
                 f"keep_last={keep_last!r}: keep at least 1 checkpoint (the newest), or None to keep all; "
@@ -119,6 +142,12 @@ class Checkpointer:
         self._lock = WriterLock(self.directory, "checkpoint directory")
         self._holding = False  # the same on every rank: whether the hold was taken (collectively)
         self.storage_checked = False  # the same on every rank: whether every rank saw a saved checkpoint
+        self.background = background
+        self._writing: BackgroundWrite | None = None  # rank 0: the write in progress
+        self._writing_name: str | None = None  # every rank: the checkpoint a thread of rank 0 writes
+        self.every = every
+        self.interval = AutoInterval(mtbf) if every == "auto" else None
+        self._saved_step: int | None = None
         weakref.finalize(self, self._lock.release)
 
     # ---- writing ---------------------------------------------------------------------------
@@ -149,10 +178,68 @@ class Checkpointer:
         strategy = getattr(self.runtime, "strategy", None)
         if strategy is not None:  # pending gradients are not state a checkpoint can hold
             strategy.accumulation.check_no_pending("ckpt.save()")
-        return saving.save(self, step, epoch, metrics, extra)
+        started = time.perf_counter()
+        with ledger.phase("save") as record:
+            path = saving.save(self, step, epoch, metrics, extra)
+            record.update(name=path.name, background=self._writing_name is not None)
+        if step is not None:
+            self._saved_step = step
+            if ledger.active() is not None:
+                ledger.active().set_step(step)
+        if self.interval is not None:  # collective: rank 0's new estimate
+            self.interval.after_save(time.perf_counter() - started)
+        return path
+
+    def due(self, step: int) -> bool:
+        """Whether a save is due after ``step`` by ``every``: every N steps, or the ``"auto"`` interval
+        (the same answer on every rank: the interval in steps is agreed at each save). Not collective."""
+        if self.every is None:
+            return False
+        last = self._saved_step if self._saved_step is not None else 0
+        if self.interval is not None:
+            return step - last >= self.interval.steps
+        return step % self.every == 0 and step != self._saved_step
+
+    def start_writing(self, name: str, write: Any) -> None:
+        """Rank 0: hand the checkpoint ``name`` to a writing thread. (Called by a background save.)"""
+        self._writing = BackgroundWrite(name, write)
+
+    def finish_writing(self, before: str = "going on", say: bool = True) -> None:
+        """Wait until the checkpoint being written in the background (if any) is complete; say so on
+        stderr when it was still being written and ``say``. Collective.
+
+        Raises:
+            CheckpointError: on every rank, when the background write failed (its half-written
+                directory is removed; earlier checkpoints and ``latest`` are untouched).
+        """
+        name = self._writing_name
+        if name is None:
+            return
+        self._writing_name = None
+        main_then_share(f"writing checkpoint {name} in the background", lambda: self._join(before, say))
+
+    def _join(self, before: str, say: bool) -> None:
+        writing, self._writing = self._writing, None
+        if writing is None:
+            return
+        try:
+            writing.wait(before, say)
+        finally:
+            if self.interval is not None and writing.finished is not None:
+                self.interval.written(writing.finished - writing.started)
+            if ledger.active() is not None:
+                ledger.active().event("written", name=writing.name, start=writing.started, end=writing.finished,
+                                      failed=writing.error is not None)
 
     def close(self) -> None:
-        """Let another run write into this directory (rank 0 releases the writer lock). Not collective."""
+        """Let another run write into this directory (rank 0 releases the writer lock), after the
+        checkpoint being written in the background, if any, is complete. Not collective."""
+        if self._writing is not None:
+            try:
+                self._join("closing the checkpointer", True)
+            except Exception as exc:  # not collective: say it, the next resume falls back to the previous one
+                print(f"paratrain: the background write of a checkpoint failed: {exc}", file=sys.stderr, flush=True)
+        self._writing_name = None
         self._lock.release()
         self._holding = False
 
@@ -168,6 +255,7 @@ class Checkpointer:
         if reading and not (self.directory.is_dir() and os.access(self.directory, os.W_OK)):
             return False
         self._lock.acquire()
+        ledger.open_ledger(self.directory)  # this attempt's clock, beside the checkpoints it accounts for
         if self._lock.took_over_text():
             print(f"paratrain: {self._lock.took_over_text()}", file=sys.stderr, flush=True)
         return True
@@ -186,11 +274,20 @@ class Checkpointer:
                 is intact (named, nothing deleted: restore them, or start over on purpose).
         """
         self.hold_directory(reading=True)
+        self.finish_writing("resuming")
+        if comm.is_main():
+            ledger.open_ledger(self.directory)  # also when the directory does not exist yet
         found = main_then_share(f"cannot search {self.directory} for checkpoints", self._newest_verified)
-        if found is None:
-            return None
-        path, manifest = found
-        return restoring.restore(self, Path(path), Manifest.from_dict(manifest))
+        state = None
+        if found is not None:
+            path, manifest = found
+            state = restoring.restore(self, Path(path), Manifest.from_dict(manifest))
+            self._saved_step = state.step
+            if ledger.active() is not None:
+                ledger.active().set_step(state.step)
+        if self.interval is not None:
+            self.interval.start(self.directory)  # collective: rank 0's estimate, printed once
+        return state
 
     def load(self, path: str | Path) -> CheckpointState:
         """Load one checkpoint: a checkpoint directory, a checkpoints directory (its newest

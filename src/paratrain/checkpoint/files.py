@@ -22,7 +22,8 @@ from paratrain.errors import CheckpointError
 
 #: Test hook: ``SECONDS`` or ``SECONDS@STEP`` pauses every save (or the save of STEP)
 #: after its data files are written and before it is marked complete, so a test can
-#: kill the writer exactly there.
+#: kill the writer exactly there; ``SECONDS@STEP:prepared`` / ``:sealed`` pause at the other
+#: moments of :func:`pause_if_requested`.
 PAUSE_ENV = "PARATRAIN_TEST_PAUSE_IN_SAVE"
 
 _CHUNK = 1 << 20
@@ -116,12 +117,17 @@ def check_writable_directory(directory: Path) -> None:
         raise CheckpointError(describe_os_error(exc, f"cannot write checkpoints to {directory}")) from exc
 
 
-def pause_if_requested(step: int | None, where: Path) -> None:
-    """Sleep here when the test hook :data:`PAUSE_ENV` asks for it (see its comment)."""
+def pause_if_requested(step: int | None, where: Path, moment: str = "written") -> None:
+    """Sleep here when the test hook :data:`PAUSE_ENV` asks for it (see its comment). ``SECONDS@STEP:MOMENT``
+    picks the moment of the save: ``prepared`` (its hidden directory made, nothing in it), ``written``
+    (the default: every file written, nothing sealed), ``sealed`` (``COMPLETE`` written, not renamed yet)."""
     spec = os.environ.get(PAUSE_ENV)
     if not spec:
         return
     seconds, _, only_step = spec.partition("@")
+    only_step, _, wanted = only_step.partition(":")
+    if (wanted or "written") != moment:
+        return
     if only_step and (step is None or int(only_step) != step):
         return
     print(f"paratrain: {PAUSE_ENV}: pausing {seconds}s while writing {where}", file=sys.stderr, flush=True)

@@ -7,6 +7,10 @@
 4. rank 0 seals it (checksums → ``manifest.json`` → ``COMPLETE``), renames it to
    its visible name, fsyncs, points ``latest`` at it and applies retention.
 
+With ``background=True`` (one-file checkpoints, after the first save) every rank blocks only
+until rank 0 holds a host copy of the state; a thread of rank 0 then runs steps 1, 3 and 4
+(:mod:`.background`), while training goes on.
+
 A process killed at any point leaves either the old set of checkpoints or the
 new one; a half-written directory keeps its hidden name and is never read.
 """
@@ -18,6 +22,7 @@ import os
 import shutil
 import socket
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +30,7 @@ import torch
 
 from paratrain import comm
 from paratrain.checkpoint import catalog, rng
+from paratrain.checkpoint.background import host_copy
 from paratrain.checkpoint.agreement import main_then_share, on_all_ranks
 from paratrain.checkpoint.files import (
     check_writable_directory,
@@ -41,7 +47,15 @@ from paratrain.checkpoint.layout import (
 )
 from paratrain.checkpoint.manifest import Manifest, seal
 from paratrain.checkpoint.model_state import model_state, optimizer_is_fresh, optimizer_state
-from paratrain.checkpoint.writer import check_free_space, tensor_bytes, write_model, write_sharded, write_state
+from paratrain.checkpoint.plain_data import check_plain
+from paratrain.checkpoint.writer import (
+    check_free_space,
+    safetensors_ready,
+    tensor_bytes,
+    write_model,
+    write_sharded,
+    write_state,
+)
 from paratrain.errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:
@@ -90,8 +104,19 @@ def save(
     manifest = Manifest(name=name, sequence=0, step=step, epoch=epoch, metrics=clean_metrics(metrics),
                         extra=clean_extra(extra), run=ckpt.run_config(), sharded=ckpt.sharded)
     ckpt.hold_directory()  # one writer per directory; after the arguments were checked, so a refused save writes nothing
+    ckpt.finish_writing(f"saving {name}", say=False)  # one write at a time; a failed one raises here, on every rank
     rng_states = comm.gather_object(rng.capture())  # before anything else runs: the state the loop has now
     per_rank = {e.name: comm.gather_object(e.obj.state_dict()) for e in ckpt.entries if e.kind == "per_rank"}
+    if ckpt.background and not ckpt.sharded and ckpt.storage_checked:
+        # The first save is written in the foreground (it checks that every rank sees the storage).
+        gathered = {}
+        if getattr(ckpt.access, "collective", False):
+            gathered = on_all_ranks(f"collecting the state of checkpoint {name}", lambda: _whole_states(ckpt))
+        main_then_share(f"snapshotting checkpoint {name}",
+                        lambda: ckpt.start_writing(name, _background_write(ckpt, name, manifest, rng_states, step,
+                                                                           {**gathered, **per_rank})))
+        ckpt._writing_name = name  # every rank: finish_writing() waits for it (collectively)
+        return ckpt.directory / name
     temporary = Path(main_then_share(f"cannot start checkpoint {name}", lambda: str(_prepare(ckpt.directory, name))))
     try:
         if ckpt.sharded:
@@ -175,10 +200,42 @@ def _whole_states(ckpt: Checkpointer) -> dict[str, Any]:
     return states
 
 
+def _background_write(ckpt: Checkpointer, name: str, manifest: Manifest, rng_states: list[Any], step: int | None,
+                      gathered: dict[str, Any]) -> Callable[[], str]:
+    """Rank 0, in the training thread: a host copy of everything the checkpoint holds (checked
+    now: a state that cannot be saved is refused at this save, not the next); returns what the
+    writing thread runs — the same steps as a foreground save."""
+    objects, pending = _collect(ckpt, gathered)
+    pending = [(obj_name, kind, host_copy(state)) for obj_name, kind, state in pending]
+    for obj_name, kind, state in pending:
+        if kind == "model":
+            safetensors_ready(obj_name, state)
+        else:
+            check_plain(state, obj_name)
+
+    def write() -> str:
+        temporary = _prepare(ckpt.directory, name)
+        pause_if_requested(step, temporary, "prepared")
+        try:
+            manifest.objects = _write_collected(ckpt, temporary, objects, pending, rng_states, step)
+            return str(_commit(ckpt, temporary, manifest))
+        except BaseException:
+            shutil.rmtree(temporary, ignore_errors=True)
+            raise
+
+    return write
+
+
 def _write_files(ckpt: Checkpointer, temporary: Path, rng_states: list[Any], step: int | None,
                  gathered: dict[str, Any]) -> dict[str, Any]:
     """Rank 0: everything that is one file (``gathered``: states already collected by all
     ranks); returns the manifest's object table."""
+    objects, pending = _collect(ckpt, gathered)
+    return _write_collected(ckpt, temporary, objects, pending, rng_states, step)
+
+
+def _collect(ckpt: Checkpointer, gathered: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str, Any]]]:
+    """Rank 0: the manifest entries of the sharded parts, and ``(name, kind, state)`` of the one-file parts."""
     objects: dict[str, Any] = {}
     pending: list[tuple[str, str, Any]] = []
     for entry in ckpt.entries:
@@ -196,6 +253,11 @@ def _write_files(ckpt: Checkpointer, temporary: Path, rng_states: list[Any], ste
             pending.append((entry.name, "per_rank", {"ranks": gathered[entry.name]}))
         else:
             pending.append((entry.name, "state", entry.obj.state_dict()))
+    return objects, pending
+
+
+def _write_collected(ckpt: Checkpointer, temporary: Path, objects: dict[str, Any], pending: list[tuple[str, str, Any]],
+                     rng_states: list[Any], step: int | None) -> dict[str, Any]:
     check_free_space(temporary, tensor_bytes([state for _, _, state in pending]) + tensor_bytes(rng_states))
     for name, kind, state in pending:
         objects[name] = write_model(temporary, name, state) if kind == "model" else write_state(temporary, name, kind, state)
@@ -211,6 +273,7 @@ def _commit(ckpt: Checkpointer, temporary: Path, manifest: Manifest) -> Path:
     directory = ckpt.directory
     manifest.sequence = catalog.next_sequence(directory)
     seal(temporary, manifest)
+    pause_if_requested(manifest.step, temporary, "sealed")
     final = directory / manifest.name
     aside = None
     if final.exists():  # same step saved again (e.g. after resuming from an older one)

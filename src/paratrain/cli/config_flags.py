@@ -22,7 +22,8 @@ from paratrain.arguments import cli_flag
 def flag_fields(cls: type) -> list[tuple[dataclasses.Field, type]]:
     """``(field, value type)`` for each field of the dataclass ``cls`` that is a flag, in field order."""
     hints = typing.get_type_hints(cls)
-    return [(field, _value_type(hints[field.name])) for field in dataclasses.fields(cls) if "help" in field.metadata]
+    return [(field, field.metadata.get("type") or _value_type(hints[field.name]))
+            for field in dataclasses.fields(cls) if "help" in field.metadata]
 
 
 def add_flags(group: Any, cls: type) -> None:

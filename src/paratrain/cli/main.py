@@ -5,6 +5,7 @@ Commands:
   paratrain train TASK [flags]             train a built-in task on bundled data
   paratrain predict CKPT TEXT...           run a trained task model on inputs
   paratrain ckpt inspect|export PATH       read or export a paratrain checkpoint
+  paratrain goodput RUN_DIR                where a run's wall time went (table, timeline PNG)
   paratrain bench [--task T]               compare ways to train one model
   paratrain doctor                         environment and network report
   paratrain check SCRIPT                   find multi-process pitfalls in a script
@@ -27,7 +28,7 @@ from paratrain.errors import ParatrainError
 
 CPP_LOG_LEVEL_VAR = "TORCH_CPP_LOG_LEVEL"
 # Each module has `register(subparsers)` that adds its parser and sets `handler`.
-COMMAND_MODULES = ("run", "train", "predict", "ckpt", "bench", "doctor", "check")
+COMMAND_MODULES = ("run", "train", "predict", "ckpt", "goodput", "bench", "doctor", "check")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import sys
+import time
 import textwrap
 from pathlib import Path
 
@@ -180,8 +181,18 @@ def handler(args: argparse.Namespace) -> int:
             # the task options as given (a task built by a factory may not keep them)
             return _launch(args, train_argv(args.task, config_from_args(TaskOptions, args), config), Path(config.out_dir))
     finally:
+        _note_the_end(Path(config.out_dir))
         if lock is not None:
             lock.release()
+
+
+def _note_the_end(out: Path) -> None:
+    """The job's last moment in its goodput ledger (after the workers' teardown), when it has one."""
+    from paratrain.goodput import ledger
+
+    path = out / "checkpoints" / ledger.LEDGER_FILE
+    if path.is_file():
+        ledger.append_record(path, {"event": "end", "time": time.time(), "pid": os.getpid()})
 
 
 def resolve_for_workers(config, nproc_per_node: int, nnodes: str | None, backend: str | None) -> None:

@@ -22,6 +22,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,6 +32,7 @@ from paratrain.env import cpu_binding
 from paratrain.env.no_restart import END_SIGNAL
 from paratrain.env.torchelastic import LAUNCHER_PID_VAR, LINE_PREFIX_VAR, PROGRESS_TTY_VAR
 from paratrain.errors import LaunchError
+from paratrain.goodput import ledger
 from paratrain.launch import network, whole_lines, worker_site
 from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, LaunchConfig
 from paratrain.launch.environ import scoped_environ
@@ -236,6 +238,8 @@ def launch(config: LaunchConfig) -> int:
         interface = socket_interface(config)
         env = worker_env(config, os.environ, interface)
         env.update(rendezvous_env(config, os.environ))
+        if ledger.LAUNCH_TIME_ENV not in env:  # the workers' goodput ledger counts start-up from here
+            env[ledger.LAUNCH_TIME_ENV] = repr(ledger.process_start_time() or time.time())
         stacks_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="paratrain-stacks-"))
         env.update(worker_site.stacks_env(stacks_dir, os.environ))  # stacks of the workers it stops
         # Without --log-dir, a scratch folder: the prefixed console's copy of the streams, and the

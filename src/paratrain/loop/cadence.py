@@ -19,6 +19,8 @@ class Cadence:
         self.evaluated_at = -1
         self.saved_at = -1  # a resumed run starts at its checkpoint's step: never written twice
         self.saved_metrics_at = -1  # the last step saved with its evaluation's metrics
+        #: ``save_every="auto"``: the checkpointer's answer (the interval agreed at every save)
+        self.auto_due = None
 
     def evaluation_due(self, step: int, epoch_ends: bool, total_steps: int) -> bool:
         """An evaluation at ``step``: every ``eval_every`` steps, at an epoch's end (``eval_per_epoch``),
@@ -35,6 +37,8 @@ class Cadence:
     def save_due(self, step: int) -> bool:
         """A ``save_every`` step not saved yet (by the evaluation at the same step)."""
         every = self.config.save_every
+        if every == "auto":
+            return self.auto_due is not None and self.auto_due(step) and self.saved_at != step
         return bool(every) and step % every == 0 and self.saved_at != step
 
     def unsaved(self, step: int) -> bool:

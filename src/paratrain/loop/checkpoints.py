@@ -25,13 +25,17 @@ def metric_mode(metric: str) -> str:
 class LoopCheckpoints:
     """Resume and save for the fit loop. ``resume`` and ``save`` are collective."""
 
-    def __init__(self, runtime: Any, out_dir: Path, keep_last: int, metric: str, trainer: Any, **stateful: Any):
+    def __init__(self, runtime: Any, out_dir: Path, keep_last: int, metric: str, trainer: Any,
+                 background: bool = False, every: int | str | None = None, mtbf: float | None = None, **stateful: Any):
         self.directory = Path(out_dir) / CHECKPOINT_DIR
         self._trainer_state = trainer
         self._checkpointer = Checkpointer(
             runtime, self.directory, keep_last=keep_last, best_metric=metric, mode=metric_mode(metric),
-            trainer=trainer, **stateful,
+            background=background, every=every, mtbf=mtbf, trainer=trainer, **stateful,
         )
+        self.due = self._checkpointer.due
+        #: wait for the checkpoint being written in the background (collective; says so when it waits)
+        self.finish_writing = self._checkpointer.finish_writing
 
     def resume(self, batch_size: int, grad_accum: int, dev_samples: int, loader: Any = None) -> int:
         """Load the newest good checkpoint, if any; return the step it was taken at (0: none).

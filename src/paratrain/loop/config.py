@@ -16,6 +16,15 @@ SCHEDULES = ("linear", "constant")
 NONFINITE_POLICIES = ("stop", "skip")  # see paratrain.loop.nonfinite
 
 
+
+def steps_or_auto(text: str) -> int | str:
+    """``--save-every``'s value: a number of steps, or ``auto``.
+
+    Raises:
+        ValueError: neither (argparse names the flag and the value).
+    """
+    return "auto" if str(text).strip().lower() == "auto" else int(text)
+
 @dataclass(frozen=True)
 class FitConfig:
     """How to train. ``None`` means "the task's recipe" (see :class:`paratrain.tasks.Recipe`).
@@ -54,7 +63,13 @@ class FitConfig:
     patience: int | None = option_field(None, "stop after N evaluations without a new best", metavar="N")
     out_dir: str | None = option_field(None, "output directory: checkpoints, logs, metrics (default runs/TASK)",
                                        metavar="DIR")
-    save_every: int | None = option_field(None, "also checkpoint every N steps", metavar="N")
+    save_every: int | str | None = option_field(
+        None, "also checkpoint every N steps; auto: the Young/Daly interval √(2 · save cost · MTBF) from the measured "
+        "save cost, re-estimated at every save", metavar="N|auto", type=steps_or_auto)
+    mtbf: float | None = option_field(None, "with --save-every auto: the mean time between failures in seconds "
+                                      "(default: from this run directory's earlier attempts, else 3600)", metavar="SECONDS")
+    background_save: bool = option_field(True, "after the first save, block training only while the state is copied "
+                                         "to host memory; write, checksum, commit and prune in a thread")
     save_every_minutes: float | None = option_field(
         None, "also checkpoint when M minutes passed since the last save (bounds what a crash loses)", metavar="M")
     stall_timeout: float | None = option_field(
@@ -103,6 +118,8 @@ class FitConfig:
                     "patience", "save_every", "keep_last", "log_every")
         for name in positive:
             value = getattr(self, name)
+            if name == "save_every" and value == "auto":
+                continue
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"{option(name)} must be a positive integer, got {value!r}")
         for name in ("lr", "weight_decay", "clip_norm"):
@@ -116,17 +133,17 @@ class FitConfig:
             if choices is not None and getattr(self, field.name) not in choices:
                 raise ConfigError(f"{option(field.name, getattr(self, field.name))} is not one of {', '.join(choices)}")
         check_type("", "max_nonfinite_skips", self.max_nonfinite_skips, "int >= 0")
-        for name in ("save_every_minutes", "stall_timeout"):
+        for name in ("save_every_minutes", "stall_timeout", "mtbf"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
-                                      or (name == "save_every_minutes" and value == 0)):
+                                      or (name in ("save_every_minutes", "mtbf") and value == 0)):
                 raise ConfigError(f"{option(name)} must be a positive number, got {value!r}")
         if self.warmup is not None and not 0 <= self.warmup < 1:
             raise ConfigError(f"{option('warmup')} is a fraction of the steps in [0, 1), got {self.warmup!r}")
         check_type("", "num_workers", self.num_workers, "int >= 0")
         check_type("", "check_sync_every", self.check_sync_every, "int >= 0")
         check_type("", "seed", self.seed, "int")
-        for name in ("eval_per_epoch", "sync_batchnorm", "fresh", "group_by_length", "fused_optimizer", "tf32", "compile",
+        for name in ("eval_per_epoch", "sync_batchnorm", "fresh", "background_save", "group_by_length", "fused_optimizer", "tf32", "compile",
                      "find_unused_parameters"):
             check_type("", name, getattr(self, name), "bool")
         for name in ("progress", "tensorboard"):

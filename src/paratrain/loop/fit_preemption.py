@@ -24,7 +24,8 @@ class FitPreemption(PreemptionGuard):
         save_every_minutes: also ask for a save this often (None: only on a signal).
     """
 
-    def save_if_asked(self, step: int, unsaved: bool, save: Callable[[], None], checkpoints: Path | None) -> None:
+    def save_if_asked(self, step: int, unsaved: bool, save: Callable[[], None], checkpoints: Path | None,
+                      finish: Callable[[], None] = lambda: None) -> None:
         """After step ``step``: call ``save`` (when ``unsaved``) if any rank got SIGTERM/SIGINT or a
         timed save is due; then stop if it was a signal. Collective: every rank, after every step.
 
@@ -36,6 +37,7 @@ class FitPreemption(PreemptionGuard):
         if (preempt or due) and unsaved:
             save()
         if preempt:
+            finish()  # a checkpoint written in the background is complete before the run says it stopped
             raise self.preempted(step, checkpoints, f"after step {step}", "run the same command again to resume")
 
     def stop_if_asked_at_the_end(self, step: int, checkpoints: Path | None) -> None:

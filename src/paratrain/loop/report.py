@@ -95,6 +95,7 @@ def report_end(trainer: Trainer, resumed_from: int, train_seconds: float, run_sa
         strategy=rt.strategy.name,
         precision=rt.precision.name,
         report=evaluation.report if evaluation else "",
+        goodput=_goodput(),
     )
     log = trainer.log
     if evaluation and evaluation.report:
@@ -106,3 +107,18 @@ def report_end(trainer: Trainer, resumed_from: int, train_seconds: float, run_sa
         result.save(trainer.out_dir)
     trainer.callbacks("on_fit_end", trainer, result)
     return result
+
+
+def _goodput() -> dict | None:
+    """Rank 0: the run's goodput account so far (its ledger, every attempt's records). Not collective."""
+    from paratrain.goodput import accounting, ledger
+
+    active = ledger.active()
+    if active is None:
+        return None
+    active.flush()
+    run = accounting.account(ledger.read_records(active.path))
+    if run is None:
+        return None
+    run.attempts[-1].ended = True  # this attempt, ending now
+    return run.to_dict()

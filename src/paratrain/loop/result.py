@@ -30,6 +30,8 @@ class FitResult:
     strategy: str = ""
     precision: str = ""
     report: str = ""
+    #: where the run's wall time went, summed over its attempts (paratrain.goodput.accounting), on rank 0
+    goodput: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -28,6 +28,7 @@ from paratrain.data.global_order import MicroBatch
 from paratrain.diagnostics import watchdog
 from paratrain.diagnostics.desync import check_same_setup
 from paratrain.errors import ConfigError
+from paratrain.goodput import ledger
 from paratrain.loop.cadence import Cadence
 from paratrain.loop.callbacks import Callback, CallbackList
 from paratrain.loop.checkpoints import LoopCheckpoints, metric_mode
@@ -117,7 +118,13 @@ class Trainer:
                                    sync_batchnorm=c.sync_batchnorm, compile=c.compile, tf32=c.tf32,
                                    **c.strategy_options())
         try:
-            return self._fit()
+            result = self._fit()
+        except BaseException:
+            ledger.close_ledger(ended=False)  # this attempt failed or was stopped: the next one redoes its steps
+            raise
+        else:
+            ledger.close_ledger(ended=True)
+            return result
         finally:
             self.log.close()
             if owns_runtime:
@@ -171,8 +178,10 @@ class Trainer:
             self.checkpoints = LoopCheckpoints(
                 rt, self.out_dir, keep_last=c.keep_last, metric=c.metric,
                 model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
-                loader=self.train_loader, trainer=self.state,
+                loader=self.train_loader, trainer=self.state, background=c.background_save,
+                every="auto" if c.save_every == "auto" else None, mtbf=c.mtbf,
             )
+            self._cadence.auto_due = self.checkpoints.due
             resumed_from = self.checkpoints.resume(c.batch_size, c.grad_accum, len(eval_data), self.train_loader)
             if resumed_from:  # the saved global batch is kept on any world size: count the steps with it
                 self.steps_per_epoch = self.train_loader.global_batches_per_epoch
@@ -201,6 +210,8 @@ class Trainer:
                 self._evaluate()
             if self._cadence.unsaved(self.state.step) and self.checkpoints is not None:
                 self._save()
+            if self.checkpoints is not None:
+                self.checkpoints.finish_writing("the end of the run")
             result = report_end(self, resumed_from, train_seconds, window.samples_total)
             self._preemption.stop_if_asked_at_the_end(self.state.step, self._checkpoint_dir())
         return result
@@ -328,7 +339,8 @@ class Trainer:
     def _save_if_asked(self) -> None:
         """See :meth:`FitPreemption.save_if_asked`. Collective."""
         step = self.state.step
-        self._preemption.save_if_asked(step, self._cadence.saved_at != step, self._save, self._checkpoint_dir())
+        self._preemption.save_if_asked(step, self._cadence.saved_at != step, self._save, self._checkpoint_dir(),
+                                       lambda: self.checkpoints and self.checkpoints.finish_writing("stopping"))
 
     def _end_epoch(self, epoch: int) -> None:
         """Evaluate (when asked per epoch) and save at the end of a full pass. Collective."""
@@ -355,7 +367,8 @@ class Trainer:
     def _evaluate(self) -> Evaluation:
         c, state = self.config, self.state
         self._check_finite()
-        evaluation = self.evaluate()
+        with ledger.phase("eval"):
+            evaluation = self.evaluate()
         self.last_evaluation = evaluation
         self._cadence.evaluated(state.step)
         value = evaluation.metrics.get(c.metric)

@@ -22,6 +22,7 @@ from paratrain.arguments import check_type, reject_objects, reject_unknown
 from paratrain.diagnostics import watchdog as hang_watch
 from paratrain.diagnostics.watchdog import mark as mark_progress
 from paratrain.env import ProcessInfo, detect
+from paratrain.goodput import ledger
 from paratrain.env.cpu_binding import bind_compute_threads, free_communication_threads, share_for, unbound_cpus
 from paratrain.runtime.input_device import refuse_inputs_elsewhere
 from paratrain.runtime.launcher_death import die_with_launcher
@@ -223,6 +224,7 @@ class Runtime:
         result = self.strategy.step(optimizer, clip_norm=clip_norm, model=model)
         if result:
             self._trained.stepped()
+            ledger.step_done()  # rank 0's goodput clock (nothing elsewhere)
         mark_progress("logging")  # between steps: what the loop does before its next batch
         return result
 

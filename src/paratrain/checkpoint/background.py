@@ -1,0 +1,73 @@
+"""A checkpoint written by a thread while training goes on (rank 0's one-file checkpoints).
+
+The training thread blocks only to copy the state to host memory (:func:`host_copy`); a thread of
+rank 0 then makes the hidden directory, writes the files, checksums them, seals, renames, points
+``latest`` and prunes — the same steps, in the same order, as a synchronous save, so a kill at any
+moment of it leaves the previous complete checkpoint as the newest. One write at a time: the next
+save, a resume, the end of a run and a preemption wait for it (:meth:`Checkpointer.finish_writing`),
+and say so when it is still running. The thread is not a daemon: a process that exits normally
+(also ``SystemExit(75)`` after a preemption) finishes the write first.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def host_copy(state: Any) -> Any:
+    """A copy of ``state`` that training cannot change: tensors copied to the CPU, containers rebuilt,
+    other objects deep-copied (numbers and strings are immutable)."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().to("cpu", copy=True)
+    if isinstance(state, dict):
+        return {key: host_copy(value) for key, value in state.items()}
+    if isinstance(state, list):
+        return [host_copy(value) for value in state]
+    if isinstance(state, tuple) and not hasattr(state, "_fields"):
+        return tuple(host_copy(value) for value in state)
+    if state is None or isinstance(state, (bool, int, float, str, bytes)):
+        return state
+    return copy.deepcopy(state)
+
+
+class BackgroundWrite:
+    """One checkpoint being written by a thread; ``write()`` returns its final path."""
+
+    def __init__(self, name: str, write: Callable[[], str]):
+        self.name = name
+        self.started = time.time()
+        self.finished: float | None = None
+        self.path: str | None = None
+        self.error: BaseException | None = None
+        self._write = write
+        self._thread = threading.Thread(target=self._run, name=f"paratrain-checkpoint-{name}", daemon=False)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.path = self._write()
+        except BaseException as exc:  # handed to the training thread at the next wait
+            self.error = exc
+        finally:
+            self.finished = time.time()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def wait(self, before: str, say: bool = True) -> None:
+        """Join the thread (saying so on stderr, when ``say``, if it still runs); raise what the write raised."""
+        if self.running:
+            if say:
+                print(f"paratrain: checkpoint {self.name} is still being written; waiting for it before {before}",
+                      file=sys.stderr, flush=True)
+            self._thread.join()
+        if self.error is not None:
+            raise self.error
