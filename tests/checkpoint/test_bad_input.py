@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from paratrain.checkpoint.writer_lock import LOCK_FILE
+from paratrain.goodput.ledger import LEDGER_FILE
 from paratrain.checkpoint import Checkpointer
 from paratrain.checkpoint.manifest import verify
 from paratrain.errors import CheckpointError, ConfigError
@@ -23,7 +24,7 @@ from tests.checkpoint.workers import Net
 
 
 def assert_untouched(directory: Path, names=("latest", "step-000001")) -> None:
-    assert sorted(p.name for p in directory.iterdir() if p.name != LOCK_FILE) == sorted(names)
+    assert sorted(p.name for p in directory.iterdir() if p.name not in (LOCK_FILE, LEDGER_FILE)) == sorted(names)
     assert (directory / "latest").read_text().strip() == "step-000001"
     verify(directory / "step-000001")
 
@@ -175,7 +176,7 @@ def test_a_disk_that_fills_during_a_save_of_non_tensor_state_is_named(tmp_path):
         ckpt = Checkpointer(None, disk / "ckpt", model=torch.nn.Linear(2, 2), history=_History())
         with pytest.raises(CheckpointError, match=r"history.pt: No space left on device; free disk space"):
             ckpt.save(step=1)
-        assert not [p for p in (disk / "ckpt").iterdir() if p.name != LOCK_FILE]  # nothing half-written left
+        assert not [p for p in (disk / "ckpt").iterdir() if p.name not in (LOCK_FILE, LEDGER_FILE)]  # nothing half-written
         ckpt.close()
     finally:
         subprocess.run(["umount", "--lazy", str(disk)], check=True)  # the failed write's traceback may still hold a file

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from paratrain.checkpoint.writer_lock import LOCK_FILE
+from paratrain.goodput.ledger import LEDGER_FILE
 from paratrain.checkpoint import CheckpointWarning, describe
 from paratrain.errors import CheckpointError
 from tests.checkpoint.helpers import flip_byte, fresh_checkpointer, same_weights, save_steps, truncate
@@ -105,4 +106,5 @@ def test_writer_killed_during_save_leaves_previous_checkpoint_loadable(tmp_path)
     assert same_weights(model, load_file(str(tmp_path / "step-000001" / "model.safetensors")))
     # The next save clears what the killed one left.
     ckpt.save(step=2)
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name != LOCK_FILE) == ["latest", "step-000001", "step-000002"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name not in (LOCK_FILE, LEDGER_FILE)) == \
+        ["latest", "step-000001", "step-000002"]

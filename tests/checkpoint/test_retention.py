@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from paratrain.checkpoint.writer_lock import LOCK_FILE
+from paratrain.goodput.ledger import LEDGER_FILE
 from paratrain.checkpoint import Checkpointer
 from paratrain.checkpoint.manifest import read_manifest
 from tests.checkpoint.helpers import train_one_step, trained
 
 
 def names(directory):
-    return sorted(p.name for p in directory.iterdir() if p.name != LOCK_FILE)  # the writer lock is no checkpoint
+    return sorted(p.name for p in directory.iterdir() if p.name not in (LOCK_FILE, LEDGER_FILE))  # no checkpoints
 
 
 def test_keeps_the_last_k_plus_the_best_and_points_latest_at_the_newest(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from paratrain.checkpoint.writer_lock import LOCK_FILE
+from paratrain.goodput.ledger import LEDGER_FILE
 from paratrain.checkpoint import Checkpointer, describe, export
 from paratrain.checkpoint.layout import COMPLETE
 from paratrain.checkpoint.manifest import read_manifest, seal
@@ -85,4 +86,4 @@ def test_state_that_would_need_unpickling_is_refused_when_saving(tmp_path):
     ckpt.by_name["counter"].obj.value = np.float64(0.5)
     with pytest.raises(CheckpointError, match=r"counter.state_dict\(\) holds a numpy.float64 at \['history'\]\[2\]\['best'\]"):
         ckpt.save(step=2)
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name != LOCK_FILE) == ["latest", "step-000001"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name not in (LOCK_FILE, LEDGER_FILE)) == ["latest", "step-000001"]

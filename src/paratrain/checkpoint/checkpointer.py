@@ -240,6 +240,7 @@ class Checkpointer:
             except Exception as exc:  # not collective: say it, the next resume falls back to the previous one
                 print(f"paratrain: the background write of a checkpoint failed: {exc}", file=sys.stderr, flush=True)
         self._writing_name = None
+        ledger.close_ledger_of(self.directory)
         self._lock.release()
         self._holding = False
 

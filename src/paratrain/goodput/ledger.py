@@ -226,7 +226,11 @@ class Ledger:
             return
         line = json.dumps(record) + "\n"
         if self._file is None:
-            if not self.path.parent.is_dir():
+            try:
+                exists = self.path.parent.is_dir()
+            except OSError:  # the ledger never fails what it measures
+                exists = False
+            if not exists:
                 if len(self._waiting) < 100_000:
                     self._waiting.append(line)
                 return
@@ -245,14 +249,19 @@ class Ledger:
 
 _active: Ledger | None = None
 _failed = False
+_hooked = False
 
 
 def open_ledger(directory: Path) -> Ledger:
-    """Start this process's ledger in ``directory`` (rank 0, by the Checkpointer that holds it);
-    an open one is kept."""
-    global _active
+    """Start this process's ledger in ``directory`` (rank 0, by the Checkpointer that holds it); an
+    open one of the same directory is kept, one of another directory is closed first."""
+    global _active, _hooked
+    if _active is not None and _active.path.parent != Path(directory):
+        close_ledger()
     if _active is None:
         _active = Ledger(directory)
+    if not _hooked:  # once per process: close at exit, and tell an exit by an uncaught exception
+        _hooked = True
         import atexit
         import sys
 
@@ -266,6 +275,12 @@ def open_ledger(directory: Path) -> Ledger:
 
         sys.excepthook = note_failure
     return _active
+
+
+def close_ledger_of(directory: Path) -> None:
+    """Close the ledger kept in ``directory``, if it is the open one (its Checkpointer closed)."""
+    if _active is not None and _active.path.parent == Path(directory):
+        close_ledger()
 
 
 def active() -> Ledger | None:

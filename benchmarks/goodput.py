@@ -1,0 +1,263 @@
+"""Goodput, measured: what a checkpoint costs training, and where a faulty run's time goes.
+
+Two parts, each through the real ``paratrain train`` on 2 processes, its numbers read from the run's own
+goodput ledger (``goodput.jsonl``) and checked against a clock outside the job:
+
+``--part cost``: one task (text-cls by default) for ``--steps`` steps with no saves, then saves every 10 steps
+written in the foreground (``--no-background-save``: what a save cost before background writes) and in the
+background, in alternating order over ``--rounds``: each save's blocking time (p50/p99) as a share of the median
+step, and the seconds per step with saves against without (throughput cost).
+
+``--part soak``: digits for ``--soak-steps`` steps under failures injected at random (exponential gaps of mean
+``--mtbf`` seconds; a worker SIGKILLed — the agent restarts the group —, the whole job SIGKILLed, or SIGTERM —
+save, exit 75 —; after the job ended, the same command again), for each configuration: foreground saves every
+``--fixed`` steps, background saves every ``--fixed`` steps, and ``--save-every auto --mtbf``. Per configuration:
+the outside clock, the ledger's wall time and categories, goodput (ledger) and goodput by the outside clock,
+failures, and whether the final weights equal those of an uninterrupted run bit for bit.
+
+``--part overhead``: the ledger's own cost per step (:func:`paratrain.goodput.ledger.step_done` with an open
+ledger, flushes included), in microseconds, against the median digits and text-cls steps of ``--part cost``.
+
+    python benchmarks/goodput.py --part overhead
+    python benchmarks/goodput.py --part cost --rounds 2
+    python benchmarks/goodput.py --part soak --mtbf 60 --soak-steps 12000 --seed 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PARATRAIN_", "TORCHELASTIC_", "PET_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def _records(out: Path) -> list[dict]:
+    from paratrain.goodput.ledger import LEDGER_FILE, read_records
+
+    return read_records(out / "checkpoints" / LEDGER_FILE)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))] if ordered else float("nan")
+
+
+# ---- part 1: what a save costs ---------------------------------------------------------------------
+def cost_run(task: str, steps: int, mode: str, workdir: Path) -> dict:
+    out = workdir / f"{task}-{mode}-{time.monotonic_ns()}"
+    flags = {"none": [], "foreground": ["--save-every", "10", "--no-background-save"],
+             "background": ["--save-every", "10"]}[mode]
+    command = [sys.executable, "-m", "paratrain", "train", task, "--nproc-per-node", "2", "--max-steps", str(steps),
+               "--no-eval-per-epoch", "--log-every", str(steps), "--keep-last", "2", "--no-tensorboard",
+               "--no-progress", "--out", str(out), *flags]
+    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(f"{mode} run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    records = _records(out)
+    ledger = [r for r in records if r.get("event") == "ledger"][-1]
+    seconds = ledger["seconds"]
+    timed = ledger["timed_steps"]
+    # the step time: training seconds over the steps after the first; with saves, the whole loop's
+    # seconds between the first and the last step (training, save blocking, the loop around them)
+    step_s = seconds.get("train", 0.0) / timed
+    loop_s = (seconds.get("train", 0.0) + seconds.get("save", 0.0) + seconds.get("rest", 0.0)) / timed
+    saves = [r["end"] - r["start"] for r in records if r.get("event") == "save" and r.get("step", 0) < steps]
+    return {"mode": mode, "step_s": step_s, "loop_s": loop_s, "saves": saves[1:] if mode == "background" else saves}
+
+
+def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
+    runs: dict[str, list[dict]] = {"none": [], "foreground": [], "background": []}
+    for round_ in range(args.rounds):
+        order = ["none", "foreground", "background"]
+        if round_ % 2:
+            order.reverse()
+        for mode in order:
+            runs[mode].append(cost_run(args.task, args.steps, mode, workdir))
+            print(f"  round {round_ + 1} {mode}: {runs[mode][-1]['loop_s'] * 1000:.1f} ms/step", flush=True)
+    step_s = statistics.median(r["step_s"] for r in runs["none"])
+    base = statistics.median(r["loop_s"] for r in runs["none"])
+    lines = [f"## what a save costs: {args.task}, 2 processes, {args.steps} steps, saves every 10 steps, "
+             f"{args.rounds} round(s)", "",
+             f"median step without saves: {step_s * 1000:.1f} ms", "",
+             "| saves | blocking p50 | blocking p99 | p99 / step | s per step vs no saves |",
+             "|---|---|---|---|---|"]
+    for mode in ("foreground", "background"):
+        blocks = [s for r in runs[mode] for s in r["saves"]]
+        loop = statistics.median(r["loop_s"] for r in runs[mode])
+        lines.append(f"| {mode} | {_percentile(blocks, 0.5) * 1000:.1f} ms | {_percentile(blocks, 0.99) * 1000:.1f} ms "
+                     f"| {_percentile(blocks, 0.99) / step_s:.1%} | {loop / base - 1:+.1%} |")
+    return lines
+
+
+# ---- the ledger's own cost -----------------------------------------------------------------------
+def part_overhead(args: argparse.Namespace, workdir: Path) -> list[str]:
+    from paratrain.goodput import ledger
+
+    calls = 200_000
+    active = ledger.open_ledger(workdir / "ledger")
+    (workdir / "ledger").mkdir(exist_ok=True)
+    rounds = []
+    for _ in range(5):
+        started = time.perf_counter()
+        for _ in range(calls):
+            ledger.step_done()
+        rounds.append((time.perf_counter() - started) / calls)
+    ledger.close_ledger()
+    empty = []
+    for _ in range(5):  # the same loop calling a function that does nothing
+        started = time.perf_counter()
+        for _ in range(calls):
+            _nothing()
+        empty.append((time.perf_counter() - started) / calls)
+    cost = statistics.median(rounds) - statistics.median(empty)
+    lines = [f"## the ledger's own cost: {statistics.median(rounds) * 1e6:.2f} µs per step_done() "
+             f"({cost * 1e6:.2f} µs above an empty call; {active.attempt} attempt, flushes about once a second included)"]
+    for name, step_s in (("digits, 2 processes", args.digits_step), ("text-cls, 2 processes", args.text_step)):
+        if step_s:
+            lines.append(f"- {name}: step {step_s:.1f} ms → ledger {statistics.median(rounds) / (step_s / 1000):.4%} of a step")
+    return lines
+
+
+def _nothing() -> None:
+    pass
+
+
+# ---- part 2: the soak ----------------------------------------------------------------------------
+KINDS = ("kill-worker", "kill-group", "sigterm")
+
+
+def soak_command(out: Path, steps: int, save: list[str]) -> list[str]:
+    return [sys.executable, "-m", "paratrain", "train", "digits", "--nproc-per-node", "2", "--max-steps", str(steps),
+            "--max-restarts", "1000", "--no-eval-per-epoch", "--log-every", "500", "--keep-last", "2",
+            "--no-tensorboard", "--no-progress", "--out", str(out), *save]
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def soak(name: str, command: list[str], mtbf: float, rng: random.Random, log: Path) -> dict:
+    """Run ``command`` until it succeeds, injecting faults at exponential gaps; the outside clock."""
+    faults: dict[str, int] = {}
+    runs = 0
+    start = time.time()
+    next_fault = start + rng.expovariate(1 / mtbf)
+    while True:
+        runs += 1
+        with open(log, "a") as console:
+            process = subprocess.Popen(command, env=_env(), stdout=console, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        while process.poll() is None:
+            if time.time() >= next_fault:
+                kind = rng.choice(KINDS)
+                if kind == "kill-worker":
+                    workers = [p for p in psutil.Process(process.pid).children(recursive=True)
+                               if "paratrain.cli.workers.train" in " ".join(p.cmdline())]
+                    if not workers:
+                        next_fault = time.time() + 0.5
+                        continue
+                    rng.choice(workers).kill()
+                elif kind == "kill-group":
+                    _kill_group(process.pid)
+                else:
+                    process.send_signal(signal.SIGTERM)
+                faults[kind] = faults.get(kind, 0) + 1
+                next_fault = time.time() + rng.expovariate(1 / mtbf)
+            time.sleep(0.05)
+        _kill_group(process.pid)  # nothing of a killed job may outlive it
+        if process.returncode == 0:
+            break
+    return {"name": name, "outside": time.time() - start, "runs": runs, "faults": faults}
+
+
+def _final_weights(out: Path) -> bytes:
+    sys.path.insert(0, str(SRC))
+    from paratrain.checkpoint import catalog
+
+    path, _ = catalog.complete(out / "checkpoints")[-1]
+    return (path / "model.safetensors").read_bytes()
+
+
+def part_soak(args: argparse.Namespace, workdir: Path) -> list[str]:
+    from paratrain.goodput import accounting, timeline
+
+    reference = workdir / "reference"
+    started = time.time()
+    subprocess.run(soak_command(reference, args.soak_steps, []), env=_env(), check=True, capture_output=True)
+    ideal = time.time() - started
+    configs = [("foreground, every %d" % args.fixed, ["--save-every", str(args.fixed), "--no-background-save"]),
+               ("background, every %d" % args.fixed, ["--save-every", str(args.fixed)]),
+               ("background, auto", ["--save-every", "auto", "--mtbf", str(args.mtbf)])]
+    rows = []
+    for index, (name, flags) in enumerate(configs):
+        out = workdir / f"soak-{index}"
+        result = soak(name, soak_command(out, args.soak_steps, flags), args.mtbf, random.Random(args.seed),
+                      workdir / f"soak-{index}.log")
+        run = accounting.account(_records(out))
+        timeline.draw(run, workdir / f"soak-{index}.png", title=f"{name}: goodput {run.goodput:.1%}")
+        result.update(ledger=run.to_dict(), identical=_final_weights(out) == _final_weights(reference),
+                      goodput=run.goodput, outside_goodput=run.seconds["train"] / result["outside"],
+                      ledger_wall=run.wall)
+        rows.append(result)
+        print(json.dumps(result), flush=True)
+    lines = [f"## goodput soak: digits, 2 processes, {args.soak_steps} steps, failures every {args.mtbf:.0f} s on "
+             f"average (seed {args.seed}); an uninterrupted run took {ideal:.0f} s", "",
+             "| saves | wall (outside) | ledger wall | faults | goodput (ledger) | goodput (outside clock) | start-up "
+             "| redone | save blocking | recovery | bit-identical |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        s, wall = r["ledger"]["seconds"], r["ledger_wall"]
+        faults = ", ".join(f"{k} {v}" for k, v in sorted(r["faults"].items())) or "none"
+        lines.append(f"| {r['name']} | {r['outside']:.0f} s | {wall:.0f} s | {faults} | {r['goodput']:.1%} | "
+                     f"{r['outside_goodput']:.1%} | {s['startup'] / wall:.1%} | {s['redone'] / wall:.1%} | "
+                     f"{s['save'] / wall:.1%} | {s['recovery'] / wall:.1%} | {'yes' if r['identical'] else 'NO'} |")
+    lines.append(f"\ntimelines: {workdir}/soak-*.png")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=("cost", "soak", "overhead"), required=True)
+    parser.add_argument("--digits-step", type=float, default=None, help="--part overhead: a digits step in ms")
+    parser.add_argument("--text-step", type=float, default=None, help="--part overhead: a text-cls step in ms")
+    parser.add_argument("--task", default="text-cls")
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--mtbf", type=float, default=60.0)
+    parser.add_argument("--soak-steps", type=int, default=12000)
+    parser.add_argument("--fixed", type=int, default=500, help="the fixed interval of the first two configurations")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", default=None, help="a folder to keep the runs in (default: a temporary one)")
+    args = parser.parse_args()
+    sys.path.insert(0, str(SRC))
+    with tempfile.TemporaryDirectory(prefix="paratrain-goodput-") as scratch:
+        workdir = Path(args.keep or scratch)
+        workdir.mkdir(parents=True, exist_ok=True)
+        lines = {"cost": part_cost, "soak": part_soak, "overhead": part_overhead}[args.part](args, workdir)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
