@@ -81,30 +81,34 @@ def cost_run(task: str, steps: int, mode: str, workdir: Path) -> dict:
     step_s = seconds.get("train", 0.0) / timed
     loop_s = (seconds.get("train", 0.0) + seconds.get("save", 0.0) + seconds.get("rest", 0.0)) / timed
     saves = [r["end"] - r["start"] for r in records if r.get("event") == "save" and r.get("step", 0) < steps]
-    return {"mode": mode, "step_s": step_s, "loop_s": loop_s, "saves": saves[1:] if mode == "background" else saves}
+    share = seconds.get("save", 0.0) / (seconds.get("train", 0.0) + seconds.get("save", 0.0) + seconds.get("rest", 0.0))
+    return {"mode": mode, "step_s": step_s, "loop_s": loop_s, "share": share,
+            "saves": saves[1:] if mode == "background" else saves}
 
 
 def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
     runs: dict[str, list[dict]] = {"none": [], "foreground": [], "background": []}
     for round_ in range(args.rounds):
-        order = ["none", "foreground", "background"]
+        order = [mode for mode in ("none", "foreground", "background") if mode in args.modes]
         if round_ % 2:
             order.reverse()
         for mode in order:
             runs[mode].append(cost_run(args.task, args.steps, mode, workdir))
             print(f"  round {round_ + 1} {mode}: {runs[mode][-1]['loop_s'] * 1000:.1f} ms/step", flush=True)
-    step_s = statistics.median(r["step_s"] for r in runs["none"])
-    base = statistics.median(r["loop_s"] for r in runs["none"])
+    plain = runs["none"] or [r for m in runs.values() for r in m]
+    step_s = statistics.median(r["step_s"] for r in plain)
+    base = statistics.median(r["loop_s"] for r in plain)
     lines = [f"## what a save costs: {args.task}, 2 processes, {args.steps} steps, saves every 10 steps, "
              f"{args.rounds} round(s)", "",
              f"median step without saves: {step_s * 1000:.1f} ms", "",
-             "| saves | blocking p50 | blocking p99 | p99 / step | s per step vs no saves |",
-             "|---|---|---|---|---|"]
-    for mode in ("foreground", "background"):
+             "| saves | blocking p50 | blocking p99 | p99 / step | save blocking / loop time | s per step vs no saves |",
+             "|---|---|---|---|---|---|"]
+    for mode in [m for m in ("foreground", "background") if runs[m]]:
         blocks = [s for r in runs[mode] for s in r["saves"]]
         loop = statistics.median(r["loop_s"] for r in runs[mode])
         lines.append(f"| {mode} | {_percentile(blocks, 0.5) * 1000:.1f} ms | {_percentile(blocks, 0.99) * 1000:.1f} ms "
-                     f"| {_percentile(blocks, 0.99) / step_s:.1%} | {loop / base - 1:+.1%} |")
+                     f"| {_percentile(blocks, 0.99) / step_s:.1%} | {statistics.median(r['share'] for r in runs[mode]):.1%} "
+                     f"| {loop / base - 1:+.1%} |")
     return lines
 
 
@@ -244,6 +248,7 @@ def main() -> int:
     parser.add_argument("--task", default="text-cls")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--modes", default="none,foreground,background", help="--part cost: which runs (comma-separated)")
     parser.add_argument("--mtbf", type=float, default=60.0)
     parser.add_argument("--soak-steps", type=int, default=12000)
     parser.add_argument("--fixed", type=int, default=500, help="the fixed interval of the first two configurations")
@@ -251,6 +256,7 @@ def main() -> int:
     parser.add_argument("--keep", default=None, help="a folder to keep the runs in (default: a temporary one)")
     args = parser.parse_args()
     sys.path.insert(0, str(SRC))
+    args.modes = args.modes.split(",")
     with tempfile.TemporaryDirectory(prefix="paratrain-goodput-") as scratch:
         workdir = Path(args.keep or scratch)
         workdir.mkdir(parents=True, exist_ok=True)

@@ -145,6 +145,7 @@ class Checkpointer:
         self.background = background
         self._writing: BackgroundWrite | None = None  # rank 0: the write in progress
         self._writing_name: str | None = None  # every rank: the checkpoint a thread of rank 0 writes
+        self._waits_said = 0  # rank 0: saves that waited for the previous write and said so
         self.every = every
         self.interval = AutoInterval(mtbf) if every == "auto" else None
         self._saved_step: int | None = None
@@ -218,10 +219,17 @@ class Checkpointer:
         self._writing_name = None
         main_then_share(f"writing checkpoint {name} in the background", lambda: self._join(before, say))
 
+    def wait_for_previous(self, before: str) -> None:
+        """Rank 0, inside a save's agreement: the previous background write is complete (its failure raised)."""
+        self._join(f"{before} (said once: later waits count as save blocking in the goodput ledger)",
+                   say=self._waits_said < 1)
+
     def _join(self, before: str, say: bool) -> None:
         writing, self._writing = self._writing, None
         if writing is None:
             return
+        if writing.running and say:
+            self._waits_said += 1
         try:
             writing.wait(before, say)
         finally:

@@ -104,17 +104,23 @@ def save(
     manifest = Manifest(name=name, sequence=0, step=step, epoch=epoch, metrics=clean_metrics(metrics),
                         extra=clean_extra(extra), run=ckpt.run_config(), sharded=ckpt.sharded)
     ckpt.hold_directory()  # one writer per directory; after the arguments were checked, so a refused save writes nothing
-    ckpt.finish_writing(f"saving {name}", say=False)  # one write at a time; a failed one raises here, on every rank
+    background = ckpt.background and not ckpt.sharded and ckpt.storage_checked
+    if not background:  # one write at a time; a failed one raises here, on every rank
+        ckpt.finish_writing(f"saving {name}", say=False)
     rng_states = comm.gather_object(rng.capture())  # before anything else runs: the state the loop has now
     per_rank = {e.name: comm.gather_object(e.obj.state_dict()) for e in ckpt.entries if e.kind == "per_rank"}
-    if ckpt.background and not ckpt.sharded and ckpt.storage_checked:
+    if background:
         # The first save is written in the foreground (it checks that every rank sees the storage).
         gathered = {}
         if getattr(ckpt.access, "collective", False):
             gathered = on_all_ranks(f"collecting the state of checkpoint {name}", lambda: _whole_states(ckpt))
-        main_then_share(f"snapshotting checkpoint {name}",
-                        lambda: ckpt.start_writing(name, _background_write(ckpt, name, manifest, rng_states, step,
-                                                                           {**gathered, **per_rank})))
+
+        def snapshot() -> None:  # rank 0: the previous write done (its failure raised here, on every rank), this one started
+            ckpt.wait_for_previous(f"saving {name}")
+            ckpt.start_writing(name, _background_write(ckpt, name, manifest, rng_states, step, {**gathered, **per_rank}))
+
+        ckpt._writing_name = None
+        on_all_ranks(f"saving checkpoint {name}", snapshot if comm.is_main() else (lambda: None))  # nothing to share back
         ckpt._writing_name = name  # every rank: finish_writing() waits for it (collectively)
         return ckpt.directory / name
     temporary = Path(main_then_share(f"cannot start checkpoint {name}", lambda: str(_prepare(ckpt.directory, name))))
