@@ -150,7 +150,9 @@ KINDS = ("kill-worker", "kill-group", "sigterm")
 
 
 def soak_command(out: Path, steps: int, save: list[str]) -> list[str]:
+    # batches of 2 per process: 360 steps an epoch (a fixed interval of 360 is the epoch-end save's)
     return [sys.executable, "-m", "paratrain", "train", "digits", "--nproc-per-node", "2", "--max-steps", str(steps),
+            "--batch-size", "2",
             "--max-restarts", "1000", "--no-eval-per-epoch", "--log-every", "500", "--keep-last", "2",
             "--no-tensorboard", "--no-progress", "--out", str(out), *save]
 
@@ -251,7 +253,8 @@ def main() -> int:
     parser.add_argument("--modes", default="none,foreground,background", help="--part cost: which runs (comma-separated)")
     parser.add_argument("--mtbf", type=float, default=60.0)
     parser.add_argument("--soak-steps", type=int, default=12000)
-    parser.add_argument("--fixed", type=int, default=500, help="the fixed interval of the first two configurations")
+    parser.add_argument("--fixed", type=int, default=360, help="the fixed interval of the first two configurations "
+                        "(the fit loop also saves at every epoch's end: 360 steps here)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", default=None, help="a folder to keep the runs in (default: a temporary one)")
     args = parser.parse_args()

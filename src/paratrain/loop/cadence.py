@@ -41,6 +41,13 @@ class Cadence:
             return self.auto_due is not None and self.auto_due(step) and self.saved_at != step
         return bool(every) and step % every == 0 and self.saved_at != step
 
+    def epoch_save_due(self, step: int) -> bool:
+        """A save at the end of an epoch: always, except under ``save_every="auto"``, whose interval comes from
+        measurements and not from the epoch length — there only an evaluation's metrics are saved then."""
+        if self.config.save_every == "auto":
+            return self.evaluated_at == step and self.unsaved(step)
+        return self.unsaved(step)
+
     def unsaved(self, step: int) -> bool:
         """No checkpoint of ``step`` yet, or one taken before its evaluation (without its metrics)."""
         return self.saved_at != step or (self.evaluated_at == step and self.saved_metrics_at != step)

@@ -346,7 +346,7 @@ class Trainer:
         """Evaluate (when asked per epoch) and save at the end of a full pass. Collective."""
         if self.config.eval_per_epoch and self._cadence.evaluated_at != self.state.step:
             self._evaluate()
-        if self.checkpoints is not None and self._cadence.unsaved(self.state.step):
+        if self.checkpoints is not None and self._cadence.epoch_save_due(self.state.step):
             self._save()
         self.callbacks("on_epoch_end", self, epoch)
         self._stop_requested()
