@@ -164,18 +164,23 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def soak(name: str, command: list[str], mtbf: float, rng: random.Random, log: Path) -> dict:
-    """Run ``command`` until it succeeds, injecting faults at exponential gaps; the outside clock."""
+def soak(name: str, command: list[str], mtbf: float, rng: random.Random, log: Path, ledger_file: Path) -> dict:
+    """Run ``command`` until it succeeds, injecting faults at exponential gaps; the outside clock. Faults begin
+    once the fresh run's ledger exists: a fresh run's first launch killed before its rank 0 opened the ledger
+    leaves no record (later launches note their start in it), so the comparison with the outside clock starts
+    from a run that has one."""
     faults: dict[str, int] = {}
     runs = 0
     start = time.time()
-    next_fault = start + rng.expovariate(1 / mtbf)
+    next_fault = float("inf")  # the first fault comes once the run's ledger exists (see the docstring)
     while True:
         runs += 1
         with open(log, "a") as console:
             process = subprocess.Popen(command, env=_env(), stdout=console, stderr=subprocess.STDOUT,
                                        start_new_session=True)
         while process.poll() is None:
+            if next_fault == float("inf") and ledger_file.is_file():
+                next_fault = time.time() + rng.expovariate(1 / mtbf)
             if time.time() >= next_fault:
                 kind = rng.choice(KINDS)
                 if kind == "kill-worker":
@@ -220,7 +225,7 @@ def part_soak(args: argparse.Namespace, workdir: Path) -> list[str]:
     for index, (name, flags) in enumerate(configs):
         out = workdir / f"soak-{index}"
         result = soak(name, soak_command(out, args.soak_steps, flags), args.mtbf, random.Random(args.seed),
-                      workdir / f"soak-{index}.log")
+                      workdir / f"soak-{index}.log", out / "checkpoints" / "goodput.jsonl")
         run = accounting.account(_records(out))
         timeline.draw(run, workdir / f"soak-{index}.png", title=f"{name}: goodput {run.goodput:.1%}")
         result.update(ledger=run.to_dict(), identical=_final_weights(out) == _final_weights(reference),

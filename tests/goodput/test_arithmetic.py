@@ -66,3 +66,9 @@ def test_mtbf_is_the_wall_time_over_the_failed_attempts():
 def test_the_timeline_is_drawn(tmp_path):
     png = timeline.draw(accounting.account(_records()), tmp_path / "t.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+def test_a_launch_whose_workers_died_before_their_clock_started_is_recovery():
+    run = accounting.account([{"event": "launch", "time": 90.0}] + _records())
+    assert run.wall == pytest.approx(45.5) and run.seconds["recovery"] == pytest.approx(15.0)
+    assert run.accounted == pytest.approx(1.0)

@@ -174,6 +174,7 @@ def handler(args: argparse.Namespace) -> int:
         _, moved = prepare_out_dir(config.out_dir, task.name, task.options.to_dict(), fresh=fresh)
         if moved:
             print(f"paratrain train: moved the previous run in {config.out_dir} to {moved}", file=sys.stderr)
+        _note(Path(config.out_dir), "launch")
         if nproc == 1 and all(getattr(args, _dest(flag)) is None for flag in RUN_FLAGS):
             trainer.fit()  # one process and nothing for the launcher to do: train here
             return 0
@@ -181,18 +182,20 @@ def handler(args: argparse.Namespace) -> int:
             # the task options as given (a task built by a factory may not keep them)
             return _launch(args, train_argv(args.task, config_from_args(TaskOptions, args), config), Path(config.out_dir))
     finally:
-        _note_the_end(Path(config.out_dir))
+        _note(Path(config.out_dir), "end")
         if lock is not None:
             lock.release()
 
 
-def _note_the_end(out: Path) -> None:
-    """The job's last moment in its goodput ledger (after the workers' teardown), when it has one."""
+def _note(out: Path, event: str) -> None:
+    """This launcher's start (``launch``: a run killed before its workers' ledger opened still counts) or its
+    last moment (``end``: after the workers' teardown) in the run's goodput ledger, when the run has one."""
     from paratrain.goodput import ledger
 
     path = out / "checkpoints" / ledger.LEDGER_FILE
     if path.is_file():
-        ledger.append_record(path, {"event": "end", "time": time.time(), "pid": os.getpid()})
+        moment = (ledger.process_start_time() or time.time()) if event == "launch" else time.time()
+        ledger.append_record(path, {"event": event, "time": moment, "pid": os.getpid()})
 
 
 def resolve_for_workers(config, nproc_per_node: int, nnodes: str | None, backend: str | None) -> None:

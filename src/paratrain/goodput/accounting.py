@@ -4,7 +4,9 @@ Pure: records in, numbers out (``paratrain goodput`` prints them, ``summary.json
 timeline draws them). An attempt's seconds are its last ``ledger`` record's; the time from one
 attempt's last record to the next attempt's start is ``recovery`` (the failure, its detection, the
 restart, the new launch until its clock starts); a launcher's ``end`` record closes the last span of
-its attempt — ``rest`` after a finished attempt, ``recovery`` after a failed one.
+its attempt — ``rest`` after a finished attempt, ``recovery`` after a failed one. A launcher's ``launch``
+record (``paratrain train`` writes one when the ledger exists) before the first attempt's start is a launch
+whose workers died before their clock started: that time is ``recovery`` too.
 """
 
 from __future__ import annotations
@@ -88,9 +90,13 @@ def _mean(values: list[float]) -> float:
 def account(records: list[dict[str, Any]]) -> Account | None:
     """The run's account from its ``goodput.jsonl`` records; None before any attempt started."""
     attempts: list[Attempt] = []
+    first_launch: float | None = None  # a launcher's start before the first attempt (one killed before its clock)
     for record in records:
         event, time_ = record.get("event"), record.get("time")
         if not isinstance(time_, (int, float)):
+            continue
+        if event == "launch" and not attempts:
+            first_launch = float(time_) if first_launch is None else min(first_launch, float(time_))
             continue
         if event == "attempt":
             origin = float(record.get("origin", time_))
@@ -127,4 +133,8 @@ def account(records: list[dict[str, Any]]) -> Account | None:
         for key, value in attempt.seconds.items():
             if key in totals:
                 totals[key] += value
-    return Account(attempts, totals, attempts[0].origin, max(a.end for a in attempts))
+    start = attempts[0].origin
+    if first_launch is not None and first_launch < start:  # a launch that died before any attempt's clock started
+        totals["recovery"] += start - first_launch
+        start = first_launch
+    return Account(attempts, totals, start, max(a.end for a in attempts))
