@@ -41,6 +41,9 @@ def draw(run: Account, path: Path, title: str = "") -> Path:
         startup_end = launch + attempt.seconds.get("startup", 0.0)
         ax.barh(y, startup_end - launch, left=launch - t0, color=COLOURS["startup"], height=0.5)
         ax.barh(y, attempt.end - startup_end, left=startup_end - t0, color=COLOURS["train"], height=0.5)
+        if attempt.ended and attempt.seconds.get("rest"):  # the end after the last step (a close estimate: most of it)
+            rest = attempt.seconds["rest"]
+            ax.barh(y, rest, left=attempt.end - rest - t0, color=COLOURS["rest"], height=0.5)
         if attempt.redone is not None:
             ax.barh(y, attempt.redone["end"] - startup_end, left=startup_end - t0, color=COLOURS["redone"], height=0.5)
         elif attempt.seconds.get("redone"):  # failed again while still redoing
@@ -57,12 +60,11 @@ def draw(run: Account, path: Path, title: str = "") -> Path:
     ax.set_xlim(0, run.wall * 1.01)
     ax.set_title(title or f"goodput {run.goodput:.1%} over {run.wall:.0f} s, {len(run.attempts)} attempt(s)")
     labels = {"startup": "start-up", "train": "training", "redone": "redone", "save": "save (blocking)",
-              "eval": "evaluation", "recovery": "restart wait"}
+              "eval": "evaluation", "recovery": "restart wait", "rest": "the rest"}
     handles = [Patch(color=COLOURS[k], label=v) for k, v in labels.items()]
     handles.append(plt.Line2D([], [], marker="x", color="black", linestyle="", label="failure"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(run.attempts) < 4 else -0.12),
-              ncol=7, fontsize=8, frameon=False)
-    fig.tight_layout()
+    fig.legend(handles=handles, loc="lower center", ncol=8, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.5 / fig.get_figheight(), 1, 1))
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)
