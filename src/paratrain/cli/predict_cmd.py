@@ -9,7 +9,7 @@ from pathlib import Path
 
 MANUAL = """\
 Load the task and model of a `paratrain train` run and print, for each input,
-the text, the predicted label and its probability (as the BERT multi-GPU comparison's predict.py).
+the text, the predicted label and its probability (as a fine-tuned classifier's predict script shows it).
 
   paratrain predict runs/text-cls "质量很好，物超所值" "太差了，再也不买"
   paratrain predict --file reviews.txt runs/text-cls       # one text per line

@@ -1,7 +1,7 @@
 """``pt.spawn(fn, nprocs)``: run a function on N local processes through torch's elastic agent.
 
 The detectron2 ``launch()`` / ``mp.spawn`` pattern (the DataParallel-to-DDP conversion post,
-the BERT multi-GPU comparison), without a hand-picked ``tcp://localhost:12345``: the
+scripts that start one process per GPU from a function), without a hand-picked ``tcp://localhost:12345``: the
 rendezvous listens on a loopback port the kernel picks, workers get the usual torchrun
 variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and ``GLOO_SOCKET_IFNAME=lo``, and supervision
 is torch.distributed's own.

@@ -1,6 +1,6 @@
 """Where the fit loop's words and numbers go.
 
-* the console: rank 0 only, lines like the BERT multi-GPU comparison's
+* the console: rank 0 only, lines like a hand-written BERT fine-tuning loop's
   (``epoch 1/2 step 120/288 loss 0.41``), written through the progress bar so the bar stays intact;
 * ``OUT/logs/rank<R>.log``: every rank's own lines (its local loss, its timings,
   its warnings) — the first place to look when one rank misbehaves;

@@ -1,6 +1,6 @@
 """Learning-rate schedule: linear warmup, then linear decay to zero (or constant).
 
-BERT-style fine-tuning (and the BERT multi-GPU comparison, through transformers' Trainer) uses exactly
+BERT-style fine-tuning (transformers' Trainer by default) uses exactly
 this shape; it is built on torch's ``LambdaLR`` so its ``state_dict`` is torch's.
 The factor is a small callable object rather than a closure: ``LambdaLR.state_dict``
 saves a callable object's attributes (plain ints here), which keeps checkpoints
