@@ -65,7 +65,9 @@ def option_field(default: Any, help: str, **flag: Any) -> Any:
 
 
 def reject_unknown(call: str, given: Iterable[str], known: Iterable[str], hint: str = "") -> None:
-    """Raises:
+    """Refuse keyword arguments of ``call`` that it does not take (a typo, an option of another call).
+
+    Raises:
     ConfigError: a name in ``given`` is not in ``known``; suggests the closest known name.
     """
     known = list(known)
@@ -83,7 +85,9 @@ def is_training_object(value: Any) -> bool:
 
 
 def reject_objects(call: str, takes: str, **options: Any) -> None:
-    """Raises:
+    """Refuse a model, optimizer or loader passed where ``call`` expects a plain option value.
+
+    Raises:
     ConfigError: an option holds a model/optimizer/loader; says which argument takes such objects.
     """
     for name, value in options.items():

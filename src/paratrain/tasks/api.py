@@ -134,7 +134,9 @@ class Task(abc.ABC):
     reference: str | None = None
 
     def __init__(self, options: TaskOptions | None = None):
-        """Raises:
+        """Keep the task's options, refusing those it does not use.
+
+        Raises:
             ConfigError: an option the task does not use (see :attr:`options_used`)."""
         self.options = options or TaskOptions()
         unused = [] if self.options_used is None else \

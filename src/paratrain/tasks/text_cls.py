@@ -56,7 +56,11 @@ class PretrainedTokenizer:
 
     @classmethod
     def from_directory(cls, directory: str | Path) -> PretrainedTokenizer:
-        """Raises: ConfigError: no tokenizer files in ``directory``."""
+        """The tokenizer saved in ``directory`` (local files only: nothing is downloaded).
+
+        Raises:
+            ConfigError: no tokenizer files in ``directory``.
+        """
         try:
             return cls(_transformers().AutoTokenizer.from_pretrained(str(directory), local_files_only=True))
         except (OSError, ValueError) as exc:
