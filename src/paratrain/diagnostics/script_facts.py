@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 # An `if` that limits a block to one process: the global rank or a main-process helper.
 _GLOBAL_GUARD = re.compile(
@@ -93,6 +94,8 @@ class ScriptFacts:
     loaded_attrs: dict[str, list[ast.Attribute]] = field(default_factory=dict)  # every read of `x.f`
     modules: dict[str, str] = field(default_factory=dict)  # "th" → "torch", "save" → "torch.save"
     rank_helpers: set[str] = field(default_factory=set)  # functions of this file that return a rank test
+    own_functions: set[str] = field(default_factory=set)  # names of the functions defined in this file
+    _uses_of: dict[ast.AST, list[ast.expr]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def read(cls, source: str) -> ScriptFacts:
@@ -119,6 +122,7 @@ class ScriptFacts:
                 for alias in parent.names:
                     facts.modules[alias.asname or alias.name] = f"{parent.module}.{alias.name}"
         facts.calls.sort(key=lambda call: (call.lineno, call.col_offset))
+        facts.own_functions = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         facts.rank_helpers = {
             node.name for node in ast.walk(tree)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and len(node.body) <= 3
@@ -150,12 +154,12 @@ class ScriptFacts:
                 bound[name] = min(calls, key=lambda call: call.lineno)
         return bound
 
-    @property
+    @cached_property
     def distributed(self) -> bool:
         """The script starts or joins several processes (DDP, a sampler, spawn, Horovod, Fabric, a Lightning
         Trainer on several devices, a torch.distributed collective, …), or reads the launcher's WORLD_SIZE / LOCAL_RANK (an HF Trainer
         script run by torchrun)."""
-        own = self.own_functions()
+        own = self.own_functions
         return any(
             last_name(call) in DISTRIBUTED_MARKERS
             or (last_name(call) == "launch" and not (isinstance(call.func, ast.Name) and call.func.id in own))
@@ -164,10 +168,6 @@ class ScriptFacts:
             for call in self.calls
         ) or self.mentions(
             r"environ(?:\.get\(|\[)\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)[\"']|getenv\(\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)")
-
-    def own_functions(self) -> set[str]:
-        """Names of the functions defined in this file (at any depth)."""
-        return {n.name for n in ast.walk(self.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
     def _lightning_on_several_devices(self, call: ast.Call) -> bool:
         """``pl.Trainer(devices=4, strategy="ddp")``, ``Trainer.from_argparse_args(args)``: a Lightning
@@ -273,10 +273,7 @@ class ScriptFacts:
 
     def _callers_guard(self, function: ast.FunctionDef | ast.AsyncFunctionDef, followed: frozenset) -> str:
         """The weakest guard over every use of ``function``'s name in this file (methods: ``x.name``)."""
-        owner = self.parents.get(function)
-        is_method = isinstance(owner, ast.ClassDef)
-        uses = ([use for use in self.loaded_attrs.get(function.name, []) if self._may_be_instance(use.value, owner)]
-                if is_method else self.loaded_names.get(function.name, []))
+        uses = self._uses(function)
         if not uses:
             # A script (it has a __main__ entry point) that never uses one of its own functions never
             # runs it; a module's functions are called from other files.
@@ -291,6 +288,16 @@ class ScriptFacts:
         if kinds == {"global"}:
             return "global"
         return "local" if "" not in kinds else ""
+
+    def _uses(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
+        """Every read of ``function``'s name in this file: ``f`` for a function, ``x.f`` for a method where
+        ``x`` may be an instance of its class (kept per function: guards ask for it again and again)."""
+        if function not in self._uses_of:
+            owner = self.parents.get(function)
+            self._uses_of[function] = (
+                [use for use in self.loaded_attrs.get(function.name, []) if self._may_be_instance(use.value, owner)]
+                if isinstance(owner, ast.ClassDef) else self.loaded_names.get(function.name, []))
+        return self._uses_of[function]
 
     def _may_be_instance(self, receiver: ast.expr, cls: ast.ClassDef) -> bool:
         """``receiver.method`` may call ``cls``'s method: ``self``/``cls`` inside that class (or one naming it as
@@ -340,7 +347,7 @@ class ScriptFacts:
         that block does not run in them)."""
         if self._exits_before_launch(node):
             return True
-        own = self.own_functions()
+        own = self.own_functions
         main = self.main_block()
         if main is None:
             return False
