@@ -337,3 +337,25 @@ def setup(model_name):
 setup("list")
 """
     assert rules(source, head="") == [(9, "print-on-every-rank")]
+
+
+
+# ---- save-on-every-rank: a guard kept in a variable, a file per rank ----------------------------
+def test_a_rank_test_kept_in_a_variable_guards_what_it_gates():
+    source = """
+save_logs = args.save_logs and dist.get_rank() == 0
+if save_logs:
+    torch.save(model.state_dict(), "last.pt")
+"""
+    assert rules(source) == []
+
+
+def test_a_save_whose_path_names_the_rank_writes_a_file_per_rank():
+    source = """
+rank = dist.get_rank()
+torch.save(queue, f"queue{rank}.pth")
+queue_path = os.path.join(out, "queue" + str(args.rank) + ".pth")
+torch.save(queue, queue_path)
+torch.save(model.state_dict(), "model.pt")
+"""
+    assert rules(source) == [(11, "save-on-every-rank")]  # the shared file only

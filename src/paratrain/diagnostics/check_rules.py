@@ -276,7 +276,7 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         if facts.full_name(call) != "torch.save":  # `import torch as th; th.save(...)` counts, `fabric.save` does not
             continue
         guard = facts.guard(call)
-        if guard == "global" or facts.in_launcher(call):
+        if guard == "global" or facts.in_launcher(call) or _path_names_rank(facts, call):
             continue
         why = (
             "torch.save runs where local_rank == 0, i.e. once per machine: on several machines they all "
@@ -288,6 +288,21 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         yield Finding(call.lineno, "save-on-every-rank", why,
                       "save under `if dist.get_rank() == 0:` (pt.is_main()), or use pt.Checkpointer, which "
                       "writes atomically from the right ranks")
+
+
+def _path_names_rank(facts: ScriptFacts, call: ast.Call) -> bool:
+    """``torch.save(state, f"ckpt_rank{rank}.pt")``, or a path variable assigned so: each rank writes a
+    file of its own (a shard, its own queue), so saving on every rank is the point."""
+    path = call.args[1] if len(call.args) >= 2 else next((k.value for k in call.keywords if k.arg == "f"), None)
+    if path is None:
+        return False
+    candidates = [path, *facts.assigned.get(ast.unparse(path), [])] if isinstance(path, (ast.Name, ast.Attribute)) \
+        else [path]
+    return any(
+        _RANK_TAG.fullmatch(last_name(node))
+        for candidate in candidates for node in ast.walk(candidate)
+        if isinstance(node, (ast.Name, ast.Attribute, ast.Call)) and node is not path
+    )
 
 
 def _rank_tagged(call: ast.Call) -> bool:

@@ -27,6 +27,8 @@ from functools import cached_property
 _GLOBAL_GUARD = re.compile(
     r"(?<![\w.])(?:\w+\.)*(?:rank|global_rank|get_rank|RANK|is_main\w*|is_master\w*|master_process|is_rank_zero"
     r"|is_primary\w*|is_global_zero|is_world_process_zero|main_process|rank_?0|rank_zero\w*)\b")
+# A comparison with rank 0 (not `local_rank > -1`, which only picks a device).
+_RANK_ZERO_TEST = re.compile(r"(?:==|!=)\s*0\b|\bin\s*[\[(]\s*-1\s*,\s*0\s*[\])]")
 _LOCAL_GUARD = re.compile(r"local_rank|LOCAL_RANK|local_process_index|is_local_\w*")
 # An `if` that tells a multi-process run from a single-process one: its `else:` runs on one process.
 _DISTRIBUTED_TEST = re.compile(
@@ -157,8 +159,8 @@ class ScriptFacts:
     @cached_property
     def distributed(self) -> bool:
         """The script starts or joins several processes (DDP, a sampler, spawn, Horovod, Fabric, a Lightning
-        Trainer on several devices, a torch.distributed collective, …), or reads the launcher's WORLD_SIZE / LOCAL_RANK (an HF Trainer
-        script run by torchrun)."""
+        Trainer on several devices, a torch.distributed collective, …), reads the launcher's WORLD_SIZE / LOCAL_RANK (an HF Trainer
+        script run by torchrun), or branches on a rank."""
         own = self.own_functions
         return any(
             last_name(call) in DISTRIBUTED_MARKERS
@@ -167,7 +169,11 @@ class ScriptFacts:
             or self.full_name(call).startswith("torch.distributed.") and last_name(call) in _COLLECTIVE_CALLS
             for call in self.calls
         ) or self.mentions(
-            r"environ(?:\.get\(|\[)\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)[\"']|getenv\(\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)")
+            r"environ(?:\.get\(|\[)\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)[\"']|getenv\(\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)"
+        ) or any(  # a branch for rank 0 (`if training_args.local_rank in [-1, 0]:`): its author runs it on several
+            isinstance(node, ast.If) and _RANK_ZERO_TEST.search(ast.unparse(node.test)) and self._direct_test_kind(node.test)
+            for node in ast.walk(self.tree)
+        )
 
     def _lightning_on_several_devices(self, call: ast.Call) -> bool:
         """``pl.Trainer(devices=4, strategy="ddp")``, ``Trainer.from_argparse_args(args)``: a Lightning
@@ -255,7 +261,28 @@ class ScriptFacts:
             kind = kind or found
         return kind
 
-    def _test_kind(self, test: ast.expr) -> str:
+    def _test_kind(self, test: ast.expr, _depth: int = 0) -> str:
+        kind = self._direct_test_kind(test)
+        if kind or _depth >= 2:
+            return kind
+        return self._stored_test_kind(test, _depth)
+
+    def _stored_test_kind(self, test: ast.expr, depth: int) -> str:
+        """A rank test kept in a variable (``save_logs = args.save_logs and is_master(args)``, then
+        ``if save_logs:``): the kind of what every assignment stores, a constant ``False``/``None``
+        (which only disables) left aside."""
+        names = [node for node in ast.walk(test) if isinstance(node, (ast.Name, ast.Attribute))]
+        for node in names:
+            values = [v for v in self.assigned.get(ast.unparse(node), [])
+                      if not (isinstance(v, ast.Constant) and v.value in (False, None))]
+            kinds = {self._test_kind(v, depth + 1) for v in values}
+            if values and kinds == {"global"}:
+                return "global"
+            if values and kinds <= {"global", "local"} and "local" in kinds:
+                return "local"
+        return ""
+
+    def _direct_test_kind(self, test: ast.expr) -> str:
         text = ast.unparse(test)
         called = {last_name(node) for node in ast.walk(test) if isinstance(node, ast.Call)}
         if called & self.rank_helpers:
