@@ -35,6 +35,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from paratrain import no_follow
+from paratrain.errors import ParatrainError
+
 CATEGORIES = ("startup", "train", "redone", "save", "eval", "rest", "recovery")
 LEDGER_FILE = "goodput.jsonl"
 #: the launcher's start (``time.time()``), exported by ``paratrain run``/``train`` to the workers
@@ -66,7 +69,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     """The records of a ``goodput.jsonl`` (a line cut short by a kill is skipped)."""
     records = []
     try:
-        with open(path, encoding="utf-8") as handle:
+        with no_follow.open_text(path, "r", encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 try:
                     record = json.loads(line)
@@ -74,16 +77,22 @@ def read_records(path: Path) -> list[dict[str, Any]]:
                     continue
                 if isinstance(record, dict):
                     records.append(record)
-    except OSError:
+    except (OSError, ParatrainError):
         pass
     return records
 
 
 def open_for_append(path: Path) -> Any:
     """``path`` opened to append lines (line-buffered: a killed process keeps its lines), never through a
-    symbolic link planted in its place."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    return os.fdopen(fd, "a", encoding="utf-8", buffering=1)
+    symbolic link planted in its place (:mod:`paratrain.no_follow`).
+
+    Raises:
+        OSError: it cannot be opened, or is a link or not a regular file.
+    """
+    try:
+        return no_follow.open_text(path, "a", encoding="utf-8", buffering=1)
+    except ParatrainError as exc:
+        raise OSError(str(exc)) from exc
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:

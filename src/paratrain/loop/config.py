@@ -92,7 +92,7 @@ class FitConfig:
     seed: int = option_field(42, "seed of every generator when the fit starts: a task's model init, the data order, "
                              "dropout")
     sync_batchnorm: bool = option_field(False, "convert BatchNorm to SyncBatchNorm (statistics over all processes)")
-    # Fast defaults (README "Fast defaults"): fused optimizer kernel, TF32 on CUDA, torch.compile.
+    # Fast defaults (docs/performance.md): fused optimizer kernel, TF32 on CUDA, torch.compile.
     fused_optimizer: bool = option_field(True, "torch's fused optimizer kernel instead of its default one")
     tf32: bool = option_field(True, "on CUDA, float32 matmuls on TF32 tensor cores (off: full float32)")
     # Off by default: compiling costs seconds per process, and pays off on GPU.
