@@ -7,13 +7,16 @@ own log file, ``metrics.jsonl`` and TensorBoard.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from paratrain import comm
 from paratrain.loop.result import FitResult
 from paratrain.loop.step_clock import StepClock
+from paratrain.loop.out_dir import WEIGHTS_FILE
+from paratrain.trackers.hub import wants_artifacts
 
 if TYPE_CHECKING:
     from paratrain.loop.trainer import Trainer
@@ -33,6 +36,26 @@ def report_start(trainer: Trainer, train_size: int, eval_size: int, resumed_from
     log.file(repr(rt))
     if resumed_from:
         log.record("resume", resumed_from)
+
+
+def run_config(trainer: Trainer) -> dict[str, Any]:
+    """The run as the trackers show its config: the fit options, the task's, and the job's shape. Not collective."""
+    rt, config = trainer.runtime, trainer.config
+    options = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("progress", "out_dir")}
+    return {**options, **{f"task_{k}": v for k, v in trainer.task.options.to_dict().items()},
+            "task": trainer.task.name, "strategy": rt.strategy.name, "precision": rt.precision.name,
+            "world_size": rt.world_size, "num_nodes": rt.topology.num_nodes}
+
+
+def report_weights(trainer: Trainer) -> None:
+    """The final weights as one safetensors file in the run directory, stored by every tracker that keeps files.
+    Collective (the whole weights are gathered for sharded strategies); nothing when no tracker asks for them."""
+    log = trainer.log
+    if trainer.out_dir is None or not wants_artifacts(log.trackers.names):
+        return
+    path = trainer.out_dir / WEIGHTS_FILE
+    trainer.runtime.save_weights(trainer.model, path)
+    log.trackers.artifact(path)
 
 
 def report_train(trainer: Trainer, epoch: int, local_loss: torch.Tensor, samples_per_s: float) -> None:

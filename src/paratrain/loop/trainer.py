@@ -39,7 +39,8 @@ from paratrain.loop.fit_preemption import FitPreemption
 from paratrain.loop.nonfinite import NonFiniteGuard
 from paratrain.loop.preflight import check_first_dev_batch, check_options
 from paratrain.loop.out_dir import agree_on_out_dir
-from paratrain.loop.report import report_communication, report_end, report_eval, report_start, report_train
+from paratrain.loop.report import (report_communication, report_end, report_eval, report_start, report_train,
+                                   report_weights, run_config)
 from paratrain.runtime.progress import epochs, progress
 from paratrain.loop.result import FitResult
 from paratrain.loop.run_log import RunLog
@@ -145,7 +146,7 @@ class Trainer:
         rt, c, task = self.runtime, self.config, self.task
         self.check()
         self.out_dir = self._prepare_out_dir()
-        self.log = RunLog(self.out_dir, rt.rank, c.tensorboard)
+        self.log = RunLog(self.out_dir, rt.rank, c.tensorboard, c.trackers)
         self.log.start_attempt()
         # Every rank must train the same thing: one collective here beats a hang or garbage later.
         check_same_setup(config={"task": task.name, "options": task.options.to_dict(), "fit": self._agreed_config()})
@@ -187,7 +188,7 @@ class Trainer:
             if rt.is_main:
                 task.save(self.out_dir)
         self.epoch = self.train_loader.epoch
-        self.log.open_tensorboard(resumed_from)
+        self.log.open_trackers(resumed_from, run_config(self))
         report_start(self, len(train_data), len(eval_data), resumed_from)
         self.callbacks("on_fit_start", self)
         # SIGTERM → finish the step, save, stop; no progress on some rank → a named stall.
@@ -203,12 +204,13 @@ class Trainer:
             if self._cadence.unsaved(self.state.step) and self.checkpoints is not None:
                 self._save()
             result = report_end(self, resumed_from, train_seconds, window.samples_total)
+            report_weights(self)
             self._preemption.stop_if_asked_at_the_end(self.state.step, self._checkpoint_dir())
         return result
 
     def _agreed_config(self) -> dict[str, Any]:
         """The options that must be equal on every rank (not the ones about this rank's console)."""
-        local = ("progress", "tensorboard", "num_workers", "fresh")
+        local = ("progress", "tensorboard", "num_workers", "fresh")  # log_with stays: the final weights are collective
         return {k: v for k, v in dataclasses.asdict(self.config).items() if k not in local}
 
     def _prepare_out_dir(self) -> Path | None:
