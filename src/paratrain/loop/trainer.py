@@ -38,6 +38,7 @@ from paratrain.loop.finite_checks import FiniteChecks
 from paratrain.loop.fit_preemption import FitPreemption
 from paratrain.loop.nonfinite import NonFiniteGuard
 from paratrain.loop.preflight import check_first_dev_batch, check_options
+from paratrain.loop.rank_times import RankTimes
 from paratrain.loop.out_dir import agree_on_out_dir
 from paratrain.loop.report import (report_communication, report_end, report_eval, report_start, report_train,
                                    report_weights, run_config)
@@ -89,6 +90,7 @@ class Trainer:
         self._step_clock = StepClock()
         self._out_lock: Any = None  # rank 0's writer lock on out_dir, held for the whole fit
         self._preemption = FitPreemption()
+        self.rank_times: RankTimes | None = None  # every rank's data/compute/communication time, the stragglers
 
     # ---- the whole run ------------------------------------------------------------------
     def check(self) -> None:
@@ -121,6 +123,8 @@ class Trainer:
         try:
             return self._fit()
         finally:
+            if self.rank_times is not None:
+                self.rank_times.close()
             self.log.close()
             if owns_runtime:
                 self.release_wrappers()
@@ -154,6 +158,7 @@ class Trainer:
         model = task.build_model()
         optimizer = task.build_optimizer(model, c.lr, c.weight_decay, fused=c.fused_optimizer)
         self.model, self.optimizer = rt.setup(model, optimizer)
+        self.rank_times = RankTimes(rt, self.model)
         # fp16: the loss scaler skips overflowed steps itself; those are not failures.
         self._nonfinite.scaler_skips = getattr(rt.precision, "scaler", None) is not None
         lengths = task.sample_lengths(train_data) if c.group_by_length else None
