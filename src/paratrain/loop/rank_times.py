@@ -42,11 +42,12 @@ class RankTimes:
         return float(rows[:, 0].sum() / len(rows)), ranks
 
     def report(self, log: RunLog, step: int, ranks: list[RankInterval], samples_per_rank_step: float) -> None:
-        """Rank 0: the per-rank curves, the ``ranks`` record, and a straggler line when one appears, changes or
-        recovers. Not collective."""
+        """Every rank judges the interval; rank 0 writes the per-rank curves, the ``ranks`` record, and a straggler
+        line when one appears, changes or recovers. Not collective."""
+        lines = self.watch.observe(ranks, step)  # on every rank (the same timings): FitResult agrees everywhere
         if not log.is_main:
             return
-        for line in self.watch.observe(ranks, step):
+        for line in lines:
             log.console(line)
             log.record("straggler", step, line=line)
         ms = {"data_ms": [round(r.per_step(r.data_s) * 1e3, 3) for r in ranks],
@@ -64,7 +65,7 @@ class RankTimes:
         log.trackers.log(curves, step)
 
     def summary(self) -> list[dict]:
-        """The run's straggler episodes (rank 0's view; empty on the others)."""
+        """The run's straggler episodes (the same on every rank)."""
         return self.watch.summary()
 
     def summary_lines(self) -> list[str]:
