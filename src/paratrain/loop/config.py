@@ -97,6 +97,9 @@ class FitConfig:
     progress: bool | None = option_field(None, "a progress bar (default: when stderr is a terminal)")
     tensorboard: bool | None = option_field(None, "write TensorBoard files (default: when the tensorboard package "
                                             "is installed)")
+    log_with: str | None = option_field(  # paratrain.trackers: one file per tracker
+        None, "experiment trackers besides TensorBoard, comma-separated: csv, mlflow, wandb (rank 0 logs the config, "
+        "metrics, summary and final weights; a resumed run continues the same tracker run)", metavar="NAMES")
 
     def __post_init__(self) -> None:
         positive = ("epochs", "max_steps", "batch_size", "eval_batch_size", "grad_accum", "eval_every",
@@ -131,6 +134,10 @@ class FitConfig:
             check_type("", name, getattr(self, name), "bool")
         for name in ("progress", "tensorboard"):
             check_type("", name, getattr(self, name), "bool", allow_none=True)
+        if self.log_with is not None:  # a list from pt.fit(log_with=[...]) is kept as the flag's words
+            from paratrain.trackers import parse_names
+
+            object.__setattr__(self, "log_with", ",".join(parse_names(self.log_with, option("log_with"))))
         for name in ("strategy", "precision", "schedule"):
             check_type("", name, getattr(self, name), "str")
         for name in ("metric", "out_dir"):
@@ -167,6 +174,13 @@ class FitConfig:
             if hasattr(self, field.name) and getattr(self, field.name) is None
         }
         return dataclasses.replace(self, **filled)
+
+    @property
+    def trackers(self) -> tuple[str, ...]:
+        """The tracker names of ``log_with``."""
+        from paratrain.trackers import parse_names
+
+        return parse_names(self.log_with)
 
     def replace(self, **changes: Any) -> FitConfig:
         return dataclasses.replace(self, **changes)
