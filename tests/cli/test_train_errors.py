@@ -157,3 +157,15 @@ def test_what_the_workers_could_not_run_is_refused_by_the_launcher_before_any_st
     # No worker ran: none wrote a rank-tagged line, a run directory, a log or a stack dump.
     assert re.search(r"rank ?\d", done.stderr) is None
     assert not out.exists() and list(scratch.iterdir()) == []
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--max-restarts", "x"], "--max-restarts 'x' is not an integer"),
+    (["--master-port", "99999"], "--master-port 99999 is not a TCP port (1-65535)"),
+    (["--log-dir", "/proc/no/such"], "--log-dir /proc/no/such cannot be created (No such file or directory): give a folder you can write"),
+])
+def test_a_refused_process_flag_creates_no_out_dir(capsys, tmp_path, flags, message):
+    # Before: --out was locked (created) before the launcher's flags were checked, and left empty.
+    code, _, err = _run(capsys, "digits", "--nproc-per-node", "2", "--out", str(tmp_path / "run"), *flags)
+    assert code == 2 and err == f"paratrain train: error: {message}\n"
+    assert not (tmp_path / "run").exists()

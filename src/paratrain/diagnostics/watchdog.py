@@ -45,6 +45,7 @@ import threading
 import time
 from typing import Any
 
+from paratrain.env import variables
 from paratrain.diagnostics import stacks
 from paratrain.diagnostics.progress_board import ProgressBoard, job_store
 from paratrain.diagnostics.stall import Beat, stall_message, stalled_ranks
@@ -54,7 +55,7 @@ from paratrain.diagnostics.no_watchdog import NoWatchdog  # noqa: F401
 from paratrain.diagnostics.stall_timeouts import group_timeout_with_watchdog, runtime_stall_timeout  # noqa: F401
 from paratrain.errors import ConfigError
 
-DEFAULT_STALL_TIMEOUT_S = float(os.environ.get("PARATRAIN_STALL_TIMEOUT", "300"))  # NCCL's: 600–1800 s
+DEFAULT_STALL_TIMEOUT_S = variables.seconds_or_default("PARATRAIN_STALL_TIMEOUT", 300.0)  # NCCL's: 600–1800 s
 FINISHED = "finished"  # the phase a rank publishes when its watchdog stops normally
 STALL_EXIT_CODE = 124  # as GNU timeout: "it timed out"
 _HARD_EXIT_GRACE_S = 30.0  # faulthandler's last resort fires this long after the stall timeout

@@ -118,9 +118,12 @@ class FitConfig:
         check_type("", "max_nonfinite_skips", self.max_nonfinite_skips, "int >= 0")
         for name in ("save_every_minutes", "stall_timeout"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
-                                      or (name == "save_every_minutes" and value == 0)):
-                raise ConfigError(f"{option(name)} must be a positive number, got {value!r}")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0 <= value < math.inf or (name == "save_every_minutes" and value == 0)):
+                # inf and nan refused, as `paratrain run --stall-timeout` refuses them: "never" is 0 (off)
+                what = ("a finite number of seconds, or 0 to turn the watchdog off" if name == "stall_timeout"
+                        else "a positive, finite number of minutes")
+                raise ConfigError(f"{option(name)} must be {what}, got {value!r}")
         if self.warmup is not None and not 0 <= self.warmup < 1:
             raise ConfigError(f"{option('warmup')} is a fraction of the steps in [0, 1), got {self.warmup!r}")
         check_type("", "num_workers", self.num_workers, "int >= 0")
