@@ -169,3 +169,17 @@ def test_a_refused_process_flag_creates_no_out_dir(capsys, tmp_path, flags, mess
     code, _, err = _run(capsys, "digits", "--nproc-per-node", "2", "--out", str(tmp_path / "run"), *flags)
     assert code == 2 and err == f"paratrain train: error: {message}\n"
     assert not (tmp_path / "run").exists()
+
+
+def test_a_refused_batch_size_change_says_only_its_refusal(capsys, tmp_path):
+    # Before: "the run's global batch of 16 samples is kept …, the same trajectory", then the refusal.
+    import warnings
+
+    small = ["--limit-train", "64", "--limit-eval", "16", "--out", str(tmp_path / "run")]
+    assert _run(capsys, "digits", "--max-steps", "1", *small)[0] == 0
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        code, _, err = _run(capsys, "digits", "--max-steps", "2", "--batch-size", "4", *small)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"paratrain train: error: the run in {tmp_path / 'run'} was trained with --batch-size 16")
+    assert not [str(w.message) for w in said if "trajectory" in str(w.message) or "is kept" in str(w.message)]

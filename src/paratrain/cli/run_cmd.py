@@ -312,11 +312,14 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def handler(args: argparse.Namespace) -> int:
-    """Build, check and launch; returns the exit code (0 when every worker succeeded)."""
+    """Build, check and launch; returns the exit code (0 when every worker succeeded). Launcher
+    variables left in the shell (``PARATRAIN_RUN_LOCK``, ``RANK`` …) are ignored, said in one line."""
+    from paratrain.env.variables import ignoring_stale_launcher_variables
     from paratrain.launch.config import LaunchConfig
 
-    config = LaunchConfig.from_args(args)
-    config.validate()  # before torch is imported: a refused flag answers at once
-    from paratrain.launch.torchrun import launch
+    with ignoring_stale_launcher_variables("run"):
+        config = LaunchConfig.from_args(args)
+        config.validate()  # before torch is imported: a refused flag answers at once
+        from paratrain.launch.torchrun import launch
 
-    return launch(config)
+        return launch(config)

@@ -106,12 +106,22 @@ class FailureReport:
     stopped: list[int]  # ranks the launcher stopped: not failures
     hint: str = ""
 
+    @property
+    def refused_by_every_rank(self) -> bool:
+        """Every failed rank refused with the same ConfigError (exit 2: a changed batch size on resume, …)."""
+        f = self.first
+        return (f.exception_type == "ConfigError" and bool(f.exception_message) and not f.signal
+                and all(c.exception_type == f.exception_type and c.exception_message == f.exception_message
+                        for c in self.consequences))
+
     def summary(self) -> str:
         """One line, first cause first."""
         f = self.first
         if f.stall_verdict:  # the watchdog's line already names the stalled rank(s) and every other one
             text = f"the watchdog ended the job: {f.exception_message}"
             return text + (f"; rank {f.rank}'s output is in {f.log}" if f.log else "")
+        if self.refused_by_every_rank:  # the same refusal on every rank: said once, as the command's own
+            return f.exception_message or ""
         text = f"rank {f.rank} (local rank {f.local_rank}, host {f.host}, pid {f.pid}) failed first: it {f.how()}"
         if self.consequences:
             after = ", ".join(f"rank {c.rank} {c.how(brief=True)}" for c in self.consequences)

@@ -130,7 +130,7 @@ def stale_variables_line(command: str, names: list[str], environ: Mapping[str, s
     environ = os.environ if environ is None else environ
     shown = " ".join(f"{name}={environ.get(name, '')}" for name in names[:6]) + (" …" if len(names) > 6 else "")
     return (f"paratrain {command}: ignoring {shown} from the environment: no launcher set them for this run "
-            f"(paratrain {command} starts its own processes: --nproc-per-node N, --nnodes …); "
+            f"(paratrain {command} is the launcher: --nproc-per-node, --nnodes, --master-addr say what they would); "
             f"unset them to silence this line")
 
 
