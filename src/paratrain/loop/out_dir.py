@@ -14,9 +14,10 @@ from pathlib import Path
 from paratrain import comm
 from paratrain.arguments import option
 from paratrain.checkpoint.writer_lock import LOCK_FILE, WriterLock
+from paratrain.loop.checkpoints import CHECKPOINT_DIR
 from paratrain.diagnostics.failure_report import FAILURE_FILE, FAILURES_DIR
 from paratrain.errors import ConfigError, ParatrainError
-from paratrain.tasks.api import TASK_FILE, read_task_record
+from paratrain.tasks.api import TASK_FILE, DamagedTaskRecord, read_task_record
 
 # Everything paratrain writes into a run directory (its checkpoints, records, failure reports of
 # earlier attempts, the writer lock); a folder holding only these is ours to resume in, so a
@@ -110,7 +111,19 @@ def agree_on_out_dir(is_main: bool, out_dir: str | Path, task: str, options: dic
 
 def _check_same_run(out: Path, task: str, options: dict, model: str | None) -> None:
     how = f"use another {option('out_dir')} directory, or pass {option('fresh', True)} to move {out} aside and start over"
-    record = read_task_record(out)
+    try:
+        record = read_task_record(out)
+    except DamagedTaskRecord as exc:
+        if not (out / CHECKPOINT_DIR).is_dir():
+            raise
+        # Its checkpoints are intact and check the model's keys and shapes when they load: set the
+        # damaged record aside (never deleted) and let this run write it again.
+        aside = out / f"{TASK_FILE}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
+        (out / TASK_FILE).rename(aside)
+        print(f"paratrain: warning: {str(exc).split('; use another')[0]}: moved it to {aside}; this run records its task "
+              "again and resumes from its checkpoints (they are checked against the model as they load)",
+              file=sys.stderr, flush=True)
+        record = None
     if record is None:
         strangers = sorted(p.name for p in out.iterdir() if not _ours(p.name))
         if strangers:
@@ -132,7 +145,8 @@ def _check_same_run(out: Path, task: str, options: dict, model: str | None) -> N
 
 def _ours(name: str) -> bool:
     """A file or folder paratrain writes in a run directory, or the temporary of one a kill interrupted."""
-    return name in RUN_FILES or (name.endswith(".tmp") and name[: -len(".tmp")] in RUN_FILES)
+    return (name in RUN_FILES or (name.endswith(".tmp") and name[: -len(".tmp")] in RUN_FILES)
+            or name.startswith(f"{TASK_FILE}.damaged-"))
 
 
 def _model_path_text(path: str | None) -> str:

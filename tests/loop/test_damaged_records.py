@@ -1,0 +1,36 @@
+"""A run directory whose own records were damaged (a kill, a full disk, a bad byte) stays resumable:
+the intact checkpoints are reached, the damaged file is set aside with one line, never deleted."""
+
+from __future__ import annotations
+
+import json
+
+from paratrain.cli.main import main
+
+SMALL = ["digits", "--limit-train", "64", "--limit-eval", "16"]
+
+
+def test_a_truncated_task_record_is_set_aside_and_the_checkpoints_resume(capsys, tmp_path):
+    # Before: "task.json is not a readable task record …; use another --out directory": every step unreachable.
+    out = tmp_path / "run"
+    assert main(["train", *SMALL, "--max-steps", "2", "--out", str(out)]) == 0
+    text = (out / "task.json").read_text()
+    (out / "task.json").write_text(text[: len(text) // 2])
+    capsys.readouterr()
+    assert main(["train", *SMALL, "--max-steps", "3", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    aside = [p for p in out.iterdir() if p.name.startswith("task.json.damaged-")]
+    assert len(aside) == 1 and aside[0].read_text() == text[: len(text) // 2]
+    assert f"paratrain: warning: {out / 'task.json'} is not a readable task record (" in captured.err
+    assert f"moved it to {aside[0]}" in captured.err
+    assert "resumed from step 2" in captured.out + captured.err
+    assert json.loads((out / "task.json").read_text())["task"] == "digits"
+
+
+def test_a_truncated_task_record_without_checkpoints_is_still_refused(capsys, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "task.json").write_text('{"task": "dig')
+    assert main(["train", *SMALL, "--max-steps", "1", "--out", str(out)]) == 2
+    assert "is not a readable task record" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["task.json"]
