@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from paratrain.cli.main import main
 
 SMALL = ["digits", "--limit-train", "64", "--limit-eval", "16"]
@@ -34,3 +36,31 @@ def test_a_truncated_task_record_without_checkpoints_is_still_refused(capsys, tm
     assert main(["train", *SMALL, "--max-steps", "1", "--out", str(out)]) == 2
     assert "is not a readable task record" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["task.json"]
+
+
+class DeleteOutDir:
+    """Stands in for `rm -rf OUT` from another shell, right after the first checkpoint."""
+
+    def on_checkpoint(self, trainer, step):
+        import shutil
+
+        if (trainer.out_dir / "checkpoints").is_dir():
+            shutil.rmtree(trainer.out_dir)
+
+    def __getattr__(self, name):  # every other hook: nothing
+        return lambda *args: None
+
+
+def test_an_out_dir_deleted_mid_run_ends_the_run_in_one_line(capsys, tmp_path):
+    # Before: the run trained on into a deleted directory and ended "done", exit 0 (with TensorBoard:
+    # its writer thread's traceback, then the same error raised twice more).
+    import paratrain as pt
+    from paratrain.errors import CheckpointError
+
+    out = tmp_path / "run"
+    with pytest.raises(CheckpointError) as gone:
+        pt.fit("digits", out_dir=str(out), callbacks=[DeleteOutDir()], max_steps=6, save_every=2, progress=False,
+               task_options=pt.tasks.TaskOptions(limit_train=64, limit_eval=16))
+    assert str(gone.value).startswith(f"{out} was deleted or moved while this run wrote into it (at step 4): ")
+    assert not out.exists()  # the next save did not make it again with one checkpoint in it
+    assert "Traceback" not in capsys.readouterr().err

@@ -16,7 +16,7 @@ from paratrain.arguments import option
 from paratrain.checkpoint.writer_lock import LOCK_FILE, WriterLock
 from paratrain.loop.checkpoints import CHECKPOINT_DIR
 from paratrain.diagnostics.failure_report import FAILURE_FILE, FAILURES_DIR
-from paratrain.errors import ConfigError, ParatrainError
+from paratrain.errors import CheckpointError, ConfigError, ParatrainError
 from paratrain.tasks.api import TASK_FILE, DamagedTaskRecord, read_task_record
 
 # Everything paratrain writes into a run directory (its checkpoints, records, failure reports of
@@ -152,3 +152,27 @@ def _ours(name: str) -> bool:
 def _model_path_text(path: str | None) -> str:
     """The model path as the user gave it, or that none was given (the task builds its own model)."""
     return option("model_path", path) if path else f"no {option('model_path')} (the task's own model)"
+
+
+def directory_identity(out_dir: str | Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of ``out_dir``, None when it does not exist: a directory deleted (or moved
+    away and made again) while a run writes into it has another one, or none."""
+    try:
+        status = Path(out_dir).stat()
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def check_still_there(out_dir: Path, identity: tuple[int, int] | None, step: int) -> None:
+    """Refuse to go on writing when ``out_dir`` is no longer the directory this run started in.
+    Not collective (run it on the writing rank inside ``on_all_ranks``).
+
+    Raises:
+        CheckpointError: it was deleted, or moved away (and another made in its place).
+    """
+    if identity is None or directory_identity(out_dir) == identity:
+        return
+    raise CheckpointError(f"{out_dir} was deleted or moved while this run wrote into it (at step {step}): its checkpoints, "
+                      "metrics and logs are gone from there and nothing more is saved; put it back and run the "
+                      "same command to resume, or run it again to start over")

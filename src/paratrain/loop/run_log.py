@@ -15,10 +15,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -75,6 +77,7 @@ class RunLog:
             require("tensorboard", "logging", "TensorBoard logging")
         from torch.utils.tensorboard import SummaryWriter
 
+        _quiet_tensorboard_thread()
         return SummaryWriter(log_dir=str(directory), purge_step=purge_step)
 
     def start_attempt(self) -> None:
@@ -134,17 +137,49 @@ class RunLog:
             line = {"event": event, "step": step, "time": round(time.time(), 3), **_plain(values)}
             self._metrics.write(json.dumps(line, ensure_ascii=False) + "\n")
         if self._tensorboard is not None:
-            for name, value in values.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self._tensorboard.add_scalar(f"{event}/{name}", value, step)
+            try:
+                for name, value in values.items():
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        self._tensorboard.add_scalar(f"{event}/{name}", value, step)
+            except Exception as exc:  # its writer thread failed (a full disk, a deleted folder)
+                self._tensorboard_failed(exc)
+
+    def _tensorboard_failed(self, exc: BaseException) -> None:
+        """TensorBoard could not write: curves stop, said in one line; the run and metrics.jsonl go on.
+        (A full disk or a deleted directory is then met by the next save, which names it.)"""
+        writer, self._tensorboard = self._tensorboard, None
+        print(f"paratrain: warning: TensorBoard cannot write to {self._out_dir / TENSORBOARD_DIR} "
+              f"({type(exc).__name__}: {exc}); its curves stop here, metrics.jsonl keeps every record",
+              file=sys.stderr, flush=True)
+        with contextlib.suppress(Exception):
+            writer.close()
 
     def close(self) -> None:
         for handle in (self._file, self._metrics):
             if handle is not None:
-                handle.close()
+                with contextlib.suppress(OSError):  # a full disk: the run's own error says so
+                    handle.close()
         if self._tensorboard is not None:
-            self._tensorboard.close()
+            try:
+                self._tensorboard.close()
+            except Exception as exc:
+                self._tensorboard_failed(exc)
         self._file = self._metrics = self._tensorboard = None
+
+
+def _quiet_tensorboard_thread() -> None:
+    """TensorBoard's writer thread prints its error (a full disk, a deleted folder) as a traceback of
+    its own, then the next write raises it again in the loop: keep that one (said in one line)."""
+    previous = threading.excepthook
+    if getattr(previous, "paratrain_tensorboard", False):
+        return
+
+    def hook(args) -> None:
+        if not type(args.thread).__module__.startswith("tensorboard."):
+            previous(args)
+
+    hook.paratrain_tensorboard = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
