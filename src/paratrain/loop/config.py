@@ -16,6 +16,11 @@ SCHEDULES = ("linear", "constant")
 NONFINITE_POLICIES = ("stop", "skip")  # see paratrain.loop.nonfinite
 
 
+#: The longest run ``max_steps``/``epochs`` may ask for (a billion optimizer steps is years on one GPU).
+MOST_STEPS = 10**9
+MOST_EPOCHS = 10**6
+
+
 @dataclass(frozen=True)
 class FitConfig:
     """How to train. ``None`` means "the task's recipe" (see :class:`paratrain.tasks.Recipe`).
@@ -105,6 +110,14 @@ class FitConfig:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"{option(name)} must be a positive integer, got {value!r}")
+        for name, most in (("max_steps", MOST_STEPS), ("epochs", MOST_EPOCHS)):
+            value = getattr(self, name)
+            if value is not None and value > most:
+                # The LR schedule spans the whole run: warmup and decay stretched over 10^12 steps leave
+                # the learning rate near 0 for every step a machine will ever take (seen: lr 1.8e-24).
+                raise ConfigError(f"{option(name, value)} is more than {most:,} {name.replace('max_', '')}: the LR "
+                                  "schedule (its warmup and decay) spans the whole run, so the learning rate would "
+                                  "stay near 0 for every step actually trained; give the length you mean to train")
         for name in ("lr", "weight_decay", "clip_norm"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
