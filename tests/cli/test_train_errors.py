@@ -183,3 +183,29 @@ def test_a_refused_batch_size_change_says_only_its_refusal(capsys, tmp_path):
     assert code == 2 and err.count("\n") == 1
     assert err.startswith(f"paratrain train: error: the run in {tmp_path / 'run'} was trained with --batch-size 16")
     assert not [str(w.message) for w in said if "trajectory" in str(w.message) or "is kept" in str(w.message)]
+
+
+def test_a_path_too_long_is_one_line(capsys, tmp_path):
+    # Before: OSError "File name too long" as a traceback from Path.exists.
+    deep = tmp_path / "/".join(["d" * 200] * 25)
+    code, _, err = _run(capsys, "digits", "--out", str(deep))
+    assert code == 2 and err.count("\n") == 1 and "(File name too long); pick a shorter or another directory" in err
+
+
+def test_fresh_on_a_mount_point_is_refused_and_moves_nothing(capsys, tmp_path):
+    # Before: OSError "Invalid cross-device link" as a traceback, and an empty OUT.old-<time> left behind.
+    import subprocess
+
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4M", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        (mount / "task.json").write_text(json.dumps({"task": "digits", "options": {}}))
+        code, _, err = _run(capsys, "digits", "--out", str(mount), "--fresh")
+        assert code == 2 and err == (f"paratrain train: error: --fresh cannot move the run in {mount} aside: {mount} is a "
+                                     f"mount point, and its neighbour mnt.old-… would be on another file system (a copy, "
+                                     "not a move); move the old run yourself, or give a folder inside it as --out\n")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["mnt"] and [p.name for p in mount.iterdir()] == ["task.json"]
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)

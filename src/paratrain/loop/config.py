@@ -135,7 +135,7 @@ class FitConfig:
                                       or not 0 <= value < math.inf or (name == "save_every_minutes" and value == 0)):
                 # inf and nan refused, as `paratrain run --stall-timeout` refuses them: "never" is 0 (off)
                 what = ("a finite number of seconds, or 0 to turn the watchdog off" if name == "stall_timeout"
-                        else "a positive, finite number of minutes")
+                        else "a positive number of minutes (finite)")
                 raise ConfigError(f"{option(name)} must be {what}, got {value!r}")
         if self.warmup is not None and not 0 <= self.warmup < 1:
             raise ConfigError(f"{option('warmup')} is a fraction of the steps in [0, 1), got {self.warmup!r}")

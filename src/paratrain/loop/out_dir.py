@@ -7,6 +7,7 @@ missing keys, so it is refused up front with the two ways out.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -40,19 +41,10 @@ def prepare_out_dir(out_dir: str | Path, task: str, options: dict | None = None,
             how to start fresh (another ``out_dir``, or ``fresh=True``; the CLI's flags under it).
     """
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{option('out_dir', str(out))} is a file; give a directory")
+    _check_path(out)
     moved_to = None
     if fresh and out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
-        moved_to = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
-        suffix = 1
-        while moved_to.exists():
-            moved_to = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}-{suffix}")
-            suffix += 1
-        moved_to.mkdir()
-        for entry in out.iterdir():  # the writer lock stays: this run holds it
-            if entry.name != LOCK_FILE:
-                entry.rename(moved_to / entry.name)
+        moved_to = _move_aside(out)
     elif out.is_dir():
         _check_same_run(out, task, options or {}, model)
     try:
@@ -70,8 +62,7 @@ def hold_out_dir(out_dir: str | Path) -> WriterLock:
         RunDirectoryBusyError: another live run writes there (named).
         ConfigError: the directory cannot be created.
     """
-    if Path(out_dir).exists() and not Path(out_dir).is_dir():
-        raise ConfigError(f"{option('out_dir', str(out_dir))} is a file; give a directory")
+    _check_path(Path(out_dir))
     try:
         lock = WriterLock(out_dir).acquire()
     except OSError as exc:
@@ -79,6 +70,50 @@ def hold_out_dir(out_dir: str | Path) -> WriterLock:
     if lock.took_over_text():
         print(f"paratrain: {lock.took_over_text()}", file=sys.stderr, flush=True)
     return lock
+
+
+def _check_path(out: Path) -> None:
+    """Refuse an ``out`` that is a file, or that the system cannot take (a name too long), in one line."""
+    try:
+        is_file = out.exists() and not out.is_dir()
+    except OSError as exc:  # ENAMETOOLONG, ELOOP: Path.exists lets them through
+        raise ConfigError(f"cannot use {option('out_dir', _short(out))} ({exc.strerror or exc}); pick a shorter "
+                          "or another directory") from None
+    if is_file:
+        raise ConfigError(f"{option('out_dir', str(out))} is a file; give a directory")
+
+
+def _short(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= 120 else f"{text[:60]}…{text[-40:]} ({len(text)} characters)"
+
+
+def _move_aside(out: Path) -> Path:
+    """``--fresh``: move everything in ``out`` but the writer lock into ``OUT.old-<time>`` beside it
+    (a rename: nothing is copied or deleted); return that folder.
+
+    Raises:
+        ConfigError: ``out`` is a mount point (its neighbour is on another file system, where a rename
+            cannot go), or a rename failed (what moved stays in the new folder, named).
+    """
+    if os.path.ismount(out) or out.stat().st_dev != out.resolve().parent.stat().st_dev:
+        raise ConfigError(f"{option('fresh', True)} cannot move the run in {out} aside: {out} is a mount point, and its "
+                          f"neighbour {out.name}.old-… would be on another file system (a copy, not a move); move the "
+                          f"old run yourself, or give a folder inside it as {option('out_dir')}")
+    moved_to = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+    suffix = 1
+    while moved_to.exists():
+        moved_to = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}-{suffix}")
+        suffix += 1
+    try:
+        moved_to.mkdir()
+        for entry in out.iterdir():  # the writer lock stays: this run holds it
+            if entry.name != LOCK_FILE:
+                entry.rename(moved_to / entry.name)
+    except OSError as exc:
+        raise ConfigError(f"{option('fresh', True)} could not move the run in {out} aside to {moved_to} "
+                          f"({exc.strerror or exc}); what moved is in {moved_to}, the rest in {out}") from None
+    return moved_to
 
 
 def agree_on_out_dir(is_main: bool, out_dir: str | Path, task: str, options: dict, fresh: bool,
