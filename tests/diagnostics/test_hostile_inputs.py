@@ -121,7 +121,7 @@ def _api_cases(tmp_path):
         "unknown precision": (lambda: pt.Runtime(precision="fp8"), ConfigError, "fp8"),
         "stall timeout as text": (lambda: Watchdog("10"), ConfigError, "stall_timeout must be a positive number of seconds"),
         "watchdog timeout zero": (lambda: rt.watchdog(0), ConfigError, "stall_timeout must be a positive number"),
-        "negative fit stall timeout": (lambda: FitConfig(stall_timeout=-1), ConfigError, "stall_timeout must be a positive number"),
+        "negative fit stall timeout": (lambda: FitConfig(stall_timeout=-1), ConfigError, "stall_timeout must be a finite number of seconds, or 0 to turn the watchdog off"),
         "save minutes as text": (lambda: FitConfig(save_every_minutes="5"), ConfigError, "save_every_minutes must be a positive number"),
         "batch size zero": (lambda: rt.loader(torch.utils.data.TensorDataset(torch.zeros(4, 1)), batch_size=0), DataError,
                             "batch_size must be a positive integer"),
