@@ -119,8 +119,8 @@ def _why_silent(beat: Beat | None) -> str:
     a signal, alive but not reporting, gone); on another, only the host can say."""
     state = process_state(beat.pid) if beat is not None and beat.host == socket.gethostname() else None
     if state == "stopped":
-        return (f"its process (pid {beat.pid}) is stopped, not progressing (SIGSTOP, Ctrl-Z, a debugger): "
-                f"`kill -CONT {beat.pid}` resumes it")
+        return (f"its process (pid {beat.pid}) is stopped, not progressing (SIGSTOP, Ctrl-Z, a debugger); "
+                "the job ends it with the others")
     if state == "gone":
         return "its process died (its launcher's output says why)"
     if state == "running":

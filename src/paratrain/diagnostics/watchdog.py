@@ -323,11 +323,26 @@ class Watchdog:
             others = [r for r in stalled if r not in self._silent and r != self.rank]  # a gone rank sends no frames
             frames.update(self._board.collect_frames(others, STACK_WAIT_S))
         self.report = stall_message(beats, stalled, self.stall_timeout, frames, gone=self._silent)
+        _continue_stopped(beats, stalled, self._host)
         if self._on_stall is not None:
             faulthandler.cancel_dump_traceback_later()
             self._on_stall(self.report)
             return
         _end_process(self.report)
+
+
+def _continue_stopped(beats: list[Beat], stalled: list[int], host: str) -> None:
+    """SIGCONT the stalled ranks of this host whose process is stopped (SIGSTOP, Ctrl-Z). The launcher
+    ends the job's other workers with SIGTERM, which a stopped process only receives once continued:
+    torch's agent would wait its 30 s grace before SIGKILL, and the job would end ~30 s after the verdict."""
+    import signal
+
+    from paratrain.diagnostics.stall import process_state
+
+    for beat in beats:
+        if beat.rank in stalled and beat.host == host and process_state(beat.pid) == "stopped":
+            with contextlib.suppress(OSError):
+                os.kill(beat.pid, signal.SIGCONT)
 
 
 class LoaderProgress:
