@@ -118,11 +118,12 @@ def check(environ: Mapping[str, str] | None = None, skip: tuple[str, ...] = ()) 
             read(name, environ)
 
 
-def stale_launcher_variables(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The launcher variables (:data:`TORCHRUN_WORKER_VARIABLES`, :data:`PARATRAIN_WORKER_VARIABLES`)
-    set in ``environ``: in a command typed in a shell, no launcher set them for this run."""
+def stale_launcher_variables(environ: Mapping[str, str] | None = None,
+                             names: tuple[str, ...] = TORCHRUN_WORKER_VARIABLES + PARATRAIN_WORKER_VARIABLES) -> list[str]:
+    """Those of ``names`` (launcher variables) set in ``environ``: in a command typed in a shell, no
+    launcher set them for this run."""
     environ = os.environ if environ is None else environ
-    return [name for name in (*TORCHRUN_WORKER_VARIABLES, *PARATRAIN_WORKER_VARIABLES) if name in environ]
+    return [name for name in names if name in environ]
 
 
 def stale_variables_line(command: str, names: list[str], environ: Mapping[str, str] | None = None) -> str:
@@ -135,10 +136,11 @@ def stale_variables_line(command: str, names: list[str], environ: Mapping[str, s
 
 
 @contextlib.contextmanager
-def ignoring_stale_launcher_variables(command: str) -> Iterator[None]:
-    """For the block, ``os.environ`` without :func:`stale_launcher_variables` (said in one line on
-    stderr when there are any); restored after, for an in-process caller."""
-    names = stale_launcher_variables()
+def ignoring_stale_launcher_variables(
+        command: str, names: tuple[str, ...] = TORCHRUN_WORKER_VARIABLES + PARATRAIN_WORKER_VARIABLES) -> Iterator[None]:
+    """For the block, ``os.environ`` without :func:`stale_launcher_variables` of ``names`` (said in one
+    line on stderr when there are any); restored after, for an in-process caller."""
+    names = stale_launcher_variables(names=names)
     if names:
         print(stale_variables_line(command, names), file=sys.stderr, flush=True)
     saved = {name: os.environ.pop(name) for name in names}
