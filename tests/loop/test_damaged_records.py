@@ -64,3 +64,27 @@ def test_an_out_dir_deleted_mid_run_ends_the_run_in_one_line(capsys, tmp_path):
     assert str(gone.value).startswith(f"{out} was deleted or moved while this run wrote into it (at step 4): ")
     assert not out.exists()  # the next save did not make it again with one checkpoint in it
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_disk_that_fills_between_saves_is_one_line_from_the_metrics_file(tmp_path):
+    # Before: OSError from metrics.jsonl's write, then the log's close and TensorBoard's thread: chained tracebacks.
+    import errno
+
+    from paratrain.errors import CheckpointError
+    from paratrain.loop.run_log import RunLog
+
+    class FullDisk:
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    log = RunLog(tmp_path, 0, tensorboard=False)
+    log._metrics = FullDisk()
+    with pytest.raises(CheckpointError) as full:
+        log.record("train", 3, loss=1.0)
+    assert str(full.value) == (f"cannot write: {tmp_path / 'metrics.jsonl'}: No space left on device; free disk space, lower "
+                               "keep_last, or write checkpoints to a bigger disk; then run the same command to resume "
+                               "from the newest checkpoint")
+    log.close()  # nothing more to say, and no second error

@@ -135,7 +135,18 @@ class RunLog:
             return
         if self._metrics is not None:
             line = {"event": event, "step": step, "time": round(time.time(), 3), **_plain(values)}
-            self._metrics.write(json.dumps(line, ensure_ascii=False) + "\n")
+            try:
+                self._metrics.write(json.dumps(line, ensure_ascii=False) + "\n")
+            except OSError as exc:  # a full disk between saves: one line, not a traceback
+                from paratrain.checkpoint.files import describe_os_error
+                from paratrain.errors import CheckpointError
+
+                metrics, self._metrics = self._metrics, None
+                with contextlib.suppress(OSError):
+                    metrics.close()
+                named = OSError(exc.errno, exc.strerror or str(exc), str(self._out_dir / METRICS_FILE))
+                raise CheckpointError(describe_os_error(named, "cannot write")
+                                      + "; then run the same command to resume from the newest checkpoint") from None
         if self._tensorboard is not None:
             try:
                 for name, value in values.items():
