@@ -22,7 +22,6 @@ import json
 import math
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
