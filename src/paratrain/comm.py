@@ -27,12 +27,13 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from paratrain.env import variables
 from paratrain.env.torchelastic import LINE_PREFIX_VAR
 from paratrain.errors import CollectiveTimeoutError, ConfigError
 
 T = TypeVar("T")
 
-DEFAULT_TIMEOUT_S = float(os.environ.get("PARATRAIN_TIMEOUT", "600"))
+DEFAULT_TIMEOUT_S = variables.seconds_or_default("PARATRAIN_TIMEOUT", 600.0)  # a malformed value: env/variables.check
 
 _control_group: Any = None  # gloo group for barriers / object collectives when the backend is NCCL
 
@@ -206,6 +207,17 @@ def gather_object(obj: T, dst: int = 0) -> list[T] | None:
     out: list[Any] | None = [None] * world_size() if rank() == dst else None
     dist.gather_object(obj, out, dst=dst, group=_control())
     return out
+
+
+def all_gather_rows(tensor: torch.Tensor) -> torch.Tensor:
+    """Every rank's 1-D ``tensor`` as the rows of one tensor, in rank order: one collective, for tensors of the
+    same length and dtype on every rank (:func:`all_gather` takes any first dimension, for one more). Collective."""
+    if not is_initialized() or world_size() == 1:
+        return tensor.reshape(1, -1)
+    work = tensor.to(_collective_device())
+    rows = [torch.empty_like(work) for _ in range(world_size())]
+    dist.all_gather(rows, work)
+    return torch.stack(rows).to(tensor.device)
 
 
 def all_gather(tensor: torch.Tensor) -> list[torch.Tensor]:

@@ -16,6 +16,10 @@ SCHEDULES = ("linear", "constant")
 NONFINITE_POLICIES = ("stop", "skip")  # see paratrain.loop.nonfinite
 
 
+#: The longest run ``max_steps``/``epochs`` may ask for (a billion optimizer steps is years on one GPU).
+MOST_STEPS = 10**9
+MOST_EPOCHS = 10**6
+
 
 def steps_or_auto(text: str) -> int | str:
     """``--save-every``'s value: a number of steps, or ``auto``.
@@ -24,6 +28,7 @@ def steps_or_auto(text: str) -> int | str:
         ValueError: neither (argparse names the flag and the value).
     """
     return "auto" if str(text).strip().lower() == "auto" else int(text)
+
 
 @dataclass(frozen=True)
 class FitConfig:
@@ -112,6 +117,9 @@ class FitConfig:
     progress: bool | None = option_field(None, "a progress bar (default: when stderr is a terminal)")
     tensorboard: bool | None = option_field(None, "write TensorBoard files (default: when the tensorboard package "
                                             "is installed)")
+    log_with: str | None = option_field(  # paratrain.trackers: one file per tracker
+        None, "experiment trackers besides TensorBoard, comma-separated: csv, mlflow, wandb (rank 0 logs the config, "
+        "metrics, summary and final weights; a resumed run continues the same tracker run)", metavar="NAMES")
 
     def __post_init__(self) -> None:
         positive = ("epochs", "max_steps", "batch_size", "eval_batch_size", "grad_accum", "eval_every",
@@ -122,6 +130,14 @@ class FitConfig:
                 continue
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"{option(name)} must be a positive integer, got {value!r}")
+        for name, most in (("max_steps", MOST_STEPS), ("epochs", MOST_EPOCHS)):
+            value = getattr(self, name)
+            if value is not None and value > most:
+                # The LR schedule spans the whole run: warmup and decay stretched over 10^12 steps leave
+                # the learning rate near 0 for every step a machine will ever take (seen: lr 1.8e-24).
+                raise ConfigError(f"{option(name, value)} is more than {most:,} {name.replace('max_', '')}: the LR "
+                                  "schedule (its warmup and decay) spans the whole run, so the learning rate would "
+                                  "stay near 0 for every step actually trained; give the length you mean to train")
         for name in ("lr", "weight_decay", "clip_norm"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
@@ -135,9 +151,13 @@ class FitConfig:
         check_type("", "max_nonfinite_skips", self.max_nonfinite_skips, "int >= 0")
         for name in ("save_every_minutes", "stall_timeout", "mtbf"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
-                                      or (name in ("save_every_minutes", "mtbf") and value == 0)):
-                raise ConfigError(f"{option(name)} must be a positive number, got {value!r}")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0 <= value < math.inf or (name in ("save_every_minutes", "mtbf") and value == 0)):
+                # inf and nan refused, as `paratrain run --stall-timeout` refuses them: "never" is 0 (off)
+                what = ("a finite number of seconds, or 0 to turn the watchdog off" if name == "stall_timeout"
+                        else "a positive number of seconds (finite)" if name == "mtbf"
+                        else "a positive number of minutes (finite)")
+                raise ConfigError(f"{option(name)} must be {what}, got {value!r}")
         if self.warmup is not None and not 0 <= self.warmup < 1:
             raise ConfigError(f"{option('warmup')} is a fraction of the steps in [0, 1), got {self.warmup!r}")
         check_type("", "num_workers", self.num_workers, "int >= 0")
@@ -148,6 +168,10 @@ class FitConfig:
             check_type("", name, getattr(self, name), "bool")
         for name in ("progress", "tensorboard"):
             check_type("", name, getattr(self, name), "bool", allow_none=True)
+        if self.log_with is not None:  # a list from pt.fit(log_with=[...]) is kept as the flag's words
+            from paratrain.trackers import parse_names
+
+            object.__setattr__(self, "log_with", ",".join(parse_names(self.log_with, option("log_with"))))
         for name in ("strategy", "precision", "schedule"):
             check_type("", name, getattr(self, name), "str")
         for name in ("metric", "out_dir"):
@@ -184,6 +208,13 @@ class FitConfig:
             if hasattr(self, field.name) and getattr(self, field.name) is None
         }
         return dataclasses.replace(self, **filled)
+
+    @property
+    def trackers(self) -> tuple[str, ...]:
+        """The tracker names of ``log_with``."""
+        from paratrain.trackers import parse_names
+
+        return parse_names(self.log_with)
 
     def replace(self, **changes: Any) -> FitConfig:
         return dataclasses.replace(self, **changes)

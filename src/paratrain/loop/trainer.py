@@ -38,8 +38,10 @@ from paratrain.loop.finite_checks import FiniteChecks
 from paratrain.loop.fit_preemption import FitPreemption
 from paratrain.loop.nonfinite import NonFiniteGuard
 from paratrain.loop.preflight import check_first_dev_batch, check_options, describe_changes, resume_options
-from paratrain.loop.out_dir import agree_on_out_dir
-from paratrain.loop.report import report_communication, report_end, report_eval, report_start, report_train
+from paratrain.loop.rank_times import RankTimes
+from paratrain.loop.out_dir import agree_on_out_dir, check_still_there, directory_identity
+from paratrain.loop.report import (report_communication, report_end, report_eval, report_start, report_train,
+                                   report_weights, run_config)
 from paratrain.runtime.progress import epochs, progress
 from paratrain.loop.result import FitResult
 from paratrain.loop.run_log import RunLog
@@ -81,6 +83,7 @@ class Trainer:
         self.eval_loader: Any = None
         self.checkpoints: LoopCheckpoints | None = None
         self.out_dir: Path | None = None
+        self._out_identity: tuple[int, int] | None = None  # rank 0's out_dir as it started (device, inode)
         self.last_evaluation: Evaluation | None = None
         self._cadence = Cadence(self.config)
         self._nonfinite = NonFiniteGuard(self.config.on_nonfinite, self.config.max_nonfinite_skips)
@@ -89,6 +92,7 @@ class Trainer:
         self._out_lock: Any = None  # rank 0's writer lock on out_dir, held for the whole fit
         self._preemption = FitPreemption()
         self.finished_before = False  # resumed from the end of a finished run: nothing to do
+        self.rank_times: RankTimes | None = None  # every rank's data/compute/communication time, the stragglers
 
     # ---- the whole run ------------------------------------------------------------------
     def check(self) -> None:
@@ -127,6 +131,8 @@ class Trainer:
             ledger.close_ledger(ended=True)
             return result
         finally:
+            if self.rank_times is not None:
+                self.rank_times.close()
             self.log.close()
             if owns_runtime:
                 self.release_wrappers()
@@ -152,7 +158,8 @@ class Trainer:
         rt, c, task = self.runtime, self.config, self.task
         self.check()
         self.out_dir = self._prepare_out_dir()
-        self.log = RunLog(self.out_dir, rt.rank, c.tensorboard)
+        self._out_identity = directory_identity(self.out_dir) if self.out_dir is not None and rt.is_main else None
+        self.log = RunLog(self.out_dir, rt.rank, c.tensorboard, c.trackers)
         self.log.start_attempt()
         # Every rank must train the same thing: one collective here beats a hang or garbage later.
         check_same_setup(config={"task": task.name, "options": task.options.to_dict(), "fit": self._agreed_config()})
@@ -160,6 +167,7 @@ class Trainer:
         model = task.build_model()
         optimizer = task.build_optimizer(model, c.lr, c.weight_decay, fused=c.fused_optimizer)
         self.model, self.optimizer = rt.setup(model, optimizer)
+        self.rank_times = RankTimes(rt, self.model)
         # fp16: the loss scaler skips overflowed steps itself; those are not failures.
         self._nonfinite.scaler_skips = getattr(rt.precision, "scaler", None) is not None
         lengths = task.sample_lengths(train_data) if c.group_by_length else None
@@ -194,7 +202,7 @@ class Trainer:
             if rt.is_main:
                 task.save(self.out_dir)
         self.epoch = self.train_loader.epoch
-        self.log.open_tensorboard(resumed_from)
+        self.log.open_trackers(resumed_from, run_config(self))
         report_start(self, len(train_data), len(eval_data), resumed_from)
         self.callbacks("on_fit_start", self)
         # SIGTERM → finish the step, save, stop; no progress on some rank → a named stall.
@@ -214,7 +222,9 @@ class Trainer:
                 self._save()
             if self.checkpoints is not None:
                 self.checkpoints.finish_writing("the end of the run")
+            self._check_out_dir()  # never "done" for a run whose directory went away
             result = report_end(self, resumed_from, train_seconds, window.samples_total)
+            report_weights(self)
             self._preemption.stop_if_asked_at_the_end(self.state.step, self._checkpoint_dir())
         return result
 
@@ -250,7 +260,7 @@ class Trainer:
 
     def _agreed_config(self) -> dict[str, Any]:
         """The options that must be equal on every rank (not the ones about this rank's console)."""
-        local = ("progress", "tensorboard", "num_workers", "fresh")
+        local = ("progress", "tensorboard", "num_workers", "fresh")  # log_with stays: the final weights are collective
         return {k: v for k, v in dataclasses.asdict(self.config).items() if k not in local}
 
     def _prepare_out_dir(self) -> Path | None:
@@ -415,10 +425,19 @@ class Trainer:
         return evaluation
 
     # ---- checkpoints and output -----------------------------------------------------------
+    def _check_out_dir(self) -> None:
+        """Every rank stops, with one line, when rank 0's output directory was deleted or moved. Collective."""
+        if self.out_dir is not None:
+            from paratrain.checkpoint.agreement import on_all_ranks
+
+            on_all_ranks("the run directory is gone", lambda: check_still_there(self.out_dir, self._out_identity,
+                                                                                 self.state.step))
+
     def _save(self) -> None:
         if self.checkpoints is None:
             return
         step = self.state.step
+        self._check_out_dir()  # a save into a deleted directory would recreate it with one checkpoint
         self._check_finite()  # never a checkpoint of non-finite weights
         metrics = self.last_evaluation.metrics if self._cadence.evaluated_at == step and self.last_evaluation else None
         watchdog.mark("checkpoint")
