@@ -29,7 +29,7 @@ LONGEST_FIRST = (
     "tests/cli/test_train.py",  # 106
     "tests/env/test_slurm.py",  # 105 with test_mpi.py (one group)
     "tests/loop/test_rerun_soak.py",  # ~90: eight runs of the command, seven of them interrupted
-    "tests/goodput/test_goodput_run.py",  # ~90 on a loaded 2-core VM: a reference run and three attempts (two killed)
+    "tests/goodput/test_goodput_run.py",  # 30-90: a reference run and three attempts (two killed mid-write)
     "tests/diagnostics/test_two_hosts.py",  # 85
     "tests/diagnostics/test_hostile_inputs.py",  # 72
     "tests/diagnostics/test_stall_positions.py",  # ~70: a stalled rank at each position of a step (3 ranks)
