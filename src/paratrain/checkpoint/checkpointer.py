@@ -164,7 +164,9 @@ class Checkpointer:
         """Write a checkpoint named ``step-NNNNNN`` (or ``epoch-NNNN``) and return its directory.
 
         Collective: all ranks must call it together with the same arguments. It
-        returns once the checkpoint is complete on disk and ``latest`` points at it.
+        returns once the checkpoint is complete on disk and ``latest`` points at it
+        (``background=True``: after the first save, once rank 0 holds a host copy of the
+        state; a thread of rank 0 completes it, and the next save waits for that).
 
         Args:
             step, epoch: counters (at least one); returned by ``resume()``.
