@@ -18,6 +18,7 @@ import torch
 
 import paratrain as pt
 from paratrain.checkpoint.writer_lock import LOCK_FILE
+from paratrain.goodput.ledger import LEDGER_FILE
 from paratrain.checkpoint import Checkpointer
 from paratrain.seeding import seed_per_rank
 
@@ -139,7 +140,7 @@ def _ddp_resume(rt, directory: str) -> dict:
         "resumed_epoch": resumed["resumed_epoch"],
         "saved_keys": saved_keys,
         "failure": failure_on_writer(rt, directory, resumed["objects"][0]),
-        "files_after_failure": sorted(f for f in os.listdir(directory) if f != LOCK_FILE),
+        "files_after_failure": sorted(f for f in os.listdir(directory) if f not in (LOCK_FILE, LEDGER_FILE)),
     }
     return all_ranks(result)
 
@@ -205,7 +206,7 @@ def _fsdp_resume_and_save(rt, resume_dir: str, sharded_dir: str) -> dict:
         "path": str(path),
         "listing": listing,
         "failure": pt.all_gather_object(failure),
-        "after_failure": sorted(f for f in os.listdir(sharded_dir) if f != LOCK_FILE),
+        "after_failure": sorted(f for f in os.listdir(sharded_dir) if f not in (LOCK_FILE, LEDGER_FILE)),
     }
 
 
