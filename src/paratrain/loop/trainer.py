@@ -27,7 +27,7 @@ from paratrain.arguments import option
 from paratrain.data.global_order import MicroBatch
 from paratrain.diagnostics import watchdog
 from paratrain.diagnostics.desync import check_same_setup
-from paratrain.errors import ConfigError
+from paratrain.errors import ConfigError, ParatrainError
 from paratrain.loop.cadence import Cadence
 from paratrain.loop.callbacks import Callback, CallbackList
 from paratrain.loop.checkpoints import LoopCheckpoints, metric_mode
@@ -417,8 +417,12 @@ class Trainer:
         if self.out_dir is not None:
             from paratrain.checkpoint.agreement import on_all_ranks
 
-            on_all_ranks("the run directory is gone", lambda: check_still_there(self.out_dir, self._out_identity,
-                                                                                 self.state.step))
+            try:
+                on_all_ranks("the run directory is gone", lambda: check_still_there(self.out_dir, self._out_identity,
+                                                                                     self.state.step))
+            except ParatrainError:
+                self.log.trackers.forget()  # nothing more written there, not even a tracker's last flush
+                raise
 
     def _save(self) -> None:
         if self.checkpoints is None:
