@@ -5,7 +5,11 @@ Every method trains a ``BertForSequenceClassification`` built from the BERT-base
 downloaded) on the same synthetic batches (random token ids, sequence 128, fixed seed),
 in one process on one device, with the same learning rate and bf16 autocast. The
 methods run one after another and alternate over ``--rounds`` so that machine noise
-hits all of them; each row is the median of its rounds.
+hits all of them; each row is the median of its rounds. A round goes through every batch
+size before the next round starts, so ``--time-limit`` (no measurement starts that would
+end after it) cuts rounds, not batch sizes; ``--json`` is rewritten after every measurement,
+so a run stopped from outside still leaves what it measured. A peer that is not installed is
+a "not installed" row.
 
     method             what runs
     paratrain          the user's loop on pt.Runtime (PARATRAIN_OPTIONS below + paratrain's
@@ -57,6 +61,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import importlib.util
 import json
 import logging
 import os
@@ -81,6 +86,8 @@ LR = 5e-5
 WEIGHT_DECAY = 0.01
 SEED = 0
 METHODS = ("paratrain", "paratrain-compile", "paratrain-fit", "hf-trainer", "accelerate", "fabric", "raw-compiled")
+# What each peer's row imports besides torch and transformers: a missing one makes a "not installed" row.
+PEER_PACKAGES = {"hf-trainer": ("accelerate",), "accelerate": ("accelerate",), "fabric": ("lightning",)}
 
 
 @dataclass(frozen=True)
@@ -197,13 +204,10 @@ def paratrain_runtime(job: Job, **extra):
 
 def paratrain_loop(job: Job, data: Dataset, clock: StepClock, **extra) -> str:
     """The loop a paratrain user writes, on pt.Runtime(**PARATRAIN_OPTIONS, **extra)."""
-    from paratrain.loop.batches import move_to
-
     rt = paratrain_runtime(job, **extra)
     model = build_model(job.shape)
     model, optimizer = rt.setup(model, adamw(model))
-    for batch in rt.loader(data, batch_size=job.batch):
-        batch = move_to(batch, rt.device)
+    for batch in rt.loader(data, batch_size=job.batch):  # on rt.device, copied from pinned memory
         with rt.autocast():
             loss = model(**batch).loss
         rt.backward(loss, model)
@@ -360,6 +364,10 @@ def release(job: Job) -> None:
         torch.cuda.reset_peak_memory_stats(job.device)
 
 
+def missing_packages(method: str) -> list[str]:
+    return [name for name in PEER_PACKAGES.get(method, ()) if importlib.util.find_spec(name) is None]
+
+
 def measure(method: str, job: Job, data: Dataset) -> dict:
     """One method once. A method that fails is reported in its row (traceback on stderr), not fatal:
     one broken peer must not cost the other rows of a GPU run."""
@@ -376,6 +384,24 @@ def measure(method: str, job: Job, data: Dataset) -> dict:
     return {"samples_per_s": rate, "peak_gib": peak, "note": note}
 
 
+class TimeLimit:
+    """``--time-limit``: a measurement starts only when it is expected to end in time — as long as
+    the same method's last one at that batch size took; else its longest at another batch size;
+    else the longest measurement so far."""
+
+    def __init__(self, seconds: float | None):
+        self.end = None if seconds is None else time.monotonic() + seconds
+        self.took: dict[tuple[int, str], float] = {}
+
+    def allows(self, batch: int, method: str) -> bool:
+        if self.end is None:
+            return True
+        same_method = [took for (_, m), took in self.took.items() if m == method]
+        expected = self.took.get((batch, method), max(same_method or self.took.values(), default=0.0))
+        return time.monotonic() + expected < self.end
+
+    def record(self, batch: int, method: str, seconds: float) -> None:
+        self.took[(batch, method)] = seconds
 def device_name(device: torch.device, machine) -> str:
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)} (CUDA {machine.cuda}, NCCL {machine.nccl})"
@@ -394,44 +420,76 @@ def run(args: argparse.Namespace) -> dict:
     shape = TINY if args.tiny else BERT_BASE
     compile_raw = {"on": True, "off": False, "auto": device.type == "cuda"}[args.compile]
     per_sample, per_sample_dense = flops_per_sample(build_model(shape), shape)
-    rows = []
-    for batch in args.batch_sizes:
-        job = Job(shape, batch, args.warmup_steps, args.steps, device, compile_raw)
-        data = TokenBatches(job.total_steps * batch, shape)
-        runs: dict[str, list[dict]] = {m: [] for m in args.methods}
-        for round_index in range(args.rounds):
+    result = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": device_name(device, machine), "versions": machine.versions, "python": machine.python,
+        "shape": asdict(shape),
+        "steps": args.steps, "warmup_steps": args.warmup_steps, "rounds": args.rounds, "time_limit": args.time_limit,
+        "peak_tflops": args.peak_tflops, "flops_per_sample": per_sample, "flops_per_sample_dense": per_sample_dense,
+        "paratrain_options": PARATRAIN_OPTIONS, "load_average": machine.load_average, "machine": machine.to_dict(),
+    }
+    jobs = {batch: Job(shape, batch, args.warmup_steps, args.steps, device, compile_raw) for batch in args.batch_sizes}
+    data = {batch: TokenBatches(job.total_steps * batch, shape) for batch, job in jobs.items()}
+    missing = {m: missing_packages(m) for m in args.methods}
+    runs: dict[tuple[int, str], list[dict]] = {(b, m): [] for b in args.batch_sizes for m in args.methods}
+    limit = TimeLimit(args.time_limit)
+    # Round-major: with a time limit, every batch size gets its first round before any gets a second.
+    for round_index in range(args.rounds):
+        for batch, job in jobs.items():
             order = args.methods if round_index % 2 == 0 else args.methods[::-1]
             for method in order:
-                outcome = measure(method, job, data)
-                runs[method].append(outcome)
+                if missing[method] or not limit.allows(batch, method):
+                    continue
+                begin = time.monotonic()
+                outcome = measure(method, job, data[batch])
+                limit.record(batch, method, time.monotonic() - begin)
+                runs[(batch, method)].append(outcome)
                 rate = outcome["samples_per_s"]
                 print(f"  batch {batch} round {round_index + 1}/{args.rounds} {method}: "
                       + (f"{rate:.1f} samples/s" if rate else outcome["note"]), flush=True)
+                if args.json:  # what is known so far, should the process be stopped before its end
+                    write_json(args.json, {**result, "rows": rows_of(runs, missing, result, args, final=False)})
+    return {**result, "rows": rows_of(runs, missing, result, args, final=True)}
+
+
+def rows_of(runs: dict[tuple[int, str], list[dict]], missing: dict[str, list[str]], result: dict,
+            args: argparse.Namespace, final: bool) -> list[dict]:
+    """One row per batch size and method: the median of its rounds so far."""
+    peak = args.peak_tflops * 1e12
+    rows = []
+    for batch in args.batch_sizes:
         for method in args.methods:
-            rates = [r["samples_per_s"] for r in runs[method] if r["samples_per_s"] is not None]
+            done = runs[(batch, method)]
+            rates = [r["samples_per_s"] for r in done if r["samples_per_s"] is not None]
             rate = statistics.median(rates) if rates else None
-            peaks = [r["peak_gib"] for r in runs[method] if r["peak_gib"] is not None]
+            peaks = [r["peak_gib"] for r in done if r["peak_gib"] is not None]
+            failure = next((r["note"] for r in done if r["samples_per_s"] is None), None)
+            if missing[method]:
+                status, note = "not installed", f"not installed: {', '.join(missing[method])}"
+            elif not done:
+                status = "not run: out of time"
+                note = f"{status} (--time-limit {args.time_limit:g} s)" if final else f"{status} (the run was stopped)"
+            else:  # a failure in any round is shown, else the last round's note
+                status, note = ("failed" if failure else "ok"), failure or done[-1]["note"]
             rows.append({
-                "method": method, "batch": batch, "samples_per_s": rate, "rounds": rates,
-                "mfu": rate * per_sample / (args.peak_tflops * 1e12) if rate else None,
-                "mfu_dense": rate * per_sample_dense / (args.peak_tflops * 1e12) if rate else None,
-                "peak_gib": max(peaks) if peaks else None,
-                # a failure in any round is shown, else the last round's note
-                "note": next((r["note"] for r in runs[method] if r["samples_per_s"] is None), runs[method][-1]["note"]),
+                "method": method, "batch": batch, "status": status, "samples_per_s": rate, "rounds": rates,
+                "mfu": rate * result["flops_per_sample"] / peak if rate else None,
+                "mfu_dense": rate * result["flops_per_sample_dense"] / peak if rate else None,
+                "peak_gib": max(peaks) if peaks else None, "note": note,
             })
         reference = next((r["samples_per_s"] for r in rows if r["batch"] == batch and r["method"] == "hf-trainer"), None)
         for row in rows:
             if row["batch"] == batch:
                 row["vs_hf_trainer"] = row["samples_per_s"] / reference if reference and row["samples_per_s"] else None
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": device_name(device, machine), "versions": machine.versions, "python": machine.python,
-        "shape": asdict(shape),
-        "steps": args.steps, "warmup_steps": args.warmup_steps, "rounds": args.rounds,
-        "peak_tflops": args.peak_tflops, "flops_per_sample": per_sample, "flops_per_sample_dense": per_sample_dense,
-        "paratrain_options": PARATRAIN_OPTIONS, "load_average": machine.load_average, "machine": machine.to_dict(),
-        "rows": rows,
-    }
+    return rows
+
+
+def write_json(path: str, result: dict) -> None:
+    """Whole or not at all: a reader never sees half a file."""
+    partial = f"{path}.partial"
+    with open(partial, "w") as f:
+        json.dump(result, f, indent=2)
+    os.replace(partial, path)
 
 
 def table(result: dict) -> str:
@@ -474,6 +532,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="compile raw-compiled, and run paratrain-compile by default (auto: on CUDA only)")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="device peak for MFU (H100 SXM dense bf16: 989)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: 1 with --device cpu)")
+    parser.add_argument("--time-limit", type=float, metavar="SECONDS",
+                        help="start no measurement that would end later than this (rows left: 'not run: out of time')")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     defaults = {"batch_sizes": [4], "steps": 3, "warmup_steps": 2, "rounds": 1} if args.tiny else \
@@ -504,8 +564,7 @@ def main(argv: list[str] | None = None) -> None:
     result = run(args)
     print(table(result))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        write_json(args.json, result)
 
 
 if __name__ == "__main__":

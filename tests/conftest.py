@@ -45,6 +45,7 @@ LONGEST_FIRST = (
     "tests/loop/test_fit_seed.py",  # ~45
     "tests/launch/test_no_restart.py",  # ~40: two nodes, one on a disk of its own
     "tests/launch/test_reachability.py",  # ~30: a second network namespace
+    "tests/benchmarks/test_gpu_proof.py",  # ~30: the GPU proof's smoke run (three paratrain train runs, gpu_bert)
 )
 
 

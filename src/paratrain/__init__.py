@@ -34,6 +34,7 @@ _HOMES = {
     "spawn": "paratrain.launch.spawn",
     **dict.fromkeys(("RunningMean", "accuracy", "classification_report", "global_mean"), "paratrain.metrics"),
     "Runtime": "paratrain.runtime.runtime",
+    "StepResult": "paratrain.strategy.api",
     **dict.fromkeys(("Callback", "FitConfig", "FitResult", "Trainer", "fit"), "paratrain.loop"),
     **dict.fromkeys(("rank_seed", "seed_everything"), "paratrain.seeding"),
 }
@@ -55,6 +56,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from paratrain.metrics import RunningMean, accuracy, classification_report, global_mean
     from paratrain.runtime.runtime import Runtime
     from paratrain.seeding import rank_seed, seed_everything
+    from paratrain.strategy.api import StepResult
 
 
 def __getattr__(name: str) -> Any:
@@ -79,6 +81,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Runtime",
+    "StepResult",
     "spawn",
     "Checkpointer",
     "CheckpointState",

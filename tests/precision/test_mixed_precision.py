@@ -18,6 +18,7 @@ def test_fp16_overflowing_step_is_skipped_and_counted(out):
     assert overflow["params_unchanged"] is True
     assert overflow["skipped_steps"] == 1
     assert overflow["scale_after"] == overflow["scale_before"] / 2
+    assert overflow["result"] == (True, True, False)  # a step (its batch is consumed) that left the weights
 
 
 def test_fp16_clip_norm_clips_the_unscaled_gradients(out):

@@ -24,8 +24,9 @@ def _fp16_forced_overflow(rt, model, optimizer) -> dict:
     with rt.autocast():
         loss = F.mse_loss(model(x).float(), y)
     rt.backward(loss * 1e35)  # times the 65536 scale: beyond float32's 3.4e38
-    rt.step(optimizer)
+    result = rt.step(optimizer)
     return {
+        "result": (bool(result), result.stepped, result.updated),
         "params_unchanged": all(torch.equal(a, b) for a, b in zip(before, _params(model))),
         "skipped_steps": rt.precision.skipped_steps,
         "scale_before": scale,
@@ -44,7 +45,7 @@ def _fp16_clip_sees_unscaled(rt, model) -> dict:
     true_norm = torch.linalg.vector_norm(torch.stack([p.grad.float().norm() for p in model.parameters()])) / scale
     before = _params(model)
     clip = float(true_norm) / 4
-    reported = rt.step(optimizer, clip_norm=clip)
+    reported = rt.step(optimizer, clip_norm=clip).grad_norm
     update = torch.linalg.vector_norm(torch.stack([(b - a).norm() for a, b in zip(_params(model), before)]))
     return {"scale": scale, "true_norm": float(true_norm), "reported_norm": float(reported),
             "clip": clip, "update_norm": float(update)}

@@ -77,7 +77,7 @@ def resumable_run(directory: str, strategy: str, stop_at: tuple[int, int] | None
             noise = 0.01 * torch.randn_like(xb)  # the restored generators must give the same noise
             with rt.accumulate(model, steps=2):
                 rt.backward(F.mse_loss(model(xb + noise), yb))
-                stepped = rt.step(optimizer, clip_norm=10.0) is not None
+                stepped = rt.step(optimizer, clip_norm=10.0)
             if stepped:
                 step += 1
                 ckpt.save(step=step, epoch=epoch)

@@ -82,7 +82,7 @@ def train(
                 with rt.autocast():
                     loss = F.mse_loss(model(xb).float(), yb)
                 rt.backward(loss)
-                norm = rt.step(optimizer, clip_norm=clip)
+                norm = rt.step(optimizer, clip_norm=clip).grad_norm
             step_loss += float(pt.all_reduce(loss.detach(), op="mean")) / accumulate
         losses.append(step_loss)
         norms.append(float(norm) if norm is not None else float("nan"))

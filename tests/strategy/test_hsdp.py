@@ -36,7 +36,7 @@ def train_steps(rt: pt.Runtime, model, optimizer, first: int, last: int) -> dict
         start_row = step * GLOBAL + rt.rank * rows
         loss = F.mse_loss(model(x[start_row:start_row + rows]), y[start_row:start_row + rows])
         rt.backward(loss)
-        norms.append(float(rt.step(optimizer, clip_norm=CLIP)))
+        norms.append(float(rt.step(optimizer, clip_norm=CLIP).grad_norm))
         losses.append(float(pt.all_reduce(loss.detach(), op="mean")))
     return {"losses": losses, "norms": norms}
 

@@ -10,6 +10,7 @@ rank restores its own.
 from __future__ import annotations
 
 import random
+import warnings
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ def capture() -> dict[str, Any]:
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda_device"] = torch.cuda.current_device()  # the one this rank computes on
     return state
 
 
@@ -52,5 +54,19 @@ def restore(state: dict[str, Any]) -> None:
     )
     torch.set_rng_state(state["torch"])
     cuda_states = state.get("cuda") or []
-    if cuda_states and torch.cuda.is_available() and len(cuda_states) == torch.cuda.device_count():
+    if not cuda_states or not torch.cuda.is_available():
+        return
+    if len(cuda_states) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(cuda_states)
+        return
+    # Another number of visible GPUs than at the save (CUDA_VISIBLE_DEVICES, another machine): this
+    # rank's own device continues its generator; a resume that is not bit-exact says so.
+    saved_device = int(state.get("cuda_device", 0))
+    torch.cuda.set_rng_state(cuda_states[saved_device] if saved_device < len(cuda_states) else cuda_states[0],
+                             torch.cuda.current_device())
+    warnings.warn(
+        f"the checkpoint holds the random generators of {len(cuda_states)} GPU(s) and this process sees "
+        f"{torch.cuda.device_count()}: only this rank's GPU generator continues; dropout and other random draws "
+        "on the other GPUs start afresh, so the resumed run is not bit-identical to an uninterrupted one",
+        stacklevel=2,
+    )

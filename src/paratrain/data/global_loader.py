@@ -47,8 +47,9 @@ class GlobalOrderLoader(DistributedLoader):
 
     sampler: GlobalBatchSampler
 
-    def __init__(self, dataloader: Any, sampler: GlobalBatchSampler, worker_seed: int, drop_last: bool):
-        super().__init__(dataloader, sampler, worker_seed, drop_last)
+    def __init__(self, dataloader: Any, sampler: GlobalBatchSampler, worker_seed: int, drop_last: bool,
+                 device: Any = None):
+        super().__init__(dataloader, sampler, worker_seed, drop_last, device)
         #: The micro-batch last handed out, with its loss weight and whether it steps.
         self.current: MicroBatch | None = None
         #: False after loading a checkpoint of the per-rank order (older runs): its world size
@@ -92,16 +93,18 @@ class GlobalOrderLoader(DistributedLoader):
     def state_dict(self) -> dict[str, Any]:
         """Epoch, global batches trained in it and the run's global batch (plain ints/bools).
 
-        The same on every rank. A global batch whose micro-batches are only partly done
-        is not counted: it is trained again whole on resume (``Checkpointer.save`` refuses
-        to save in the middle of accumulation anyway).
+        The same on every rank. Consumed micro-batches count as for the per-rank loader (trained
+        by an optimizer step, when a Runtime reports them). A global batch whose micro-batches
+        are only partly done is not counted: it is trained again whole on resume
+        (``Checkpointer.save`` refuses to save in the middle of accumulation anyway).
         """
+        consumed = self._consumed()
         if self._fresh or not self._started:
             position = self.sampler.position
-        elif self._taken >= self._pass_len:
+        elif consumed >= self._pass_len:
             position = self.sampler.batches_per_epoch
         else:
-            position = self.sampler.position + self.sampler.steps_in(self._taken)
+            position = self.sampler.position + self.sampler.steps_in(consumed)
         state = self.sampler.state_dict(position=position)
         return {"epoch": state["epoch"], "batches": state["position"], "batch_size": self.batch_size, "sampler": state}
 
@@ -128,4 +131,5 @@ class GlobalOrderLoader(DistributedLoader):
         self._fresh = True
         self._started = False
         self._taken = 0
+        self._trained = 0
         self.current = None

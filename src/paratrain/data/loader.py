@@ -15,14 +15,22 @@ Epochs: every new ``iter(loader)`` is the next epoch, unless the loader was just
 created, restored with ``load_state_dict`` or pointed at an epoch with
 ``set_epoch`` — then that epoch (from its saved position) is used.
 
-Progress counts *consumed* batches — those handed to the training loop — not the
-indices the sampler has given to prefetching workers, so a ``state_dict()`` taken
-after ``k`` batches resumes at batch ``k + 1`` with any ``num_workers``.
+**The saved position is what the optimizer has consumed, not what the loader has handed
+out.** A training loader of ``rt.loader`` is told by its Runtime when the optimizer steps
+(``rt.step``) and when a model ``rt.setup`` returned runs forward: a step has trained the
+batches handed out before the model's last forward (all handed out, when no forward was
+seen). So a loop that draws its next batch before the step or before the save (nanoGPT
+fetches ``X, Y`` between forward and backward; a loop may save at the top of its body)
+saves a position before that batch, and the resumed run trains it. Batches prefetched by
+workers (``num_workers > 0``) are never counted: only those handed to the loop. A loader
+without a Runtime (:func:`make_loader` alone) cannot see steps and counts the batches
+handed out.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +45,7 @@ from paratrain.data.exact import ExactShardSampler
 from paratrain.data.global_order import GlobalBatchSampler, Split
 from paratrain.data.resumable import ResumableSampler, ResumableWrapper
 from paratrain.data.sampler import ResumableDistributedSampler, dataset_length
+from paratrain.data.to_device import move_to
 from paratrain.errors import DataError
 from paratrain.seeding import rank_seed
 
@@ -52,7 +61,7 @@ class RankPlace:
         world_size: processes in the job (how many shards).
         seed: the job's seed: the shuffle order (the same on every rank) and, with the
             rank, the seeds of this rank's loader workers. ``None`` counts as 0.
-        device: where the batches go: memory is pinned for a CUDA device.
+        device: where the batches go (``move_to_device``): memory is pinned for a CUDA device.
     """
 
     rank: int
@@ -69,16 +78,25 @@ class DistributedLoader:
     Build it with :func:`make_loader` or ``rt.loader(...)``.
     """
 
-    def __init__(self, dataloader: DataLoader, sampler: ResumableSampler, worker_seed: int, drop_last: bool):
+    def __init__(self, dataloader: DataLoader, sampler: ResumableSampler, worker_seed: int, drop_last: bool,
+                 device: torch.device | None = None):
         self.dataloader = dataloader
         self.sampler = sampler
         self.drop_last = drop_last
+        #: where each batch is moved before it is handed out (None: left where the DataLoader made it)
+        self.device = device
         self._worker_seed = worker_seed
         self._fresh = True  # the next iter() uses sampler.epoch/position as they are
         self._taken = 0  # batches handed out by the current pass
         self._pass_len = 0  # batches the current pass yields in all
         self._started = False
         self._listeners: list[Any] = []
+        # What the optimizer has consumed (told by a Runtime; see the module's docstring):
+        self._counts_steps = False  # a Runtime reports steps and forwards to this loader
+        self._steps_seen = False  # ... and has reported a step
+        self._trained = 0  # batches of the current pass trained by an optimizer step
+        self._at_forward: int | None = None  # batches handed out when a model last ran, since the last step
+        self._warned_untracked = False
 
     def add_position_listener(self, listener: Any) -> None:
         """Tell ``listener`` where each batch sits in its pass: ``listener.loader_batch(index, total)``
@@ -136,6 +154,9 @@ class DistributedLoader:
             generator.manual_seed((self._worker_seed + 7919 * self.sampler.epoch) % 2**63)
         self._pass_len = len(self.dataloader)
         self._taken = 0
+        self._trained = 0
+        if self._at_forward is not None:
+            self._at_forward = 0  # the model last ran before this pass: none of its batches yet
         self._started = True
         return self._count(iter(self.dataloader))
 
@@ -146,7 +167,7 @@ class DistributedLoader:
                 self._taken += 1
                 for listener in self._listeners:
                     listener.loader_batch(index, self._pass_len)
-                yield batch
+                yield batch if self.device is None else move_to(batch, self.device)
         finally:
             for listener in self._listeners:
                 listener.loader_done()
@@ -157,19 +178,56 @@ class DistributedLoader:
             return self.steps_per_epoch  # this pass is over; the next iter() starts a new epoch
         return len(self.dataloader)
 
+    # ---- what the optimizer consumed (a Runtime tells) -----------------------------------
+    def count_trained_batches(self) -> None:
+        """From now on, count as consumed only the batches an optimizer step trained, as told
+        by :meth:`model_forward` and :meth:`optimizer_stepped` (``rt.loader`` calls this)."""
+        self._counts_steps = True
+
+    def model_forward(self) -> None:
+        """A model being trained runs forward: on the batches handed out so far."""
+        self._at_forward = self._taken
+
+    def optimizer_stepped(self) -> None:
+        """The optimizer stepped: the batches handed out before the model's last forward (all
+        handed out, when no forward was reported since the last step) are trained."""
+        self._steps_seen = True
+        trained = self._taken if self._at_forward is None else self._at_forward
+        self._trained = max(self._trained, trained)
+        self._at_forward = None
+
+    def _consumed(self) -> int:
+        """Batches of the current pass that the optimizer has consumed."""
+        if not self._counts_steps:
+            return self._taken
+        untrained = self._taken - self._trained
+        if self._steps_seen or untrained <= 1:
+            return self._trained
+        # Several batches handed out and no rt.step in this process: the loop steps its optimizer
+        # itself, so the loader cannot know what was trained; the batches handed out count.
+        if not self._warned_untracked and comm.is_main():
+            self._warned_untracked = True
+            warnings.warn(f"the loader handed out {untrained} batches that no rt.step trained; saving them as "
+                          "consumed — step with rt.step(optimizer) so a checkpoint counts only trained batches",
+                          stacklevel=3)
+        return self._taken
+
     # ---- state --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Epoch, batches consumed in it, batch size and sampler state (plain ints/bools).
 
-        The same on every rank of a training loader (every rank consumes the same
-        number of batches), so saving rank 0's copy is enough.
+        Consumed means trained by an optimizer step when a Runtime reports the steps (a batch
+        drawn and not yet trained is drawn again on resume), else handed out. The same on
+        every rank of a training loader (every rank consumes the same number of batches), so
+        saving rank 0's copy is enough.
         """
+        consumed = self._consumed()
         if self._fresh or not self._started:
             position = self.sampler.position
-        elif self._taken >= self._pass_len:
+        elif consumed >= self._pass_len:
             position = self.sampler.num_samples  # the epoch is done: saved as the next one's start
         else:
-            position = self.sampler.position + self._taken * self.batch_size
+            position = self.sampler.position + consumed * self.batch_size
         sampler_state = self.sampler.state_dict(position=position)
         return {
             "epoch": sampler_state["epoch"],
@@ -198,6 +256,7 @@ class DistributedLoader:
         self._fresh = True
         self._started = False
         self._taken = 0
+        self._trained = 0
 
     def __repr__(self) -> str:
         return f"DistributedLoader({self.sampler!r}, batch_size={self.batch_size}, batches={len(self)})"
@@ -217,6 +276,7 @@ def make_loader(
     group_by_length: Sequence[int] | None = None,
     global_order: bool = False,
     grad_accum: int = 1,
+    move_to_device: bool = True,
     **dataloader_kwargs: Any,
 ) -> DistributedLoader:
     """Build this rank's loader over ``dataset``. Collective when several ranks run.
@@ -246,6 +306,11 @@ def make_loader(
             then steps on ``loader.current.sync`` and weights the loss by
             ``loader.current.loss_weight``). Training loaders only.
         grad_accum: micro-batches per optimizer step, with ``global_order``.
+        move_to_device: hand out every batch on ``place.device`` (``rt.device``): each tensor in
+            dicts, lists, tuples, namedtuples and dataclasses, non-blocking from pinned memory
+            on CUDA; anything else left as it is (:mod:`paratrain.data.to_device`). ``False``
+            leaves batches where the DataLoader made them (on the CPU), for a loop that moves
+            them itself. Nothing to do on a CPU device.
         **dataloader_kwargs: passed to DataLoader, overriding the defaults
             (``pin_memory`` on CUDA, ``persistent_workers`` when ``num_workers > 0``).
 
@@ -271,6 +336,8 @@ def make_loader(
     if global_order and (exact or sampler is not None):
         raise DataError(f"global_order orders training batches; drop it for {'exact=True' if exact else 'your own sampler'}")
     check_type("loader()", "grad_accum", grad_accum, "positive int", error=DataError)
+    check_type("loader()", "move_to_device", move_to_device, "bool", error=DataError)
+    device = place.device if move_to_device and place.device.type != "cpu" else None
     on_cuda = place.device.type == "cuda"
     options: dict[str, Any] = {
         "pin_memory": on_cuda,  # page-locked host memory makes host→GPU copies asynchronous
@@ -289,7 +356,7 @@ def make_loader(
                             "or set drop_last=False")
         batches = GlobalBatchSampler(length, split, rank, shuffle, base_seed, drop_last, group_by_length)
         dataloader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, collate_fn=collate_fn, **options)
-        return GlobalOrderLoader(dataloader, batches, worker_seed, drop_last)
+        return GlobalOrderLoader(dataloader, batches, worker_seed, drop_last, device)
     if sampler is not None:
         resumable: ResumableSampler = ResumableWrapper(sampler)
     elif exact:
@@ -308,4 +375,4 @@ def make_loader(
         collate_fn=collate_fn,
         **options,
     )
-    return DistributedLoader(dataloader, resumable, worker_seed, drop_last)
+    return DistributedLoader(dataloader, resumable, worker_seed, drop_last, device)

@@ -32,7 +32,7 @@ def evaluate(runtime: Any, task: Task, model: torch.nn.Module, eval_loader: Any)
     last = None
     for batch in eval_loader:
         watchdog.mark("evaluation")
-        last = batch = move_to(batch, runtime.device)
+        last = batch  # from rt.loader: already on the device
         with runtime.autocast():
             loss, scores = task.forward(model, batch)
         evaluator.update(scores.float(), batch)

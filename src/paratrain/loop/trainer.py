@@ -28,7 +28,6 @@ from paratrain.data.global_order import MicroBatch
 from paratrain.diagnostics import watchdog
 from paratrain.diagnostics.desync import check_same_setup
 from paratrain.errors import ConfigError
-from paratrain.loop.batches import move_to
 from paratrain.loop.cadence import Cadence
 from paratrain.loop.callbacks import Callback, CallbackList
 from paratrain.loop.checkpoints import LoopCheckpoints, metric_mode
@@ -253,7 +252,7 @@ class Trainer:
                         continue
                     watchdog.mark("optimizer")
                     skipped = self._finite.skip_step(state, [weighted for weighted, _ in step_batches], self.optimizer, self.log)
-                    norm = self.runtime.step(self.optimizer, clip_norm=c.clip_norm)
+                    norm = self.runtime.step(self.optimizer, clip_norm=c.clip_norm).grad_norm
                     self.scheduler.step()
                     state.step += 1
                     self._nonfinite.observe(state.step, [] if skipped else [weighted for weighted, _ in step_batches], norm)
@@ -286,8 +285,7 @@ class Trainer:
         the short last global batch of an epoch splits unevenly, so each micro-batch's loss is
         weighted by its share (``micro.loss_weight``, 1.0 for an even split).
         """
-        rt = self.runtime
-        batch = move_to(batch, rt.device)
+        rt = self.runtime  # the batch comes from rt.loader, already on rt.device
         watchdog.mark("forward")
         with rt.accumulate(self.model, steps=micro.micro_steps, sync=micro.sync):  # step averages the micro-batches
             with rt.autocast():

@@ -8,6 +8,7 @@ stand-in with the same methods, so the loop calls the same code everywhere.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -83,12 +84,25 @@ def _terminal(path: str) -> TextIO | None:
         return None
 
 
-def epochs(start: Any, total: int) -> Iterator[int]:
-    """Epoch numbers ``start, …, total - 1`` (0-based).
+def epochs(start: Any = 0, total: int | None = None) -> Iterator[int]:
+    """Epoch numbers ``start, …, total - 1`` (0-based), or ``start, start + 1, …`` without end.
 
     ``start`` is an int, or anything with an ``epoch`` attribute (a resumed
     state, the training loader), so a resumed run continues its epoch instead
-    of starting at 0.
+    of starting at 0; ``None`` (nothing to resume) is 0.
+
+    A loop counted in optimizer steps leaves ``total`` out and ends itself; its batches,
+    crossing epochs, are one generator (the loader starts the next epoch at each pass)::
+
+        batches = (batch for _ in rt.epochs(state) for batch in train)
+        while step < max_steps:
+            xb, yb = next(batches)
+            ...
+            if rt.step(opt):
+                step += 1
     """
     first = int(getattr(start, "epoch", start) or 0)
-    yield from range(first, int(total))
+    if total is None:
+        yield from itertools.count(first)
+    else:
+        yield from range(first, int(total))

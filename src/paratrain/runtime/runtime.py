@@ -23,13 +23,16 @@ from paratrain.diagnostics import watchdog as hang_watch
 from paratrain.diagnostics.watchdog import mark as mark_progress
 from paratrain.env import ProcessInfo, detect
 from paratrain.env.cpu_binding import bind_compute_threads, free_communication_threads, share_for, unbound_cpus
+from paratrain.runtime.input_device import refuse_inputs_elsewhere
 from paratrain.runtime.launcher_death import die_with_launcher
 from paratrain.runtime import progress as rank0_progress
 from paratrain.runtime.open_watches import OpenWatches
 from paratrain.runtime.process_group import destroy_process_group, init_process_group
 from paratrain.runtime import topology
 from paratrain.runtime.tf32 import set_tf32
+from paratrain.runtime.trained_batches import TrainedBatches
 from paratrain.seeding import rank_seed, seed_everything
+from paratrain.strategy.api import StepResult
 
 if TYPE_CHECKING:
     from paratrain.precision import Precision
@@ -130,6 +133,7 @@ class Runtime:
         self.strategy = build_strategy(self.resolved, self.process, self.precision)
         # Its own hang watchdog (names the rank the others wait for), and loaders every rank reads whole.
         self._watches = OpenWatches(stall_s, self.rank, self.world_size)
+        self._trained = TrainedBatches()  # what rt.step trained, told to the training loaders
         # Now that gloo's and the watchdog's threads exist (they keep every core): this thread, and
         # the OpenMP pool it starts, on the CPUs the launcher gave this rank (env/cpu_binding.py).
         self._all_cpus = unbound_cpus()  # what gloo threads started later get back (see setup)
@@ -165,7 +169,9 @@ class Runtime:
         Converts BatchNorm to SyncBatchNorm (``sync_batchnorm=True``), moves the model
         to ``rt.device``, wraps it for the strategy (DDP, FSDP2, DataParallel, …),
         makes its weights identical on all ranks (rank 0's, whatever each rank's
-        seed), and compiles it (``compile=True``). Optimizers created before
+        seed), and compiles it (``compile=True``). Calling the returned model with inputs
+        none of which is on ``rt.device`` raises ConfigError in one line (batches from
+        ``rt.loader`` are moved there). Optimizers created before
         ``setup`` and given to it keep working: if the strategy replaces parameters
         (FSDP shards them), their param groups are repointed in place. One created
         before and *not* given would train the replaced tensors: ``rt.step`` refuses it.
@@ -189,6 +195,10 @@ class Runtime:
             check_same_setup(self, model)
         hint_fusable(optimizers, self.device)
         prepared = self.strategy.setup(model, *optimizers)
+        wrapped = prepared[0] if optimizers else prepared
+        self._trained.watch(wrapped)
+        if not self.strategy.moves_inputs:
+            refuse_inputs_elsewhere(wrapped, self.device)  # a batch left on the CPU fails in one line
         if self.cpu_share is not None:
             free_communication_threads(self._all_cpus)  # groups the strategy made (DeepSpeed's) talk on every CPU
         return prepared
@@ -201,13 +211,20 @@ class Runtime:
 
     def step(
         self, optimizer: torch.optim.Optimizer, clip_norm: float | None = None, model: torch.nn.Module | None = None
-    ) -> torch.Tensor | None:
+    ) -> StepResult:
         """Unscale → average accumulated gradients → clip → optimizer step (skipped on
         inf/NaN under fp16) → scaler update → zero_grad.
 
-        Returns the gradient norm before clipping when ``clip_norm`` is given, else
-        None; on a non-final accumulation micro-step does nothing and returns None.
-        Collective for sharded strategies (the norm spans all shards).
+        Returns a :class:`~paratrain.strategy.api.StepResult`, true exactly when the
+        optimizer stepped: false on a non-final accumulation micro-step (which does
+        nothing), true at the end of a cycle — also when fp16's scaler skipped the update
+        on inf/NaN gradients (``result.updated`` is then False; the step counts, its batches
+        are consumed). ``result.grad_norm`` is the gradient norm before clipping when
+        ``clip_norm`` is given. So ``if rt.step(opt): step += 1`` counts optimizer steps.
+
+        A step that ran also moves the data position of this Runtime's training loaders past
+        the batches it trained (see :meth:`loader`). Collective for sharded strategies (the
+        norm spans all shards).
 
         Raises:
             ConfigError: the optimizer holds parameters that ``setup`` replaced (fsdp)
@@ -215,9 +232,11 @@ class Runtime:
         """
         self._watches.check_step()
         mark_progress("optimizer")
-        norm = self.strategy.step(optimizer, clip_norm=clip_norm, model=model)
+        result = self.strategy.step(optimizer, clip_norm=clip_norm, model=model)
+        if result:
+            self._trained.stepped()
         mark_progress("logging")  # between steps: what the loop does before its next batch
-        return norm
+        return result
 
     def accumulate(self, model: torch.nn.Module, steps: int | None = None, sync: bool | None = None):
         """Context for one micro-step of gradient accumulation.
@@ -308,6 +327,12 @@ class Runtime:
         See :func:`paratrain.data.make_loader` for the options (``shuffle``, ``exact``,
         ``num_workers``, ``drop_last``, ``collate_fn``, ``sampler``, ``seed``, ``group_by_length``,
         ``global_order`` with ``grad_accum``: one trajectory at any world size).
+
+        Batches come out on ``rt.device`` (``move_to_device=False`` leaves them on the CPU).
+        A training loader's saved position is what the optimizer has consumed: the batches
+        that an ``rt.step`` trained — those handed out before the last forward of a model
+        ``setup`` returned — not a batch drawn ahead of the step or of the save
+        (:mod:`paratrain.runtime.trained_batches`).
         """
         from paratrain.data import RankPlace, make_loader
 
@@ -315,6 +340,7 @@ class Runtime:
         loader = make_loader(place, dataset, batch_size, **options)
         if not options.get("exact"):  # a training loader: its epoch ends flush gradient accumulation
             loader.add_position_listener(self.strategy.accumulation)
+            self._trained.track(loader)
         loader.add_position_listener(hang_watch.LoaderProgress("evaluation" if options.get("exact") else "forward"))
         return loader
 
@@ -328,8 +354,10 @@ class Runtime:
         return gather(*values, dst=dst)
 
     # ---- loop helpers (paratrain.loop) ------------------------------------------------
-    def epochs(self, start: Any, total: int):
-        """Epoch numbers from ``start`` (an int, or a resumed state / loader with ``.epoch``) to ``total - 1``."""
+    def epochs(self, start: Any = 0, total: int | None = None):
+        """Epoch numbers from ``start`` (an int, or a resumed state / loader with ``.epoch``;
+        ``None``: 0) to ``total - 1``, or without end when ``total`` is None — for loops
+        counted in steps, which end themselves (see :func:`paratrain.runtime.progress.epochs`)."""
         return rank0_progress.epochs(start, total)
 
     def progress(self, iterable: Any = None, **tqdm_options: Any):

@@ -53,6 +53,37 @@ SETUP_MARK = "_paratrain_strategy"
 
 
 @dataclasses.dataclass(frozen=True)
+class StepResult:
+    """What one ``rt.step(optimizer)`` did; true exactly when the optimizer stepped.
+
+    ``if rt.step(opt): step += 1`` counts optimizer steps whatever the accumulation.
+
+    Attributes:
+        stepped: this call ended an accumulation cycle: the optimizer step ran and the
+            gradients were cleared, so the micro-batches of the cycle count as trained
+            (a checkpoint's data position moves past them). False on a non-final micro-step,
+            where nothing happens.
+        updated: the weights changed. False when ``stepped`` is and fp16's GradScaler found
+            inf/NaN gradients and skipped the update (it lowered the loss scale instead): the
+            step still counts — its batches are consumed and replaying them would not give the
+            same numbers, since the scale changed — as torch's ``scaler.step`` counts it.
+        grad_norm: the gradient norm before clipping when ``clip_norm`` was given (and the
+            optimizer stepped), else None.
+    """
+
+    stepped: bool
+    updated: bool = False
+    grad_norm: torch.Tensor | None = None
+
+    def __bool__(self) -> bool:
+        return self.stepped
+
+
+#: ``rt.step`` on a non-final accumulation micro-step.
+NOT_STEPPED = StepResult(stepped=False)
+
+
+@dataclasses.dataclass(frozen=True)
 class StrategyOptions:
     """A strategy's options (the base has none). Subclasses declare one field per option with
     :func:`~paratrain.arguments.option_field` (its help becomes the ``paratrain train`` flag's)
@@ -110,6 +141,8 @@ class Strategy(abc.ABC):
     #: Why the fit loop may not drop a step's update (``on_nonfinite="skip"``) with this
     #: strategy, or None when it may (the gradients are the loop's to discard).
     refuses_skipped_steps: ClassVar[str | None] = None
+    #: True when the wrapper moves the forward's inputs to the device itself (so inputs elsewhere are fine).
+    moves_inputs: ClassVar[bool] = False
 
     def __init__(self, **options: Any):
         self.options = self.parse_options(options)
@@ -242,14 +275,15 @@ class Strategy(abc.ABC):
 
     def step(
         self, optimizer: torch.optim.Optimizer, clip_norm: float | None = None, model: torch.nn.Module | None = None
-    ) -> torch.Tensor | None:
+    ) -> StepResult:
         """Unscale → clip → step → scaler update → ``zero_grad``.
 
-        Returns the total gradient norm before clipping when ``clip_norm`` is given,
-        else None; also None (and nothing happens) on a non-final accumulation micro-step.
+        Returns a :class:`StepResult`: true when the optimizer stepped, with the total gradient
+        norm before clipping when ``clip_norm`` is given; false (and nothing happens) on a
+        non-final accumulation micro-step.
         """
         if not self.accumulation.should_step:
-            return None
+            return NOT_STEPPED
         check_trains_current_parameters(optimizer)
         self.guard.check_step(optimizer)
         self.precision.unscale(optimizer)
@@ -263,10 +297,10 @@ class Strategy(abc.ABC):
                 norm = self.clip_grad_norm(params, clip_norm)
         else:
             self.accumulation.take_pending()  # the count restarts, as average() does
-        self.precision.optimizer_step(optimizer)
+        updated = self.precision.optimizer_step(optimizer)
         optimizer.zero_grad(set_to_none=True)
         self.guard.stepped()
-        return norm
+        return StepResult(stepped=True, updated=updated, grad_norm=norm)
 
     def clip_grad_norm(self, parameters: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
         """Scale gradients so their global L2 norm is at most ``max_norm``; return the norm before.

@@ -76,6 +76,12 @@ class DDPStrategy(Strategy):
             super().__post_init__()
             parse_compression(self.grad_compression)
 
+    @property
+    def moves_inputs(self) -> bool:
+        # With device_ids (every CUDA rank), torch's DDP moves the forward's inputs to its device:
+        # a model(**batch) whose labels travel with the inputs works from CPU batches, as under torch.
+        return self.device.type == "cuda"
+
     def connect(self, process, device, precision, sync_batchnorm=False, compile=False) -> DDPStrategy:
         super().connect(process, device, precision, sync_batchnorm, compile)
         self.gradient_comm = GradientCommunication(

@@ -26,7 +26,7 @@ import torch
 from paratrain.arguments import option, option_field
 from paratrain.errors import ConfigError, MissingDependencyError, require
 from paratrain.strategy import register_strategy
-from paratrain.strategy.api import Strategy, StrategyOptions
+from paratrain.strategy.api import NOT_STEPPED, StepResult, Strategy, StrategyOptions
 from paratrain.strategy.deepspeed_state import ZeroStateAccess
 
 _NEEDS = ("deepspeed", "deepspeed", "strategy 'deepspeed'")  # module, paratrain extra, what needs it
@@ -162,13 +162,15 @@ class DeepSpeedStrategy(Strategy):
                 "pt.Runtime(strategy='deepspeed', ...) instead of step(clip_norm=...)"
             )
         if not self.accumulation.should_step:
-            return None
+            return NOT_STEPPED
         self.guard.check_step(optimizer)
         self.accumulation.take_pending()  # the loss was divided in backward (the engine owns the gradients)
         self.engine.step()
         self.guard.stepped()
-        norm = self.engine.get_global_grad_norm()
-        return None if norm is None else torch.as_tensor(norm)
+        norm = self.engine.get_global_grad_norm()  # the engine's, when its clipping computed one
+        # was_step_applied() is False when the engine's fp16 loss scaler skipped the update on inf/NaN.
+        return StepResult(stepped=True, updated=bool(self.engine.was_step_applied()),
+                          grad_norm=None if norm is None else torch.as_tensor(norm))
 
     def accumulate(self, model: torch.nn.Module, steps: int | None = None, sync: bool | None = None):
         """One micro-step (see :meth:`Strategy.accumulate`).

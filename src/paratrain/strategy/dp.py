@@ -18,6 +18,7 @@ from paratrain.strategy.api import Strategy
 @register_strategy
 class DataParallelStrategy(Strategy):
     name = "dp"
+    moves_inputs = True  # DataParallel scatters CPU inputs over the GPUs
 
     @classmethod
     def check(cls, world_size, options, sync_batchnorm=False, compile=False) -> None:

@@ -50,6 +50,7 @@ class FSDPStrategy(Strategy):
 
     name = "fsdp"
     sharded_state = True
+    moves_inputs = True  # FSDP2's root module moves the inputs to its device
 
     @dataclass(frozen=True)
     class Options(StrategyOptions):

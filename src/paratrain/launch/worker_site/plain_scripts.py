@@ -19,6 +19,8 @@ is imported at interpreter start: :func:`install` only registers an import hook)
 * **one rank tag per line.** torch's ``init_process_group`` installs an excepthook that
   writes ``[rankN]:`` before every traceback line; the launcher tags every line already, so
   the hook the process had is kept.
+* **a calm exit.** ``destroy_process_group`` first gives gloo's threads a moment with the GIL
+  released, as ``pt.Runtime`` does when it leaves its group.
 """
 
 from __future__ import annotations
@@ -27,11 +29,15 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+import time
 from collections.abc import Callable
 from types import ModuleType
 
 from paratrain.env import cpu_binding
 from paratrain.env.torchelastic import LINE_PREFIX_VAR, store_attempt
+
+#: What pt.Runtime waits before leaving a group (runtime/process_group.py; not imported: it imports torch).
+GLOO_DRAIN_S = 0.05
 
 #: module name → what to do to it right after torch executed it
 _PATCHES: dict[str, Callable[[ModuleType], None]] = {}
@@ -72,6 +78,21 @@ def _group_settings(module: ModuleType) -> None:
     init_process_group.__wrapped__ = init
     init_process_group.__doc__ = init.__doc__
     module.init_process_group = init_process_group
+
+    destroy = getattr(module, "destroy_process_group", None)
+    if destroy is None:
+        return
+
+    def destroy_process_group(*args, **kwargs):
+        # As pt.Runtime leaves a group (runtime/process_group.py): a moment with the GIL released
+        # lets gloo's threads drop finished collectives before the group is freed.
+        if module.is_initialized():
+            time.sleep(GLOO_DRAIN_S)
+        return destroy(*args, **kwargs)
+
+    destroy_process_group.__wrapped__ = destroy
+    destroy_process_group.__doc__ = destroy.__doc__
+    module.destroy_process_group = destroy_process_group
 
 
 _PATCHES["torch.distributed.rendezvous"] = _attempt_keys
