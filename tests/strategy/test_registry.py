@@ -51,7 +51,11 @@ def test_fsdp_with_one_process_is_refused():
 
 
 def test_only_sharded_strategies_declare_sharded_state():
-    assert {name for name, cls in STRATEGIES.items() if cls.sharded_state} == {"fsdp"}  # deepspeed checkpoints gather whole tensors
+    from paratrain.strategy.fsdp import FSDPStrategy
+
+    sharded = {name for name, cls in STRATEGIES.items() if issubclass(cls, FSDPStrategy)}  # fsdp and its kind (hsdp)
+    assert {name for name, cls in STRATEGIES.items() if cls.sharded_state} == sharded >= {"fsdp"}
+    assert not STRATEGIES["deepspeed"].sharded_state  # deepspeed checkpoints gather whole tensors
 
 
 def test_dp_trains_like_single():

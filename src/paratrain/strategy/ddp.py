@@ -8,6 +8,7 @@ to ``torch.nn.parallel.DistributedDataParallel``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,10 @@ from paratrain.strategy.api import Strategy, StrategyOptions
 from paratrain.strategy.grad_compression import parse_compression
 from paratrain.strategy.gradient_comm import GradientCommunication
 from paratrain.strategy.unused_parameters import unused_parameters_message
+
+
+#: The options that go to torch's ``DistributedDataParallel`` as they are.
+_TORCH_ARGUMENTS = ("find_unused_parameters", "static_graph", "bucket_cap_mb", "broadcast_buffers")
 
 
 class AdvisingDistributedDataParallel(DistributedDataParallel):
@@ -52,7 +57,7 @@ class DDPStrategy(Strategy):
 
     @dataclass(frozen=True)
     class Options(StrategyOptions):
-        """The first five go to torch's ``DistributedDataParallel`` as they are."""
+        """All but ``grad_compression`` go to torch's ``DistributedDataParallel`` as they are."""
 
         find_unused_parameters: bool = option_field(
             False, "allow parameters that get no gradient in a step (slower: DDP searches the autograd graph "
@@ -97,11 +102,11 @@ class DDPStrategy(Strategy):
             return module
         if not any(p.requires_grad for p in module.parameters()):
             raise ConfigError("strategy 'ddp' needs a model with trainable parameters; this one has none")
-        o = self.options
-        kwargs = {"find_unused_parameters": o.find_unused_parameters, "static_graph": o.static_graph,
-                  "gradient_as_bucket_view": o.gradient_as_bucket_view, "broadcast_buffers": o.broadcast_buffers}
-        if o.bucket_cap_mb is not None:
-            kwargs["bucket_cap_mb"] = o.bucket_cap_mb
+        # What differs from torch's defaults (the Options' defaults are torch's, but for the bucket
+        # view): torch warns about some arguments merely given (broadcast_buffers in 2.13).
+        kwargs = {"gradient_as_bucket_view": self.options.gradient_as_bucket_view}
+        kwargs.update((field.name, getattr(self.options, field.name)) for field in dataclasses.fields(self.options)
+                      if field.name in _TORCH_ARGUMENTS and getattr(self.options, field.name) != field.default)
         if self.device.type == "cuda":
             kwargs.update(device_ids=[self.device.index], output_device=self.device.index)
         self.gradient_comm.choose(module)  # the link is measured over the default group, DDP's

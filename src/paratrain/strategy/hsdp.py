@@ -36,9 +36,9 @@ class HSDPStrategy(FSDPStrategy):
     @dataclass(frozen=True)
     class Options(FSDPStrategy.Options):
         replicate: int | None = option_field(
-            None, "hsdp: replicas of the model (the mesh's first dimension; default: the number of nodes)", metavar="N")
+            None, "replicas of the model (the mesh's first dimension; default: the number of nodes)", metavar="N")
         shard: int | None = option_field(
-            None, "hsdp: processes that share one replica's shards (default: processes per node)", metavar="N")
+            None, "processes that share one replica's shards (default: processes per node)", metavar="N")
 
         def __post_init__(self) -> None:
             """Raises:
