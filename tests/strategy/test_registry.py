@@ -117,3 +117,97 @@ def test_weight_checksum_is_exact_and_sees_permutations():
     nudged = weights.clone()
     nudged[500] = torch.nextafter(nudged[500], torch.tensor(10.0))
     assert not torch.equal(_checksum(weights), _checksum(nudged))
+
+
+# ---- a strategy owns its options; objects, and what registers ---------------------------------------------
+
+
+def test_a_built_strategy_or_precision_object_stands_for_its_name_and_options():
+    given = pt.DDP(find_unused_parameters=True)
+    rt = pt.Runtime(strategy=given, precision=pt.BF16Mixed())
+    assert rt.strategy is not given and rt.strategy.name == "ddp"  # the Runtime connects a copy of its own
+    assert rt.strategy.options.find_unused_parameters is True and rt.precision.name == "bf16-mixed"
+    rt.close()
+    with pytest.raises(pt.ConfigError, match="give the options to the strategy object"):
+        pt.Runtime(strategy=given, bucket_cap_mb=1)
+    with pytest.raises(pt.ConfigError, match="find_unused_parameters must be bool, got 'yes'"):
+        pt.DDP(find_unused_parameters="yes")
+    with pytest.raises(pt.ConfigError, match="strategy 'fsdp' does not take grad_compression; it accepts: wrap_modules"):
+        pt.FSDP(grad_compression="bf16")
+
+
+def test_the_options_dataclass_is_where_the_checks_come_from():
+    assert pt.DDP.option_names() == tuple(f.name for f in __import__("dataclasses").fields(pt.DDP.Options))
+    assert set(pt.FSDP.option_names()) < set(pt.HSDP.option_names())  # hsdp: fsdp's and the mesh's
+    with pytest.raises(pt.ConfigError, match="must be 1, 2 or 3, got 4"):
+        pt.DeepSpeed.parse_options({"zero_stage": 4})
+
+
+def test_a_registered_strategy_is_a_name_everywhere(monkeypatch):
+    from dataclasses import dataclass
+
+    from paratrain.arguments import option_field
+    from paratrain.runtime.resolve import resolve
+
+    monkeypatch.setattr("paratrain.strategy.STRATEGIES", dict(STRATEGIES))  # undone after the test
+
+    @pt.register_strategy
+    class LoggingDDP(pt.DDP):
+        name = "logging-ddp"
+
+        @dataclass(frozen=True)
+        class Options(pt.DDP.Options):
+            every: int = option_field(10, "log the gradient norm every N steps", metavar="N")
+
+    from paratrain import strategy
+
+    assert strategy.STRATEGIES["logging-ddp"] is LoggingDDP and "logging-ddp" in strategy.strategy_names()
+    assert resolve("logging-ddp", world_size=2, strategy_options={"every": 5}).strategy_class is LoggingDDP
+    with pytest.raises(pt.ConfigError, match="'every' must be|every must be int"):
+        resolve("logging-ddp", world_size=2, strategy_options={"every": "often"})
+    with pytest.raises(pt.ConfigError, match="register_strategy takes a Strategy subclass"):
+        pt.register_strategy(object)
+
+
+def test_a_registered_precision_is_a_name(monkeypatch):
+    from paratrain import precision
+
+    monkeypatch.setattr("paratrain.precision.PRECISIONS", dict(precision.PRECISIONS))
+
+    @pt.register_precision
+    class LoudFP32(pt.FP32):
+        name = "32-loud"
+
+    assert pt.Runtime(precision="32-loud").precision.name == "32-loud"
+    assert pt.Runtime(precision=LoudFP32()).precision.name == "32-loud"
+
+
+def test_a_registered_environment_gives_workers_their_place_and_launchers_their_node_flags():
+    from paratrain.env import ENVIRONMENTS, ProcessInfo, detect
+    from paratrain.launch.env_defaults import environment_defaults
+
+    class Grid(pt.ClusterEnvironment):
+        name = "grid"
+
+        def detected(self, environ):
+            return "GRID_TASK" in environ
+
+        def read(self, environ):
+            return ProcessInfo(rank=int(environ["GRID_TASK"]), local_rank=0, world_size=2, local_world_size=1,
+                               node_rank=int(environ["GRID_TASK"]), num_nodes=2, master_addr="10.0.0.1",
+                               master_port=2999, source=self.name)
+
+        def launch_defaults(self, environ):
+            info = self.read(environ)
+            return {"nnodes": 2, "node_rank": info.node_rank, "master_addr": "10.0.0.1", "master_port": 2999}
+
+    before = list(ENVIRONMENTS)
+    try:
+        pt.register_environment(Grid())
+        assert [e.name for e in ENVIRONMENTS][:2] == ["torchrun", "grid"]  # torchrun's still describe its workers
+        assert detect({"GRID_TASK": "1"}).source == "grid" and detect({"GRID_TASK": "1"}).rank == 1
+        assert environment_defaults({"GRID_TASK": "1"}) == {"nnodes": 2, "node_rank": 1, "master_addr": "10.0.0.1",
+                                                            "master_port": 2999}
+        assert environment_defaults({}) is None  # one plain process says nothing
+    finally:
+        ENVIRONMENTS[:] = before
