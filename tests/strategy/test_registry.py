@@ -211,3 +211,29 @@ def test_a_registered_environment_gives_workers_their_place_and_launchers_their_
         assert environment_defaults({}) is None  # one plain process says nothing
     finally:
         ENVIRONMENTS[:] = before
+
+
+def test_the_fit_loop_hands_its_clip_norm_to_a_strategy_whose_engine_clips():
+    from paratrain.loop.config import FitConfig
+
+    by_name = FitConfig(strategy="deepspeed", clip_norm=1.0).with_options(zero_stage=3)
+    assert by_name.strategy_arguments() == {"strategy": "deepspeed", "zero_stage": 3, "gradient_clipping": 1.0}
+    built = FitConfig(strategy=pt.DeepSpeed(zero_stage=3), clip_norm=1.0).strategy_arguments()["strategy"]
+    assert built.given_options == {"zero_stage": 3, "gradient_clipping": 1.0}
+    assert FitConfig(strategy="ddp", clip_norm=1.0).strategy_arguments() == {"strategy": "ddp"}  # it clips in step
+
+
+def test_the_strategies_page_lists_every_registered_strategy_and_option():
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs" / "strategies.md").read_text()
+    rows: dict[str, str] = {}
+    for line in page.splitlines():
+        if line.startswith("| `"):
+            rows.setdefault(line.split("|")[1].strip(" `"), line)  # the first table: names and options
+    for name, cls in STRATEGIES.items():
+        assert name in rows, f"docs/strategies.md has no row for {name!r}"
+        inherited = {option for base in cls.__mro__[1:] if base in STRATEGIES.values() and f"`{base.name}`'s" in rows[name]
+                     for option in base.option_names()}
+        for option in set(cls.option_names()) - inherited:
+            assert f"`{option}`" in rows[name], f"docs/strategies.md: {name}'s option {option!r} is missing"
