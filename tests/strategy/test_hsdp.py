@@ -1,6 +1,6 @@
 """hsdp on 4 real gloo processes as 2 nodes × 2 (two `paratrain run` launchers over 127.0.0.1):
 the numbers of one process with the whole batch, a mesh whose shard groups are the nodes, and a
-checkpoint that fsdp on 4, ddp on 2 and one plain process resume on the same trajectory.
+checkpoint that fsdp on the same 4, ddp on 2 and one plain process resume on the same trajectory.
 
 Run as a module under `paratrain run`, this file is the job every node runs (:func:`node_job`).
 """
@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import paratrain as pt
+from paratrain.env import detect
 from tests.launch.processes import finish, start
 from tests.strategy.recipes import CLIP, SEED, Net, dataset, flat_state, sgd
 from tests.support import clean_env, free_port, paratrain_cmd
@@ -42,7 +43,8 @@ def train_steps(rt: pt.Runtime, model, optimizer, first: int, last: int) -> dict
 
 
 def node_job(out: str) -> None:
-    """What every process of the 2 × 2 job runs: train, checkpoint at SAVE_AT, train on; rank 0 writes the record."""
+    """What every process of the 2 × 2 job runs: train, checkpoint at SAVE_AT, train on; then, in the
+    same 4 processes, resume that checkpoint on fsdp (1-D over all 4). Rank 0 writes the record."""
     rt = pt.Runtime(strategy="hsdp", seed=SEED)
     model = Net()
     model, optimizer = rt.setup(model, sgd(model.parameters()))
@@ -52,13 +54,15 @@ def node_job(out: str) -> None:
     second = train_steps(rt, model, optimizer, SAVE_AT, STEPS)
     state = flat_state(rt.full_state_dict(model))
     nodes = pt.all_gather_object(rt.strategy.process.node_rank)
-    if rt.is_main:
-        record = {"losses": first["losses"] + second["losses"], "norms": first["norms"] + second["norms"],
-                  "state": state, "mesh": mesh.mesh.tolist(), "mesh_dims": list(mesh.mesh_dim_names), "nodes": nodes,
-                  "local_numel": sum(p.to_local().numel() for p in model.parameters()),
-                  "full_numel": sum(p.numel() for p in model.parameters())}
-        (Path(out) / "record.json").write_text(json.dumps(record))
+    auto_sees = detect().num_nodes  # what strategy="auto" is given: 2 nodes, so a sharded model gets hsdp
+    record = {"losses": first["losses"] + second["losses"], "norms": first["norms"] + second["norms"],
+              "state": state, "mesh": mesh.mesh.tolist(), "mesh_dims": list(mesh.mesh_dim_names), "nodes": nodes,
+              "auto_sees_nodes": auto_sees, "local_numel": sum(p.to_local().numel() for p in model.parameters()),
+              "full_numel": sum(p.numel() for p in model.parameters())}
     rt.close()
+    record["fsdp_resumed"] = resume_job("fsdp", str(Path(out) / "ckpt"))
+    if pt.rank() == 0:
+        (Path(out) / "record.json").write_text(json.dumps(record))
 
 
 def resume_job(strategy: str, directory: str) -> dict:
@@ -122,13 +126,19 @@ def test_the_mesh_shards_inside_a_node_and_replicates_across_nodes(two_nodes):
     assert record["mesh_dims"] == ["replicate", "shard"]
     assert record["mesh"] == [[0, 1], [2, 3]] and record["nodes"] == [0, 0, 1, 1]  # a row of the mesh is a node
     assert record["local_numel"] < 0.6 * record["full_numel"]  # each rank keeps half: shards over 2, not 4
+    assert record["auto_sees_nodes"] == 2
 
 
-@pytest.mark.parametrize("strategy, nprocs", [("fsdp", 4), ("ddp", 2)])
-def test_a_checkpoint_of_hsdp_resumes_on_another_strategy_and_world_size(two_nodes, strategy, nprocs):
+def test_a_checkpoint_of_hsdp_resumes_on_fsdp_over_the_four_processes(two_nodes):
+    _, record = two_nodes
+    assert record["fsdp_resumed"]["strategy"] == "fsdp"
+    assert_same(record["fsdp_resumed"], record, STEPS - SAVE_AT)
+
+
+def test_a_checkpoint_of_hsdp_resumes_on_ddp_with_two_processes(two_nodes):
     out, record = two_nodes
-    resumed = pt.spawn(resume_job, nprocs=nprocs, args=(strategy, str(out / "ckpt")))
-    assert resumed["strategy"] == strategy
+    resumed = pt.spawn(resume_job, nprocs=2, args=("ddp", str(out / "ckpt")))
+    assert resumed["strategy"] == "ddp"
     assert_same(resumed, record, STEPS - SAVE_AT)
 
 
@@ -147,6 +157,15 @@ def test_a_mesh_that_is_not_the_world_size_is_refused_in_one_line():
     with pytest.raises(pt.ConfigError, match=r"hsdp replicate × shard must be the number of processes, 4; got "
                                              r"replicate=2, shard=3"):
         resolve("hsdp", world_size=4, strategy_options={"replicate": 2, "shard": 3})
+
+
+@pytest.mark.parametrize("world_size, num_nodes, chosen", [(4, 2, "hsdp"), (4, 1, "fsdp"), (1, 1, "single")])
+def test_auto_shards_inside_the_nodes_when_the_model_asks_to_be_sharded(world_size, num_nodes, chosen):
+    from paratrain.runtime.resolve import resolve
+
+    asked = resolve("auto", world_size=world_size, num_nodes=num_nodes, strategy_options={"min_params": 1000})
+    assert asked.strategy == chosen
+    assert resolve("auto", world_size=world_size, num_nodes=num_nodes).strategy == ("ddp" if world_size > 1 else "single")
 
 
 if __name__ == "__main__":

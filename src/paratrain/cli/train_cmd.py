@@ -205,6 +205,7 @@ def resolve_for_workers(config, nproc_per_node: int, nnodes: str | None, backend
         try:
             strategy = config.strategy_arguments()
             resolve(strategy.pop("strategy"), config.precision, backend or "auto", world_size=nproc_per_node * nodes,
+                    num_nodes=nodes,
                     tf32=config.tf32, sync_batchnorm=config.sync_batchnorm, compile=config.compile,
                     strategy_options=strategy)
             return

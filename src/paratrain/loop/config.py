@@ -13,7 +13,7 @@ from paratrain.arguments import check_type, option, option_field, options_field,
 from paratrain.diagnostics.watchdog import DEFAULT_STALL_TIMEOUT_S
 from paratrain.errors import ConfigError
 from paratrain.precision import precision_names
-from paratrain.strategy import AUTO_SEVERAL, Strategy, strategy_names
+from paratrain.strategy import AUTO_SEVERAL, AUTO_SHARDED_NODES, AUTO_SHARDED_ONE_NODE, Strategy, strategy_names
 
 SCHEDULES = ("linear", "constant")
 NONFINITE_POLICIES = ("stop", "skip")  # see paratrain.loop.nonfinite
@@ -85,7 +85,9 @@ class FitConfig:
                                          metavar="N")
     # pt.fit also takes a strategy object (pt.DDP(...)), which brings its options
     strategy: str | Strategy = option_field(
-        "auto", lambda: f"{strategy_names()} (auto: {AUTO_SEVERAL} on several processes)", metavar="NAME",
+        "auto", lambda: f"{strategy_names()} (auto: {AUTO_SEVERAL} on several processes; given an option of "
+        f"{AUTO_SHARDED_ONE_NODE}'s, {AUTO_SHARDED_ONE_NODE} on one node and {AUTO_SHARDED_NODES} on several)",
+        metavar="NAME",
         flag_type=str)
     precision: str = option_field("32-true", precision_names, metavar="NAME")
     # pt.fit(model) builds the model before the fit starts: seed before building it.

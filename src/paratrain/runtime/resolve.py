@@ -57,6 +57,7 @@ def resolve(
     backend: str = "auto",
     *,
     world_size: int,
+    num_nodes: int = 1,
     local_rank: int | None = None,
     tf32: bool = True,
     sync_batchnorm: bool = False,
@@ -67,6 +68,7 @@ def resolve(
     """Resolve and check a run's settings for a job of ``world_size`` processes. Not collective.
 
     Args:
+        num_nodes: the job's nodes (``auto`` shards inside nodes on several: ``hsdp``).
         strategy: a registered name or a built :class:`Strategy` (which brings its options).
         precision: a registered name or a :class:`Precision` object (its class is what counts).
         local_rank: this worker's rank on its node: its GPU is chosen and made current (the
@@ -97,7 +99,7 @@ def resolve(
     if local_rank is not None:
         use_device(device)
     check_precision(precision, device if device.type != "cuda" or device.index is not None else None)
-    strategy_cls, options = choose_strategy(strategy, world_size, strategy_options, sync_batchnorm, compile)
+    strategy_cls, options = choose_strategy(strategy, world_size, strategy_options, sync_batchnorm, compile, num_nodes)
     precision_cls = precision_class(precision)
     return RunSetup(
         strategy=strategy_cls.name,

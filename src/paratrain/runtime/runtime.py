@@ -111,6 +111,7 @@ class Runtime:
         # Every name and combination checked before any rendezvous, so a typo fails fast on every
         # rank; the device is made current first (NCCL and the bf16 check ask for "the current GPU").
         self.resolved = resolve(strategy, precision, backend, world_size=self.process.world_size,
+                                num_nodes=self.process.num_nodes,
                                 local_rank=self.process.local_rank, tf32=tf32, sync_batchnorm=sync_batchnorm,
                                 compile=compile, strategy_options=strategy_options, call="pt.Runtime()")
         self.backend, self.device = self.resolved.backend, self.resolved.device

@@ -1,7 +1,8 @@
 """Strategies by name: the registry, and ``auto``.
 
 =============  ==========================================================================
-``auto``       ``ddp`` with more than one process, else ``single`` (takes ``ddp``'s options)
+``auto``       ``ddp`` with more than one process, else ``single`` (takes ``ddp``'s options);
+               asked to shard (an option of ``fsdp``'s): ``fsdp`` on one node, ``hsdp`` on several
 ``single``     one device, no wrapper
 ``dp``         ``torch.nn.DataParallel`` over all GPUs of one process (legacy, comparison)
 ``ddp``        ``DistributedDataParallel``, one process per device
@@ -37,8 +38,9 @@ if TYPE_CHECKING:
 #: Registered strategies by name, in registration order (help texts list them so).
 STRATEGIES: dict[str, type[Strategy]] = {}
 
-#: What ``auto`` becomes: with several processes, and with one.
+#: What ``auto`` becomes: with several processes, and with one; asked to shard, on one node and on several.
 AUTO_SEVERAL, AUTO_ONE = "ddp", "single"
+AUTO_SHARDED_ONE_NODE, AUTO_SHARDED_NODES = "fsdp", "hsdp"
 
 _StrategyType = TypeVar("_StrategyType", bound=type)
 
@@ -69,15 +71,17 @@ def strategy_class(strategy: str | Strategy) -> type[Strategy] | None:
 
 
 def choose_strategy(strategy: str | Strategy, world_size: int, options: Mapping[str, Any] | None = None,
-                    sync_batchnorm: bool = False, compile: bool = False,
+                    sync_batchnorm: bool = False, compile: bool = False, num_nodes: int = 1,
                     ) -> tuple[type[Strategy], dict[str, Any]]:
     """The strategy class that ``strategy`` (a name or a built object) means for ``world_size``
-    processes, and the options to build it with, checked (:meth:`Strategy.parse_options`,
-    :meth:`Strategy.check`). Needs no process group.
+    processes on ``num_nodes`` nodes, and the options to build it with, checked
+    (:meth:`Strategy.parse_options`, :meth:`Strategy.check`). Needs no process group.
 
-    ``auto`` is ``ddp`` with more than one process, else ``single``, and takes ``ddp``'s options:
-    one process sends no gradients, so what was asked for a job of several is dropped. A built
-    object brings its own options (``options`` must then be empty).
+    ``auto`` (:func:`auto_strategy`) is ``ddp`` with more than one process, else ``single``, and
+    takes ``ddp``'s options; a model that asks to be sharded (an option only ``fsdp`` takes, such
+    as ``min_params``) gets ``fsdp`` on one node and ``hsdp`` on several. One process sends no
+    gradients, so what was asked for a job of several is dropped. A built object brings its own
+    options (``options`` must then be empty).
 
     Raises:
         ConfigError: unknown name (lists the valid ones), an option the strategy does not take
@@ -93,12 +97,32 @@ def choose_strategy(strategy: str | Strategy, world_size: int, options: Mapping[
     else:
         check_strategy_name(strategy)
         if strategy == "auto":
-            STRATEGIES[AUTO_SEVERAL].parse_options(options)  # auto takes ddp's options: a typo is still one
-            strategy = AUTO_SEVERAL if world_size > 1 else AUTO_ONE
+            strategy = auto_strategy(world_size, num_nodes, options)
             options = options if world_size > 1 else {}
         cls = STRATEGIES[strategy]
     cls.check(world_size, cls.parse_options(options), sync_batchnorm, compile)
     return cls, options
+
+
+def auto_strategy(world_size: int, num_nodes: int, options: Mapping[str, Any]) -> str:
+    """What ``auto`` is for a job of ``world_size`` processes on ``num_nodes`` nodes given ``options``.
+
+    Raises:
+        ConfigError: an option that neither ``ddp`` nor ``fsdp`` takes, or a bad value.
+    """
+    several, sharded = STRATEGIES[AUTO_SEVERAL], STRATEGIES[AUTO_SHARDED_ONE_NODE]
+    unknown = sorted(set(options) - set(several.option_names()) - set(sharded.option_names()))
+    if unknown:
+        raise ConfigError(f"strategy 'auto' does not take {', '.join(unknown)}; it accepts {several.name}'s options "
+                          f"({', '.join(several.option_names())}) or, to shard, {sharded.name}'s "
+                          f"({', '.join(sharded.option_names())})")
+    asks_to_shard = bool(set(options) - set(several.option_names()))
+    (sharded if asks_to_shard else several).parse_options(options)  # their checks of the values
+    if world_size < 2:
+        return AUTO_ONE
+    if asks_to_shard:
+        return AUTO_SHARDED_NODES if num_nodes > 1 else AUTO_SHARDED_ONE_NODE
+    return AUTO_SEVERAL
 
 
 def create_strategy(strategy: str | Strategy, process: ProcessInfo, device: torch.device, precision: Precision,
@@ -110,7 +134,7 @@ def create_strategy(strategy: str | Strategy, process: ProcessInfo, device: torc
     Raises:
         ConfigError / MissingDependencyError: as :func:`choose_strategy`.
     """
-    cls, options = choose_strategy(strategy, process.world_size, options, sync_batchnorm, compile)
+    cls, options = choose_strategy(strategy, process.world_size, options, sync_batchnorm, compile, process.num_nodes)
     return cls(**options).connect(process, device, precision, sync_batchnorm=sync_batchnorm, compile=compile)
 
 
