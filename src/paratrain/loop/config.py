@@ -13,7 +13,15 @@ from paratrain.arguments import check_type, option, option_field, options_field,
 from paratrain.diagnostics.watchdog import DEFAULT_STALL_TIMEOUT_S
 from paratrain.errors import ConfigError
 from paratrain.precision import precision_names
-from paratrain.strategy import AUTO_SEVERAL, AUTO_SHARDED_NODES, AUTO_SHARDED_ONE_NODE, Strategy, strategy_names
+from paratrain.strategy import (
+    AUTO_SEVERAL,
+    AUTO_SHARDED_NODES,
+    AUTO_SHARDED_ONE_NODE,
+    STRATEGIES,
+    Strategy,
+    strategy_class,
+    strategy_names,
+)
 
 SCHEDULES = ("linear", "constant")
 NONFINITE_POLICIES = ("stop", "skip")  # see paratrain.loop.nonfinite
@@ -22,11 +30,7 @@ NONFINITE_POLICIES = ("stop", "skip")  # see paratrain.loop.nonfinite
 def strategy_option_sources() -> Iterator[tuple[str, type]]:
     """``(name, Options)`` of every registered strategy: where ``FitConfig.strategy_options``
     and its ``paratrain train`` flags come from."""
-    from paratrain.strategy import STRATEGIES
-
     return ((name, cls.Options) for name, cls in STRATEGIES.items())
-
-
 
 
 @dataclass(frozen=True)
@@ -143,12 +147,16 @@ class FitConfig:
             check_type("", name, getattr(self, name), "bool")
         for name in ("progress", "tensorboard"):
             check_type("", name, getattr(self, name), "bool", allow_none=True)
-        for name in ("strategy", "precision", "schedule"):
-            if not (name == "strategy" and isinstance(self.strategy, Strategy)):
-                check_type("", name, getattr(self, name), "str")
+        for name in ("precision", "schedule"):
+            check_type("", name, getattr(self, name), "str")
+        if not isinstance(self.strategy, Strategy):
+            check_type("", "strategy", self.strategy, "str")
         if not isinstance(self.strategy_options, Mapping):
             raise ConfigError(f"strategy_options must be a mapping of option names to values, got {self.strategy_options!r}")
         reject_unknown("", self.strategy_options, strategy_option_names())
+        if isinstance(self.strategy, Strategy) and self.strategy_options:
+            raise ConfigError(f"give the options to the strategy object ({type(self.strategy).__name__}(...)), not "
+                              f"beside it: {', '.join(sorted(self.strategy_options))}")
         for name in ("metric", "out_dir"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, (str, os.PathLike)):
@@ -158,8 +166,6 @@ class FitConfig:
         """``strategy=`` and the strategy's options for ``pt.Runtime``: what was given, and what the
         strategy needs to know of the loop (a strategy whose engine clips takes ``clip_norm`` when
         it is built: :meth:`~paratrain.strategy.Strategy.fit_options`)."""
-        from paratrain.strategy import strategy_class
-
         cls = strategy_class(self.strategy)
         if isinstance(self.strategy, Strategy):
             options = cls.fit_options(self.strategy.given_options, self.clip_norm)

@@ -5,8 +5,8 @@ One implementation per file (``single.py``, ``dp.py``, ``ddp.py``, ``fsdp.py``, 
 Callers never test the concrete class: whatever they need to know is a method or attribute here.
 
 A strategy owns its options: ``Options``, a frozen dataclass of its own whose fields carry their
-help (:func:`paratrain.arguments.option_field`). The checks of ``pt.Runtime``, the fields of
-``FitConfig`` and the flags of ``paratrain train`` are derived from it, so a new option is one
+help (:func:`paratrain.arguments.option_field`). The checks of ``pt.Runtime``, the entries of
+``FitConfig.strategy_options`` and the flags of ``paratrain train`` are derived from it, so a new option is one
 field in its strategy's file. A strategy is built in two steps, as Lightning Fabric's are: the
 user's object holds the options (``pt.DDP(find_unused_parameters=True)``); the Runtime then
 connects a copy of it (:meth:`~Strategy.connect`) to the process, device and precision it resolved.
@@ -101,12 +101,16 @@ class StrategyOptions:
             kinds = _plain_kinds(hints[field.name])
             if kinds is None or (value is None and type(None) in kinds):
                 continue
-            is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            ok = any(isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-                     or (kind is float and is_number) for kind in kinds if kind is not type(None))
-            if not ok:
+            if not any(_is_a(value, kind) for kind in kinds):
                 names = " or ".join("None" if kind is type(None) else kind.__name__ for kind in kinds)
                 raise ConfigError(f"{option(field.name)} must be {names}, got {value!r}")
+
+
+def _is_a(value: Any, kind: type) -> bool:
+    """``isinstance``, except that a bool is no number and an int is a float."""
+    if kind in (int, float) and isinstance(value, bool):
+        return False
+    return isinstance(value, (int, float) if kind is float else kind)
 
 
 def _plain_kinds(annotation: Any) -> tuple[type, ...] | None:
