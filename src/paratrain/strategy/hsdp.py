@@ -59,10 +59,10 @@ class HSDPStrategy(FSDPStrategy):
         replicate, shard = options.replicate, options.shard
         given = (replicate or 1) * (shard or 1)
         if world_size % given or (replicate is not None and shard is not None and given != world_size):
-            raise ConfigError(
-                f"hsdp replicate × shard must be the number of processes, {world_size}; got "
-                f"{option('replicate', replicate)}, {option('shard', shard)} (give one and the other follows)"
-            )
+            asked = ", ".join(option(name, value) for name, value in (("replicate", replicate), ("shard", shard))
+                              if value is not None)
+            raise ConfigError(f"hsdp replicate × shard must be the number of processes, {world_size}; got {asked} "
+                              "(give one and the other follows)")
 
     def mesh_shape(self) -> tuple[int, int]:
         """``(replicate, shard)``: the options where given, else nodes × processes per node.
