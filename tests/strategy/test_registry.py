@@ -237,3 +237,16 @@ def test_the_strategies_page_lists_every_registered_strategy_and_option():
                      for option in base.option_names()}
         for option in set(cls.option_names()) - inherited:
             assert f"`{option}`" in rows[name], f"docs/strategies.md: {name}'s option {option!r} is missing"
+
+
+def test_whether_the_loop_may_drop_a_step_is_the_strategys_to_say():
+    from types import SimpleNamespace
+
+    from paratrain.loop.config import FitConfig
+    from paratrain.loop.preflight import check_options
+
+    task = SimpleNamespace(name="t", metric_names=())
+    with pytest.raises(pt.ConfigError, match=r"on_nonfinite='skip' does not work with strategy='deepspeed' \(its engine"):
+        check_options(task, FitConfig(strategy="deepspeed", on_nonfinite="skip"))
+    for name in ("ddp", "fsdp", "hsdp"):
+        check_options(task, FitConfig(strategy=name, on_nonfinite="skip"))
