@@ -15,13 +15,18 @@ named ``owner+name``: a bare git directory (or one with the git directory in ``r
 read at the labelled commit, or a plain folder of files at their paths. ``--fetch`` first
 brings every labelled commit that DIR lacks from GitHub (a shallow fetch of that commit only).
 
-Two corpora: ``check_corpus_labels.csv`` (the default, 25 files the rules were first fitted to) and
-``check_corpus_unseen_labels.csv`` (82 files from 28 repositories). The second is split by a hash
-of the repository's name, fixed before any file was read: ``--half held-out`` scores only the
-repositories whose sha256(owner/name) is even, which no rule was tuned on; ``--half tuned`` the others.
+Three corpora: ``check_corpus_labels.csv`` (the default, 25 files the rules were first fitted to),
+``check_corpus_unseen_labels.csv`` (82 files from 28 repositories) and ``check_corpus_fresh_labels.csv``
+(41 files from 15 further repositories, labelled and scored once, after the last rule change). The
+second is split by a hash of the repository's name, fixed before any file was read: ``--half held-out``
+scores only the repositories whose sha256(owner/name) is even; ``--half tuned`` the others. The third
+is held out as a whole (``--half`` is for the second only).
 
     python benchmarks/check_corpus.py --repos /path/to/mirrors [--markdown]
     python benchmarks/check_corpus.py --repos DIR --fetch --labels benchmarks/check_corpus_unseen_labels.csv --half held-out
+    python benchmarks/check_corpus.py --repos DIR --fetch --labels benchmarks/check_corpus_fresh_labels.csv
+
+Every run also times ``check`` on each file and names any file it raised on.
 
 Exit code: 0 when every finding is labelled true and no true pitfall is missed, 1 otherwise.
 """
@@ -33,6 +38,7 @@ import csv
 import hashlib
 import subprocess
 import sys
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,17 +105,38 @@ def fetch(repos: Path, scripts: list[ScriptFile]) -> None:
                         f"https://github.com/{repository}.git", commit], check=True)
 
 
-def score(repos: Path, labels_path: Path, half: str = "all",
-          get: bool = False) -> tuple[list[tuple[ScriptFile, list[str]]], dict[str, Counter]]:
-    """Per file the findings with their verdicts; per rule the counts tp / fp / fn / unlabelled."""
+@dataclass
+class Timing:
+    """The slowest ``check`` of the run and the files it raised on."""
+
+    slowest_s: float = 0.0
+    slowest: str = ""
+    crashed: list[str] | None = None
+
+
+def score(repos: Path, labels_path: Path, half: str = "all", get: bool = False,
+          timing: Timing | None = None) -> tuple[list[tuple[ScriptFile, list[str]]], dict[str, Counter]]:
+    """Per file the findings with their verdicts; per rule the counts tp / fp / fn / unlabelled.
+    ``timing`` (when given) collects the slowest file and the files ``check`` raised on."""
     per_rule: dict[str, Counter] = defaultdict(Counter)
+    timing = timing if timing is not None else Timing()
+    timing.crashed = []
     rows = []
     corpus = {script: labels for script, labels in read_labels(labels_path).items()
               if half == "all" or held_out(script.repository) == (half == "held-out")}
     if get:
         fetch(repos, list(corpus))
     for script, labels in corpus.items():
-        findings = {(f.line, f.rule) for f in check_source(read_source(repos, script), script.path)}
+        source = read_source(repos, script)
+        started = time.perf_counter()
+        try:
+            findings = {(f.line, f.rule) for f in check_source(source, script.path)}
+        except Exception as exc:  # a crash is a result here: name the file, keep scoring the others
+            timing.crashed.append(f"{script.repository} {script.path}: {type(exc).__name__}: {exc}")
+            findings = set()
+        elapsed = time.perf_counter() - started
+        if elapsed > timing.slowest_s:
+            timing.slowest_s, timing.slowest = elapsed, f"{script.repository} {script.path}"
         marks = []
         for line, rule in sorted(findings):
             verdict = labels.get((line, rule))
@@ -137,7 +164,8 @@ def main() -> int:
                         help="the unseen corpus's tuned or held-out repositories (default: %(default)s)")
     parser.add_argument("--fetch", action="store_true", help="fetch the labelled commits missing from --repos first")
     args = parser.parse_args()
-    rows, per_rule = score(args.repos, args.labels, args.half, args.fetch)
+    timing = Timing()
+    rows, per_rule = score(args.repos, args.labels, args.half, args.fetch, timing)
     sep = " | " if args.markdown else "  "
     print(f"| repository | path | findings (✓ right, ✗ wrong) |\n|---|---|---|" if args.markdown else "findings per file:")
     for script, marks in rows:
@@ -157,7 +185,9 @@ def main() -> int:
     found = total["tp"] + total["fp"] + total["unlabelled"]
     print(f"\n{len(rows)} files, {found} findings: precision {_ratio(total['tp'], found)}, "
           f"recall {_ratio(total['tp'], total['tp'] + total['fn'])}, {total['unlabelled']} unlabelled")
-    return 0 if found == total["tp"] and not total["fn"] else 1
+    print(f"slowest check: {timing.slowest_s:.2f} s ({timing.slowest}); crashed on {len(timing.crashed)} files"
+          + "".join(f"\n  {crash}" for crash in timing.crashed))
+    return 0 if found == total["tp"] and not total["fn"] and not timing.crashed else 1
 
 
 if __name__ == "__main__":

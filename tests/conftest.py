@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
 import pytest
 
 from tests.support import WATCHED_PREFIXES as _WATCHED_PREFIXES
@@ -49,16 +51,30 @@ LONGEST_FIRST = (
 )
 
 
+def _slow_tests() -> frozenset[str]:
+    """The node ids in ``tests/slow_tests.txt`` (written by ``tools/slow_tests.py`` from a full run)."""
+    listed = Path(__file__).with_name("slow_tests.txt")
+    if not listed.is_file():
+        return frozenset()
+    lines = listed.read_text(encoding="utf-8").splitlines()
+    return frozenset(line.strip() for line in lines if line.strip() and not line.startswith("#"))
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into scheduling groups
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``-n``, ``--dist loadgroup``): each test file runs on one worker, so
     its module fixtures are built once, and the files of a :data:`SHARED_GROUPS` entry share one.
-    The files of :data:`LONGEST_FIRST` come first (a stable sort keeps each file's own order)."""
+    The files of :data:`LONGEST_FIRST` come first (a stable sort keeps each file's own order).
+    Tests listed in ``tests/slow_tests.txt``, and every test of a :data:`LONGEST_FIRST` file, are
+    marked ``slow``: ``pytest -m "not slow"`` is the quick loop."""
     root = config.rootpath
     paths = {id(item): item.path.relative_to(root).as_posix() for item in items}
+    slow = _slow_tests()
     for item in items:
         path = paths[id(item)]
         item.add_marker(pytest.mark.xdist_group(_GROUP_OF_FILE.get(path, path)))
+        if item.nodeid in slow or path in LONGEST_FIRST:
+            item.add_marker(pytest.mark.slow)
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     for group in SHARED_GROUPS.values():  # a group's files stay together, where its first one is
         for path in group[1:]:
@@ -125,3 +141,19 @@ def two_hosts():
             yield [(h.namespace, h.interface, h.address) for h in hosts]
     except netns.NetnsUnavailable as exc:
         pytest.skip(f"two-node test: {exc}")
+
+
+#: A test not marked ``slow`` that took this long is named at the end of the run.
+UNMARKED_SLOW_S = 3.0
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Name the tests that ran long without the ``slow`` mark: the quick loop should not hold them."""
+    long = []
+    for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []):
+        if report.when == "call" and report.duration >= UNMARKED_SLOW_S and "slow" not in report.keywords:
+            long.append((report.duration, report.nodeid))
+    if long:
+        terminalreporter.write_line(
+            f"{len(long)} test(s) not marked slow took >= {UNMARKED_SLOW_S:g} s (refresh tests/slow_tests.txt with "
+            "tools/slow_tests.py): " + ", ".join(f"{nodeid} {seconds:.1f}s" for seconds, nodeid in sorted(long)[-5:]))

@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import difflib
 from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from paratrain.errors import ConfigError
@@ -26,18 +27,18 @@ CLI_FLAGS = {
     "sync_batchnorm": "--sync-bn",
 }
 
-_cli = [False]
+#: True while a command of the CLI runs (:func:`cli_spelling`): errors then name ``--flags``.
+_CLI_SPELLING: ContextVar[bool] = ContextVar("paratrain_cli_spelling", default=False)
 
 
 @contextlib.contextmanager
 def cli_spelling() -> Iterator[None]:
     """Within this context, :func:`option` spells command-line flags (the CLI's commands run in it)."""
-    before = _cli[0]
-    _cli[0] = True
+    token = _CLI_SPELLING.set(True)
     try:
         yield
     finally:
-        _cli[0] = before
+        _CLI_SPELLING.reset(token)
 
 
 def cli_flag(name: str) -> str:
@@ -47,7 +48,7 @@ def cli_flag(name: str) -> str:
 
 def option(name: str, value: Any = ...) -> str:
     """``name`` as the user wrote it: ``grad_accum`` / ``fresh=True`` in Python, ``--grad-accum`` / ``--fresh`` on the CLI."""
-    if _cli[0]:
+    if _CLI_SPELLING.get():
         flag = cli_flag(name)
         if value is False:  # a switch's other half (argparse.BooleanOptionalAction)
             return "--no-" + flag[2:]
@@ -76,7 +77,9 @@ def options_field(sources: Any) -> Any:
 
 
 def reject_unknown(call: str, given: Iterable[str], known: Iterable[str], hint: str = "") -> None:
-    """Raises:
+    """Refuse keyword arguments of ``call`` that it does not take (a typo, an option of another call).
+
+    Raises:
     ConfigError: a name in ``given`` is not in ``known``; suggests the closest known name.
     """
     known = list(known)
@@ -94,7 +97,9 @@ def is_training_object(value: Any) -> bool:
 
 
 def reject_objects(call: str, takes: str, **options: Any) -> None:
-    """Raises:
+    """Refuse a model, optimizer or loader passed where ``call`` expects a plain option value.
+
+    Raises:
     ConfigError: an option holds a model/optimizer/loader; says which argument takes such objects.
     """
     for name, value in options.items():

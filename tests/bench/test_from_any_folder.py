@@ -18,7 +18,7 @@ import pytest
 from paratrain.tasks.task_ref import label
 from tests.support import ROOT, clean_env, paratrain_cmd
 
-# The README's commands, made small: the same paths and defaults, one method, fewer steps and samples.
+# The commands docs/benchmarks.md shows, made small: the same paths and defaults, one method, fewer steps and samples.
 # (Every method failed the same way: one of each launcher kind between the two commands.)
 SMALL = ["--steps", "3", "--limit-train", "96", "--limit-eval", "32", "--repeats", "1", "--min-time", "0"]
 ONE_METHOD = {"digits": "single", "text-cls": "ddp"}
@@ -69,10 +69,10 @@ TASK = CsvTask
 '''
 
 
-def readme_bench_commands() -> list[list[str]]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def documented_bench_commands() -> list[list[str]]:
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     commands = [shlex.split(line.split("#")[0]) for line in re.findall(r"^paratrain bench --task .*$", text, re.M)]
-    assert commands, "the README shows no `paratrain bench --task` command"
+    assert commands, "docs/benchmarks.md shows no `paratrain bench --task` command"
     return commands
 
 
@@ -87,8 +87,8 @@ def user_folder(tmp_path, train_rows: int = 40):
     return tmp_path
 
 
-@pytest.mark.parametrize("command", readme_bench_commands(), ids=lambda c: " ".join(c[2:4]))
-def test_the_readmes_bench_commands_work_from_a_scratch_folder(command, tmp_path):
+@pytest.mark.parametrize("command", documented_bench_commands(), ids=lambda c: " ".join(c[2:4]))
+def test_the_documented_bench_commands_work_from_a_scratch_folder(command, tmp_path):
     task = command[command.index("--task") + 1]
     method = ONE_METHOD.get(task, "ddp")
     proc = subprocess.run([*paratrain_cmd(*command[1:]), *SMALL, "--methods", method], cwd=tmp_path, env=clean_env(),

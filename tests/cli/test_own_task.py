@@ -74,7 +74,7 @@ def test_train_takes_a_task_file_relative_to_the_working_folder_and_predict_runs
     assert train.returncode == 0, train.stderr[-3000:]
     run = work / "runs" / "own-TASK"  # named after the file and the attribute, as bench names its folder
     assert (run / "summary.json").is_file()
-    predict = subprocess.run(paratrain_cmd("predict", "--json", "runs/own-TASK", "5 4", "-3 -6"),
+    predict = subprocess.run(paratrain_cmd("predict", "--json", "--trust-task-code", "runs/own-TASK", "5 4", "-3 -6"),
                              cwd=work, env=clean_env(), capture_output=True, text=True, timeout=120)
     assert predict.returncode == 0, predict.stderr
     assert [line.count('"label"') for line in predict.stdout.splitlines()] == [1, 1]
@@ -102,6 +102,6 @@ def test_predict_on_an_own_task_without_predict_fails_before_loading_weights(tmp
     (tmp_path / "own.py").write_text(OWN_TASK.replace("    def predict(", "    def no_predict("))
     task = resolve_task(f"{tmp_path / 'own.py'}:TASK", TaskOptions())
     task.save(tmp_path / "run")
-    assert main(["predict", str(tmp_path / "run"), "1 2"]) == 2
+    assert main(["predict", "--trust-task-code", str(tmp_path / "run"), "1 2"]) == 2
     error = capsys.readouterr().err.strip()
     assert "task 'quadrant' of" in error and "has no predict(model, inputs)" in error and "ckpt export" in error

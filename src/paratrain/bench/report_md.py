@@ -1,4 +1,4 @@
-"""``bench.md`` and the printed table, in the BERT multi-GPU comparison's layout
+"""``bench.md`` and the printed table, in the layout of a nine-way comparison of one classifier (one row per way to train it)
 (method | time | samples/s | speed-up | …)."""
 
 from __future__ import annotations

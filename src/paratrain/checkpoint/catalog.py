@@ -3,6 +3,12 @@
 Order is the ``sequence`` number each save takes (one more than any before), not
 the step: a run resumed from step 60 after a damaged step-120 writes its new
 step-120 later than the damaged one, and the newer is the one to trust.
+
+Only paratrain's own checkpoints count: a folder named as paratrain names one
+(``step-NNNNNN``, ``epoch-NNNN``) whose manifest gives that same name. A folder a user
+renamed or copied (``keep-me``, ``my-final``, ``step-000099`` holding step 45) is never
+resumed from, rotated, set aside or deleted; it is mentioned once (:func:`mention_foreign`).
+A user who wants to resume from one gives it its own name back.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import warnings
 from pathlib import Path
 
 from paratrain.checkpoint.files import fsync_path, write_atomic
-from paratrain.checkpoint.layout import COMPLETE, LATEST, is_hidden, looks_like_checkpoint
+from paratrain.checkpoint.layout import COMPLETE, LATEST, is_hidden, is_own_name, looks_like_checkpoint
 from paratrain.checkpoint.manifest import Manifest, read_manifest, verify
 from paratrain.errors import CheckpointError
 
@@ -25,22 +31,69 @@ class CheckpointWarning(UserWarning):
 
 
 def _candidates(root: Path) -> list[Path]:
+    """Checkpoint-looking folders under paratrain's names (not links: a link is never one of its own)."""
     root = Path(root)
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if looks_like_checkpoint(p))
+    return sorted(p for p in root.iterdir() if is_own_name(p.name) and not p.is_symlink() and looks_like_checkpoint(p))
 
 
 def complete(root: Path, warn: bool = False) -> list[Saved]:
-    """Checkpoints with a marker and a matching manifest, oldest first (files not hashed)."""
+    """paratrain's checkpoints with a marker and a matching manifest that names them, oldest first
+    (files not hashed). A folder whose manifest names another checkpoint (a copy) is left out."""
     found: list[Saved] = []
     for path in _candidates(root):
         try:
-            found.append((path, read_manifest(path)))
+            manifest = read_manifest(path)
         except CheckpointError as exc:
             if warn:
                 warnings.warn(f"skipping checkpoint {path}: {exc}", CheckpointWarning, stacklevel=3)
+            continue
+        if manifest.name == path.name:
+            found.append((path, manifest))
     return sorted(found, key=lambda saved: saved[1].sequence)
+
+
+_mentioned: set[tuple[str, str]] = set()
+
+
+def foreign(root: Path) -> list[Path]:
+    """Folders under ``root`` that look like checkpoints but are not paratrain's own under the name it
+    wrote (renamed, copied, linked): never resumed from, rotated, set aside or deleted."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    own = {path for path, _ in complete(root)}
+    found = []
+    for path in sorted(root.iterdir()):
+        if is_hidden(path) or path.name == DAMAGED_DIR or path in own or not looks_like_checkpoint(path):
+            continue
+        if is_own_name(path.name) and not path.is_symlink() and not (path / COMPLETE).exists():
+            continue  # an unfinished save of paratrain's: skipped with its own warning
+        if is_own_name(path.name) and not path.is_symlink() and _manifest_name(path) in (None, path.name):
+            continue  # paratrain's, damaged: resume_point sets it aside
+        found.append(path)
+    return found
+
+
+def _manifest_name(path: Path) -> str | None:
+    try:
+        return read_manifest(path).name
+    except CheckpointError:
+        return None
+
+
+def mention_foreign(root: Path) -> None:
+    """One :class:`CheckpointWarning` per process for the folders :func:`foreign` finds in ``root``."""
+    for path in foreign(root):
+        key = (str(Path(root).resolve()), path.name)
+        if key in _mentioned:
+            continue
+        _mentioned.add(key)
+        held = _manifest_name(path)
+        holds = f" (it holds {held}: name it {held} to resume from it)" if held and held != path.name else ""
+        warnings.warn(f"{path} is not a checkpoint paratrain wrote under that name{holds}; it is left alone: "
+                      "never resumed from, rotated or deleted", CheckpointWarning, stacklevel=3)
 
 
 def newest_verified(root: Path) -> Saved | None:
@@ -49,6 +102,7 @@ def newest_verified(root: Path) -> Saved | None:
     Every newer one that is incomplete, truncated or corrupted gets a
     :class:`CheckpointWarning` naming the file, and is skipped.
     """
+    mention_foreign(root)
     for path, _ in reversed(complete(root, warn=True)):
         try:
             return path, verify(path)
@@ -77,6 +131,7 @@ def resume_point(root: Path) -> Saved | None:
             would silently throw the run away, so the message names each one and its damage
             (they are left where they are).
     """
+    mention_foreign(root)
     damaged: list[tuple[Path, str]] = []
     unreadable = _finished_unreadable(root)  # warns about unfinished saves (no marker): skipped, left alone
     for path, _ in reversed(complete(root)):
@@ -142,7 +197,7 @@ def read_latest(root: Path) -> Path | None:
     except OSError:
         return None
     target = Path(root) / name
-    return target if name and "/" not in name and looks_like_checkpoint(target) else None
+    return target if is_own_name(name) and looks_like_checkpoint(target) else None
 
 
 def write_latest(root: Path, name: str) -> None:

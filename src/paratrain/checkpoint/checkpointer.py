@@ -44,7 +44,9 @@ _BY_NAME = "pass the objects to save by name: pt.Checkpointer(rt, directory, mod
 
 
 def _check_arguments(runtime: Any, directory: Any, keep_last: Any, best_metric: Any, mode: Any) -> None:
-    """Raises:
+    """Check ``pt.Checkpointer()``'s options before anything is read or written.
+
+    Raises:
     ConfigError: a model/optimizer/loader where an option belongs, or an option of the wrong type.
     """
     call = "pt.Checkpointer()"

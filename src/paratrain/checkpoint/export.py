@@ -1,6 +1,6 @@
 """One consolidated, prefix-free safetensors file from any checkpoint (``paratrain ckpt export``).
 
-The job DeepSpeed's ``zero_to_fp32.py`` does in the BERT multi-GPU comparison's DeepSpeed script: whatever wrote the
+The job DeepSpeed's ``zero_to_fp32.py`` does after a ZeRO run: whatever wrote the
 checkpoint (one file or fsdp shards from any number of ranks), the result loads
 with plain PyTorch::
 

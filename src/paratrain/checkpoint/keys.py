@@ -1,7 +1,7 @@
 """Model state keys: wrapper prefixes, and what to say when a checkpoint does not fit.
 
 The classic DDP tutorial saves ``model.module.state_dict()`` and must remember the
-``.module``; the BERT multi-GPU comparison maps ``module.`` away by hand. Files written by DDP/DataParallel
+``.module``; scripts that load them map ``module.`` away by hand. Files written by DDP/DataParallel
 (``module.``) or ``torch.compile`` (``_orig_mod.``) are normalised here, so any of
 them loads into a wrapped or unwrapped model.
 """

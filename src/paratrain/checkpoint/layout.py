@@ -21,6 +21,7 @@ so a directory with a visible name and a ``COMPLETE`` marker is a whole checkpoi
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 
@@ -52,6 +53,22 @@ def checkpoint_name(step: int | None, epoch: int | None) -> str:
     if epoch is not None:
         return f"epoch-{epoch:04d}"
     raise ConfigError("save() needs step= or epoch= to name the checkpoint, e.g. ckpt.save(step=step, epoch=epoch)")
+
+
+#: The names paratrain gives checkpoints (:func:`checkpoint_name`), and its temporary and set-aside
+#: entries beside them (:func:`temporary_name`, :func:`set_aside_name`, ``write_atomic``'s for ``latest``).
+OWN_NAME = re.compile(r"(step-\d{6,}|epoch-\d{4,})")
+OWN_LEFTOVER = re.compile(r"\.(step-\d{6,}|epoch-\d{4,}|latest)\.(tmp|replaced)-[0-9a-f]{8}")
+
+
+def is_own_name(name: str) -> bool:
+    """A name paratrain gives a checkpoint: ``step-NNNNNN`` or ``epoch-NNNN``."""
+    return OWN_NAME.fullmatch(name) is not None
+
+
+def is_own_leftover(name: str) -> bool:
+    """What a killed save of paratrain's left beside the checkpoints (removed by the next save)."""
+    return OWN_LEFTOVER.fullmatch(name) is not None
 
 
 def temporary_name(name: str) -> str:

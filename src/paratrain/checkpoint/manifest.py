@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from paratrain.checkpoint.files import fsync_path, sha256_file, write_atomic
@@ -102,7 +102,26 @@ def read_manifest(directory: Path) -> Manifest:
             f"{directory} has checkpoint format {data.get('version')}, newer than this paratrain reads "
             f"({FORMAT_VERSION}); upgrade paratrain"
         )
-    return Manifest.from_dict(data)
+    manifest = Manifest.from_dict(data)
+    outside = [name for name in _named_files(manifest) if not _inside(name)]
+    if outside:
+        raise CheckpointError(f"{manifest_path} names {outside[0]!r}, outside its checkpoint: a checkpoint reads only "
+                              "its own files; the manifest is damaged or was edited, and is not followed")
+    return manifest
+
+
+def _named_files(manifest: Manifest) -> list[str]:
+    named = [str(name) for name in manifest.files]
+    for entry in manifest.objects.values():
+        if isinstance(entry, dict) and "file" in entry:
+            named.append(str(entry["file"]))
+    return named
+
+
+def _inside(relative: str) -> bool:
+    """A path relative to the checkpoint that stays in it (no ``..``, not absolute, not empty)."""
+    parts = PurePosixPath(relative).parts
+    return bool(parts) and not relative.startswith(("/", "\\")) and ".." not in parts and "\\" not in relative
 
 
 def file_problems(directory: Path, manifest: Manifest) -> dict[str, str]:
@@ -110,7 +129,9 @@ def file_problems(directory: Path, manifest: Manifest) -> dict[str, str]:
     problems: dict[str, str] = {}
     for relative, expected in manifest.files.items():
         path = Path(directory) / relative
-        if not path.is_file():
+        if any((Path(directory) / part).is_symlink() for part in [*PurePosixPath(relative).parents][:-1] + [relative]):
+            problems[relative] = "a symbolic link (a checkpoint's files are its own, never followed)"
+        elif not path.is_file():
             problems[relative] = "missing"
         elif path.stat().st_size != expected["bytes"]:
             problems[relative] = f"truncated or extended: {path.stat().st_size} bytes, expected {expected['bytes']}"

@@ -35,7 +35,7 @@ from paratrain.checkpoint.files import (
 from paratrain.checkpoint.layout import (
     COMPLETE,
     checkpoint_name,
-    is_hidden,
+    is_own_leftover,
     set_aside_name,
     temporary_name,
 )
@@ -140,9 +140,9 @@ def _prepare(directory: Path, name: str) -> Path:
     check_writable_directory(directory)
     for leftover in directory.iterdir():
         # What killed saves left: hidden temporary directories and files, replaced checkpoints.
-        if not (is_hidden(leftover) and (".tmp-" in leftover.name or ".replaced-" in leftover.name)):
+        if not is_own_leftover(leftover.name):  # only what paratrain named so; a user's file stays
             continue
-        if leftover.is_dir():
+        if leftover.is_dir() and not leftover.is_symlink():
             shutil.rmtree(leftover, ignore_errors=True)
         else:
             leftover.unlink(missing_ok=True)

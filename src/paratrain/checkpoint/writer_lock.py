@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paratrain.errors import RunDirectoryBusyError
+from paratrain.no_follow import open_fd
 
 LOCK_FILE = ".paratrain-lock"
 HELD_BY_LAUNCHER_ENV = "PARATRAIN_RUN_LOCK"
@@ -118,7 +119,7 @@ class WriterLock:
         releases, so a lock won on a file that was removed meanwhile is retried on the new one."""
         path = self.directory / LOCK_FILE
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = open_fd(path, os.O_RDWR | os.O_CREAT, 0o644)  # a planted link: refused in one line
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -56,7 +56,7 @@ Your own model (--task): a built-in task name, or a task object of yours:
   --task examples.my_task:TASK        a module importable from the current directory
   --task path/to/my_task.py:TASK      a file, from anywhere
 The object implements paratrain's task interface (datasets, collate, build_model,
-forward, evaluator): see examples/my_task.py and the README.
+forward, evaluator): see examples/my_task.py and docs/benchmarks.md.
 
 Recipes:
   paratrain bench --task digits --nproc-per-node 2

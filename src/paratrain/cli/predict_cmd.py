@@ -9,14 +9,16 @@ from pathlib import Path
 
 MANUAL = """\
 Load the task and model of a `paratrain train` run and print, for each input,
-the text, the predicted label and its probability (as the BERT multi-GPU comparison's predict.py).
+the text, the predicted label and its probability (as a fine-tuned classifier's predict script shows it).
 
   paratrain predict runs/text-cls "质量很好，物超所值" "太差了，再也不买"
   paratrain predict --file reviews.txt runs/text-cls       # one text per line
   echo "送货很快" | paratrain predict runs/text-cls -
   paratrain predict --json runs/text-cls "不错"             # one JSON object per input
 
-Options go before CKPT (everything after it is an input).
+Options go before CKPT (everything after it is an input). A run of your own task
+(`paratrain train my_task.py:TASK`) imports that file again only with --trust-task-code
+(a run folder from elsewhere could name any code), and only while it is unchanged.
 CKPT is the run's --out directory (its best checkpoint is used, else the
 latest), or one checkpoint inside it. The vocabulary or tokenizer saved with the
 run encodes the inputs exactly as in training.
@@ -38,6 +40,9 @@ def register(subparsers) -> None:
     parser.add_argument("inputs", nargs="*", metavar="TEXT", help="texts to classify; - reads standard input")
     parser.add_argument("--file", metavar="FILE", help="read inputs from FILE, one per line")
     parser.add_argument("--json", action="store_true", help="print one JSON object per input")
+    parser.add_argument("--trust-task-code", action="store_true",
+                        help="import the task file that the run's task.json names (your own task); without it, "
+                             "predict names the file and refuses to run code from a run folder")
     parser.set_defaults(handler=handler)
 
 
@@ -72,7 +77,7 @@ def handler(args: argparse.Namespace) -> int:
     from paratrain.loop.predictor import load_predictor
 
     texts = _read_inputs(args)
-    predictor = load_predictor(args.checkpoint)
+    predictor = load_predictor(args.checkpoint, trust_task_code=args.trust_task_code)
     print(f"model: {predictor.checkpoint}", file=sys.stderr, flush=True)
     for prediction in predictor.predict(texts):
         if args.json:

@@ -276,7 +276,7 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         if facts.full_name(call) != "torch.save":  # `import torch as th; th.save(...)` counts, `fabric.save` does not
             continue
         guard = facts.guard(call)
-        if guard == "global" or facts.in_launcher(call):
+        if guard == "global" or facts.in_launcher(call) or _path_names_rank(facts, call):
             continue
         why = (
             "torch.save runs where local_rank == 0, i.e. once per machine: on several machines they all "
@@ -288,6 +288,21 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         yield Finding(call.lineno, "save-on-every-rank", why,
                       "save under `if dist.get_rank() == 0:` (pt.is_main()), or use pt.Checkpointer, which "
                       "writes atomically from the right ranks")
+
+
+def _path_names_rank(facts: ScriptFacts, call: ast.Call) -> bool:
+    """``torch.save(state, f"ckpt_rank{rank}.pt")``, or a path variable assigned so: each rank writes a
+    file of its own (a shard, its own queue), so saving on every rank is the point."""
+    path = call.args[1] if len(call.args) >= 2 else next((k.value for k in call.keywords if k.arg == "f"), None)
+    if path is None:
+        return False
+    candidates = [path, *facts.assigned.get(ast.unparse(path), [])] if isinstance(path, (ast.Name, ast.Attribute)) \
+        else [path]
+    return any(
+        _RANK_TAG.fullmatch(last_name(node))
+        for candidate in candidates for node in ast.walk(candidate)
+        if isinstance(node, (ast.Name, ast.Attribute, ast.Call)) and node is not path
+    )
 
 
 def _rank_tagged(call: ast.Call) -> bool:
@@ -443,7 +458,7 @@ def _loggers(facts: ScriptFacts) -> set[str] | None:
     if facts.mentions(_RANK_AWARE_LOG_SETUP.pattern):
         return None
     setups = facts.calls_named(*_LOG_SETUP_CALLS)
-    if any(re.search(r"rank|main|master|process_index|primary", ast.unparse(call)) for call in setups):
+    if any(_rank_chosen(facts, call) for call in setups):
         return None
     # Without a visible level of INFO or lower, info() is dropped (the default level is WARNING), or
     # the handlers are set up in another file this reading cannot see.
@@ -460,6 +475,19 @@ def _loggers(facts: ScriptFacts) -> set[str] | None:
             elif _LOGGER_HELPER.fullmatch(last_name(value)) and last_name(value) != "getLogger":
                 return None  # a logger helper of the project or of a library (accelerate's is rank-aware)
     return names
+
+
+def _rank_chosen(facts: ScriptFacts, setup: ast.Call) -> bool:
+    """The level (or handler) of this setup call depends on the rank: a rank in the call
+    (``setLevel(INFO if rank == 0 else WARN)``), the call under a rank test (``if rank == 0:
+    logger.setLevel(INFO) else: logger.setLevel(ERROR)``), or a name it reads that is assigned so
+    (``if rank == 0: level = INFO``)."""
+    rank = re.compile(r"rank|main|master|process_index|primary")
+    if rank.search(ast.unparse(setup)) or facts.guard(setup):
+        return True
+    names = {node.id for node in ast.walk(setup) if isinstance(node, ast.Name)}
+    return any(rank.search(ast.unparse(value)) or facts.guard(value)
+               for name in names for value in facts.assigned.get(name, []))
 
 
 def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
@@ -554,6 +582,13 @@ def unseeded_split(facts: ScriptFacts) -> Iterator[Finding]:
         if isinstance(call.func, ast.Attribute) and not call.args and not call.keywords
         and isinstance(call.func.value, (ast.Subscript, ast.Name, ast.Attribute))
     ]
+    # A dataset class that shuffles its samples when it is built (FastChat's flan-t5 dataset): each rank
+    # builds its own copy, and a sampler or the Trainer shards it by index. Where the seeding sits is not
+    # ordered against the class body by line, so any seeding in the file keeps this quiet.
+    if not [call for call in facts.calls if _SEED_CALL.fullmatch(last_name(call))]:
+        splits += [call for call in facts.calls_named("shuffle", "permutation")
+                   if re.search(r"(?:^|\.)random\.(?:shuffle|permutation)$", facts.full_name(call))
+                   and call not in splits and _in_dataset_build(facts, call)]
     for split in splits:
         seeds = [call for call in facts.calls if _SEED_CALL.fullmatch(last_name(call)) and call.lineno < split.lineno
                  and last_name(call) not in ("seed",) or (last_name(call) == "seed" and "random" in ast.unparse(call.func)
@@ -569,6 +604,14 @@ def unseeded_split(facts: ScriptFacts) -> Iterator[Finding]:
             "pass a generator seeded alike everywhere: random_split(ds, sizes, generator=torch.Generator().manual_seed(0)); "
             "seed per rank only after the split",
         )
+
+
+def _in_dataset_build(facts: ScriptFacts, node: ast.AST) -> bool:
+    """``node`` is in a method of a ``Dataset`` subclass other than the per-item ones."""
+    method = facts.scope(node)
+    cls = facts.parents.get(method)
+    return (isinstance(cls, ast.ClassDef) and any(last_name(base).endswith("Dataset") for base in cls.bases)
+            and getattr(method, "name", "") not in ("__getitem__", "__iter__", "__len__"))
 
 
 RULES: tuple[Rule, ...] = (

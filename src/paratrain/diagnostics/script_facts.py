@@ -21,30 +21,47 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 # An `if` that limits a block to one process: the global rank or a main-process helper.
 _GLOBAL_GUARD = re.compile(
     r"(?<![\w.])(?:\w+\.)*(?:rank|global_rank|get_rank|RANK|is_main\w*|is_master\w*|master_process|is_rank_zero"
     r"|is_primary\w*|is_global_zero|is_world_process_zero|main_process|rank_?0|rank_zero\w*)\b")
+# A comparison with rank 0 (not `local_rank > -1`, which only picks a device).
+_RANK_ZERO_TEST = re.compile(r"(?:==|!=)\s*0\b|\bin\s*[\[(]\s*-1\s*,\s*0\s*[\])]")
 _LOCAL_GUARD = re.compile(r"local_rank|LOCAL_RANK|local_process_index|is_local_\w*")
 # An `if` that tells a multi-process run from a single-process one: its `else:` runs on one process.
 _DISTRIBUTED_TEST = re.compile(
     r"^(?:\w+\.)*(?:ddp|distributed|is_distributed|use_ddp|multiprocessing_distributed|is_initialized\(\)"
     r"|is_dist_avail_and_initialized\(\))$|world_size\s*>\s*1$")
 # Calls that start the ranks from a parent process: `mp.spawn(main_worker, …)`, detectron2's
-# `launch(main, …)`, `start_processes(fn, …)`.
+# `launch(main, …)`, `start_processes(fn, …)`, Fabric's `fabric.launch()`.
 _LAUNCHERS = ("spawn", "launch", "start_processes")
+# submitit's executors start `tasks_per_node` copies of what `executor.submit(fn)` is handed, on a cluster.
+_JOB_EXECUTORS = ("AutoExecutor", "SlurmExecutor")
+# Ends a block before anything after it runs.
+_EXITS = ("exit", "quit", "_exit")
 # The device index a process was started on (`gpu`, `gpu_id`, `device_id`): `mp.spawn` hands each
 # process its rank on the one machine, so the tutorials (pytorch/examples' ddp-tutorial-series) test
 # it as their rank 0; read as a global guard unless the file assigns it from LOCAL_RANK.
 _DEVICE_GUARD = re.compile(r"(?<![\w])(?:\w+\.)*(?:gpu|gpu_id|device_id)\s*(?:==|!=)\s*0\b")
 # `rank % gpus_per_node == 0`: the first process of each machine, i.e. local rank 0.
 _PER_MACHINE = re.compile(r"\brank\s*%\s*[\w.]+\s*==\s*0")
-# Calls and wrappers that make a script multi-process.
+# Calls and wrappers that make a script multi-process. `launch` counts when it is not a function of
+# the script itself (detectron2's `launch`, `fabric.launch()`): I-JEPA's own `def launch()` submits jobs.
 DISTRIBUTED_MARKERS = {
     "init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn", "init",
-    "initialize", "Accelerator", "DistributedOptimizer", "Fabric", "init_distributed", "launch",
+    "initialize", "Accelerator", "DistributedOptimizer", "Fabric", "init_distributed", *_JOB_EXECUTORS,
 }
+# A Lightning Trainer runs one process per device when given several (its ddp strategy re-runs the
+# script in each), or when the command line chooses (`Trainer.from_argparse_args`).
+_LIGHTNING_SPREAD = ("devices", "gpus", "strategy", "num_nodes")
+# torch.distributed calls that need a process group: a script making them runs under a launcher
+# (FastChat's HF Trainer scripts call `dist.get_rank()` and `dist.barrier()` under torchrun).
+_COLLECTIVE_CALLS = ("get_rank", "get_world_size", "barrier", "all_reduce", "all_gather", "broadcast",
+                     "reduce", "gather", "scatter", "all_gather_object", "broadcast_object_list")
+# Lightning's decorator: the function runs on global rank 0 only.
+_RANK_ZERO_DECORATOR = re.compile(r"(?:\w+\.)*rank_zero_only$")
 
 
 def last_name(node: ast.AST) -> str:
@@ -79,6 +96,8 @@ class ScriptFacts:
     loaded_attrs: dict[str, list[ast.Attribute]] = field(default_factory=dict)  # every read of `x.f`
     modules: dict[str, str] = field(default_factory=dict)  # "th" → "torch", "save" → "torch.save"
     rank_helpers: set[str] = field(default_factory=set)  # functions of this file that return a rank test
+    own_functions: set[str] = field(default_factory=set)  # names of the functions defined in this file
+    _uses_of: dict[ast.AST, list[ast.expr]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def read(cls, source: str) -> ScriptFacts:
@@ -105,6 +124,7 @@ class ScriptFacts:
                 for alias in parent.names:
                     facts.modules[alias.asname or alias.name] = f"{parent.module}.{alias.name}"
         facts.calls.sort(key=lambda call: (call.lineno, call.col_offset))
+        facts.own_functions = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         facts.rank_helpers = {
             node.name for node in ast.walk(tree)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and len(node.body) <= 3
@@ -136,12 +156,37 @@ class ScriptFacts:
                 bound[name] = min(calls, key=lambda call: call.lineno)
         return bound
 
-    @property
+    @cached_property
     def distributed(self) -> bool:
-        """The script starts or joins several processes (DDP, a sampler, spawn, Horovod, Fabric, …), or
-        reads the launcher's WORLD_SIZE / LOCAL_RANK (an HF Trainer script run by torchrun)."""
-        return any(last_name(call) in DISTRIBUTED_MARKERS for call in self.calls) or self.mentions(
-            r"environ(?:\.get\(|\[)\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)[\"']|getenv\(\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)")
+        """The script starts or joins several processes (DDP, a sampler, spawn, Horovod, Fabric, a Lightning
+        Trainer on several devices, a torch.distributed collective, …), reads the launcher's WORLD_SIZE / LOCAL_RANK (an HF Trainer
+        script run by torchrun), or branches on a rank."""
+        own = self.own_functions
+        return any(
+            last_name(call) in DISTRIBUTED_MARKERS
+            or (last_name(call) == "launch" and not (isinstance(call.func, ast.Name) and call.func.id in own))
+            or self._lightning_on_several_devices(call)
+            or self.full_name(call).startswith("torch.distributed.") and last_name(call) in _COLLECTIVE_CALLS
+            for call in self.calls
+        ) or self.mentions(
+            r"environ(?:\.get\(|\[)\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)[\"']|getenv\(\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)"
+        ) or any(  # a branch for rank 0 (`if training_args.local_rank in [-1, 0]:`): its author runs it on several
+            isinstance(node, ast.If) and _RANK_ZERO_TEST.search(ast.unparse(node.test)) and self._direct_test_kind(node.test)
+            for node in ast.walk(self.tree)
+        )
+
+    def _lightning_on_several_devices(self, call: ast.Call) -> bool:
+        """``pl.Trainer(devices=4, strategy="ddp")``, ``Trainer.from_argparse_args(args)``: a Lightning
+        Trainer (imported from ``lightning``/``pytorch_lightning``) that may start a process per device.
+        ``devices=1`` alone is one process; the HF Trainer (``transformers``) is not Lightning's."""
+        name = self.full_name(call)
+        if not re.match(r"(?:lightning|pytorch_lightning)\.(?:\w+\.)*Trainer(?:\.from_argparse_args|\.from_argv)?$", name):
+            return False
+        if not name.endswith("Trainer"):
+            return True  # the command line picks the devices
+        spread = [kw for kw in call.keywords if kw.arg in _LIGHTNING_SPREAD]
+        return any(not (isinstance(kw.value, ast.Constant) and kw.value.value in (1, None, "auto", "single_device"))
+                   for kw in spread)
 
     def guard(self, node: ast.AST, _followed: frozenset = frozenset()) -> str:
         """``"global"`` under a rank-0 test, ``"local"`` under a local-rank test only, else ``""``.
@@ -165,6 +210,9 @@ class ScriptFacts:
             if exits == "global":
                 return "global"
             local = local or exits == "local"
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                    _RANK_ZERO_DECORATOR.match(ast.unparse(d)) for d in parent.decorator_list):
+                return "global"
             if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and parent not in _followed:
                 callers = self._callers_guard(parent, _followed | {parent})
                 if callers == "global":
@@ -213,7 +261,28 @@ class ScriptFacts:
             kind = kind or found
         return kind
 
-    def _test_kind(self, test: ast.expr) -> str:
+    def _test_kind(self, test: ast.expr, _depth: int = 0) -> str:
+        kind = self._direct_test_kind(test)
+        if kind or _depth >= 2:
+            return kind
+        return self._stored_test_kind(test, _depth)
+
+    def _stored_test_kind(self, test: ast.expr, depth: int) -> str:
+        """A rank test kept in a variable (``save_logs = args.save_logs and is_master(args)``, then
+        ``if save_logs:``): the kind of what every assignment stores, a constant ``False``/``None``
+        (which only disables) left aside."""
+        names = [node for node in ast.walk(test) if isinstance(node, (ast.Name, ast.Attribute))]
+        for node in names:
+            values = [v for v in self.assigned.get(ast.unparse(node), [])
+                      if not (isinstance(v, ast.Constant) and v.value in (False, None))]
+            kinds = {self._test_kind(v, depth + 1) for v in values}
+            if values and kinds == {"global"}:
+                return "global"
+            if values and kinds <= {"global", "local"} and "local" in kinds:
+                return "local"
+        return ""
+
+    def _direct_test_kind(self, test: ast.expr) -> str:
         text = ast.unparse(test)
         called = {last_name(node) for node in ast.walk(test) if isinstance(node, ast.Call)}
         if called & self.rank_helpers:
@@ -231,8 +300,7 @@ class ScriptFacts:
 
     def _callers_guard(self, function: ast.FunctionDef | ast.AsyncFunctionDef, followed: frozenset) -> str:
         """The weakest guard over every use of ``function``'s name in this file (methods: ``x.name``)."""
-        is_method = isinstance(self.parents.get(function), ast.ClassDef)
-        uses = (self.loaded_attrs if is_method else self.loaded_names).get(function.name, [])
+        uses = self._uses(function)
         if not uses:
             # A script (it has a __main__ entry point) that never uses one of its own functions never
             # runs it; a module's functions are called from other files.
@@ -247,6 +315,33 @@ class ScriptFacts:
         if kinds == {"global"}:
             return "global"
         return "local" if "" not in kinds else ""
+
+    def _uses(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
+        """Every read of ``function``'s name in this file: ``f`` for a function, ``x.f`` for a method where
+        ``x`` may be an instance of its class (kept per function: guards ask for it again and again)."""
+        if function not in self._uses_of:
+            owner = self.parents.get(function)
+            self._uses_of[function] = (
+                [use for use in self.loaded_attrs.get(function.name, []) if self._may_be_instance(use.value, owner)]
+                if isinstance(owner, ast.ClassDef) else self.loaded_names.get(function.name, []))
+        return self._uses_of[function]
+
+    def _may_be_instance(self, receiver: ast.expr, cls: ast.ClassDef) -> bool:
+        """``receiver.method`` may call ``cls``'s method: ``self``/``cls`` inside that class (or one naming it as
+        a base), a name assigned ``Cls(...)``, or a receiver of unknown origin (a parameter). Not an imported
+        module (``torch.save``) nor a name bound to another call (``self.accelerator = Accelerator()``)."""
+        text = ast.unparse(receiver)
+        if text in ("self", "cls"):
+            enclosing = self.parents.get(receiver)
+            while enclosing is not None and not isinstance(enclosing, ast.ClassDef):
+                enclosing = self.parents.get(enclosing)
+            return enclosing is not None and (enclosing is cls or cls.name in {last_name(b) for b in enclosing.bases})
+        if text.partition(".")[0] in self.modules:
+            return False
+        values = self.assigned.get(text, [])
+        if not values:
+            return True
+        return any(not isinstance(v, ast.Call) or last_name(v) == cls.name for v in values)
 
     def inside(self, node: ast.AST, *callee_names: str) -> ast.Call | None:
         """The nearest enclosing call to one of ``callee_names`` (``node`` is in its arguments)."""
@@ -277,13 +372,18 @@ class ScriptFacts:
         this file to ``mp.spawn``/``pt.spawn``/detectron2's ``launch``, under ``if __name__ == "__main__"``
         or in a function called only from there (the children import the file under another name, so
         that block does not run in them)."""
-        own = {n.name for n in ast.walk(self.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        if self._exits_before_launch(node):
+            return True
+        own = self.own_functions
         main = self.main_block()
         if main is None:
             return False
-        for call in self.calls_named(*_LAUNCHERS):
-            if not any(isinstance(arg, ast.Name) and arg.id in own
-                       for arg in call.args[:1] + [kw.value for kw in call.keywords]):
+        executors = {name for name in self.names_bound_to(*_JOB_EXECUTORS)}
+        submits = [call for call in self.calls_named("submit", "map_array")
+                   if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in executors]
+        for call in self.calls_named(*_LAUNCHERS) + submits:
+            if call not in submits and not any(isinstance(arg, ast.Name) and arg.id in own
+                                               for arg in call.args[:1] + [kw.value for kw in call.keywords]):
                 continue
             scope = self.scope(call)
             if scope is self.tree:
@@ -292,6 +392,27 @@ class ScriptFacts:
             elif self.scope(node) is scope and self._called_only_from(scope, main):
                 return True
         return False
+
+    def _exits_before_launch(self, node: ast.AST) -> bool:
+        """``node`` sits in a block that ends the program (``quit()``, ``sys.exit()``) before a launcher call
+        later in the same function (``fabric.launch()``, ``mp.spawn``): only the one process that was
+        started runs it (litgpt's ``--model_name list`` prints the models and quits)."""
+        scope = self.scope(node)
+        launches = [call for call in self.calls_named(*_LAUNCHERS) if self.scope(call) is scope]
+        if not launches:
+            return False
+        child, parent = node, self.parents.get(node)
+        while parent is not None and parent is not scope:
+            for body in (getattr(parent, name, None) for name in ("body", "orelse", "handlers", "finalbody")):
+                if isinstance(body, list) and child in body and body[-1] is not child and self._is_exit(body[-1]):
+                    return any(call.lineno > body[-1].lineno for call in launches)
+            child, parent = parent, self.parents.get(parent)
+        return False
+
+    @staticmethod
+    def _is_exit(stmt: ast.stmt) -> bool:
+        return isinstance(stmt, ast.Raise) or (
+            isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and last_name(stmt.value) in _EXITS)
 
     def _called_only_from(self, function: ast.AST, region: ast.AST) -> bool:
         uses = self.loaded_names.get(getattr(function, "name", ""), [])

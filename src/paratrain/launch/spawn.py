@@ -1,7 +1,7 @@
 """``pt.spawn(fn, nprocs)``: run a function on N local processes through torch's elastic agent.
 
 The detectron2 ``launch()`` / ``mp.spawn`` pattern (the DataParallel-to-DDP conversion post,
-the BERT multi-GPU comparison), without a hand-picked ``tcp://localhost:12345``: the
+scripts that start one process per GPU from a function), without a hand-picked ``tcp://localhost:12345``: the
 rendezvous listens on a loopback port the kernel picks, workers get the usual torchrun
 variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and ``GLOO_SOCKET_IFNAME=lo``, and supervision
 is torch.distributed's own.
@@ -36,9 +36,17 @@ from paratrain.launch.loopback_store import LoopbackStore
 from paratrain.launch.torch_logs import torch_log_level
 
 
+#: The pid of the process that called pt.spawn, for its workers only (not kept in their environment).
+SPAWN_PARENT_VAR = "PARATRAIN_SPAWN_PARENT"
+
+
 def _worker(call: bytes, env: dict[str, str]) -> bytes:
     """Runs in each child. The agent wraps it in ``record``, which writes the
-    exception and traceback to the error file that the parent reads."""
+    exception and traceback to the error file that the parent reads. It first asks to die with
+    the process that called ``pt.spawn`` (its parent), as ``paratrain run``'s workers do."""
+    from paratrain.runtime.launcher_death import die_with_parent
+
+    die_with_parent(int(env.pop(SPAWN_PARENT_VAR, "0")))
     os.environ.update(env)
     threads = env.get("OMP_NUM_THREADS")
     if threads and threads.isdigit():
@@ -135,6 +143,7 @@ def spawn(
         # Gloo's pair sockets on loopback too (like the store), whatever the host name resolves to.
         "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME") or network.interface_for(network.LOOPBACK).name,
         SPAWNED_VAR: "1",  # a Runtime in the workers starts its hang watchdog
+        SPAWN_PARENT_VAR: str(os.getpid()),  # each worker dies with this process
         **({CPU_CORES_VAR: encode(shares)} if shares and not os.environ.get(CPU_CORES_VAR) else {}),
         **(env or {}),
     }

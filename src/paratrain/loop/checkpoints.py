@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from paratrain.checkpoint import Checkpointer
-from paratrain.loop.preflight import check_resumable
+from paratrain.loop.preflight import changed_options, check_resumable
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -28,29 +28,37 @@ class LoopCheckpoints:
     def __init__(self, runtime: Any, out_dir: Path, keep_last: int, metric: str, trainer: Any, **stateful: Any):
         self.directory = Path(out_dir) / CHECKPOINT_DIR
         self._trainer_state = trainer
+        self.resumed_metrics: dict[str, float] = {}  # the evaluation the resumed checkpoint carries
+        self.changed: list[tuple[str, object, object]] = []  # options this run applies from the resume step on
         self._checkpointer = Checkpointer(
             runtime, self.directory, keep_last=keep_last, best_metric=metric, mode=metric_mode(metric),
             trainer=trainer, **stateful,
         )
 
-    def resume(self, batch_size: int, grad_accum: int, dev_samples: int, loader: Any = None) -> int:
+    def resume(self, batch_size: int, grad_accum: int, dev_samples: int, loader: Any = None,
+               options: dict[str, Any] | None = None) -> int:
         """Load the newest good checkpoint, if any; return the step it was taken at (0: none).
 
         A resumed run must count steps and choose its best checkpoint as the saved one did
         (:func:`~paratrain.loop.preflight.check_resumable`: with the restored training ``loader`` of the
         global order, the same global batch on any world size); the loop's state then records this
-        run's batch size, accumulation and dev-set size, for the next resume to be checked against.
+        run's batch size, accumulation, dev-set size and ``options``, for the next resume to be checked
+        against; :attr:`changed` lists the options this run changed (applied from the resume step on).
 
         Raises:
             CheckpointError: a checkpoint in the directory cannot be resumed.
-            ConfigError: another global batch (or batch size and accumulation), or dev set, than the saved run's.
+            ConfigError: another global batch (or batch size and accumulation), dev set, metric or seed
+                than the saved run's.
         """
         state = self._checkpointer.resume()
         step = 0 if state is None else int(self._trainer_state.step)
-        if step:
-            check_resumable(self._trainer_state, batch_size, grad_accum, dev_samples, self.directory.parent, loader)
         saved = self._trainer_state
+        if step:
+            check_resumable(saved, batch_size, grad_accum, dev_samples, self.directory.parent, loader, options)
+            self.resumed_metrics = dict(state.metrics or {})
+            self.changed = changed_options(saved.options or {}, options or {})
         saved.batch_size, saved.grad_accum, saved.dev_samples = batch_size, grad_accum, dev_samples
+        saved.options = dict(options or {})
         return step
 
     def save(self, step: int, epoch: int, metrics: dict[str, float] | None) -> Path:

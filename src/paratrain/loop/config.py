@@ -98,7 +98,7 @@ class FitConfig:
     seed: int = option_field(42, "seed of every generator when the fit starts: a task's model init, the data order, "
                              "dropout")
     sync_batchnorm: bool = option_field(False, "convert BatchNorm to SyncBatchNorm (statistics over all processes)")
-    # Fast defaults (README "Fast defaults"): fused optimizer kernel, TF32 on CUDA, torch.compile.
+    # Fast defaults (docs/performance.md): fused optimizer kernel, TF32 on CUDA, torch.compile.
     fused_optimizer: bool = option_field(True, "torch's fused optimizer kernel instead of its default one")
     tf32: bool = option_field(True, "on CUDA, float32 matmuls on TF32 tensor cores (off: full float32)")
     # Off by default: compiling costs seconds per process, and pays off on GPU.
@@ -210,17 +210,6 @@ class FitConfig:
         if given:
             changes["strategy_options"] = {**changes.get("strategy_options", self.strategy_options), **given}
         return dataclasses.replace(self, **changes)
-
-    @classmethod
-    def check_names(cls, options: dict[str, Any]) -> dict[str, Any]:
-        """``options`` when every key is a field or a registered strategy's option.
-
-        Raises:
-            ConfigError: an unknown option (names the closest known one).
-        """
-        reject_unknown("pt.fit()", options, [*(field.name for field in dataclasses.fields(cls)),
-                                             *strategy_option_names()])
-        return options
 
 
 def strategy_option_names() -> list[str]:

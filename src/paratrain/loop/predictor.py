@@ -33,7 +33,7 @@ def find_run_dir(path: Path) -> Path:
     return path
 
 
-def load_predictor(path: str | Path) -> Predictor:
+def load_predictor(path: str | Path, trust_task_code: bool = False) -> Predictor:
     """The task and model of a ``paratrain train`` run, for one process on the CPU.
 
     ``path`` is the run's output directory (its best checkpoint by the run's metric,
@@ -48,7 +48,7 @@ def load_predictor(path: str | Path) -> Predictor:
 
     path = Path(path)
     run_dir = find_run_dir(path)
-    task = load_task(run_dir)
+    task = load_task(run_dir, trust_code=trust_task_code)
     if type(task).predict is Task.predict:  # no reading of raw inputs: fail before loading any weights
         raise ConfigError(f"task {task.name!r} of {run_dir} has no predict(model, inputs), so paratrain predict cannot "
                           f"run it (text-cls has one; a Task of yours may define it); {weights_advice(run_dir)}")

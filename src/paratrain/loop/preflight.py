@@ -6,7 +6,8 @@
 * :func:`check_options`: the options name a metric the task computes, and a non-finite policy
   the strategy allows.
 * :func:`check_resumable`: a resumed run counts steps and picks its best checkpoint as the saved
-  one did — the same global batch, the same dev set — or it is refused in one line.
+  one did — the same global batch, the same dev set, the same metric and seed — or it is refused in
+  one line; :func:`changed_options` lists the options a resume applies from its step on (said in one line).
 """
 
 from __future__ import annotations
@@ -79,8 +80,38 @@ def check_options(task: Any, config: Any) -> None:
                           f"({strategy.refuses_skipped_steps}); use the default stop, or another strategy")
 
 
+#: Fit options a resume holds to the saved run's: ``metric`` chose the best checkpoint so far (another
+#: would mix two rankings in one summary); ``seed`` drew the data order and generators, which the
+#: checkpoint restores (another seed would change nothing, silently).
+REFUSED_ON_RESUME = ("metric", "seed")
+#: Fit options a resume applies from its step on, and names in one line: the learning rate and the
+#: schedule's shape (recomputed for the current step), the optimizer's weight decay, clipping, early
+#: stopping and the cadence of evaluations, saves, logs and checks.
+APPLIED_ON_RESUME = ("lr", "weight_decay", "warmup", "schedule", "clip_norm", "patience", "eval_every",
+                     "eval_per_epoch", "save_every", "save_every_minutes", "keep_last", "log_every",
+                     "check_sync_every", "on_nonfinite", "max_nonfinite_skips")
+RESUME_OPTIONS = REFUSED_ON_RESUME + APPLIED_ON_RESUME
+
+
+def resume_options(config: Any) -> dict[str, Any]:
+    """The options of ``config`` that a checkpoint records for the next resume to compare."""
+    return {name: getattr(config, name) for name in RESUME_OPTIONS}
+
+
+def changed_options(saved: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(name, saved value, this run's)`` for every option of :data:`APPLIED_ON_RESUME` that changed
+    (none when the checkpoint recorded no options)."""
+    return [(name, saved[name], now[name]) for name in APPLIED_ON_RESUME if name in saved and saved[name] != now.get(name)]
+
+
+def describe_changes(changes: list[tuple[str, Any, Any]], step: int) -> str:
+    """The one line a resume says about the options it applies."""
+    listed = ", ".join(f"{option(name, new)} (was {old})" for name, old, new in changes)
+    return f"resuming with {listed}: applied from step {step} on"
+
+
 def check_resumable(saved: Any, batch_size: int, grad_accum: int, dev_samples: int, out_dir: Any,
-                    loader: Any = None) -> None:
+                    loader: Any = None, options: dict[str, Any] | None = None) -> None:
     """Refuse a resume whose steps or best checkpoint would not mean what they meant when saved.
 
     ``saved`` is the restored :class:`~paratrain.loop.state.FitState` (fields 0 when an older
@@ -95,9 +126,16 @@ def check_resumable(saved: Any, batch_size: int, grad_accum: int, dev_samples: i
 
     Raises:
         ConfigError: another global batch (or, without the global order, another batch size or
-            accumulation), or another dev set.
+            accumulation), another dev set, or another option of :data:`REFUSED_ON_RESUME`.
     """
     how = f"or pass {option('fresh', True)} to move the run aside and start over"
+    recorded = getattr(saved, "options", None) or {}
+    for name in REFUSED_ON_RESUME:
+        if options is not None and name in recorded and recorded[name] != options.get(name):
+            why = ("its best checkpoint was chosen by it, and two rankings would mix" if name == "metric" else
+                   "its data order and generators continue from the checkpoint, which another seed would not change")
+            raise ConfigError(f"the run in {out_dir} was trained with {option(name, recorded[name])}, this one asks "
+                              f"{option(name, options.get(name))}: {why}; resume with {option(name, recorded[name])}, {how}")
     same = (saved.batch_size, saved.grad_accum) == (batch_size, grad_accum)
     if saved.batch_size and not same and not _splits_the_global_batch(loader, batch_size, grad_accum):
         global_batch = _kept_global_batch(loader)
@@ -133,4 +171,5 @@ def _splits_the_global_batch(loader: Any, batch_size: int, grad_accum: int) -> b
     return bool(global_batch) and loader.sampler.split.world_size * batch_size * grad_accum == global_batch
 
 
-__all__ = ["check_first_dev_batch", "check_options", "check_resumable"]
+__all__ = ["changed_options", "check_first_dev_batch", "check_options", "check_resumable", "describe_changes",
+           "resume_options"]

@@ -102,7 +102,7 @@ def report_end(trainer: Trainer, resumed_from: int, train_seconds: float, run_sa
     for line in result.summary_lines():
         log.console(line)
     log.record("summary", state.step, **{k: v for k, v in result.to_dict().items() if k != "report"})
-    if rt.is_main and trainer.out_dir is not None:
+    if rt.is_main and trainer.out_dir is not None and not trainer.finished_before:  # a finished run's stays
         result.save(trainer.out_dir)
     trainer.callbacks("on_fit_end", trainer, result)
     return result

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paratrain.no_follow import open_text
+
 SUMMARY_FILE = "summary.json"
 
 
@@ -52,6 +54,7 @@ class FitResult:
     def save(self, directory: Path) -> Path:
         path = directory / SUMMARY_FILE
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), ensure_ascii=False, indent=1), encoding="utf-8")
+        with open_text(tmp, "w", encoding="utf-8") as handle:  # never through a planted link
+            handle.write(json.dumps(self.to_dict(), ensure_ascii=False, indent=1))
         tmp.replace(path)
         return path

@@ -1,6 +1,6 @@
 """Where the fit loop's words and numbers go.
 
-* the console: rank 0 only, lines like the BERT multi-GPU comparison's
+* the console: rank 0 only, lines like a hand-written BERT fine-tuning loop's
   (``epoch 1/2 step 120/288 loss 0.41``), written through the progress bar so the bar stays intact;
 * ``OUT/logs/rank<R>.log``: every rank's own lines (its local loss, its timings,
   its warnings) — the first place to look when one rank misbehaves;
@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from paratrain.errors import require
+from paratrain.no_follow import open_fd, open_text
 
 LOG_DIR = "logs"
 METRICS_FILE = "metrics.jsonl"
@@ -55,9 +57,10 @@ class RunLog:
             return
         (out_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
         # Open for the whole run (line-buffered, so a killed run keeps its lines); close() closes them.
-        self._file = open(out_dir / LOG_DIR / f"rank{rank}.log", "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        # Never through a planted link (paratrain.no_follow): refused in one line instead.
+        self._file = open_text(out_dir / LOG_DIR / f"rank{rank}.log", "a", encoding="utf-8", buffering=1)
         if self.is_main:
-            self._metrics = open(out_dir / METRICS_FILE, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+            self._metrics = open_text(out_dir / METRICS_FILE, "a", encoding="utf-8", buffering=1)
 
     @staticmethod
     def _open_tensorboard(directory: Path, wanted: bool | None, purge_step: int | None = None):
@@ -145,16 +148,21 @@ class RunLog:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """The JSON records of a ``metrics.jsonl`` (a line cut short by a kill is skipped)."""
+    """The JSON records of a ``metrics.jsonl`` (a line cut short by a kill, or with a damaged byte, is skipped).
+
+    Raises:
+        ConfigError: ``path`` is a symbolic link or not a regular file.
+    """
     records: list[dict[str, Any]] = []
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        with open(open_fd(path, os.O_RDONLY), "rb") as handle:  # never through a planted link
+            lines = handle.read().splitlines()
     except OSError:
         return records
     for line in lines:
         try:
             record = json.loads(line)
-        except ValueError:
+        except ValueError:  # also a line with a byte that is not UTF-8: skipped like a cut one
             continue
         if isinstance(record, dict):
             records.append(record)

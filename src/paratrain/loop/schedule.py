@@ -1,6 +1,6 @@
 """Learning-rate schedule: linear warmup, then linear decay to zero (or constant).
 
-BERT-style fine-tuning (and the BERT multi-GPU comparison, through transformers' Trainer) uses exactly
+BERT-style fine-tuning (transformers' Trainer by default) uses exactly
 this shape; it is built on torch's ``LambdaLR`` so its ``state_dict`` is torch's.
 The factor is a small callable object rather than a closure: ``LambdaLR.state_dict``
 saves a callable object's attributes (plain ints here), which keeps checkpoints
@@ -35,19 +35,27 @@ def warmup_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_f
     return LambdaLR(optimizer, WarmupThen(total_steps, warmup, decay=(schedule == "linear")))
 
 
-def stretch_to(scheduler: LambdaLR, total_steps: int, warmup_fraction: float, schedule: str = "linear") -> int | None:
-    """Point a restored schedule at this run's ``total_steps``; return the old total if it changed.
+def stretch_to(scheduler: LambdaLR, total_steps: int, warmup_fraction: float, schedule: str = "linear",
+               lr: float | None = None) -> int | None:
+    """Point a restored schedule at this run's ``total_steps``, warmup, shape and peak ``lr``; return
+    the old total if it changed.
 
-    ``LambdaLR.load_state_dict`` brings back the saved run's factor (its ``total``), so a run
-    resumed with more epochs would otherwise sit at LR 0 after the old end. The learning
-    rate of the current step is recomputed from the new shape.
+    ``LambdaLR.load_state_dict`` brings back the saved run's factor (its ``total``) and peak LR, so a
+    run resumed with more epochs would otherwise sit at LR 0 after the old end, and one resumed with
+    another ``--lr`` would keep the old. The learning rate of the current step is recomputed from the
+    new shape.
     """
     factor = scheduler.lr_lambdas[0]
-    if not isinstance(factor, WarmupThen) or factor.total == max(int(total_steps), 1):
+    if not isinstance(factor, WarmupThen):
         return None
-    old_total = factor.total
     new_factor = WarmupThen(total_steps, round(total_steps * warmup_fraction), decay=(schedule == "linear"))
+    same_peak = lr is None or all(base == lr for base in scheduler.base_lrs)
+    if vars(new_factor) == vars(factor) and same_peak:
+        return None
+    old_total = factor.total if factor.total != new_factor.total else None
     scheduler.lr_lambdas = [new_factor for _ in scheduler.lr_lambdas]
+    if lr is not None:
+        scheduler.base_lrs = [lr for _ in scheduler.base_lrs]
     step = scheduler.last_epoch
     for group, base in zip(scheduler.optimizer.param_groups, scheduler.base_lrs):
         group["lr"] = base * new_factor(step)

@@ -24,6 +24,8 @@ class FitState:
     batch_size: int = 0
     grad_accum: int = 0
     dev_samples: int = 0
+    #: The fit options a resume compares with its own (loop/preflight.py ``RESUME_OPTIONS``); {}: not recorded.
+    options: dict[str, Any] = field(default_factory=dict)
 
     def improve(self, value: float, step: int, metrics: dict[str, float], higher_is_better: bool = True) -> bool:
         """Record an evaluation; True when ``value`` is a new best by :func:`~paratrain.checkpoint.catalog.is_better`

@@ -36,7 +36,7 @@ from paratrain.loop.evaluation import evaluate
 from paratrain.loop.finite_checks import FiniteChecks
 from paratrain.loop.fit_preemption import FitPreemption
 from paratrain.loop.nonfinite import NonFiniteGuard
-from paratrain.loop.preflight import check_first_dev_batch, check_options
+from paratrain.loop.preflight import check_first_dev_batch, check_options, describe_changes, resume_options
 from paratrain.loop.out_dir import agree_on_out_dir
 from paratrain.loop.report import report_communication, report_end, report_eval, report_start, report_train
 from paratrain.runtime.progress import epochs, progress
@@ -87,6 +87,7 @@ class Trainer:
         self._step_clock = StepClock()
         self._out_lock: Any = None  # rank 0's writer lock on out_dir, held for the whole fit
         self._preemption = FitPreemption()
+        self.finished_before = False  # resumed from the end of a finished run: nothing to do
 
     # ---- the whole run ------------------------------------------------------------------
     def check(self) -> None:
@@ -173,14 +174,12 @@ class Trainer:
                 model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
                 loader=self.train_loader, trainer=self.state,
             )
-            resumed_from = self.checkpoints.resume(c.batch_size, c.grad_accum, len(eval_data), self.train_loader)
+            resumed_from = self.checkpoints.resume(c.batch_size, c.grad_accum, len(eval_data), self.train_loader,
+                                                   resume_options(c))
             if resumed_from:  # the saved global batch is kept on any world size: count the steps with it
                 self.steps_per_epoch = self.train_loader.global_batches_per_epoch
                 self.total_steps = c.max_steps or c.epochs * self.steps_per_epoch
-            old_total = stretch_to(self.scheduler, self.total_steps, c.warmup or 0.0, c.schedule) if resumed_from else None
-            if old_total is not None:
-                self.log.console(f"this run has {self.total_steps} steps, the saved one had {old_total}: "
-                                 "the LR schedule now ends at the new last step")
+                self._resume_where_it_ended(resumed_from)
             self._cadence.saved_at = resumed_from if resumed_from else -1  # never write the same step twice
             self._nonfinite.skipped = self.state.nonfinite_skips
             if rt.is_main:
@@ -194,8 +193,11 @@ class Trainer:
         # The guard stays up through the final evaluation and save: a SIGTERM there would otherwise
         # kill the worker mid-save, and the launcher would call a finished run "stopped".
         with FitPreemption(c.save_every_minutes) as self._preemption:
-            with hang_watch:
-                window = self._train()
+            if self.finished_before:  # a rerun of a finished run: nothing to train, evaluate or save
+                window = TrainWindow(rt.device)
+            else:
+                with hang_watch:
+                    window = self._train()
             train_seconds = window.train_seconds  # before the final evaluation
             if self._cadence.evaluated_at != self.state.step:
                 self._evaluate()
@@ -204,6 +206,36 @@ class Trainer:
             result = report_end(self, resumed_from, train_seconds, window.samples_total)
             self._preemption.stop_if_asked_at_the_end(self.state.step, self._checkpoint_dir())
         return result
+
+    def _resume_where_it_ended(self, step: int) -> None:
+        """After a resume from ``step``: a finished run stays finished (no evaluation, save or patience
+        count again); otherwise the options this run changed apply from ``step`` on, said in one line,
+        and the run continues with a fresh early-stop verdict. Not collective (every rank alike)."""
+        c, state, checkpoints = self.config, self.state, self.checkpoints
+        patience_reached = bool(state.stopped_early and c.patience and state.evals_without_improvement >= c.patience)
+        if (step >= self.total_steps or patience_reached) and checkpoints.resumed_metrics:
+            self.finished_before = True
+            self.last_evaluation = Evaluation(checkpoints.resumed_metrics)
+            self._cadence.evaluated(step)
+            self._cadence.saved(step, with_metrics=True)
+            why = (f"it stopped early at step {step} ({option('patience', c.patience)} reached; raise it to train on)"
+                   if patience_reached and step < self.total_steps else
+                   f"it ran {step} steps and this command asks for {self.total_steps}")
+            self.total_steps = max(self.total_steps, step)
+            self.log.console(f"the run in {self.out_dir} is finished: {why}; nothing is trained, evaluated or saved")
+            return
+        state.stopped_early = False  # this attempt's own verdict, from its own evaluations
+        changes = self.checkpoints.changed
+        lr = c.lr if any(name == "lr" for name, _, _ in changes) else None
+        old_total = stretch_to(self.scheduler, self.total_steps, c.warmup or 0.0, c.schedule, lr=lr)
+        if any(name == "weight_decay" for name, _, _ in changes):
+            for group in self.optimizer.param_groups:
+                group["weight_decay"] = c.weight_decay
+        if changes:
+            self.log.console(describe_changes(changes, step))
+        if old_total is not None:
+            self.log.console(f"this run has {self.total_steps} steps, the saved one had {old_total}: "
+                             "the LR schedule now ends at the new last step")
 
     def _agreed_config(self) -> dict[str, Any]:
         """The options that must be equal on every rank (not the ones about this rank's console)."""
@@ -362,8 +394,8 @@ class Trainer:
         if value is None:
             raise ConfigError(f"{option('metric', c.metric)} is not computed by task {self.task.name!r}; choose one of: {', '.join(evaluation.metrics)}")
         best = state.improve(float(value), state.step, evaluation.metrics, metric_mode(c.metric) == "max")
-        if c.patience and state.evals_without_improvement >= c.patience:
-            state.stopped_early = True
+        if c.patience and state.evals_without_improvement >= c.patience and state.step < self.total_steps:
+            state.stopped_early = True  # only when steps were left: a run that ran them all did not stop early
             self.should_stop = True
         report_eval(self, evaluation, best)
         self.callbacks("on_eval_end", self, evaluation)

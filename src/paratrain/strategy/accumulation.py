@@ -126,7 +126,9 @@ class GradientAccumulation:
         return self._pending
 
     def check_no_pending(self, what: str) -> None:
-        """Raises:
+        """Refuse ``what`` (a save, an evaluation) between micro-steps of one accumulated step.
+
+        Raises:
         ConfigError: gradients of micro-steps wait for an optimizer step (``what`` would lose them).
         """
         if self._pending:

@@ -23,7 +23,9 @@ def parameter_names(module: torch.nn.Module) -> dict[int, str]:
 
 
 def reject_stateful(optimizers: Sequence[torch.optim.Optimizer], names_before: dict[int, str]) -> None:
-    """Raises:
+    """Refuse optimizers whose state a wrapper would orphan by replacing the parameters it belongs to.
+
+    Raises:
     ConfigError: an optimizer already has state (it stepped, or a state_dict was
         loaded) for a parameter of the model, which the wrapper is about to replace.
     """
@@ -46,7 +48,9 @@ def mark_replaced(module_before: dict[int, str], parameters: Sequence[torch.nn.P
 
 
 def check_trains_current_parameters(optimizer: torch.optim.Optimizer) -> None:
-    """Raises:
+    """Refuse to step an optimizer that still holds the parameters ``setup`` replaced.
+
+    Raises:
     ConfigError: ``optimizer`` holds parameters that ``setup`` replaced (FSDP shards
         them) and was not given to ``setup``: stepping it would change tensors the
         model no longer uses, so the weights would never change.

@@ -53,7 +53,9 @@ class SetupGuard:
         return comm.is_initialized() and comm.world_size() > 1
 
     def check_backward(self) -> None:
-        """Raises:
+        """Refuse a backward whose loss no set-up model produced (its gradients would not be synchronised).
+
+        Raises:
         ConfigError: several processes, and no set-up model ran forward since the last step.
         """
         if self.forward_seen or not self._active():
@@ -65,7 +67,9 @@ class SetupGuard:
         )
 
     def check_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Raises:
+        """Refuse to step an optimizer of no set-up model (the ranks' weights would drift apart).
+
+        Raises:
         ConfigError: several processes, and ``optimizer`` trains no parameter of a set-up model.
         """
         if optimizer in self.optimizers or not self._active():
@@ -84,7 +88,9 @@ class SetupGuard:
         self.forward_seen = False
 
     def check_model(self, model: torch.nn.Module) -> None:
-        """Raises:
+        """Refuse a model ``setup`` did not return (the raw module skips the wrapper's synchronisation).
+
+        Raises:
         ConfigError: several processes, and ``model`` is not one that ``setup`` returned.
         """
         if model in self.models or not self._active():

@@ -42,7 +42,9 @@ def replicated_tensors(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]
 
 
 def reject_meta(module: torch.nn.Module) -> None:
-    """Raises:
+    """Refuse a module with tensors on the ``meta`` device (no data to train or to broadcast).
+
+    Raises:
     ConfigError: a parameter or buffer has no data yet (meta device).
     """
     for name, tensor in named_tensors(module):

@@ -20,6 +20,7 @@ import torch
 from paratrain.arguments import option, option_field
 from paratrain.errors import ConfigError
 from paratrain.strategy.optimizer_kernels import kernel_options
+from paratrain.no_follow import open_text
 
 TASK_FILE = "task.json"  # in the output directory: which task (and options) the checkpoints belong to
 
@@ -134,7 +135,9 @@ class Task(abc.ABC):
     reference: str | None = None
 
     def __init__(self, options: TaskOptions | None = None):
-        """Raises:
+        """Keep the task's options, refusing those it does not use.
+
+        Raises:
             ConfigError: an option the task does not use (see :attr:`options_used`)."""
         self.options = options or TaskOptions()
         unused = [] if self.options_used is None else \
@@ -226,11 +229,17 @@ class Task(abc.ABC):
         if self.model_identity() is not None:
             record["model"] = self.model_identity()
         if self.reference is not None:
+            from paratrain.tasks.task_ref import file_sha256, reference_file
+
             record["reference"] = self.reference
+            task_file = reference_file(self.reference)
+            if task_file is not None and (digest := file_sha256(task_file)):
+                record["reference_sha256"] = digest  # predict imports it again only while it is this file
         path.parent.mkdir(parents=True, exist_ok=True)
         record["artifacts"] = self.save_artifacts(path.parent)
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(record, ensure_ascii=False, indent=1), encoding="utf-8")
+        with open_text(tmp, "w", encoding="utf-8") as handle:  # never through a planted link
+            handle.write(json.dumps(record, ensure_ascii=False, indent=1))
         tmp.replace(path)
         return path
 
@@ -252,10 +261,11 @@ def read_task_record(directory: str | Path) -> dict[str, Any] | None:
         ConfigError: the file exists but is not a task record.
     """
     path = Path(directory) / TASK_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        with open_text(path, "r", encoding="utf-8") as handle:  # a planted link or FIFO: refused
+            record = json.loads(handle.read())
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{path} is not a readable task record ({exc}); use another {option('out_dir')} directory") from None
     if not isinstance(record, dict) or not isinstance(record.get("task"), str):

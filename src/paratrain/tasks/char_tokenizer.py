@@ -76,7 +76,11 @@ class CharTokenizer:
 
     @classmethod
     def load(cls, path: str | Path) -> CharTokenizer:
-        """Raises: DataError: the file is not a saved vocabulary."""
+        """The tokenizer saved at ``path``.
+
+        Raises:
+            DataError: the file is not a saved vocabulary.
+        """
         try:
             tokens = json.loads(Path(path).read_text(encoding="utf-8"))["tokens"]
         except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -36,20 +36,27 @@ def create_task(name: str, options: TaskOptions | None = None) -> Task:
     return task_class(name)(options)
 
 
-def load_task(directory: str | Path) -> Task:
+def load_task(directory: str | Path, trust_code: bool = False) -> Task:
     """The task saved in an output directory by a training run (for predict): a built-in
     one, or a user's task imported again from the reference its run recorded.
+
+    A run folder may come from someone else, and its ``task.json`` names the code to import:
+    a user's task is imported only with ``trust_code=True`` (``--trust-task-code``), and then
+    only while its file still has the SHA-256 the run recorded.
 
     Raises:
         ConfigError: ``directory`` holds no ``task.json``; holds a ``pt.fit(model)`` run
             (only the user's code can build that model: says how to load the weights);
-            names an unknown task, or a task file that no longer imports.
+            names an unknown task, code not trusted (names the file), a task file changed
+            since the run, or one that no longer imports.
     """
     record = read_task_record(directory)
     if record is None:
         raise ConfigError(f"{directory} holds no task.json; pass the --out directory of a `paratrain train` run")
     if record.get("reference"):
-        from paratrain.tasks.task_ref import resolve_task
+        from paratrain.tasks.task_ref import check_trusted, resolve_task
+
+        check_trusted(str(record["reference"]), record.get("reference_sha256"), Path(directory), trust_code)
 
         task = resolve_task(record["reference"], TaskOptions(**record.get("options", {})))
         task.label_names = list(record.get("label_names") or task.label_names)

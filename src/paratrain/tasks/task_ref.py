@@ -10,6 +10,7 @@ current folder, ``~`` expanded) works from anywhere.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -133,3 +134,37 @@ def _missing(obj) -> list[str]:
         if not callable(member) or getattr(member, "__isabstractmethod__", False):
             missing.append(f"{name}()")
     return missing
+
+
+def reference_file(ref: str) -> Path | None:
+    """The file a ``path/to/file.py:attr`` reference names (None for a module or built-in name)."""
+    if not is_user_ref(ref):
+        return None
+    target = ref.rsplit(":", 1)[0]
+    return Path(_with_suffix(target)).expanduser().resolve() if _is_path(target) else None
+
+
+def file_sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def check_trusted(ref: str, recorded_sha256: str | None, run_dir: Path, trust_code: bool) -> None:
+    """Refuse to import the code a run folder's ``task.json`` names unless the user said so, naming it first.
+
+    Raises:
+        ConfigError: ``trust_code`` is False (names the file or module, and its SHA-256); or the file no
+            longer has the SHA-256 the run recorded (it changed since the run trained).
+    """
+    path = reference_file(ref)
+    digest = file_sha256(path) if path is not None else None
+    what = f"{path} (sha256 {digest[:16]}…)" if digest else f"module {ref.rsplit(':', 1)[0]}"
+    if not trust_code:
+        raise ConfigError(f"{run_dir}/task.json names Python code to import: {what}, attribute {ref.rsplit(':', 1)[1]!r}; "
+                          "paratrain runs a run folder's code only when told: read it, then pass --trust-task-code "
+                          "(pt.tasks.load_task(..., trust_code=True))")
+    if recorded_sha256 and digest != recorded_sha256:
+        raise ConfigError(f"{what} is not the task file the run in {run_dir} trained with (its sha256 was "
+                          f"{recorded_sha256[:16]}…): it changed since; restore it, or train again")

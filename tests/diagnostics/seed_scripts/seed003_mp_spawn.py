@@ -1,4 +1,4 @@
-"""The BERT multi-GPU comparison rebuilt: its mp.spawn variant (multi-gpu-distributed-mp-cls.py), on CPU with gloo.
+"""A public nine-way comparison of one Chinese BERT classifier, rebuilt: its mp.spawn variant (multi-gpu-distributed-mp-cls.py), on CPU with gloo.
 
     python seed003_mp_spawn.py --local_world_size=2
 """

@@ -1,4 +1,4 @@
-"""DDP started from a function (the BERT multi-GPU comparison's ``mp.spawn`` pattern): ``pt.spawn(train, nprocs=N)``."""
+"""DDP started from a function (the ``mp.spawn`` pattern): ``pt.spawn(train, nprocs=N)``."""
 
 from __future__ import annotations
 

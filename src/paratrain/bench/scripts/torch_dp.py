@@ -1,4 +1,4 @@
-"""``torch.nn.DataParallel``: one process, the batch split over the GPUs by threads (the BERT multi-GPU comparison's way).
+"""``torch.nn.DataParallel``: one process, the batch split over the GPUs by threads (the way multi-GPU training starts in most tutorials).
 
 With fewer than two GPUs DataParallel has one device and runs the module as it is.
 """

@@ -1,5 +1,9 @@
 """Run by Python at the start of every worker of ``paratrain run``, whatever the script.
 
+First, the worker asks the kernel to kill it when its launcher dies (``PR_SET_PDEATHSIG``,
+:mod:`paratrain.runtime.launcher_death`), and exits at once when the launcher is already gone:
+a launcher killed during start-up, before any script line ran, leaves no worker behind.
+
 When the launcher stops a worker (torch's agent sends SIGTERM to the ranks still running
 after one failed), faulthandler first writes every thread's stack to
 ``$PARATRAIN_STACKS_DIR/rank<RANK>.txt``, then the signal ends the process as before.
@@ -20,6 +24,16 @@ import importlib.util
 import os
 import signal
 import sys
+
+_LAUNCHER = os.environ.get("PARATRAIN_LAUNCHER_PID", "")  # env/torchelastic.py's LAUNCHER_PID_VAR
+
+if _LAUNCHER.isdigit():
+    try:  # os, signal, ctypes only: no torch at interpreter start
+        from paratrain.runtime.launcher_death import die_with_parent
+
+        die_with_parent(int(_LAUNCHER))
+    except ImportError:
+        pass
 
 _STACKS_DIR = os.environ.get("PARATRAIN_STACKS_DIR")
 _RANK = os.environ.get("RANK")
