@@ -77,7 +77,8 @@ class HSDPStrategy(FSDPStrategy):
         if self.process.num_nodes * self.process.local_world_size != world:
             raise ConfigError(
                 f"hsdp shards inside a node, and the nodes run different numbers of processes ({world} over "
-                f"{self.process.num_nodes} nodes); run as many on each node, or give replicate= and shard="
+                f"{self.process.num_nodes} nodes); run as many on each node, or give {option('replicate')} and "
+                f"{option('shard')}"
             )
         return self.process.num_nodes, self.process.local_world_size
 
