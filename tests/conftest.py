@@ -42,7 +42,9 @@ LONGEST_FIRST = (
     "tests/loop/test_run_directory.py",  # ~60
     "tests/launch/test_elastic_rejoin.py",  # ~60: a node killed, then started again
     "tests/bench/test_bench.py",  # 54
+    "tests/trackers/test_trackers.py",  # ~50: a real mlflow server, a 2-rank run killed and restarted
     "tests/cli/test_own_task.py",  # ~50
+    "tests/diagnostics/test_stragglers.py",  # ~35: one 2-rank run slowed by its loader, then a CPU quota
     "tests/loop/test_fit_multi.py",  # ~45
     "tests/loop/test_fit_seed.py",  # ~45
     "tests/launch/test_no_restart.py",  # ~40: two nodes, one on a disk of its own

@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("loop",),  # pt.fit, built on the public pieces below
     ("tasks",),
     ("runtime",),  # pt.Runtime: wires strategy, precision, data, checkpoint and diagnostics
+    ("trackers",),  # experiment trackers (rank 0), fed by the fit loop and rt.log
     ("checkpoint",),
     ("strategy",),
     ("precision",),

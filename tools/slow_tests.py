@@ -24,8 +24,8 @@ def durations(text: str) -> dict[str, float]:
     total: dict[str, float] = defaultdict(float)
     for line in text.splitlines():
         match = _LINE.match(line)
-        if match:
-            total[match.group(3)] += float(match.group(1))
+        if match:  # pytest-xdist's --dist loadgroup appends "@group" to the node id
+            total[match.group(3).split("@", 1)[0]] += float(match.group(1))
     return dict(total)
 
 

@@ -208,6 +208,17 @@ def gather_object(obj: T, dst: int = 0) -> list[T] | None:
     return out
 
 
+def all_gather_rows(tensor: torch.Tensor) -> torch.Tensor:
+    """Every rank's 1-D ``tensor`` as the rows of one tensor, in rank order: one collective, for tensors of the
+    same length and dtype on every rank (:func:`all_gather` takes any first dimension, for one more). Collective."""
+    if not is_initialized() or world_size() == 1:
+        return tensor.reshape(1, -1)
+    work = tensor.to(_collective_device())
+    rows = [torch.empty_like(work) for _ in range(world_size())]
+    dist.all_gather(rows, work)
+    return torch.stack(rows).to(tensor.device)
+
+
 def all_gather(tensor: torch.Tensor) -> list[torch.Tensor]:
     """All ranks' tensors, in rank order; first dimensions may differ per rank. Collective.
 

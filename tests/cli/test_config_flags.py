@@ -21,7 +21,7 @@ from paratrain.tasks.digits import DigitsTask
 from paratrain.tasks.registry import TASKS
 
 # Values the config checks accept where a made-up word would not (or may not, once checked earlier).
-VALID = {"strategy": "ddp", "precision": "bf16-mixed", "grad_compression": "bf16"}
+VALID = {"strategy": "ddp", "precision": "bf16-mixed", "grad_compression": "bf16", "log_with": "csv,mlflow"}
 
 # The flags of `paratrain train` before they were derived from the fields: every one still parses.
 OLD_FLAGS = ("--epochs 2", "--max-steps 2", "--batch-size 2", "--eval-batch-size 2", "--lr 0.1", "--weight-decay 0.1",

@@ -45,7 +45,7 @@ import threading
 import time
 from typing import Any
 
-from paratrain.diagnostics import stacks
+from paratrain.diagnostics import stacks, step_phases
 from paratrain.diagnostics.progress_board import ProgressBoard, job_store
 from paratrain.diagnostics.stall import Beat, stall_message, stalled_ranks
 from paratrain.diagnostics.stall_timeouts import STACK_WAIT_S, poll_interval
@@ -64,7 +64,9 @@ _active: Watchdog | None = None
 
 
 def mark(phase: str, step: int | None = None) -> None:
-    """Record this rank's progress on the running watchdog, if any (cheap; main thread)."""
+    """Record this rank's progress on the running watchdog, if any, and time the phase on a running
+    :class:`~paratrain.diagnostics.step_phases.PhaseClock` (cheap; main thread)."""
+    step_phases.enter(phase)
     if _active is not None:
         _active.progress(step, phase)
 
@@ -310,7 +312,9 @@ class Watchdog:
     def _exchange(self, beat: Beat) -> list[Beat]:
         if self._board is None:
             return [beat]
+        asked = time.perf_counter()
         beats = self._board.exchange(beat)
+        step_phases.link_sample(time.perf_counter() - asked)  # this rank's round trips to node 0's store
         self._finished = {b.rank for b in beats if b.phase == FINISHED}
         return beats
 

@@ -87,7 +87,7 @@ class FitConfig:
     # The default costs well under 0.5 % of the step time (benchmarks/check_sync_cost.py).
     check_sync_every: int = option_field(100, "check every N steps that all processes hold the same weights (0: never)",
                                          metavar="N")
-    # pt.fit also takes a strategy object (pt.DDP(...)), which brings its options
+    # pt.fit also takes a registered strategy's object (pt.DDP(...)): kept as its name and options
     strategy: str | Strategy = option_field(
         "auto", lambda: f"{strategy_names()} (auto: {AUTO_SEVERAL} on several processes; given an option of "
         f"{AUTO_SHARDED_ONE_NODE}'s, {AUTO_SHARDED_ONE_NODE} on one node and {AUTO_SHARDED_NODES} on several)",
@@ -114,6 +114,9 @@ class FitConfig:
     progress: bool | None = option_field(None, "a progress bar (default: when stderr is a terminal)")
     tensorboard: bool | None = option_field(None, "write TensorBoard files (default: when the tensorboard package "
                                             "is installed)")
+    log_with: str | None = option_field(  # paratrain.trackers: one file per tracker
+        None, "experiment trackers besides TensorBoard, comma-separated: csv, mlflow, wandb (rank 0 logs the config, "
+        "metrics, summary and final weights; a resumed run continues the same tracker run)", metavar="NAMES")
 
     def __post_init__(self) -> None:
         positive = ("epochs", "max_steps", "batch_size", "eval_batch_size", "grad_accum", "eval_every",
@@ -147,29 +150,45 @@ class FitConfig:
             check_type("", name, getattr(self, name), "bool")
         for name in ("progress", "tensorboard"):
             check_type("", name, getattr(self, name), "bool", allow_none=True)
+        if self.log_with is not None:  # a list from pt.fit(log_with=[...]) is kept as the flag's words
+            from paratrain.trackers import parse_names
+
+            object.__setattr__(self, "log_with", ",".join(parse_names(self.log_with, option("log_with"))))
         for name in ("precision", "schedule"):
             check_type("", name, getattr(self, name), "str")
-        if not isinstance(self.strategy, Strategy):
-            check_type("", "strategy", self.strategy, "str")
         if not isinstance(self.strategy_options, Mapping):
             raise ConfigError(f"strategy_options must be a mapping of option names to values, got {self.strategy_options!r}")
+        if isinstance(self.strategy, Strategy):
+            self._strategy_as_words()
+        check_type("", "strategy", self.strategy, "str")
         reject_unknown("", self.strategy_options, strategy_option_names())
-        if isinstance(self.strategy, Strategy) and self.strategy_options:
-            raise ConfigError(f"give the options to the strategy object ({type(self.strategy).__name__}(...)), not "
-                              f"beside it: {', '.join(sorted(self.strategy_options))}")
         for name in ("metric", "out_dir"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, (str, os.PathLike)):
                 raise ConfigError(f"{option(name)} must be a str, got {type(value).__name__}")
+
+    def _strategy_as_words(self) -> None:
+        """A strategy object becomes its registered name and its options: the config stays plain data
+        (logged, compared between ranks, handed to workers as flags).
+
+        Raises:
+            ConfigError: options given beside the object, or the object's class is not registered.
+        """
+        strategy = self.strategy
+        if self.strategy_options:
+            raise ConfigError(f"give the options to the strategy object ({type(strategy).__name__}(...)), not "
+                              f"beside it: {', '.join(sorted(self.strategy_options))}")
+        if strategy_class(strategy.name) is not type(strategy):
+            raise ConfigError(f"{type(strategy).__name__} is not registered under its name {strategy.name!r}: "
+                              "decorate it with @pt.register_strategy to fit with it")
+        object.__setattr__(self, "strategy", strategy.name)
+        object.__setattr__(self, "strategy_options", dict(strategy.given_options))
 
     def strategy_arguments(self) -> dict[str, Any]:
         """``strategy=`` and the strategy's options for ``pt.Runtime``: what was given, and what the
         strategy needs to know of the loop (a strategy whose engine clips takes ``clip_norm`` when
         it is built: :meth:`~paratrain.strategy.Strategy.fit_options`)."""
         cls = strategy_class(self.strategy)
-        if isinstance(self.strategy, Strategy):
-            options = cls.fit_options(self.strategy.given_options, self.clip_norm)
-            return {"strategy": cls(**options) if options != self.strategy.given_options else self.strategy}
         options = dict(self.strategy_options)
         return {"strategy": self.strategy, **(cls.fit_options(options, self.clip_norm) if cls else options)}
 
@@ -181,6 +200,13 @@ class FitConfig:
             if hasattr(self, field.name) and getattr(self, field.name) is None
         }
         return dataclasses.replace(self, **filled)
+
+    @property
+    def trackers(self) -> tuple[str, ...]:
+        """The tracker names of ``log_with``."""
+        from paratrain.trackers import parse_names
+
+        return parse_names(self.log_with)
 
     def replace(self, **changes: Any) -> FitConfig:
         return dataclasses.replace(self, **changes)

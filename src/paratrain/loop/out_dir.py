@@ -17,12 +17,14 @@ from paratrain.checkpoint.writer_lock import LOCK_FILE, WriterLock
 from paratrain.diagnostics.failure_report import FAILURE_FILE, FAILURES_DIR
 from paratrain.errors import ConfigError, ParatrainError
 from paratrain.tasks.api import TASK_FILE, read_task_record
+from paratrain.trackers.hub import tracker_files
 
 # Everything paratrain writes into a run directory (its checkpoints, records, failure reports of
 # earlier attempts, the writer lock); a folder holding only these is ours to resume in, so a
 # rerun of the same command is never refused because of paratrain's own files.
+WEIGHTS_FILE = "weights.safetensors"  # the final weights, written for the trackers that store files
 RUN_FILES = {TASK_FILE, "logs", "metrics.jsonl", "tensorboard", "summary.json", "checkpoints",
-             FAILURE_FILE, FAILURES_DIR, LOCK_FILE}
+             FAILURE_FILE, FAILURES_DIR, LOCK_FILE, WEIGHTS_FILE, *tracker_files()}
 
 
 def prepare_out_dir(out_dir: str | Path, task: str, options: dict | None = None, fresh: bool = False,

@@ -7,13 +7,15 @@ own log file, ``metrics.jsonl`` and TensorBoard.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from paratrain import comm
 from paratrain.loop.result import FitResult
 from paratrain.loop.step_clock import StepClock
+from paratrain.loop.out_dir import WEIGHTS_FILE
+from paratrain.trackers.hub import wants_artifacts
 
 if TYPE_CHECKING:
     from paratrain.loop.trainer import Trainer
@@ -35,11 +37,32 @@ def report_start(trainer: Trainer, train_size: int, eval_size: int, resumed_from
         log.record("resume", resumed_from)
 
 
+def run_config(trainer: Trainer) -> dict[str, Any]:
+    """The run as the trackers show its config: the fit options, the task's, and the job's shape. Not collective."""
+    rt, config = trainer.runtime, trainer.config
+    options = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("progress", "out_dir")}
+    return {**options, **{f"task_{k}": v for k, v in trainer.task.options.to_dict().items()},
+            "task": trainer.task.name, "strategy": rt.strategy.name, "precision": rt.precision.name,
+            "world_size": rt.world_size, "num_nodes": rt.topology.num_nodes}
+
+
+def report_weights(trainer: Trainer) -> None:
+    """The final weights as one safetensors file in the run directory, stored by every tracker that keeps files.
+    Collective (the whole weights are gathered for sharded strategies); nothing when no tracker asks for them."""
+    log = trainer.log
+    if trainer.out_dir is None or not wants_artifacts(log.trackers.names):
+        return
+    path = trainer.out_dir / WEIGHTS_FILE
+    trainer.runtime.save_weights(trainer.model, path)
+    log.trackers.artifact(path)
+
+
 def report_train(trainer: Trainer, epoch: int, local_loss: torch.Tensor, samples_per_s: float) -> None:
-    """The global mean loss over the window since the last line (one all-reduce) → console, files,
-    progress bar. Collective."""
+    """The global mean loss over the window since the last line → console, files, progress bar; every rank's
+    step times in the same collective → per-rank curves and straggler lines (:mod:`paratrain.loop.rank_times`).
+    Collective."""
     state, config, log = trainer.state, trainer.config, trainer.log
-    loss = float(comm.all_reduce(local_loss, op="mean"))
+    loss, ranks = trainer.rank_times.gather(local_loss)  # the loss's one collective also gathers every rank's timings
     lr = trainer.scheduler.get_last_lr()[0]
     epochs_total = "?" if config.max_steps else config.epochs
     log.file(f"step {state.step} local loss {float(local_loss):.4f}")
@@ -47,6 +70,7 @@ def report_train(trainer: Trainer, epoch: int, local_loss: torch.Tensor, samples
         f"epoch {epoch + 1}/{epochs_total} step {state.step}/{trainer.total_steps} loss {loss:.4f} lr {lr:.2e} {samples_per_s:.1f} samples/s"
     )
     log.record("train", state.step, epoch=epoch, loss=loss, lr=lr, samples_per_s=samples_per_s)
+    trainer.rank_times.report(log, state.step, ranks, trainer.train_loader.global_batch / max(trainer.runtime.world_size, 1))
     if log.bar is not None:
         log.bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{samples_per_s:.0f}", refresh=False)
 
@@ -95,6 +119,7 @@ def report_end(trainer: Trainer, resumed_from: int, train_seconds: float, run_sa
         strategy=rt.strategy.name,
         precision=rt.precision.name,
         report=evaluation.report if evaluation else "",
+        stragglers=trainer.rank_times.summary() if trainer.rank_times is not None else [],
     )
     log = trainer.log
     if evaluation and evaluation.report:

@@ -32,6 +32,8 @@ class FitResult:
     strategy: str = ""
     precision: str = ""
     report: str = ""
+    # Ranks that were >= 10 % slower than the median for 3+ log intervals (paratrain.diagnostics.stragglers).
+    stragglers: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,6 +51,9 @@ class FitResult:
             lines.append(f"best dev {self.metric} at step {self.best_step}: {best}")
         if self.best_checkpoint or self.checkpoint_dir:
             lines.append(f"checkpoints: {self.checkpoint_dir}" + (f" (best: {self.best_checkpoint})" if self.best_checkpoint else ""))
+        from paratrain.diagnostics.stragglers import summary_line
+
+        lines.extend(summary_line(episode) for episode in self.stragglers)
         return lines
 
     def save(self, directory: Path) -> Path:

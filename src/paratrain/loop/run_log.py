@@ -9,12 +9,14 @@
   (an *attempt*) starts with an ``attempt`` record: its number and how the previous
   attempt ended; a ``resume`` record names the step it continues from. Its records
   supersede the earlier attempts' records after that step (:func:`latest_attempt`);
-* ``OUT/tensorboard/``: the same scalars for TensorBoard, when installed; a resumed
-  attempt purges the events after its resume step, so the curves show the latest attempt.
+* the experiment trackers (``paratrain.trackers``): TensorBoard under ``OUT/tensorboard/`` when
+  installed, and those ``log_with`` names (csv, mlflow, wandb, …) — the same numbers, rank 0 only; a
+  resumed attempt continues their runs, each step once (``OUT/trackers.json``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -23,12 +25,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from paratrain.errors import require
 from paratrain.no_follow import open_fd, open_text
+from paratrain.trackers.hub import Trackers
 
 LOG_DIR = "logs"
 METRICS_FILE = "metrics.jsonl"
-TENSORBOARD_DIR = "tensorboard"
+TENSORBOARD_DIR = "tensorboard"  # written by paratrain.trackers.tensorboard_files
 
 
 def _plain(value: Any) -> Any:
@@ -43,15 +45,17 @@ def _plain(value: Any) -> Any:
 class RunLog:
     """Console, per-rank file, JSONL and TensorBoard output of one rank. Not collective."""
 
-    def __init__(self, out_dir: Path | None, rank: int, tensorboard: bool | None = None):
+    def __init__(self, out_dir: Path | None, rank: int, tensorboard: bool | None = None,
+                 log_with: tuple[str, ...] = ()):
         self.rank = rank
         self.is_main = rank == 0
         self.bar: Any = None  # the progress bar, once the loop has one (console lines go through it)
         self._file = None
         self._metrics = None
-        self._tensorboard = None
         self._out_dir = out_dir
-        self._tensorboard_wanted = tensorboard
+        self._summarised = False
+        self.trackers = Trackers(tracker_names(tensorboard, log_with), out_dir or ".",
+                                 is_main=self.is_main and out_dir is not None, say=self.console)
         self.attempt = 1  # this run's number among the runs of the command in out_dir (start_attempt)
         if out_dir is None:
             return
@@ -61,21 +65,6 @@ class RunLog:
         self._file = open_text(out_dir / LOG_DIR / f"rank{rank}.log", "a", encoding="utf-8", buffering=1)
         if self.is_main:
             self._metrics = open_text(out_dir / METRICS_FILE, "a", encoding="utf-8", buffering=1)
-
-    @staticmethod
-    def _open_tensorboard(directory: Path, wanted: bool | None, purge_step: int | None = None):
-        if wanted is False:
-            return None
-        if wanted is None:
-            try:
-                import tensorboard  # noqa: F401 - only probing whether it is installed
-            except ImportError:
-                return None
-        else:
-            require("tensorboard", "logging", "TensorBoard logging")
-        from torch.utils.tensorboard import SummaryWriter
-
-        return SummaryWriter(log_dir=str(directory), purge_step=purge_step)
 
     def start_attempt(self) -> None:
         """Mark a new attempt in ``metrics.jsonl`` (rank 0), before anything else of it can fail:
@@ -96,13 +85,10 @@ class RunLog:
             values["previous_failure_report"] = str(kept)
         self.record("attempt", 0, **values)
 
-    def open_tensorboard(self, resumed_from: int) -> None:
-        """TensorBoard for this attempt (rank 0); a later attempt purges the events after the step it
-        resumed from (0: a fresh start), so every curve shows the latest attempt."""
-        if not self.is_main or self._out_dir is None:
-            return
-        purge = resumed_from if self.attempt > 1 else None
-        self._tensorboard = self._open_tensorboard(self._out_dir / TENSORBOARD_DIR, self._tensorboard_wanted, purge)
+    def open_trackers(self, resumed_from: int, config: dict[str, Any]) -> None:
+        """The experiment trackers for this attempt (rank 0), with the run's ``config``; a later attempt
+        continues their runs from the step it resumed from (0: a fresh start)."""
+        self.trackers.open(config, resumed_from)
 
     # ---- words ----------------------------------------------------------------------------
     def console(self, text: str) -> None:
@@ -127,24 +113,34 @@ class RunLog:
 
     # ---- numbers --------------------------------------------------------------------------
     def record(self, event: str, step: int, **values: Any) -> None:
-        """One JSON line (rank 0) and TensorBoard scalars ``event/name`` for the numbers."""
+        """One JSON line (rank 0), and the numbers as ``event/name`` to the trackers (the summary as theirs)."""
         if not self.is_main:
             return
         if self._metrics is not None:
             line = {"event": event, "step": step, "time": round(time.time(), 3), **_plain(values)}
             self._metrics.write(json.dumps(line, ensure_ascii=False) + "\n")
-        if self._tensorboard is not None:
-            for name, value in values.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self._tensorboard.add_scalar(f"{event}/{name}", value, step)
+        if event == "summary":
+            self.trackers.summary(values, step)
+            self._summarised = True
+        else:
+            self.trackers.log({f"{event}/{name}": value for name, value in values.items()}, step)
 
     def close(self) -> None:
+        """Close the files and end the trackers' runs (failed, unless the summary was recorded)."""
+        self.trackers.close(failed=not self._summarised)
         for handle in (self._file, self._metrics):
             if handle is not None:
                 handle.close()
-        if self._tensorboard is not None:
-            self._tensorboard.close()
-        self._file = self._metrics = self._tensorboard = None
+        self._file = self._metrics = None
+
+
+def tracker_names(tensorboard: bool | None, log_with: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The trackers a run feeds: ``log_with``, with TensorBoard first unless ``tensorboard`` is False (``None``:
+    when the tensorboard package is installed; ``True``: asked for, its absence said at start-up)."""
+    names = [name for name in log_with if name != "tensorboard" or tensorboard is not False]
+    if "tensorboard" not in names and (tensorboard or (tensorboard is None and importlib.util.find_spec("tensorboard"))):
+        names.insert(0, "tensorboard")
+    return tuple(names)
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

@@ -37,8 +37,10 @@ from paratrain.loop.finite_checks import FiniteChecks
 from paratrain.loop.fit_preemption import FitPreemption
 from paratrain.loop.nonfinite import NonFiniteGuard
 from paratrain.loop.preflight import check_first_dev_batch, check_options, describe_changes, resume_options
+from paratrain.loop.rank_times import RankTimes
 from paratrain.loop.out_dir import agree_on_out_dir
-from paratrain.loop.report import report_communication, report_end, report_eval, report_start, report_train
+from paratrain.loop.report import (report_communication, report_end, report_eval, report_start, report_train,
+                                   report_weights, run_config)
 from paratrain.runtime.progress import epochs, progress
 from paratrain.loop.result import FitResult
 from paratrain.loop.run_log import RunLog
@@ -88,6 +90,7 @@ class Trainer:
         self._out_lock: Any = None  # rank 0's writer lock on out_dir, held for the whole fit
         self._preemption = FitPreemption()
         self.finished_before = False  # resumed from the end of a finished run: nothing to do
+        self.rank_times: RankTimes | None = None  # every rank's data/compute/communication time, the stragglers
 
     # ---- the whole run ------------------------------------------------------------------
     def check(self) -> None:
@@ -120,6 +123,8 @@ class Trainer:
         try:
             return self._fit()
         finally:
+            if self.rank_times is not None:
+                self.rank_times.close()
             self.log.close()
             if owns_runtime:
                 self.release_wrappers()
@@ -145,7 +150,7 @@ class Trainer:
         rt, c, task = self.runtime, self.config, self.task
         self.check()
         self.out_dir = self._prepare_out_dir()
-        self.log = RunLog(self.out_dir, rt.rank, c.tensorboard)
+        self.log = RunLog(self.out_dir, rt.rank, c.tensorboard, c.trackers)
         self.log.start_attempt()
         # Every rank must train the same thing: one collective here beats a hang or garbage later.
         check_same_setup(config={"task": task.name, "options": task.options.to_dict(), "fit": self._agreed_config()})
@@ -153,6 +158,7 @@ class Trainer:
         model = task.build_model()
         optimizer = task.build_optimizer(model, c.lr, c.weight_decay, fused=c.fused_optimizer)
         self.model, self.optimizer = rt.setup(model, optimizer)
+        self.rank_times = RankTimes(rt, self.model)
         # fp16: the loss scaler skips overflowed steps itself; those are not failures.
         self._nonfinite.scaler_skips = getattr(rt.precision, "scaler", None) is not None
         lengths = task.sample_lengths(train_data) if c.group_by_length else None
@@ -185,7 +191,7 @@ class Trainer:
             if rt.is_main:
                 task.save(self.out_dir)
         self.epoch = self.train_loader.epoch
-        self.log.open_tensorboard(resumed_from)
+        self.log.open_trackers(resumed_from, run_config(self))
         report_start(self, len(train_data), len(eval_data), resumed_from)
         self.callbacks("on_fit_start", self)
         # SIGTERM → finish the step, save, stop; no progress on some rank → a named stall.
@@ -204,6 +210,7 @@ class Trainer:
             if self._cadence.unsaved(self.state.step) and self.checkpoints is not None:
                 self._save()
             result = report_end(self, resumed_from, train_seconds, window.samples_total)
+            report_weights(self)
             self._preemption.stop_if_asked_at_the_end(self.state.step, self._checkpoint_dir())
         return result
 
@@ -239,7 +246,7 @@ class Trainer:
 
     def _agreed_config(self) -> dict[str, Any]:
         """The options that must be equal on every rank (not the ones about this rank's console)."""
-        local = ("progress", "tensorboard", "num_workers", "fresh")
+        local = ("progress", "tensorboard", "num_workers", "fresh")  # log_with stays: the final weights are collective
         return {k: v for k, v in dataclasses.asdict(self.config).items() if k not in local}
 
     def _prepare_out_dir(self) -> Path | None:

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from paratrain.diagnostics import step_phases
+
 
 def device_clock(device: torch.device) -> Callable[[], float]:
     """``time.perf_counter`` for work on ``device``: on CUDA it first waits for the work
@@ -66,7 +68,9 @@ class TrainWindow:
 
     def pause(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn(*args)`` without counting its time as training."""
+        step_phases.enter("device")  # the wait for the device below is the step's compute
         begin = self._now()
+        step_phases.enter("paused")
         try:
             return fn(*args)
         finally:

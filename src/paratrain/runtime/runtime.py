@@ -424,10 +424,45 @@ class Runtime:
     main_first = staticmethod(comm.main_first)
     print = staticmethod(comm.print)
 
+    # ---- experiment trackers (rank 0) ---------------------------------------------------
+    def log_with(self, trackers: Any, out_dir: Any, config: dict[str, Any] | None = None):
+        """Open experiment trackers (``"csv,mlflow,wandb"`` or a list; ``tensorboard`` too) for the run in
+        ``out_dir``, with ``config`` (your hyperparameters) plus strategy, precision and world size as the
+        run's config. Rank 0 feeds them; on the other ranks every call does nothing. Their run ids are kept
+        in ``out_dir/trackers.json``: a resumed or restarted script continues the same tracker runs, and a
+        step it logs again is sent once (TensorBoard and CSV drop the failed attempt's later steps instead).
+        A missing package or an unreachable server is one line, never an error. Not collective.
+
+        Returns the :class:`~paratrain.trackers.hub.Trackers` (``summary(values, step)``,
+        ``artifact(path)``); ``rt.log`` feeds it and ``rt.close()`` ends it.
+
+        Raises:
+            ConfigError: an unknown tracker name (with the closest known one).
+        """
+        from paratrain.trackers import parse_names
+        from paratrain.trackers.hub import Trackers
+
+        names = parse_names(trackers, "rt.log_with()")
+        if getattr(self, "_trackers", None) is not None:
+            self._trackers.close()
+        self._trackers = Trackers(names, out_dir, is_main=self.is_main)
+        self._trackers.open({**(config or {}), "strategy": self.strategy.name, "precision": self.precision.name,
+                             "world_size": self.world_size})
+        return self._trackers
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        """Numbers (``{"loss": 0.41}``; tensors of one element too) at ``step`` to the trackers of
+        :meth:`log_with`, from rank 0; nothing on the other ranks or before ``log_with``. Not collective."""
+        trackers = getattr(self, "_trackers", None)
+        if trackers is not None and self.is_main:
+            trackers.log({k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}, step)
+
     # ---- teardown ---------------------------------------------------------------------
     def close(self) -> None:
         """Leave the process group if this Runtime joined it (idempotent); a group the
         user made stays.
+
+        The trackers of :meth:`log_with` end their runs here.
 
         Dropping your references to wrapped (DDP) models before calling it is
         safest: a DDP reducer freed *after* its gloo group is destroyed can deadlock
@@ -437,6 +472,8 @@ class Runtime:
         """
         if getattr(self, "_watches", None) is not None:
             self._watches.stop()
+        if getattr(self, "_trackers", None) is not None:
+            self._trackers.close()
         if getattr(self, "_owns_group", False):
             self._owns_group = False
             gc.collect()
