@@ -27,12 +27,13 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from paratrain.env import variables
 from paratrain.env.torchelastic import LINE_PREFIX_VAR
 from paratrain.errors import CollectiveTimeoutError, ConfigError
 
 T = TypeVar("T")
 
-DEFAULT_TIMEOUT_S = float(os.environ.get("PARATRAIN_TIMEOUT", "600"))
+DEFAULT_TIMEOUT_S = variables.seconds_or_default("PARATRAIN_TIMEOUT", 600.0)  # a malformed value: env/variables.check
 
 _control_group: Any = None  # gloo group for barriers / object collectives when the backend is NCCL
 

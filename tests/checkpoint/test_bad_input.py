@@ -179,3 +179,37 @@ def test_a_disk_that_fills_during_a_save_of_non_tensor_state_is_named(tmp_path):
         ckpt.close()
     finally:
         subprocess.run(["umount", "--lazy", str(disk)], check=True)  # the failed write's traceback may still hold a file
+
+
+def test_export_racing_rotation_reads_the_checkpoint_left_and_calls_nothing_damaged(tmp_path, monkeypatch):
+    # Before: a checkpoint removed (rotated) while `ckpt export RUN` read it was reported as damaged.
+    import importlib
+    import shutil
+    import warnings
+
+    from tests.checkpoint.helpers import save_steps
+
+    export_module = importlib.import_module("paratrain.checkpoint.export")
+    save_steps(tmp_path / "ckpt", steps=(1, 2), keep_last=5)
+    read = export_module.read_full_model
+    removed = []
+
+    def removed_during_read(source, manifest, name):
+        if not removed:  # a live run's rotation (or a user) removes it while export reads it
+            removed.append(source.name)
+            shutil.rmtree(source)
+            (source.parent / "latest").write_text("step-000001")
+        return read(source, manifest, name)
+
+    monkeypatch.setattr(export_module, "read_full_model", removed_during_read)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        summary = export_module.export(tmp_path / "ckpt", tmp_path / "model.safetensors")
+    assert removed == ["step-000002"] and summary["source"].endswith("step-000001")
+    assert not [w for w in said if "damaged" in str(w.message)]
+    assert not (tmp_path / "ckpt" / "damaged").exists()
+    # Named itself, the checkpoint that went away is said to be gone, not damaged.
+    removed.clear()
+    save_steps(tmp_path / "other", steps=(1,))
+    with pytest.raises(CheckpointError, match="was removed while it was being read .* nothing is damaged"):
+        export_module.export(tmp_path / "other" / "step-000001", tmp_path / "model2.safetensors")

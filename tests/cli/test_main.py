@@ -28,7 +28,7 @@ def test_help_check_and_refused_flags_answer_without_importing_torch():
     for argv, code, stderr in [
         (["check", allreduce], 0, ""),
         (["run", "--nproc-per-node", "0", allreduce], 2, "paratrain run: error: --nproc-per-node 0 must be at least 1"),
-        (["run", "--stall-timeout", "-3", allreduce], 2, "--stall-timeout -3 must be a number of seconds, or 0"),
+        (["run", "--stall-timeout", "-3", allreduce], 2, "--stall-timeout -3 must be a finite number of seconds, or 0"),
         (["doctor", "--nproc-per-node", "x"], 2, "paratrain doctor: error: --nproc-per-node 'x' is neither a number nor 'auto'"),
     ]:
         done = _probe(*argv)

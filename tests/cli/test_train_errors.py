@@ -157,3 +157,55 @@ def test_what_the_workers_could_not_run_is_refused_by_the_launcher_before_any_st
     # No worker ran: none wrote a rank-tagged line, a run directory, a log or a stack dump.
     assert re.search(r"rank ?\d", done.stderr) is None
     assert not out.exists() and list(scratch.iterdir()) == []
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--max-restarts", "x"], "--max-restarts 'x' is not an integer"),
+    (["--master-port", "99999"], "--master-port 99999 is not a TCP port (1-65535)"),
+    (["--log-dir", "/proc/no/such"], "--log-dir /proc/no/such cannot be created (No such file or directory): give a folder you can write"),
+])
+def test_a_refused_process_flag_creates_no_out_dir(capsys, tmp_path, flags, message):
+    # Before: --out was locked (created) before the launcher's flags were checked, and left empty.
+    code, _, err = _run(capsys, "digits", "--nproc-per-node", "2", "--out", str(tmp_path / "run"), *flags)
+    assert code == 2 and err == f"paratrain train: error: {message}\n"
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_refused_batch_size_change_says_only_its_refusal(capsys, tmp_path):
+    # Before: "the run's global batch of 16 samples is kept …, the same trajectory", then the refusal.
+    import warnings
+
+    small = ["--limit-train", "64", "--limit-eval", "16", "--out", str(tmp_path / "run")]
+    assert _run(capsys, "digits", "--max-steps", "1", *small)[0] == 0
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        code, _, err = _run(capsys, "digits", "--max-steps", "2", "--batch-size", "4", *small)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"paratrain train: error: the run in {tmp_path / 'run'} was trained with --batch-size 16")
+    assert not [str(w.message) for w in said if "trajectory" in str(w.message) or "is kept" in str(w.message)]
+
+
+def test_a_path_too_long_is_one_line(capsys, tmp_path):
+    # Before: OSError "File name too long" as a traceback from Path.exists.
+    deep = tmp_path / "/".join(["d" * 200] * 25)
+    code, _, err = _run(capsys, "digits", "--out", str(deep))
+    assert code == 2 and err.count("\n") == 1 and "(File name too long); pick a shorter or another directory" in err
+
+
+def test_fresh_on_a_mount_point_is_refused_and_moves_nothing(capsys, tmp_path):
+    # Before: OSError "Invalid cross-device link" as a traceback, and an empty OUT.old-<time> left behind.
+    import subprocess
+
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4M", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        (mount / "task.json").write_text(json.dumps({"task": "digits", "options": {}}))
+        code, _, err = _run(capsys, "digits", "--out", str(mount), "--fresh")
+        assert code == 2 and err == (f"paratrain train: error: --fresh cannot move the run in {mount} aside: {mount} is a "
+                                     f"mount point, and its neighbour mnt.old-… would be on another file system (a copy, "
+                                     "not a move); move the old run yourself, or give a folder inside it as --out\n")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["mnt"] and [p.name for p in mount.iterdir()] == ["task.json"]
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)

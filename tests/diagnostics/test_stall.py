@@ -182,3 +182,32 @@ def test_a_declared_busy_phase_is_no_stall_until_its_limit():
     message = stall_message(over, [0], 600.0, {0: "evaluate (eval.py:3: model(batch))"})
     assert "rank 0 (host host, pid 100) at step 3, phase logging, busy with 'evaluation' for 1801s, past its limit " \
            "of 1800s" in message and "in evaluate (eval.py:3: model(batch))" in message
+
+
+def test_a_silent_rank_on_this_host_is_named_stopped_alive_or_dead_from_its_process():
+    # Before: a SIGSTOPped rank was "its process died or its host is unreachable".
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        def why(pid, host=socket.gethostname()):
+            beats = [Beat(0, host, 1, 5, "backward", 0.0, 9, waits=True, wait_s=12.0), Beat(1, host, pid, 5, "forward", 0.0, 3)]
+            return stall_message(beats, [1], 10.0, {}, gone={1})
+
+        os_kill = __import__("os").kill
+        os_kill(child.pid, signal.SIGSTOP)
+        for _ in range(100):  # the kernel sets the state asynchronously
+            if "is stopped" in why(child.pid):
+                break
+            time.sleep(0.05)
+        assert f"its process (pid {child.pid}) is stopped, not progressing (SIGSTOP, Ctrl-Z, a debugger)" in why(child.pid)
+        os_kill(child.pid, signal.SIGCONT)
+        assert "its process is alive but neither progresses nor reports" in why(child.pid)
+        assert "its process died or its host is unreachable" in why(child.pid, host="another-host")
+    finally:
+        child.kill()
+        child.wait()
+    assert "its process died (its launcher's output says why)" in why(child.pid)

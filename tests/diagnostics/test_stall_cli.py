@@ -39,8 +39,8 @@ def test_a_plain_torch_script_names_the_rank_not_in_the_collective(cli_env):
 def test_stall_timeout_spellings_are_refused_before_any_process_starts(cli_env):
     for spelling, message in (("10s", "--stall-timeout '10s' is not a number of seconds"),
                               ("ten", "--stall-timeout 'ten' is not a number of seconds"),
-                              ("inf", "--stall-timeout inf must be a number of seconds, or 0 to turn the watchdog off"),
-                              ("-5", "--stall-timeout -5 must be a number of seconds, or 0 to turn the watchdog off")):
+                              ("inf", "--stall-timeout inf must be a finite number of seconds, or 0 to turn the watchdog off"),
+                              ("-5", "--stall-timeout -5 must be a finite number of seconds, or 0 to turn the watchdog off")):
         run = subprocess.run(paratrain_cmd("run", "--nproc-per-node", "2", "--stall-timeout", spelling, SCRIPT, "torch"),
                              cwd=ROOT, env=cli_env, capture_output=True, text=True, timeout=HANG_GUARD_S)
         assert (run.returncode, run.stderr) == (2, f"paratrain run: error: {message}\n"), run.stderr

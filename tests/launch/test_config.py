@@ -174,7 +174,7 @@ def test_a_slurm_step_with_several_tasks_per_node_runs_when_the_flags_say_what_t
         (["--rdzv-timeout", "0", ALLREDUCE], "--rdzv-timeout 0"),
         (["--rdzv-backend", "zookeeper", ALLREDUCE], "--rdzv-backend 'zookeeper'"),
         (["--threads-per-proc", "0", ALLREDUCE], "--threads-per-proc 0"),
-        (["--stall-timeout", "-1", ALLREDUCE], "--stall-timeout -1 must be a number of seconds, or 0 to turn the watchdog off"),
+        (["--stall-timeout", "-1", ALLREDUCE], "--stall-timeout -1 must be a finite number of seconds, or 0 to turn the watchdog off"),
         (["--stall-timeout", "nan", ALLREDUCE], "--stall-timeout nan must be"),
         (["--backend", "mpi", ALLREDUCE], "backend 'mpi' is not one of"),
     ],

@@ -127,3 +127,15 @@ def test_a_preemption_is_read_from_the_workers_error_files(tmp_path):
     (root / "attempt_1" / "1" / "error.json").write_text(
         json.dumps({"message": {"message": "PreemptedError: saved", "extraInfo": {"timestamp": "1"}}}))
     assert workers_recorded(root, "PreemptedError") and not workers_recorded(None, "PreemptedError")
+
+
+def test_a_rank_that_exited_early_with_code_0_is_named_not_the_rank_it_left_waiting(tmp_path):
+    # Before: "rank 0 failed first: … Connection closed by peer", and rank 1, which had returned early, unnamed.
+    lost = recorded(tmp_path, "RuntimeError: [gloo] Connection closed by peer [127.0.0.1]:1234")
+    text = str(script_failure(ChildFailedError("train.py", {2: failure(0, 1, lost)}), local_world_size=2))
+    assert text.startswith("rank 3 exited early (code 0) while the others still ran: rank 2 (host ")
+    assert "then lost it in a collective and exited with code 1 after RuntimeError" in text
+    # Every rank failed or was stopped: nobody is named as having left early.
+    both = str(script_failure(ChildFailedError("train.py", {0: failure(0, 1, lost), 1: failure(1, -signal.SIGTERM)}),
+                              local_world_size=2))
+    assert "exited early" not in both

@@ -104,3 +104,11 @@ def test_out_dir_refuses_foreign_files_a_file_and_another_model_path(tmp_path):
     (run / "task.json").write_text(json.dumps({"task": "text-cls", "options": {"model_path": "/models/a"}}))
     with pytest.raises(ConfigError, match="holds a run with model_path='/models/a', this one has model_path='/models/b'"):
         prepare_out_dir(run, "text-cls", {"model_path": "/models/b"})
+
+
+@pytest.mark.parametrize("name, value", [("max_steps", 10**12), ("epochs", 10**7)])
+def test_an_absurd_length_is_refused_rather_than_trained_at_lr_near_zero(name, value):
+    # Before: --max-steps 10^12 (or 1e24 through pt.fit) trained in silence at lr 8e-12 (1.8e-24).
+    with pytest.raises(ConfigError, match=rf"more than [\d,]+ .*the learning rate would stay near 0"):
+        FitConfig(**{name: value})
+    FitConfig(**{name: 1000})

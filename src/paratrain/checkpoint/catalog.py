@@ -30,6 +30,10 @@ class CheckpointWarning(UserWarning):
     """A checkpoint was skipped (incomplete or damaged) in favour of an older one."""
 
 
+class WorldChangeWarning(CheckpointWarning):
+    """A checkpoint saved by another number of ranks was loaded: how the run continues."""
+
+
 def _candidates(root: Path) -> list[Path]:
     """Checkpoint-looking folders under paratrain's names (not links: a link is never one of its own)."""
     root = Path(root)

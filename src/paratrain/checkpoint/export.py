@@ -40,12 +40,25 @@ def read_model_state(path: str | Path, model: str | None = None) -> tuple[dict[s
         CheckpointError: not found, not a checkpoint, damaged, several models and
             none named, or pickled objects inside.
     """
-    source = resolve(path)
-    if source.is_file():
-        return read_weights_file(source), source
-    manifest = verify(source)
-    name = pick_model(manifest, model, source)
-    return read_full_model(source, manifest, name), source
+    for _ in range(3):
+        source = resolve(path)
+        if source.is_file():
+            return read_weights_file(source), source
+        try:
+            manifest = verify(source)
+            name = pick_model(manifest, model, source)
+            return read_full_model(source, manifest, name), source
+        except CheckpointError:
+            if source.exists():
+                raise  # still there: the damage is real
+            # Removed while read: a live run's --keep-last rotation (or a user) took it away; that is no
+            # damage. Given a run or checkpoints directory, read the newest one again.
+            if Path(path).resolve() == source.resolve():
+                raise CheckpointError(f"{source} was removed while it was being read (a live run rotating its "
+                                      "checkpoints: --keep-last); nothing is damaged: export the run directory "
+                                      "(its newest checkpoint) or one the run keeps (its best)") from None
+    raise CheckpointError(f"the checkpoints under {path} were rotated away three times while being read (a live run "
+                          "saving often): export again, or after the run ends")
 
 
 def export(path: str | Path, output: str | Path, model: str | None = None, force: bool = False) -> dict[str, Any]:

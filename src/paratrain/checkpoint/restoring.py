@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from paratrain import comm
 from paratrain.checkpoint import rng
 from paratrain.checkpoint.agreement import on_all_ranks
-from paratrain.checkpoint.catalog import CheckpointWarning
+from paratrain.checkpoint.catalog import CheckpointWarning, WorldChangeWarning
 from paratrain.checkpoint.keys import check_fits, shapes, strip_wrapper_prefixes
 from paratrain.checkpoint.manifest import Manifest
 from paratrain.checkpoint.model_state import model_layout, optimizer_layout
@@ -66,7 +66,7 @@ def restore(ckpt: Checkpointer, directory: Path, manifest: Manifest) -> Checkpoi
         on_all_ranks(label, lambda: load_sharded(directory, {p.entry.name: p.state for p in sharded}))
     on_all_ranks(label, lambda: _apply(ckpt, parts + sharded, own_rng))
     if saved_ranks and saved_ranks != comm.world_size() and comm.is_main():
-        warnings.warn(_world_change(ckpt, manifest, saved_ranks), CheckpointWarning, stacklevel=3)
+        warnings.warn(_world_change(ckpt, manifest, saved_ranks), WorldChangeWarning, stacklevel=3)
     return CheckpointState(
         path=Path(directory),
         step=manifest.step,

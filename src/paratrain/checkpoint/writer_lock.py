@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from paratrain.errors import RunDirectoryBusyError
+from paratrain.errors import ParatrainError, RunDirectoryBusyError
 from paratrain.no_follow import open_fd
 
 LOCK_FILE = ".paratrain-lock"
@@ -173,9 +173,26 @@ class WriterLock:
 
 
 def held_by_launcher(directory: str | Path) -> bool:
-    """True when this process's launcher holds the lock on ``directory`` for it."""
+    """True when this process's launcher holds the lock on ``directory`` for it: ``PARATRAIN_RUN_LOCK``
+    names it, and its lock file is locked by this process's parent. The variable alone proves nothing:
+    leaked into a shell (or a script's environment), it would let a second run write into a live one."""
     held = os.environ.get(HELD_BY_LAUNCHER_ENV)
-    return bool(held) and Path(held).resolve() == Path(directory).resolve()
+    if not held or Path(held).resolve() != Path(directory).resolve():
+        return False
+    try:
+        fd = open_fd(Path(directory) / LOCK_FILE, os.O_RDONLY)
+    except (OSError, ParatrainError):
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # locked: by our launcher only if the file names it
+            holder = Holder.read(_read_all(fd))
+            return holder is not None and holder.pid == os.getppid()
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False  # nobody holds it: the variable is stale
+    finally:
+        os.close(fd)
 
 
 def _read_all(fd: int) -> str:

@@ -69,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        from paratrain.env import variables
+
+        # A malformed PARATRAIN_* variable is one line, never a traceback (those paratrain sets only for
+        # its workers are checked by pt.Runtime there; the launchers drop them: env/variables.py)
+        variables.check(skip=variables.PARATRAIN_WORKER_VARIABLES)
         with cli_spelling():  # errors name --flags here, keyword arguments in the library
             return int(args.handler(args) or 0)
     except ParatrainError as exc:

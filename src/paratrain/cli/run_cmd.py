@@ -312,11 +312,16 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def handler(args: argparse.Namespace) -> int:
-    """Build, check and launch; returns the exit code (0 when every worker succeeded)."""
+    """Build, check and launch; returns the exit code (0 when every worker succeeded). The variables
+    paratrain sets only for its workers (``PARATRAIN_RUN_LOCK``, ``PARATRAIN_LAUNCHER_PID`` …), found
+    here, were left in the shell: ignored, said in one line. (torchrun's ``RANK``, ``MASTER_ADDR`` …
+    are harmless here, torch's agent sets its workers' own, and a Kubeflow PyTorchJob sets them.)"""
+    from paratrain.env.variables import PARATRAIN_WORKER_VARIABLES, ignoring_stale_launcher_variables
     from paratrain.launch.config import LaunchConfig
 
-    config = LaunchConfig.from_args(args)
-    config.validate()  # before torch is imported: a refused flag answers at once
-    from paratrain.launch.torchrun import launch
+    with ignoring_stale_launcher_variables("run", PARATRAIN_WORKER_VARIABLES):
+        config = LaunchConfig.from_args(args)
+        config.validate()  # before torch is imported: a refused flag answers at once
+        from paratrain.launch.torchrun import launch
 
-    return launch(config)
+        return launch(config)

@@ -134,13 +134,24 @@ def _add_arguments_when_used(parser: argparse.ArgumentParser) -> None:
 def _add_process_arguments(parser: argparse.ArgumentParser) -> None:
     launch = parser.add_argument_group("processes (passed to paratrain run)")
     launch.add_argument("--nproc-per-node", default="1", metavar="N|auto", help="processes on this node (default 1)")
-    for flag, metavar, text in _run_flags():
-        launch.add_argument(flag, metavar=metavar, help=text)
+    for flag, metavar, text, choices in _run_flags():
+        launch.add_argument(flag, metavar=metavar, help=text, choices=choices)
     launch.add_argument("--list", action="store_true", help="list the tasks and exit")
 
 
 def handler(args: argparse.Namespace) -> int:
-    """Check everything visible here, then train in this process (1 process) or launch workers."""
+    """Check everything visible here, then train in this process (1 process) or launch workers.
+
+    Launcher variables left in the shell (``WORLD_SIZE``, ``RANK``, ``MASTER_ADDR``,
+    ``PARATRAIN_RUN_LOCK`` …) are ignored, said in one line: this command is the launcher.
+    """
+    from paratrain.env.variables import ignoring_stale_launcher_variables
+
+    with ignoring_stale_launcher_variables("train"):
+        return _train(args)
+
+
+def _train(args: argparse.Namespace) -> int:
     from paratrain.cli.config_flags import config_from_args
     from paratrain.launch.config import parse_nproc
     from paratrain.loop.out_dir import hold_out_dir, prepare_out_dir
@@ -167,6 +178,10 @@ def handler(args: argparse.Namespace) -> int:
     nproc = parse_nproc(args.nproc_per_node)
     resolve_for_workers(trainer.config, nproc, args.nnodes, args.backend)
     trainer.check()
+    in_process = nproc == 1 and all(getattr(args, _dest(flag)) is None for flag in RUN_FLAGS)
+    # The launcher's flags are checked too before --out is created: a refused flag leaves nothing.
+    launch_config = None if in_process else _launch_config(
+        args, train_argv(args.task, config_from_args(TaskOptions, args), config))
     # One writer per run directory: this command holds --out for the run's life (several nodes:
     # global rank 0 does, wherever it runs), so a second run is refused before it writes anything.
     lock = hold_out_dir(config.out_dir) if _one_node(args) else None
@@ -174,12 +189,11 @@ def handler(args: argparse.Namespace) -> int:
         _, moved = prepare_out_dir(config.out_dir, task.name, task.options.to_dict(), fresh=fresh)
         if moved:
             print(f"paratrain train: moved the previous run in {config.out_dir} to {moved}", file=sys.stderr)
-        if nproc == 1 and all(getattr(args, _dest(flag)) is None for flag in RUN_FLAGS):
+        if in_process:
             trainer.fit()  # one process and nothing for the launcher to do: train here
             return 0
         with _workers_share(lock):
-            # the task options as given (a task built by a factory may not keep them)
-            return _launch(args, train_argv(args.task, config_from_args(TaskOptions, args), config), Path(config.out_dir))
+            return _launch(launch_config, Path(config.out_dir))
     finally:
         if lock is not None:
             lock.release()
@@ -237,15 +251,15 @@ def _workers_share(lock):
             os.environ[HELD_BY_LAUNCHER_ENV] = before
 
 
-def _run_flags() -> list[tuple[str, str | None, str | None]]:
-    """(flag, metavar, help) of each :data:`RUN_FLAGS` entry, as ``paratrain run`` defines it."""
+def _run_flags() -> list[tuple[str, str | None, str | None, list | None]]:
+    """(flag, metavar, help, choices) of each :data:`RUN_FLAGS` entry, as ``paratrain run`` defines it."""
     from paratrain.cli import run_cmd
 
     run_parser = run_cmd.register(argparse.ArgumentParser().add_subparsers())
     actions = {flag: action for action in run_parser._actions for flag in action.option_strings}  # argparse has no public list
     text = {"--max-restarts": "restart the workers up to R times when one dies; each restart resumes from the "
                               "newest complete checkpoint (default 0)"}
-    return [(flag, actions[flag].metavar, text.get(flag, actions[flag].help)) for flag in RUN_FLAGS]
+    return [(flag, actions[flag].metavar, text.get(flag, actions[flag].help), actions[flag].choices) for flag in RUN_FLAGS]
 
 
 def run_words(args: argparse.Namespace) -> list[str]:
@@ -258,15 +272,26 @@ def run_words(args: argparse.Namespace) -> list[str]:
     return words
 
 
-def _launch(args: argparse.Namespace, worker_words: list[str], out: Path) -> int:
-    """``paratrain run [process flags] -m paratrain.cli.workers.train TASK [options]``."""
+def _launch_config(args: argparse.Namespace, worker_words: list[str]):
+    """The validated ``LaunchConfig`` of ``paratrain run [process flags] -m paratrain.cli.workers.train
+    TASK [options]`` (``worker_words``: the task options as given; a task built by a factory may not keep them).
+
+    Raises:
+        ConfigError: a refused process flag, in one line (``paratrain train: error: …``).
+    """
     from paratrain.cli.main import build_parser
     from paratrain.launch.config import LaunchConfig
-    from paratrain.launch.torchrun import launch
 
     run_args = build_parser().parse_args([*run_words(args), "-m", "paratrain.cli.workers.train", *worker_words])
     config = LaunchConfig.from_args(run_args)
     config.validate()
+    return config
+
+
+def _launch(config, out: Path) -> int:
+    """Start the workers of ``config`` (see :func:`_launch_config`) and wait for them."""
+    from paratrain.launch.torchrun import launch
+
     try:
         return launch(config)
     except LaunchError as exc:

@@ -105,12 +105,30 @@ class FailureReport:
     consequences: list[RankOutcome]  # failed after the first one (lost their peer, …)
     stopped: list[int]  # ranks the launcher stopped: not failures
     hint: str = ""
+    finished: list[int] = field(default_factory=list)  # ranks of this node that had exited with code 0
+
+    @property
+    def refused_by_every_rank(self) -> bool:
+        """Every failed rank refused with the same ConfigError (exit 2: a changed batch size on resume, …)."""
+        f = self.first
+        return (f.exception_type == "ConfigError" and bool(f.exception_message) and not f.signal
+                and all(c.exception_type == f.exception_type and c.exception_message == f.exception_message
+                        for c in self.consequences))
 
     def summary(self) -> str:
         """One line, first cause first."""
         f = self.first
         if f.stall_verdict:  # the watchdog's line already names the stalled rank(s) and every other one
             text = f"the watchdog ended the job: {f.exception_message}"
+            return text + (f"; rank {f.rank}'s output is in {f.log}" if f.log else "")
+        if self.refused_by_every_rank:  # the same refusal on every rank: said once, as the command's own
+            return f.exception_message or ""
+        if self.finished and f.peer_lost:  # the cause is the rank that left, not the one left waiting
+            ranks = ", ".join(map(str, self.finished))
+            text = (f"rank{'s' * (len(self.finished) > 1)} {ranks} exited early (code 0) while the others still ran: "
+                    f"rank {f.rank} (host {f.host}, pid {f.pid}) then lost {'them' if len(self.finished) > 1 else 'it'} "
+                    f"in a collective and {f.how(brief=True)}; every rank must run the same collectives to the end "
+                    "(a rank-dependent return or sys.exit, or fewer batches on one rank, leaves the others waiting)")
             return text + (f"; rank {f.rank}'s output is in {f.log}" if f.log else "")
         text = f"rank {f.rank} (local rank {f.local_rank}, host {f.host}, pid {f.pid}) failed first: it {f.how()}"
         if self.consequences:
@@ -134,6 +152,7 @@ class FailureReport:
             "first": asdict(self.first),
             "consequences": [asdict(c) for c in self.consequences],
             "stopped_ranks": self.stopped,
+            "finished_early_ranks": self.finished,
             "hint": self.hint,
         }
 

@@ -20,6 +20,7 @@ phase passes its own limit; then it is named with the phase.
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import asdict, dataclass
 
 # The order of the phases within one step; after the optimizer step the counter grows and
@@ -113,6 +114,33 @@ def subset_collective(beats: list[Beat], stalled: list[int]) -> bool:
     return max(steps) - min(steps) <= 1 and behind_waits
 
 
+def _why_silent(beat: Beat | None) -> str:
+    """Why a rank's progress reports stopped: on this host its process can be looked at (stopped by
+    a signal, alive but not reporting, gone); on another, only the host can say."""
+    state = process_state(beat.pid) if beat is not None and beat.host == socket.gethostname() else None
+    if state == "stopped":
+        return (f"its process (pid {beat.pid}) is stopped, not progressing (SIGSTOP, Ctrl-Z, a debugger); "
+                "the job ends it with the others")
+    if state == "gone":
+        return "its process died (its launcher's output says why)"
+    if state == "running":
+        return "its process is alive but neither progresses nor reports (frozen, or C code holds the GIL); see its log"
+    return "its process died or its host is unreachable (look at that host; its launcher's output says why if it still runs)"
+
+
+def process_state(pid: int) -> str | None:
+    """``"stopped"`` (state T/t), ``"gone"`` (no such process, or a zombie), ``"running"``, or None
+    when this system cannot say (no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
+    except (OSError, IndexError):
+        return None
+    return "stopped" if state in ("T", "t") else "gone" if state in ("Z", "X") else "running"
+
+
 SUBSET_HINT = (
     "a collective reached by only some ranks looks like this: a rank-dependent branch "
     "(`if rank == 0:` / `if rt.is_main:`) around ckpt.save, barrier, all_reduce or evaluation "
@@ -134,8 +162,7 @@ def stall_message(
         where = beat.where() if beat else f"rank {rank}"
         if rank in gone and rank not in frames:
             last = f"{where} was its last report" if beat else f"rank {rank} sent no progress report"
-            parts.append(f"{last}: its process died or its host is unreachable "
-                         "(look at that host; its launcher's output says why if it still runs)")
+            parts.append(f"{last}: {_why_silent(beat)}")
             continue
         stack = frames.get(rank) or "no stack received (frozen, or C code holds the GIL); see its log"
         if beat is not None and beat.busy_too_long:

@@ -45,6 +45,7 @@ import threading
 import time
 from typing import Any
 
+from paratrain.env import variables
 from paratrain.diagnostics import stacks, step_phases
 from paratrain.diagnostics.progress_board import ProgressBoard, job_store
 from paratrain.diagnostics.stall import Beat, stall_message, stalled_ranks
@@ -54,7 +55,7 @@ from paratrain.diagnostics.no_watchdog import NoWatchdog  # noqa: F401
 from paratrain.diagnostics.stall_timeouts import group_timeout_with_watchdog, runtime_stall_timeout  # noqa: F401
 from paratrain.errors import ConfigError
 
-DEFAULT_STALL_TIMEOUT_S = float(os.environ.get("PARATRAIN_STALL_TIMEOUT", "300"))  # NCCL's: 600–1800 s
+DEFAULT_STALL_TIMEOUT_S = variables.seconds_or_default("PARATRAIN_STALL_TIMEOUT", 300.0)  # NCCL's: 600–1800 s
 FINISHED = "finished"  # the phase a rank publishes when its watchdog stops normally
 STALL_EXIT_CODE = 124  # as GNU timeout: "it timed out"
 _HARD_EXIT_GRACE_S = 30.0  # faulthandler's last resort fires this long after the stall timeout
@@ -326,11 +327,26 @@ class Watchdog:
             others = [r for r in stalled if r not in self._silent and r != self.rank]  # a gone rank sends no frames
             frames.update(self._board.collect_frames(others, STACK_WAIT_S))
         self.report = stall_message(beats, stalled, self.stall_timeout, frames, gone=self._silent)
+        _continue_stopped(beats, stalled, self._host)
         if self._on_stall is not None:
             faulthandler.cancel_dump_traceback_later()
             self._on_stall(self.report)
             return
         _end_process(self.report)
+
+
+def _continue_stopped(beats: list[Beat], stalled: list[int], host: str) -> None:
+    """SIGCONT the stalled ranks of this host whose process is stopped (SIGSTOP, Ctrl-Z). The launcher
+    ends the job's other workers with SIGTERM, which a stopped process only receives once continued:
+    torch's agent would wait its 30 s grace before SIGKILL, and the job would end ~30 s after the verdict."""
+    import signal
+
+    from paratrain.diagnostics.stall import process_state
+
+    for beat in beats:
+        if beat.rank in stalled and beat.host == host and process_state(beat.pid) == "stopped":
+            with contextlib.suppress(OSError):
+                os.kill(beat.pid, signal.SIGCONT)
 
 
 class LoaderProgress:

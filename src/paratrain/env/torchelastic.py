@@ -33,10 +33,12 @@ def store_attempt(environ: Mapping[str, str]) -> str:
     return environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 
 
-def record_for_launcher(exc: BaseException) -> None:
+def record_for_launcher(exc: BaseException) -> bool:
     """Write ``exc`` to torch elastic's error file, so the launcher names it (``paratrain run``'s
-    failure line, "preempted", "not restarted") and not only the exit code. Not under torchrun
-    (no error file), or when the file cannot be written, the exit code is the whole answer."""
+    failure line, "preempted", "not restarted") and not only the exit code; True when written. Not
+    under torchrun (no error file), or when the file cannot be written, the exit code is the whole answer."""
+    import os
+
     try:
         from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
@@ -44,7 +46,9 @@ def record_for_launcher(exc: BaseException) -> None:
         handler.initialize()
         handler.record_exception(exc)
     except Exception:  # never let the record hide the error it records
-        pass
+        return False
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    return bool(path) and os.path.isfile(path)
 
 
 class TorchElasticEnvironment(ClusterEnvironment):

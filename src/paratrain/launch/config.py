@@ -204,6 +204,20 @@ class LaunchConfig:
         self._check_sizes()
         self._check_rendezvous()
         self._check_backend()
+        self._check_log_dir()
+
+    def _check_log_dir(self) -> None:
+        """``--log-dir`` must be a folder this process can create (torch's agent would fail on it
+        with a traceback once the rendezvous is done); it is the user's folder, made here."""
+        if not self.log_dir:
+            return
+        import os
+
+        try:
+            os.makedirs(self.log_dir, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"--log-dir {self.log_dir} cannot be created ({exc.strerror or exc}): "
+                              "give a folder you can write") from None
 
     def _check_target(self) -> None:
         if not self.target:
@@ -259,7 +273,7 @@ class LaunchConfig:
                 f"0..{self.nproc_per_node - 1}; list local ranks of this node, e.g. 0 or 0,1"
             )
         if self.stall_timeout is not None and not 0 <= self.stall_timeout < float("inf"):
-            raise ConfigError(f"--stall-timeout {self.stall_timeout:g} must be a number of seconds, or 0 to turn the watchdog off")
+            raise ConfigError(f"--stall-timeout {self.stall_timeout:g} must be a finite number of seconds, or 0 to turn the watchdog off")
         if self.threads_per_proc is not None and self.threads_per_proc < 1:
             raise ConfigError(f"--threads-per-proc {self.threads_per_proc} must be at least 1")
         if self.legacy_local_rank is not None and self.legacy_local_rank not in LEGACY_CHOICES:

@@ -78,6 +78,7 @@ def script_failure(
     oom_kills_before: int | None = None,
     lost_node: Callable[[list[int], str | None], str] = lambda ranks, peer: "",
     stacks_at_stop: Callable[[int], str | None] = lambda rank: None,
+    local_world_size: int | None = None,
 ) -> LaunchError:
     """``paratrain run``: a LaunchError naming the rank that failed first; exit code = its own.
 
@@ -85,7 +86,8 @@ def script_failure(
     ``hint(exitcode)`` may name a likely fix; ``lost_node(failed_ranks, peer_address)``
     explains a failure where every failed rank here only lost its peers (another node
     died); ``stacks_at_stop(rank)`` is the faulthandler dump a worker wrote when the launcher
-    stopped it (:mod:`paratrain.launch.worker_site`). The error carries the whole
+    stopped it (:mod:`paratrain.launch.worker_site`). ``local_world_size``: this node's workers; those
+    absent from the failures had exited with code 0 (named when the others then lost a peer). The error carries the whole
     :class:`~paratrain.diagnostics.failure_report.FailureReport` as ``.report``.
     """
     outcomes = []
@@ -93,6 +95,11 @@ def script_failure(
         log = log_file(failure.local_rank)
         outcomes.append(rank_outcome(rank, failure, str(log) if log else None, oom_kills_before, stacks_at_stop(rank)))
     report = build_report(outcomes)
+    if local_world_size and exc.failures:
+        rank, any_failure = next(iter(exc.failures.items()))
+        node_start = rank - any_failure.local_rank  # torch numbers a node's ranks contiguously
+        failed_local = {failure.local_rank for failure in exc.failures.values()}
+        report.finished = [node_start + local for local in range(local_world_size) if local not in failed_local]
     if all(o.peer_lost for o in outcomes):
         explained = lost_node(sorted(o.rank for o in outcomes), peer_address(report.first.exception_message))
         report.hint = explained or report.hint

@@ -19,8 +19,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from paratrain.env import variables
+
 #: Seconds between two lines; ``PARATRAIN_WAIT_REPORT_S`` changes it (tests use 1).
-REPORT_EVERY_S = float(os.environ.get("PARATRAIN_WAIT_REPORT_S", "15"))
+REPORT_EVERY_S = variables.seconds_or_default("PARATRAIN_WAIT_REPORT_S", 15.0)
 
 
 def awaited(node_rank: int, min_nodes: int, max_nodes: int, static: bool) -> str:

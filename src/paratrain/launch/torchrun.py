@@ -287,7 +287,7 @@ def launch(config: LaunchConfig) -> int:
             error = script_failure(
                 exc, lambda local_rank: _log_file(log_dir, run_id, local_rank), lambda code: exit_hint(config, code),
                 oom_kills_before, lambda ranks, peer: lost_node(config, ranks, peer),
-                lambda rank: worker_site.stacks_at_stop(stacks_dir, rank),
+                lambda rank: worker_site.stacks_at_stop(stacks_dir, rank), config.nproc_per_node,
             )
             _drop_scratch(config, log_dir, keep=error.report.first.log is not None)
             raise _with_exit_code_mode(config, error) from None

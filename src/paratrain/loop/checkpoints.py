@@ -8,10 +8,13 @@ training loader, so a resumed run continues at the same step, sample and best me
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
 from paratrain.checkpoint import Checkpointer
+from paratrain.checkpoint.catalog import WorldChangeWarning
+from paratrain.data.global_loader import ElasticResumeWarning
 from paratrain.loop.preflight import changed_options, check_resumable
 
 CHECKPOINT_DIR = "checkpoints"
@@ -50,11 +53,21 @@ class LoopCheckpoints:
             ConfigError: another global batch (or batch size and accumulation), dev set, metric or seed
                 than the saved run's.
         """
-        state = self._checkpointer.resume()
+        # How the run continues on another split of its global batch or number of ranks ("…, the same
+        # trajectory") is said only once the resume is accepted: a refused one says its refusal alone.
+        with warnings.catch_warnings(record=True) as continuing:
+            warnings.simplefilter("always")  # recorded here; said below under the caller's filters
+            state = self._checkpointer.resume()
+        held_back = [w for w in continuing if issubclass(w.category, (WorldChangeWarning, ElasticResumeWarning))]
+        for w in continuing:  # anything else (a damaged checkpoint set aside) is said now, as it happened
+            if w not in held_back:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         step = 0 if state is None else int(self._trainer_state.step)
         saved = self._trainer_state
         if step:
             check_resumable(saved, batch_size, grad_accum, dev_samples, self.directory.parent, loader, options)
+            for w in held_back:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             self.resumed_metrics = dict(state.metrics or {})
             self.changed = changed_options(saved.options or {}, options or {})
         saved.batch_size, saved.grad_accum, saved.dev_samples = batch_size, grad_accum, dev_samples

@@ -27,6 +27,11 @@ SCHEDULES = ("linear", "constant")
 NONFINITE_POLICIES = ("stop", "skip")  # see paratrain.loop.nonfinite
 
 
+#: The longest run ``max_steps``/``epochs`` may ask for (a billion optimizer steps is years on one GPU).
+MOST_STEPS = 10**9
+MOST_EPOCHS = 10**6
+
+
 def strategy_option_sources() -> Iterator[tuple[str, type]]:
     """``(name, Options)`` of every registered strategy: where ``FitConfig.strategy_options``
     and its ``paratrain train`` flags come from."""
@@ -125,6 +130,14 @@ class FitConfig:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"{option(name)} must be a positive integer, got {value!r}")
+        for name, most in (("max_steps", MOST_STEPS), ("epochs", MOST_EPOCHS)):
+            value = getattr(self, name)
+            if value is not None and value > most:
+                # The LR schedule spans the whole run: warmup and decay stretched over 10^12 steps leave
+                # the learning rate near 0 for every step a machine will ever take (seen: lr 1.8e-24).
+                raise ConfigError(f"{option(name, value)} is more than {most:,} {name.replace('max_', '')}: the LR "
+                                  "schedule (its warmup and decay) spans the whole run, so the learning rate would "
+                                  "stay near 0 for every step actually trained; give the length you mean to train")
         for name in ("lr", "weight_decay", "clip_norm"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
@@ -138,9 +151,12 @@ class FitConfig:
         check_type("", "max_nonfinite_skips", self.max_nonfinite_skips, "int >= 0")
         for name in ("save_every_minutes", "stall_timeout"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
-                                      or (name == "save_every_minutes" and value == 0)):
-                raise ConfigError(f"{option(name)} must be a positive number, got {value!r}")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0 <= value < math.inf or (name == "save_every_minutes" and value == 0)):
+                # inf and nan refused, as `paratrain run --stall-timeout` refuses them: "never" is 0 (off)
+                what = ("a finite number of seconds, or 0 to turn the watchdog off" if name == "stall_timeout"
+                        else "a positive number of minutes (finite)")
+                raise ConfigError(f"{option(name)} must be {what}, got {value!r}")
         if self.warmup is not None and not 0 <= self.warmup < 1:
             raise ConfigError(f"{option('warmup')} is a fraction of the steps in [0, 1), got {self.warmup!r}")
         check_type("", "num_workers", self.num_workers, "int >= 0")

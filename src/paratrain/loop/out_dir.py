@@ -7,6 +7,7 @@ missing keys, so it is refused up front with the two ways out.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -14,9 +15,10 @@ from pathlib import Path
 from paratrain import comm
 from paratrain.arguments import option
 from paratrain.checkpoint.writer_lock import LOCK_FILE, WriterLock
+from paratrain.loop.checkpoints import CHECKPOINT_DIR
 from paratrain.diagnostics.failure_report import FAILURE_FILE, FAILURES_DIR
-from paratrain.errors import ConfigError, ParatrainError
-from paratrain.tasks.api import TASK_FILE, read_task_record
+from paratrain.errors import CheckpointError, ConfigError, ParatrainError
+from paratrain.tasks.api import TASK_FILE, DamagedTaskRecord, read_task_record
 from paratrain.trackers.hub import tracker_files
 
 # Everything paratrain writes into a run directory (its checkpoints, records, failure reports of
@@ -41,19 +43,10 @@ def prepare_out_dir(out_dir: str | Path, task: str, options: dict | None = None,
             how to start fresh (another ``out_dir``, or ``fresh=True``; the CLI's flags under it).
     """
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{option('out_dir', str(out))} is a file; give a directory")
+    _check_path(out)
     moved_to = None
     if fresh and out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
-        moved_to = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
-        suffix = 1
-        while moved_to.exists():
-            moved_to = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}-{suffix}")
-            suffix += 1
-        moved_to.mkdir()
-        for entry in out.iterdir():  # the writer lock stays: this run holds it
-            if entry.name != LOCK_FILE:
-                entry.rename(moved_to / entry.name)
+        moved_to = _move_aside(out)
     elif out.is_dir():
         _check_same_run(out, task, options or {}, model)
     try:
@@ -71,8 +64,7 @@ def hold_out_dir(out_dir: str | Path) -> WriterLock:
         RunDirectoryBusyError: another live run writes there (named).
         ConfigError: the directory cannot be created.
     """
-    if Path(out_dir).exists() and not Path(out_dir).is_dir():
-        raise ConfigError(f"{option('out_dir', str(out_dir))} is a file; give a directory")
+    _check_path(Path(out_dir))
     try:
         lock = WriterLock(out_dir).acquire()
     except OSError as exc:
@@ -80,6 +72,50 @@ def hold_out_dir(out_dir: str | Path) -> WriterLock:
     if lock.took_over_text():
         print(f"paratrain: {lock.took_over_text()}", file=sys.stderr, flush=True)
     return lock
+
+
+def _check_path(out: Path) -> None:
+    """Refuse an ``out`` that is a file, or that the system cannot take (a name too long), in one line."""
+    try:
+        is_file = out.exists() and not out.is_dir()
+    except OSError as exc:  # ENAMETOOLONG, ELOOP: Path.exists lets them through
+        raise ConfigError(f"cannot use {option('out_dir', _short(out))} ({exc.strerror or exc}); pick a shorter "
+                          "or another directory") from None
+    if is_file:
+        raise ConfigError(f"{option('out_dir', str(out))} is a file; give a directory")
+
+
+def _short(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= 120 else f"{text[:60]}…{text[-40:]} ({len(text)} characters)"
+
+
+def _move_aside(out: Path) -> Path:
+    """``--fresh``: move everything in ``out`` but the writer lock into ``OUT.old-<time>`` beside it
+    (a rename: nothing is copied or deleted); return that folder.
+
+    Raises:
+        ConfigError: ``out`` is a mount point (its neighbour is on another file system, where a rename
+            cannot go), or a rename failed (what moved stays in the new folder, named).
+    """
+    if os.path.ismount(out) or out.stat().st_dev != out.resolve().parent.stat().st_dev:
+        raise ConfigError(f"{option('fresh', True)} cannot move the run in {out} aside: {out} is a mount point, and its "
+                          f"neighbour {out.name}.old-… would be on another file system (a copy, not a move); move the "
+                          f"old run yourself, or give a folder inside it as {option('out_dir')}")
+    moved_to = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+    suffix = 1
+    while moved_to.exists():
+        moved_to = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}-{suffix}")
+        suffix += 1
+    try:
+        moved_to.mkdir()
+        for entry in out.iterdir():  # the writer lock stays: this run holds it
+            if entry.name != LOCK_FILE:
+                entry.rename(moved_to / entry.name)
+    except OSError as exc:
+        raise ConfigError(f"{option('fresh', True)} could not move the run in {out} aside to {moved_to} "
+                          f"({exc.strerror or exc}); what moved is in {moved_to}, the rest in {out}") from None
+    return moved_to
 
 
 def agree_on_out_dir(is_main: bool, out_dir: str | Path, task: str, options: dict, fresh: bool,
@@ -112,7 +148,19 @@ def agree_on_out_dir(is_main: bool, out_dir: str | Path, task: str, options: dic
 
 def _check_same_run(out: Path, task: str, options: dict, model: str | None) -> None:
     how = f"use another {option('out_dir')} directory, or pass {option('fresh', True)} to move {out} aside and start over"
-    record = read_task_record(out)
+    try:
+        record = read_task_record(out)
+    except DamagedTaskRecord as exc:
+        if not (out / CHECKPOINT_DIR).is_dir():
+            raise
+        # Its checkpoints are intact and check the model's keys and shapes when they load: set the
+        # damaged record aside (never deleted) and let this run write it again.
+        aside = out / f"{TASK_FILE}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
+        (out / TASK_FILE).rename(aside)
+        print(f"paratrain: warning: {str(exc).split('; use another')[0]}: moved it to {aside}; this run records its task "
+              "again and resumes from its checkpoints (they are checked against the model as they load)",
+              file=sys.stderr, flush=True)
+        record = None
     if record is None:
         strangers = sorted(p.name for p in out.iterdir() if not _ours(p.name))
         if strangers:
@@ -134,9 +182,34 @@ def _check_same_run(out: Path, task: str, options: dict, model: str | None) -> N
 
 def _ours(name: str) -> bool:
     """A file or folder paratrain writes in a run directory, or the temporary of one a kill interrupted."""
-    return name in RUN_FILES or (name.endswith(".tmp") and name[: -len(".tmp")] in RUN_FILES)
+    return (name in RUN_FILES or (name.endswith(".tmp") and name[: -len(".tmp")] in RUN_FILES)
+            or name.startswith(f"{TASK_FILE}.damaged-"))
 
 
 def _model_path_text(path: str | None) -> str:
     """The model path as the user gave it, or that none was given (the task builds its own model)."""
     return option("model_path", path) if path else f"no {option('model_path')} (the task's own model)"
+
+
+def directory_identity(out_dir: str | Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of ``out_dir``, None when it does not exist: a directory deleted (or moved
+    away and made again) while a run writes into it has another one, or none."""
+    try:
+        status = Path(out_dir).stat()
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def check_still_there(out_dir: Path, identity: tuple[int, int] | None, step: int) -> None:
+    """Refuse to go on writing when ``out_dir`` is no longer the directory this run started in.
+    Not collective (run it on the writing rank inside ``on_all_ranks``).
+
+    Raises:
+        CheckpointError: it was deleted, or moved away (and another made in its place).
+    """
+    if identity is None or directory_identity(out_dir) == identity:
+        return
+    raise CheckpointError(f"{out_dir} was deleted or moved while this run wrote into it (at step {step}): its checkpoints, "
+                      "metrics and logs are gone from there and nothing more is saved; put it back and run the "
+                      "same command to resume, or run it again to start over")

@@ -16,11 +16,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -118,7 +120,18 @@ class RunLog:
             return
         if self._metrics is not None:
             line = {"event": event, "step": step, "time": round(time.time(), 3), **_plain(values)}
-            self._metrics.write(json.dumps(line, ensure_ascii=False) + "\n")
+            try:
+                self._metrics.write(json.dumps(line, ensure_ascii=False) + "\n")
+            except OSError as exc:  # a full disk between saves: one line, not a traceback
+                from paratrain.checkpoint.files import describe_os_error
+                from paratrain.errors import CheckpointError
+
+                metrics, self._metrics = self._metrics, None
+                with contextlib.suppress(OSError):
+                    metrics.close()
+                named = OSError(exc.errno, exc.strerror or str(exc), str(self._out_dir / METRICS_FILE))
+                raise CheckpointError(describe_os_error(named, "cannot write")
+                                      + "; then run the same command to resume from the newest checkpoint") from None
         if event == "summary":
             self.trackers.summary(values, step)
             self._summarised = True
@@ -130,7 +143,8 @@ class RunLog:
         self.trackers.close(failed=not self._summarised)
         for handle in (self._file, self._metrics):
             if handle is not None:
-                handle.close()
+                with contextlib.suppress(OSError):  # a full disk: the run's own error says so
+                    handle.close()
         self._file = self._metrics = None
 
 

@@ -38,7 +38,7 @@ from paratrain.loop.fit_preemption import FitPreemption
 from paratrain.loop.nonfinite import NonFiniteGuard
 from paratrain.loop.preflight import check_first_dev_batch, check_options, describe_changes, resume_options
 from paratrain.loop.rank_times import RankTimes
-from paratrain.loop.out_dir import agree_on_out_dir
+from paratrain.loop.out_dir import agree_on_out_dir, check_still_there, directory_identity
 from paratrain.loop.report import (report_communication, report_end, report_eval, report_start, report_train,
                                    report_weights, run_config)
 from paratrain.runtime.progress import epochs, progress
@@ -82,6 +82,7 @@ class Trainer:
         self.eval_loader: Any = None
         self.checkpoints: LoopCheckpoints | None = None
         self.out_dir: Path | None = None
+        self._out_identity: tuple[int, int] | None = None  # rank 0's out_dir as it started (device, inode)
         self.last_evaluation: Evaluation | None = None
         self._cadence = Cadence(self.config)
         self._nonfinite = NonFiniteGuard(self.config.on_nonfinite, self.config.max_nonfinite_skips)
@@ -150,6 +151,7 @@ class Trainer:
         rt, c, task = self.runtime, self.config, self.task
         self.check()
         self.out_dir = self._prepare_out_dir()
+        self._out_identity = directory_identity(self.out_dir) if self.out_dir is not None and rt.is_main else None
         self.log = RunLog(self.out_dir, rt.rank, c.tensorboard, c.trackers)
         self.log.start_attempt()
         # Every rank must train the same thing: one collective here beats a hang or garbage later.
@@ -209,6 +211,7 @@ class Trainer:
                 self._evaluate()
             if self._cadence.unsaved(self.state.step) and self.checkpoints is not None:
                 self._save()
+            self._check_out_dir()  # never "done" for a run whose directory went away
             result = report_end(self, resumed_from, train_seconds, window.samples_total)
             report_weights(self)
             self._preemption.stop_if_asked_at_the_end(self.state.step, self._checkpoint_dir())
@@ -409,10 +412,19 @@ class Trainer:
         return evaluation
 
     # ---- checkpoints and output -----------------------------------------------------------
+    def _check_out_dir(self) -> None:
+        """Every rank stops, with one line, when rank 0's output directory was deleted or moved. Collective."""
+        if self.out_dir is not None:
+            from paratrain.checkpoint.agreement import on_all_ranks
+
+            on_all_ranks("the run directory is gone", lambda: check_still_there(self.out_dir, self._out_identity,
+                                                                                 self.state.step))
+
     def _save(self) -> None:
         if self.checkpoints is None:
             return
         step = self.state.step
+        self._check_out_dir()  # a save into a deleted directory would recreate it with one checkpoint
         self._check_finite()  # never a checkpoint of non-finite weights
         metrics = self.last_evaluation.metrics if self._cadence.evaluated_at == step and self.last_evaluation else None
         watchdog.mark("checkpoint")

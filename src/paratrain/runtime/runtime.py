@@ -21,7 +21,7 @@ from paratrain import comm
 from paratrain.arguments import check_type, reject_objects, reject_unknown
 from paratrain.diagnostics import watchdog as hang_watch
 from paratrain.diagnostics.watchdog import mark as mark_progress
-from paratrain.env import ProcessInfo, detect
+from paratrain.env import ProcessInfo, detect, variables
 from paratrain.env.cpu_binding import bind_compute_threads, free_communication_threads, share_for, unbound_cpus
 from paratrain.runtime.input_device import refuse_inputs_elsewhere
 from paratrain.runtime.launcher_death import die_with_launcher
@@ -76,7 +76,7 @@ class Runtime:
     Raises:
         ConfigError: unknown strategy/precision/backend, an unknown argument (with the
             closest known name), a value of the wrong type, or a bad combination;
-            a malformed ``PARATRAIN_CPU_CORES``.
+            a malformed ``PARATRAIN_*`` variable (see :mod:`paratrain.env.variables`).
         DistributedError: the process group could not be joined in time.
     """
 
@@ -107,6 +107,7 @@ class Runtime:
         # A typo of a Runtime argument (precison=) is not a strategy option: name the right one.
         reject_unknown("pt.Runtime()", strategy_options,
                        [*RUNTIME_ARGUMENTS, *(o for cls in STRATEGIES.values() for o in cls.option_names())])
+        variables.check()  # a malformed PARATRAIN_* variable: one line on every rank, before any rendezvous
         self.process: ProcessInfo = detect()
         # Every name and combination checked before any rendezvous, so a typo fails fast on every
         # rank; the device is made current first (NCCL and the bf16 check ask for "the current GPU").

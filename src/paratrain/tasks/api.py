@@ -258,16 +258,26 @@ def read_task_record(directory: str | Path) -> dict[str, Any] | None:
     """The ``task.json`` in ``directory``, or ``None`` when there is none.
 
     Raises:
-        ConfigError: the file exists but is not a task record.
+        DamagedTaskRecord: the file is a regular file but not a task record (cut by a kill or a full disk).
+        ConfigError: the file is a link or not a regular file, or cannot be read.
     """
     path = Path(directory) / TASK_FILE
     if not path.exists() and not path.is_symlink():
         return None
     try:
         with open_text(path, "r", encoding="utf-8") as handle:  # a planted link or FIFO: refused
-            record = json.loads(handle.read())
+            text = handle.read()
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{path} is not a readable task record ({exc}); use another {option('out_dir')} directory") from None
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        raise DamagedTaskRecord(f"{path} is not a readable task record ({exc}); use another {option('out_dir')} "
+                                "directory") from None
     if not isinstance(record, dict) or not isinstance(record.get("task"), str):
-        raise ConfigError(f"{path} names no task; use another {option('out_dir')} directory")
+        raise DamagedTaskRecord(f"{path} names no task; use another {option('out_dir')} directory")
     return record
+
+
+class DamagedTaskRecord(ConfigError):
+    """``task.json`` is a regular file that does not parse as a task record (cut, or a bad byte)."""

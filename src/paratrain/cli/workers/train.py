@@ -13,7 +13,7 @@ import os
 import sys
 
 from paratrain.arguments import cli_spelling
-from paratrain.errors import ParatrainError
+from paratrain.errors import ConfigError, ParatrainError
 
 
 def build_run(args: argparse.Namespace):
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     from paratrain import warning_lines
     from paratrain.env.no_restart import end_job_instead_of_restart
-    from paratrain.env.torchelastic import record_for_launcher
+    from paratrain.env.torchelastic import LAUNCHER_PID_VAR, record_for_launcher
     from paratrain.cli.train_cmd import add_train_arguments
     from paratrain.loop.trainer import Trainer
 
@@ -62,9 +62,11 @@ def _main(argv: list[str] | None) -> int:
     except ParatrainError as exc:
         if os.environ.get("PARATRAIN_DEBUG"):
             raise
-        record_for_launcher(exc)
+        recorded = record_for_launcher(exc)
         end_job_instead_of_restart(exc)  # a restart would fail the same way
-        print(f"paratrain train (rank {os.environ.get('RANK', '0')}): error: {exc}", file=sys.stderr, flush=True)
+        if not (recorded and isinstance(exc, ConfigError) and os.environ.get(LAUNCHER_PID_VAR)):
+            # A refusal (every rank makes the same one) is said once, by paratrain's launcher, from the record.
+            print(f"paratrain train (rank {os.environ.get('RANK', '0')}): error: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code
     return 0
 
