@@ -118,9 +118,9 @@ class Trainer:
         owns_runtime = self.runtime is None
         if owns_runtime:
             c = self.config
-            self.runtime = Runtime(strategy=c.strategy, precision=c.precision, seed=c.seed,
+            self.runtime = Runtime(precision=c.precision, seed=c.seed,
                                    sync_batchnorm=c.sync_batchnorm, compile=c.compile, tf32=c.tf32,
-                                   **c.strategy_options())
+                                   **c.strategy_arguments())
         try:
             return self._fit()
         finally:
