@@ -34,6 +34,20 @@ _HOMES = {
     "spawn": "paratrain.launch.spawn",
     **dict.fromkeys(("RunningMean", "accuracy", "classification_report", "global_mean"), "paratrain.metrics"),
     "Runtime": "paratrain.runtime.runtime",
+    # strategies and precisions as objects (pt.Runtime(strategy=pt.DDP(find_unused_parameters=True))),
+    # and the registries a new one joins
+    "DDP": "paratrain.strategy.ddp:DDPStrategy",
+    "FSDP": "paratrain.strategy.fsdp:FSDPStrategy",
+    "HSDP": "paratrain.strategy.hsdp:HSDPStrategy",
+    "DeepSpeed": "paratrain.strategy.deepspeed:DeepSpeedStrategy",
+    "SingleDevice": "paratrain.strategy.single:SingleDeviceStrategy",
+    "DataParallel": "paratrain.strategy.dp:DataParallelStrategy",
+    "FP32": "paratrain.precision.fp32:FP32Precision",
+    "BF16Mixed": "paratrain.precision.bf16:BF16MixedPrecision",
+    "FP16Mixed": "paratrain.precision.fp16:FP16MixedPrecision",
+    **dict.fromkeys(("Strategy", "register_strategy"), "paratrain.strategy"),
+    **dict.fromkeys(("Precision", "register_precision"), "paratrain.precision"),
+    **dict.fromkeys(("ClusterEnvironment", "register_environment"), "paratrain.env"),
     "StepResult": "paratrain.strategy.api",
     **dict.fromkeys(("Callback", "FitConfig", "FitResult", "Trainer", "fit"), "paratrain.loop"),
     **dict.fromkeys(("rank_seed", "seed_everything"), "paratrain.seeding"),
@@ -54,7 +68,19 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from paratrain.launch.spawn import spawn
     from paratrain.loop import Callback, FitConfig, FitResult, Trainer, fit
     from paratrain.metrics import RunningMean, accuracy, classification_report, global_mean
+    from paratrain.env import ClusterEnvironment, register_environment
+    from paratrain.precision import Precision, register_precision
+    from paratrain.precision.bf16 import BF16MixedPrecision as BF16Mixed
+    from paratrain.precision.fp16 import FP16MixedPrecision as FP16Mixed
+    from paratrain.precision.fp32 import FP32Precision as FP32
     from paratrain.runtime.runtime import Runtime
+    from paratrain.strategy import Strategy, register_strategy
+    from paratrain.strategy.ddp import DDPStrategy as DDP
+    from paratrain.strategy.deepspeed import DeepSpeedStrategy as DeepSpeed
+    from paratrain.strategy.dp import DataParallelStrategy as DataParallel
+    from paratrain.strategy.fsdp import FSDPStrategy as FSDP
+    from paratrain.strategy.hsdp import HSDPStrategy as HSDP
+    from paratrain.strategy.single import SingleDeviceStrategy as SingleDevice
     from paratrain.seeding import rank_seed, seed_everything
     from paratrain.strategy.api import StepResult
 
@@ -62,7 +88,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
 def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is not None:
-        value = getattr(importlib.import_module(home), name)
+        module, _, attribute = home.partition(":")  # "module:Class" where the public name is shorter
+        value = getattr(importlib.import_module(module), attribute or name)
         globals()[name] = value  # the next lookup is a plain one
         return value
     if not name.startswith("__"):  # a subpackage, as after an eager import: pt.comm, pt.tasks.TaskOptions
@@ -82,6 +109,21 @@ def __dir__() -> list[str]:
 __all__ = [
     "Runtime",
     "StepResult",
+    "DDP",
+    "FSDP",
+    "HSDP",
+    "DeepSpeed",
+    "SingleDevice",
+    "DataParallel",
+    "FP32",
+    "BF16Mixed",
+    "FP16Mixed",
+    "Strategy",
+    "Precision",
+    "ClusterEnvironment",
+    "register_strategy",
+    "register_precision",
+    "register_environment",
     "spawn",
     "Checkpointer",
     "CheckpointState",

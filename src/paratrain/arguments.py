@@ -58,11 +58,22 @@ def option(name: str, value: Any = ...) -> str:
 
 def option_field(default: Any, help: str, **flag: Any) -> Any:
     """A config dataclass field that is also a command-line flag, described in its metadata:
-    ``help``, and optionally ``metavar``, ``choices`` (shown in the help; the dataclass checks
-    them) and ``off`` (the flag's value that means ``None``). :mod:`paratrain.cli.config_flags`
+    ``help`` (a string, or a function that returns it when the flag is made: a list read from a
+    registry), and optionally ``metavar``, ``choices`` (shown in the help; the dataclass checks
+    them), ``off`` (the flag's value that means ``None``) and ``flag_type`` (what the flag's
+    value is read as, where the annotation also allows objects). :mod:`paratrain.cli.config_flags`
     derives the flag from it; the flag's name is :func:`cli_flag`'s.
     """
     return dataclasses.field(default=default, metadata={"help": help, **flag})
+
+
+def options_field(sources: Any) -> Any:
+    """A config dataclass field that holds the options of another component, as a mapping of
+    name → value: ``sources()`` returns ``(owner, dataclass)`` pairs (a strategy's name and its
+    ``Options``), and every field with a help of those dataclasses is also a command-line flag
+    (:mod:`paratrain.cli.config_flags`) whose value lands in this mapping.
+    """
+    return dataclasses.field(default_factory=dict, metadata={"flags_from": sources})
 
 
 def reject_unknown(call: str, given: Iterable[str], known: Iterable[str], hint: str = "") -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from paratrain.arguments import option_field
-from paratrain.cli.config_flags import add_flags, config_from_args, config_words, flag_fields
+from paratrain.cli.config_flags import add_flags, config_from_args, config_words, flag_fields, nested_flag_fields
 from paratrain.cli.main import main
 from paratrain.cli.train_cmd import add_train_arguments, train_argv
 from paratrain.cli.workers.train import build_run
@@ -57,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
 def test_every_field_is_a_flag_and_comes_back_equal(cls):
     parser = _parser()
     flagged = [field.name for field, _ in flag_fields(cls)]
-    assert flagged == [field.name for field in dataclasses.fields(cls)]
+    # every field but one that holds another component's options (their flags: the next test)
+    assert flagged == [field.name for field in dataclasses.fields(cls) if "flags_from" not in field.metadata]
     dests = {action.dest for action in parser._actions}  # argparse has no public list
     assert set(flagged) <= dests
     for field, kind in flag_fields(cls):
@@ -68,6 +69,41 @@ def test_every_field_is_a_flag_and_comes_back_equal(cls):
     everything = cls(**{field.name: _other_values(field, kind)[0] for field, kind in flag_fields(cls)})
     assert config_from_args(cls, parser.parse_args(["digits", *config_words(everything)])) == everything
     assert config_words(cls()) == []
+
+
+def test_every_strategy_option_is_a_flag_and_comes_back_equal():
+    parser = _parser()
+    (holder, flags), = nested_flag_fields(FitConfig)
+    assert holder.name == "strategy_options"
+    from paratrain.strategy import STRATEGIES
+
+    declared = {field.name for cls in STRATEGIES.values() for field, _ in flag_fields(cls.Options)}
+    assert {field.name for field, _, _ in flags} == declared >= {"find_unused_parameters", "zero_stage", "shard"}
+    for field, kind, owners in flags:
+        for value in _other_values(field, kind):
+            config = FitConfig(strategy_options={field.name: value})
+            words = config_words(config)
+            assert len(words) == 1 and config_from_args(FitConfig, parser.parse_args(["digits", *words])) == config, \
+                (field.name, words)
+
+
+def test_a_registered_strategy_brings_its_options_as_flags(monkeypatch, capsys):
+    from paratrain.strategy import STRATEGIES
+    from paratrain.strategy.ddp import DDPStrategy
+
+    @dataclass(frozen=True)
+    class Options(DDPStrategy.Options):
+        warmup_buckets: int = option_field(0, "steps before the buckets are rebuilt", metavar="N")
+
+    monkeypatch.setitem(STRATEGIES, "toy-ddp", type("ToyDDP", (DDPStrategy,), {"name": "toy-ddp", "Options": Options}))
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--warmup-buckets N toy-ddp: steps before the buckets are rebuilt (default 0)" in help_text
+    assert "--find-unused-parameters, --no-find-unused-parameters ddp, toy-ddp: allow parameters" in help_text
+    assert "auto, single, dp, ddp, fsdp, deepspeed, hsdp, toy-ddp (auto: ddp" in help_text
+    config = FitConfig(strategy="toy-ddp", strategy_options={"warmup_buckets": 2})
+    assert config_from_args(FitConfig, _parser().parse_args(["digits", *config_words(config)])) == config
 
 
 def test_the_launcher_words_give_the_worker_the_same_run():

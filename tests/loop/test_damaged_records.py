@@ -62,7 +62,7 @@ def test_an_out_dir_deleted_mid_run_ends_the_run_in_one_line(capsys, tmp_path):
         pt.fit("digits", out_dir=str(out), callbacks=[DeleteOutDir()], max_steps=6, save_every=2, progress=False,
                task_options=pt.tasks.TaskOptions(limit_train=64, limit_eval=16))
     assert str(gone.value).startswith(f"{out} was deleted or moved while this run wrote into it (at step 4): ")
-    assert not out.exists()  # the next save did not make it again with one checkpoint in it
+    assert not out.exists(), sorted(str(p) for p in out.rglob("*"))  # the next save did not make it again
     assert "Traceback" not in capsys.readouterr().err
 
 

@@ -51,7 +51,11 @@ def test_fsdp_with_one_process_is_refused():
 
 
 def test_only_sharded_strategies_declare_sharded_state():
-    assert {name for name, cls in STRATEGIES.items() if cls.sharded_state} == {"fsdp"}  # deepspeed checkpoints gather whole tensors
+    from paratrain.strategy.fsdp import FSDPStrategy
+
+    sharded = {name for name, cls in STRATEGIES.items() if issubclass(cls, FSDPStrategy)}  # fsdp and its kind (hsdp)
+    assert {name for name, cls in STRATEGIES.items() if cls.sharded_state} == sharded >= {"fsdp"}
+    assert not STRATEGIES["deepspeed"].sharded_state  # deepspeed checkpoints gather whole tensors
 
 
 def test_dp_trains_like_single():
@@ -113,3 +117,137 @@ def test_weight_checksum_is_exact_and_sees_permutations():
     nudged = weights.clone()
     nudged[500] = torch.nextafter(nudged[500], torch.tensor(10.0))
     assert not torch.equal(_checksum(weights), _checksum(nudged))
+
+
+# ---- a strategy owns its options; objects, and what registers ---------------------------------------------
+
+
+def test_a_built_strategy_or_precision_object_stands_for_its_name_and_options():
+    given = pt.DDP(find_unused_parameters=True)
+    rt = pt.Runtime(strategy=given, precision=pt.BF16Mixed())
+    assert rt.strategy is not given and rt.strategy.name == "ddp"  # the Runtime connects a copy of its own
+    assert rt.strategy.options.find_unused_parameters is True and rt.precision.name == "bf16-mixed"
+    rt.close()
+    with pytest.raises(pt.ConfigError, match="give the options to the strategy object"):
+        pt.Runtime(strategy=given, bucket_cap_mb=1)
+    with pytest.raises(pt.ConfigError, match="find_unused_parameters must be bool, got 'yes'"):
+        pt.DDP(find_unused_parameters="yes")
+    with pytest.raises(pt.ConfigError, match="strategy 'fsdp' does not take grad_compression; it accepts: wrap_modules"):
+        pt.FSDP(grad_compression="bf16")
+
+
+def test_the_options_dataclass_is_where_the_checks_come_from():
+    assert pt.DDP.option_names() == tuple(f.name for f in __import__("dataclasses").fields(pt.DDP.Options))
+    assert set(pt.FSDP.option_names()) < set(pt.HSDP.option_names())  # hsdp: fsdp's and the mesh's
+    with pytest.raises(pt.ConfigError, match="must be 1, 2 or 3, got 4"):
+        pt.DeepSpeed.parse_options({"zero_stage": 4})
+
+
+def test_a_registered_strategy_is_a_name_everywhere(monkeypatch):
+    from dataclasses import dataclass
+
+    from paratrain.arguments import option_field
+    from paratrain.runtime.resolve import resolve
+
+    monkeypatch.setattr("paratrain.strategy.STRATEGIES", dict(STRATEGIES))  # undone after the test
+
+    @pt.register_strategy
+    class LoggingDDP(pt.DDP):
+        name = "logging-ddp"
+
+        @dataclass(frozen=True)
+        class Options(pt.DDP.Options):
+            every: int = option_field(10, "log the gradient norm every N steps", metavar="N")
+
+    from paratrain import strategy
+
+    assert strategy.STRATEGIES["logging-ddp"] is LoggingDDP and "logging-ddp" in strategy.strategy_names()
+    assert resolve("logging-ddp", world_size=2, strategy_options={"every": 5}).strategy_class is LoggingDDP
+    with pytest.raises(pt.ConfigError, match="'every' must be|every must be int"):
+        resolve("logging-ddp", world_size=2, strategy_options={"every": "often"})
+    with pytest.raises(pt.ConfigError, match="register_strategy takes a Strategy subclass"):
+        pt.register_strategy(object)
+
+
+def test_a_registered_precision_is_a_name(monkeypatch):
+    from paratrain import precision
+
+    monkeypatch.setattr("paratrain.precision.PRECISIONS", dict(precision.PRECISIONS))
+
+    @pt.register_precision
+    class LoudFP32(pt.FP32):
+        name = "32-loud"
+
+    assert pt.Runtime(precision="32-loud").precision.name == "32-loud"
+    assert pt.Runtime(precision=LoudFP32()).precision.name == "32-loud"
+
+
+def test_a_registered_environment_gives_workers_their_place_and_launchers_their_node_flags():
+    from paratrain.env import ENVIRONMENTS, ProcessInfo, detect
+    from paratrain.launch.env_defaults import environment_defaults
+
+    class Grid(pt.ClusterEnvironment):
+        name = "grid"
+
+        def detected(self, environ):
+            return "GRID_TASK" in environ
+
+        def read(self, environ):
+            return ProcessInfo(rank=int(environ["GRID_TASK"]), local_rank=0, world_size=2, local_world_size=1,
+                               node_rank=int(environ["GRID_TASK"]), num_nodes=2, master_addr="10.0.0.1",
+                               master_port=2999, source=self.name)
+
+        def launch_defaults(self, environ):
+            info = self.read(environ)
+            return {"nnodes": 2, "node_rank": info.node_rank, "master_addr": "10.0.0.1", "master_port": 2999}
+
+    before = list(ENVIRONMENTS)
+    try:
+        pt.register_environment(Grid())
+        assert [e.name for e in ENVIRONMENTS][:2] == ["torchrun", "grid"]  # torchrun's still describe its workers
+        assert detect({"GRID_TASK": "1"}).source == "grid" and detect({"GRID_TASK": "1"}).rank == 1
+        assert environment_defaults({"GRID_TASK": "1"}) == {"nnodes": 2, "node_rank": 1, "master_addr": "10.0.0.1",
+                                                            "master_port": 2999}
+        assert environment_defaults({}) is None  # one plain process says nothing
+    finally:
+        ENVIRONMENTS[:] = before
+
+
+def test_the_fit_loop_hands_its_clip_norm_to_a_strategy_whose_engine_clips():
+    from paratrain.loop.config import FitConfig
+
+    by_name = FitConfig(strategy="deepspeed", clip_norm=1.0).with_options(zero_stage=3)
+    assert by_name.strategy_arguments() == {"strategy": "deepspeed", "zero_stage": 3, "gradient_clipping": 1.0}
+    built = FitConfig(strategy=pt.DeepSpeed(zero_stage=3), clip_norm=1.0)  # an object is kept as its name and options
+    assert (built.strategy, built.strategy_options) == ("deepspeed", {"zero_stage": 3})
+    assert built.strategy_arguments() == by_name.strategy_arguments()
+    assert FitConfig(strategy="ddp", clip_norm=1.0).strategy_arguments() == {"strategy": "ddp"}  # it clips in step
+
+
+def test_the_strategies_page_lists_every_registered_strategy_and_option():
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs" / "strategies.md").read_text()
+    rows: dict[str, str] = {}
+    for line in page.splitlines():
+        if line.startswith("| `"):
+            rows.setdefault(line.split("|")[1].strip(" `"), line)  # the first table: names and options
+    for name, cls in STRATEGIES.items():
+        assert name in rows, f"docs/strategies.md has no row for {name!r}"
+        inherited = {option for base in cls.__mro__[1:] if base in STRATEGIES.values() and f"`{base.name}`'s" in rows[name]
+                     for option in base.option_names()}
+        for option in set(cls.option_names()) - inherited:
+            assert f"`{option}`" in rows[name], f"docs/strategies.md: {name}'s option {option!r} is missing"
+
+
+def test_whether_the_loop_may_drop_a_step_is_the_strategys_to_say():
+    from types import SimpleNamespace
+
+    from paratrain.loop.config import FitConfig
+    from paratrain.loop.preflight import check_options
+
+    task = SimpleNamespace(name="t", metric_names=())
+    with pytest.raises(pt.ConfigError, match=r"on_nonfinite='skip' does not work with strategy='deepspeed' \(its engine"):
+        check_options(task, FitConfig(strategy="deepspeed", on_nonfinite="skip"))
+    for name in ("ddp", "fsdp", "hsdp"):
+        check_options(task, FitConfig(strategy=name, on_nonfinite="skip"))

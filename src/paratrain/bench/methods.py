@@ -158,7 +158,7 @@ for _method in (
            "paratrain run", options={"strategy": "ddp"}, amp=True),
     Method("fsdp", "FSDP2 (fully_shard) through paratrain", "paratrain_loop.py", "paratrain run",
            options={"strategy": "fsdp"}),
-    Method("deepspeed", "DeepSpeed ZeRO through paratrain (deepspeed.initialize)", "paratrain_loop.py", "paratrain run",
+    Method("deepspeed", "DeepSpeed ZeRO through paratrain (deepspeed.initialize; --zero-stage, default 2)", "paratrain_loop.py", "paratrain run",
            needs=("deepspeed",), options={"strategy": "deepspeed"}),
     Method("accelerate", "Hugging Face Accelerate: accelerate launch + Accelerator", "accelerate_script.py",
            "accelerate launch", needs=("accelerate",)),

@@ -352,7 +352,7 @@ class Checkpointer:
                 seed=runtime.seed,
                 backend=runtime.backend,
                 device=runtime.device.type,
-                options={k: v for k, v in runtime.strategy.options.items() if isinstance(v, (bool, int, float, str))},
+                options={k: v for k, v in runtime.strategy.given_options.items() if isinstance(v, (bool, int, float, str))},
             )
         return config
 

@@ -17,17 +17,7 @@ peak memory, final train loss, dev accuracy on every dev sample, speed-up and
 loss parity against `single`.
 
 Methods (--methods a,b,... or all):
-  single            one process, paratrain's loop
-  dp                torch.nn.DataParallel (one process; splits the batch over >= 2 GPUs)
-  ddp               DistributedDataParallel, started by `paratrain run`
-  ddp-spawn         DDP started from a function by pt.spawn (the mp.spawn pattern)
-  ddp-amp           DDP with autocast: bf16 where supported, else fp16 + GradScaler
-  fsdp              FSDP2 through paratrain
-  deepspeed         DeepSpeed ZeRO (--zero-stage, default 2) through paratrain
-  accelerate        `accelerate launch` + Accelerator
-  lightning-fabric  Fabric(...).launch()
-  hf-trainer        transformers Trainer + TrainingArguments, under torchrun
-  horovod           horovodrun --gloo + hvd.DistributedOptimizer
+{methods}
 A method whose library is missing is a row that says how to install it
 (pip install 'paratrain[bench]'; horovod: paratrain bench --install-horovod).
 
@@ -85,12 +75,22 @@ log and records).
 """
 
 
+def manual() -> str:
+    """The command's help: :data:`MANUAL` with the methods and their summaries from the method registry."""
+    from paratrain.bench.methods import METHODS
+
+    width = max(len(name) for name in METHODS) + 2
+    return MANUAL.replace("{methods}", "\n".join(f"  {name:<{width}}{method.summary}" for name, method in METHODS.items()))
+
+
 def register(subparsers) -> None:
     """Add the ``bench`` command."""
+    from paratrain.bench.methods import METHODS
+
     parser = subparsers.add_parser(
         "bench",
-        help="compare single, dp, ddp, amp, fsdp, deepspeed, accelerate, fabric, Trainer, horovod on one task",
-        description=MANUAL,
+        help=f"compare {', '.join(METHODS)} on one task",
+        description=manual(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="paratrain bench [--task NAME | --task module:attr] [--methods a,b,...|all] [options]",
     )

@@ -91,7 +91,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     from paratrain.tasks.registry import TASKS
 
     parser.add_argument("task", nargs="?", help=f"{', '.join(TASKS)}, or your own: FILE.py:TASK or module:TASK")
-    add_flags(parser.add_argument_group("training"), FitConfig)
+    add_flags(parser.add_argument_group("training"), FitConfig,
+              parser.add_argument_group("strategy options (each says which strategies take it)"))
     add_flags(parser.add_argument_group("task options"), TaskOptions)
 
 
@@ -230,9 +231,11 @@ def resolve_for_workers(config, nproc_per_node: int, nnodes: str | None, backend
     refusals = []
     for nodes in sorted({low, high}):
         try:
-            resolve(config.strategy, config.precision, backend or "auto", world_size=nproc_per_node * nodes,
+            strategy = config.strategy_arguments()
+            resolve(strategy.pop("strategy"), config.precision, backend or "auto", world_size=nproc_per_node * nodes,
+                    num_nodes=nodes,
                     tf32=config.tf32, sync_batchnorm=config.sync_batchnorm, compile=config.compile,
-                    strategy_options=config.strategy_options())
+                    strategy_options=strategy)
             return
         except ConfigError as exc:
             refusals.append(exc)

@@ -5,6 +5,6 @@ One detector per launcher (torchrun, SLURM, OpenMPI/PMI, plain single process);
 """
 
 from paratrain.env.api import ClusterEnvironment, ProcessInfo
-from paratrain.env.detect import ENVIRONMENTS, detect, detect_position
+from paratrain.env.detect import ENVIRONMENTS, detect, detect_position, register_environment
 
-__all__ = ["ClusterEnvironment", "ProcessInfo", "ENVIRONMENTS", "detect", "detect_position"]
+__all__ = ["ClusterEnvironment", "ProcessInfo", "ENVIRONMENTS", "detect", "detect_position", "register_environment"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,16 @@ class ClusterEnvironment(abc.ABC):
         """
         info = self.read(environ)
         return info.rank, info.world_size, info.local_rank
+
+    def launch_defaults(self, environ: Mapping[str, str]) -> dict[str, Any] | None:
+        """What ``paratrain run`` started in this environment (``srun paratrain run``, one launcher
+        per node) takes for the node flags it was not given: a dict with ``nnodes``, ``node_rank``,
+        ``master_addr`` and ``master_port``; None (the default) when this environment says nothing.
+
+        Raises:
+            ConfigError: the environment describes a job a launcher per node cannot run (names the fix).
+        """
+        return None
 
 
 def env_int(environ: Mapping[str, str], name: str, default: int | None = None) -> int:

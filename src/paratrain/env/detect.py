@@ -13,12 +13,33 @@ from paratrain.env.torchelastic import TorchElasticEnvironment
 
 # Order matters: torchrun inside an SLURM allocation (`srun paratrain run ...`) sets
 # both torchrun's and SLURM's variables, and torchrun's describe the worker.
-ENVIRONMENTS: tuple[ClusterEnvironment, ...] = (
+ENVIRONMENTS: list[ClusterEnvironment] = [
     TorchElasticEnvironment(),
     SlurmEnvironment(),
     MPIEnvironment(),
     SingleProcessEnvironment(),
-)
+]
+
+
+def register_environment(environment: ClusterEnvironment) -> ClusterEnvironment:
+    """Add a launcher's environment (a :class:`ClusterEnvironment`: ``detected``, ``read``, and
+    optionally ``launch_defaults`` for ``paratrain run`` started by it); returns it.
+
+    It is asked after torchrun's, whose variables describe every worker of ``paratrain run``
+    wherever it runs, and before SLURM's, MPI's and the single process's; one registered with the
+    same ``name`` is replaced. A worker asks in ``pt.Runtime``, a launcher when it reads its
+    flags: register in the script (workers) or in a module ``sitecustomize`` imports (launcher).
+
+    Raises:
+        ConfigError: ``environment`` is not a ClusterEnvironment object.
+    """
+    from paratrain.errors import ConfigError
+
+    if not isinstance(environment, ClusterEnvironment):
+        raise ConfigError(f"register_environment takes a ClusterEnvironment object, got {environment!r}")
+    ENVIRONMENTS[:] = [known for known in ENVIRONMENTS if known.name != environment.name]
+    ENVIRONMENTS.insert(1, environment)
+    return environment
 
 
 def detect(environ: Mapping[str, str] | None = None) -> ProcessInfo:

@@ -81,3 +81,25 @@ class SlurmEnvironment(ClusterEnvironment):
             master_port=master_port,
             source=self.name,
         )
+
+    def launch_defaults(self, environ: Mapping[str, str]) -> dict | None:
+        """nnodes, node_rank, master address and port of an ``srun paratrain run`` step (None on one node).
+
+        One launcher per node is the contract (it starts the node's workers); a step with
+        several tasks per node would start several launchers that fight over the GPUs.
+
+        Raises:
+            ConfigError: more than one task per node, or an unreadable node list.
+        """
+        info = self.read(environ)  # master address from the node list, port from the job id
+        nnodes = env_int(environ, "SLURM_STEP_NUM_NODES", info.num_nodes)
+        if info.world_size != nnodes:
+            raise ConfigError(
+                f"this SLURM step runs {info.world_size} tasks on {nnodes} nodes; paratrain run starts the workers "
+                "itself, so use one task per node: srun --ntasks-per-node=1 paratrain run ... (or give --nnodes "
+                "and --node-rank yourself: the flags replace what SLURM says)"
+            )
+        if nnodes == 1:
+            return None  # one node: the loopback rendezvous is the right default
+        return {"nnodes": nnodes, "node_rank": info.rank, "master_addr": info.master_addr,
+                "master_port": info.master_port}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from paratrain.errors import ConfigError
 from paratrain.launch import network, torchrun_flags
-from paratrain.launch.env_defaults import slurm_cpus, slurm_defaults, with_pet_defaults
+from paratrain.launch.env_defaults import environment_defaults, slurm_cpus, with_pet_defaults
 from paratrain.launch.flag_values import parse_int, parse_local_ranks, parse_nnodes, parse_nproc, parse_seconds
 from paratrain.launch.legacy import CHOICES as LEGACY_CHOICES
 from paratrain.launch.module_path import find_module
@@ -135,12 +135,12 @@ class LaunchConfig:
         node_rank = parse_int("--node-rank", args.node_rank)
         master_addr = args.master_addr
         master_port = parse_int("--master-port", args.master_port)
-        slurm = slurm_defaults(environ) if nnodes is None and not standalone else None
-        if slurm:
-            nnodes = str(slurm["nnodes"])
-            node_rank = slurm["node_rank"] if node_rank is None else node_rank
-            master_addr = master_addr or slurm["master_addr"]
-            master_port = slurm["master_port"] if master_port is None else master_port
+        given = environment_defaults(environ) if nnodes is None and not standalone else None
+        if given:
+            nnodes = str(given["nnodes"])
+            node_rank = given["node_rank"] if node_rank is None else node_rank
+            master_addr = master_addr or given["master_addr"]
+            master_port = given["master_port"] if master_port is None else master_port
         min_nodes, max_nodes = parse_nnodes(nnodes or "1")
         # A node range is elastic: only a dynamic rendezvous lets the job go on with fewer nodes,
         # and only restarts make it re-rendezvous when one is lost.

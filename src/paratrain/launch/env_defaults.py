@@ -1,13 +1,12 @@
 """Flags not given on the command line, read from the environment: torchrun's ``PET_*``
-variables (as Kubeflow's PyTorchJob sets them), then a SLURM step's own variables."""
+variables (as Kubeflow's PyTorchJob sets them), then what the launcher's environment gives
+(a SLURM step's variables; any registered environment's ``launch_defaults``)."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
 
-from paratrain.errors import ConfigError
-from paratrain.launch.flag_values import parse_int
 
 # torchrun takes each flag's default from PET_<FLAG> (torch.distributed.argparse_util.env);
 # Kubeflow's PyTorchJob sets PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR,
@@ -49,29 +48,17 @@ def slurm_cpus(environ: Mapping[str, str]) -> int | None:
     return int(raw) if raw.isdigit() else None
 
 
-def slurm_defaults(environ: Mapping[str, str]) -> dict | None:
-    """nnodes, node_rank, master address and port of an ``srun paratrain run`` step.
-
-    One launcher per node is the contract (it starts the node's workers); a step with
-    several tasks per node would start several launchers that fight over the GPUs.
+def environment_defaults(environ: Mapping[str, str]) -> dict | None:
+    """nnodes, node_rank, master address and port that the environment this launcher runs in
+    gives (``srun paratrain run``: SLURM's step), from the first registered environment detected
+    (:meth:`~paratrain.env.ClusterEnvironment.launch_defaults`); None when it gives none.
 
     Raises:
-        ConfigError: more than one task per node, or an unreadable node list.
+        ConfigError: the environment describes a job one launcher per node cannot run.
     """
-    from paratrain.env.slurm import SlurmEnvironment
-    from paratrain.env.torchelastic import TorchElasticEnvironment
+    from paratrain.env.detect import ENVIRONMENTS
 
-    slurm = SlurmEnvironment()
-    if not slurm.detected(environ) or TorchElasticEnvironment().detected(environ):
-        return None
-    info = slurm.read(environ)  # master address from the node list, port from the job id
-    nnodes = parse_int("SLURM_STEP_NUM_NODES", environ.get("SLURM_STEP_NUM_NODES"), info.num_nodes)
-    if info.world_size != nnodes:
-        raise ConfigError(
-            f"this SLURM step runs {info.world_size} tasks on {nnodes} nodes; paratrain run starts the workers "
-            "itself, so use one task per node: srun --ntasks-per-node=1 paratrain run ... (or give --nnodes "
-            "and --node-rank yourself: the flags replace what SLURM says)"
-        )
-    if nnodes == 1:
-        return None  # one node: the loopback rendezvous is the right default
-    return {"nnodes": nnodes, "node_rank": info.rank, "master_addr": info.master_addr, "master_port": info.master_port}
+    for environment in ENVIRONMENTS:
+        if environment.detected(environ):
+            return environment.launch_defaults(environ)
+    return None

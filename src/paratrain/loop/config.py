@@ -5,12 +5,23 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from paratrain.arguments import check_type, option, option_field, reject_unknown
+from paratrain.arguments import check_type, option, option_field, options_field, reject_unknown
 from paratrain.diagnostics.watchdog import DEFAULT_STALL_TIMEOUT_S
 from paratrain.errors import ConfigError
+from paratrain.precision import precision_names
+from paratrain.strategy import (
+    AUTO_SEVERAL,
+    AUTO_SHARDED_NODES,
+    AUTO_SHARDED_ONE_NODE,
+    STRATEGIES,
+    Strategy,
+    strategy_class,
+    strategy_names,
+)
 
 SCHEDULES = ("linear", "constant")
 NONFINITE_POLICIES = ("stop", "skip")  # see paratrain.loop.nonfinite
@@ -19,6 +30,12 @@ NONFINITE_POLICIES = ("stop", "skip")  # see paratrain.loop.nonfinite
 #: The longest run ``max_steps``/``epochs`` may ask for (a billion optimizer steps is years on one GPU).
 MOST_STEPS = 10**9
 MOST_EPOCHS = 10**6
+
+
+def strategy_option_sources() -> Iterator[tuple[str, type]]:
+    """``(name, Options)`` of every registered strategy: where ``FitConfig.strategy_options``
+    and its ``paratrain train`` flags come from."""
+    return ((name, cls.Options) for name, cls in STRATEGIES.items())
 
 
 def steps_or_auto(text: str) -> int | str:
@@ -70,7 +87,7 @@ class FitConfig:
                                        metavar="DIR")
     save_every: int | str | None = option_field(
         None, "also checkpoint every N steps; auto: the Young/Daly interval √(2 · save cost · MTBF) from the measured "
-        "save cost, re-estimated at every save", metavar="N|auto", type=steps_or_auto)
+        "save cost, re-estimated at every save", metavar="N|auto", flag_type=steps_or_auto)
     mtbf: float | None = option_field(None, "with --save-every auto: the mean time between failures in seconds "
                                       "(default: from this run directory's earlier attempts, else 3600)", metavar="SECONDS")
     background_save: bool = option_field(True, "after the first save, block training only while the state is copied "
@@ -90,9 +107,13 @@ class FitConfig:
     # The default costs well under 0.5 % of the step time (benchmarks/check_sync_cost.py).
     check_sync_every: int = option_field(100, "check every N steps that all processes hold the same weights (0: never)",
                                          metavar="N")
-    strategy: str = option_field("auto", "auto, single, ddp, fsdp, dp, deepspeed (auto: ddp on several processes)",
-                                 metavar="NAME")
-    precision: str = option_field("32-true", "32-true, bf16-mixed, fp16-mixed", metavar="NAME")
+    # pt.fit also takes a registered strategy's object (pt.DDP(...)): kept as its name and options
+    strategy: str | Strategy = option_field(
+        "auto", lambda: f"{strategy_names()} (auto: {AUTO_SEVERAL} on several processes; given an option of "
+        f"{AUTO_SHARDED_ONE_NODE}'s, {AUTO_SHARDED_ONE_NODE} on one node and {AUTO_SHARDED_NODES} on several)",
+        metavar="NAME",
+        flag_type=str)
+    precision: str = option_field("32-true", precision_names, metavar="NAME")
     # pt.fit(model) builds the model before the fit starts: seed before building it.
     seed: int = option_field(42, "seed of every generator when the fit starts: a task's model init, the data order, "
                              "dropout")
@@ -102,13 +123,9 @@ class FitConfig:
     tf32: bool = option_field(True, "on CUDA, float32 matmuls on TF32 tensor cores (off: full float32)")
     # Off by default: compiling costs seconds per process, and pays off on GPU.
     compile: bool = option_field(False, "torch.compile the model (seconds per process to compile; the fast path on GPU)")
-    zero_stage: int | None = option_field(None, "with --strategy deepspeed: ZeRO stage 1, 2 or 3 (default 2)")
-    grad_compression: str | None = option_field(
-        None, "ddp gradients over the network: none, bf16, fp16, powersgd[:RANK] or auto (picks from the link "
-        "measured at start; one node keeps none) (default none)", metavar="KIND")
-    find_unused_parameters: bool = option_field(
-        False, "with ddp (auto on several processes): allow parameters that get no gradient in a step (slower: "
-        "DDP searches the autograd graph every step)")
+    # The strategy's own options by name (find_unused_parameters, zero_stage, …): each strategy
+    # declares them (its Options), and each one with a help is a flag, named after the option.
+    strategy_options: Mapping[str, Any] = options_field(strategy_option_sources)
     num_workers: int = option_field(0, "data loader worker processes per process", metavar="N")
     # Batches of similar-length samples when the task gives lengths (text): far less padding.
     group_by_length: bool = option_field(True, "text tasks: batches of similar-length samples (less padding, the same "
@@ -163,8 +180,7 @@ class FitConfig:
         check_type("", "num_workers", self.num_workers, "int >= 0")
         check_type("", "check_sync_every", self.check_sync_every, "int >= 0")
         check_type("", "seed", self.seed, "int")
-        for name in ("eval_per_epoch", "sync_batchnorm", "fresh", "background_save", "group_by_length", "fused_optimizer", "tf32", "compile",
-                     "find_unused_parameters"):
+        for name in ("eval_per_epoch", "sync_batchnorm", "fresh", "background_save", "group_by_length", "fused_optimizer", "tf32", "compile"):
             check_type("", name, getattr(self, name), "bool")
         for name in ("progress", "tensorboard"):
             check_type("", name, getattr(self, name), "bool", allow_none=True)
@@ -172,33 +188,43 @@ class FitConfig:
             from paratrain.trackers import parse_names
 
             object.__setattr__(self, "log_with", ",".join(parse_names(self.log_with, option("log_with"))))
-        for name in ("strategy", "precision", "schedule"):
+        for name in ("precision", "schedule"):
             check_type("", name, getattr(self, name), "str")
+        if not isinstance(self.strategy_options, Mapping):
+            raise ConfigError(f"strategy_options must be a mapping of option names to values, got {self.strategy_options!r}")
+        if isinstance(self.strategy, Strategy):
+            self._strategy_as_words()
+        check_type("", "strategy", self.strategy, "str")
+        reject_unknown("", self.strategy_options, strategy_option_names())
         for name in ("metric", "out_dir"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, (str, os.PathLike)):
                 raise ConfigError(f"{option(name)} must be a str, got {type(value).__name__}")
 
-    def strategy_options(self) -> dict[str, Any]:
-        """Options for ``Runtime(strategy=...)`` that this config implies.
+    def _strategy_as_words(self) -> None:
+        """A strategy object becomes its registered name and its options: the config stays plain data
+        (logged, compared between ranks, handed to workers as flags).
 
-        A strategy that clips inside its own engine (it takes ``gradient_clipping``) gets
-        ``clip_norm`` at construction; ``zero_stage`` goes to the strategy as given (one that
-        does not take it refuses with a ConfigError).
+        Raises:
+            ConfigError: options given beside the object, or the object's class is not registered.
         """
-        from paratrain.strategy import STRATEGIES
+        strategy = self.strategy
+        if self.strategy_options:
+            raise ConfigError(f"give the options to the strategy object ({type(strategy).__name__}(...)), not "
+                              f"beside it: {', '.join(sorted(self.strategy_options))}")
+        if strategy_class(strategy.name) is not type(strategy):
+            raise ConfigError(f"{type(strategy).__name__} is not registered under its name {strategy.name!r}: "
+                              "decorate it with @pt.register_strategy to fit with it")
+        object.__setattr__(self, "strategy", strategy.name)
+        object.__setattr__(self, "strategy_options", dict(strategy.given_options))
 
-        options: dict[str, Any] = {}
-        if self.zero_stage is not None:
-            options["zero_stage"] = self.zero_stage
-        if self.grad_compression is not None:
-            options["grad_compression"] = self.grad_compression
-        if self.find_unused_parameters:
-            options["find_unused_parameters"] = True
-        strategy = STRATEGIES.get(self.strategy)
-        if self.clip_norm is not None and strategy is not None and "gradient_clipping" in strategy.option_names:
-            options["gradient_clipping"] = self.clip_norm
-        return options
+    def strategy_arguments(self) -> dict[str, Any]:
+        """``strategy=`` and the strategy's options for ``pt.Runtime``: what was given, and what the
+        strategy needs to know of the loop (a strategy whose engine clips takes ``clip_norm`` when
+        it is built: :meth:`~paratrain.strategy.Strategy.fit_options`)."""
+        cls = strategy_class(self.strategy)
+        options = dict(self.strategy_options)
+        return {"strategy": self.strategy, **(cls.fit_options(options, self.clip_norm) if cls else options)}
 
     def with_recipe(self, recipe: Any) -> FitConfig:
         """This config with every ``None`` that the recipe knows filled from it."""
@@ -221,10 +247,32 @@ class FitConfig:
 
     @classmethod
     def check_names(cls, options: dict[str, Any]) -> dict[str, Any]:
-        """``options`` when every key is a field.
+        """``options`` when every key is a field or a registered strategy's option.
 
         Raises:
             ConfigError: an unknown option (names the closest known one).
         """
-        reject_unknown("pt.fit()", options, [field.name for field in dataclasses.fields(cls)])
+        reject_unknown("pt.fit()", options, [*(field.name for field in dataclasses.fields(cls)),
+                                             *strategy_option_names()])
         return options
+
+    def with_options(self, **options: Any) -> FitConfig:
+        """This config with ``options`` (``pt.fit``'s keywords): fields replaced, and a registered
+        strategy's options (``find_unused_parameters=True``) added to ``strategy_options``.
+
+        Raises:
+            ConfigError: an unknown option (names the closest known one), or a bad value.
+        """
+        fields = [field.name for field in dataclasses.fields(self)]
+        self.check_names(options)
+        changes = {name: value for name, value in options.items() if name in fields}
+        given = {name: value for name, value in options.items() if name not in fields}
+        if given:
+            changes["strategy_options"] = {**changes.get("strategy_options", self.strategy_options), **given}
+        return dataclasses.replace(self, **changes)
+
+
+def strategy_option_names() -> list[str]:
+    """Every registered strategy's option names."""
+    return list(dict.fromkeys(field.name for _, options in strategy_option_sources()
+                              for field in dataclasses.fields(options)))

@@ -91,7 +91,7 @@ def fit(
                          evaluator=evaluator, label_names=label_names, lengths=lengths)
     elif not isinstance(task, Task):
         raise ConfigError(f"fit() takes a task name, a Task or a torch.nn.Module, got {type(task).__name__}")
-    config = (config or FitConfig()).replace(**FitConfig.check_names(options))
+    config = (config or FitConfig()).with_options(**options)
     try:
         return Trainer(task, config, runtime=runtime, callbacks=callbacks).fit()
     except ParatrainError as exc:

@@ -19,6 +19,7 @@ import torch
 from paratrain.arguments import option
 from paratrain.errors import ConfigError, DataError, ParatrainError
 from paratrain.loop.batches import move_to
+from paratrain.strategy import strategy_class
 
 PREFLIGHT_SAMPLES = 2
 
@@ -73,9 +74,10 @@ def check_options(task: Any, config: Any) -> None:
         raise ConfigError(
             f"{option('metric', config.metric)} is not computed by task {task.name!r}; choose one of: {', '.join(known)}"
         )
-    if config.on_nonfinite == "skip" and config.strategy == "deepspeed":
-        raise ConfigError(f"{option('on_nonfinite', 'skip')} does not work with {option('strategy', 'deepspeed')} "
-                          "(its engine owns the gradients); use the default stop, or another strategy")
+    strategy = strategy_class(config.strategy)
+    if config.on_nonfinite == "skip" and strategy is not None and strategy.refuses_skipped_steps:
+        raise ConfigError(f"{option('on_nonfinite', 'skip')} does not work with {option('strategy', strategy.name)} "
+                          f"({strategy.refuses_skipped_steps}); use the default stop, or another strategy")
 
 
 #: Fit options a resume holds to the saved run's: ``metric`` chose the best checkpoint so far (another

@@ -27,7 +27,7 @@ from paratrain.arguments import option
 from paratrain.data.global_order import MicroBatch
 from paratrain.diagnostics import watchdog
 from paratrain.diagnostics.desync import check_same_setup
-from paratrain.errors import ConfigError
+from paratrain.errors import ConfigError, ParatrainError
 from paratrain.goodput import ledger
 from paratrain.loop.cadence import Cadence
 from paratrain.loop.callbacks import Callback, CallbackList
@@ -119,9 +119,9 @@ class Trainer:
         owns_runtime = self.runtime is None
         if owns_runtime:
             c = self.config
-            self.runtime = Runtime(strategy=c.strategy, precision=c.precision, seed=c.seed,
+            self.runtime = Runtime(precision=c.precision, seed=c.seed,
                                    sync_batchnorm=c.sync_batchnorm, compile=c.compile, tf32=c.tf32,
-                                   **c.strategy_options())
+                                   **c.strategy_arguments())
         try:
             result = self._fit()
         except BaseException:
@@ -430,8 +430,12 @@ class Trainer:
         if self.out_dir is not None:
             from paratrain.checkpoint.agreement import on_all_ranks
 
-            on_all_ranks("the run directory is gone", lambda: check_still_there(self.out_dir, self._out_identity,
-                                                                                 self.state.step))
+            try:
+                on_all_ranks("the run directory is gone", lambda: check_still_there(self.out_dir, self._out_identity,
+                                                                                     self.state.step))
+            except ParatrainError:
+                self.log.trackers.forget()  # nothing more written there, not even a tracker's last flush
+                raise
 
     def _save(self) -> None:
         if self.checkpoints is None:

@@ -23,7 +23,9 @@ class Precision(abc.ABC):
     """Numbers for one worker: autocast dtype and loss scaling.
 
     Args:
-        device: the worker's device; autocast and the scaler are made for its type.
+        device: the worker's device; autocast and the scaler are made for its type. A user's
+            object (``pt.Runtime(precision=pt.BF16Mixed())``) needs none: the Runtime builds its
+            own of the same class on the device it resolved.
 
     TF32 for the float32 parts is not a precision's business: ``Runtime(tf32=...)``
     sets it once, for every precision (:mod:`paratrain.runtime.tf32`).
@@ -38,7 +40,7 @@ class Precision(abc.ABC):
     #: This precision's part of a DeepSpeed engine config (the engine does its own autocast and scaling).
     deepspeed_config: ClassVar[dict[str, Any]] = {}
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device | str = "cpu"):
         self.device = torch.device(device)
 
     @classmethod

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import torch
 
+from paratrain.precision import register_precision
 from paratrain.precision.api import Precision, check_autocast
 
 
+@register_precision
 class BF16MixedPrecision(Precision):
     """Raises:
     ConfigError: the device cannot autocast to bfloat16 (e.g. a pre-Ampere GPU).

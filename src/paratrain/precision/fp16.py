@@ -13,9 +13,11 @@ from typing import Any
 import torch
 
 from paratrain.comm import get_logger
+from paratrain.precision import register_precision
 from paratrain.precision.api import Precision, check_autocast
 
 
+@register_precision
 class FP16MixedPrecision(Precision):
     """Raises:
     ConfigError: this torch cannot autocast to float16 on the device.
@@ -29,7 +31,7 @@ class FP16MixedPrecision(Precision):
     def check_device(cls, device: torch.device) -> None:
         check_autocast(torch.device(device), cls.autocast_dtype, cls.name)
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device | str = "cpu"):
         super().__init__(device)
         self.scaler = torch.amp.GradScaler(self.device.type)
         #: optimizer steps skipped because a gradient was inf/NaN (the scale was lowered).

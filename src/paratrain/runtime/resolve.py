@@ -27,17 +27,17 @@ import torch
 
 from paratrain.arguments import check_type
 from paratrain.env import ProcessInfo
-from paratrain.precision import PRECISIONS, Precision, check_precision
+from paratrain.precision import Precision, check_precision, precision_class
 from paratrain.runtime.device import resolve_backend, resolve_device, use_device
-from paratrain.strategy import STRATEGIES, Strategy, choose_strategy
+from paratrain.strategy import Strategy, choose_strategy
 
 
 @dataclass(frozen=True)
 class RunSetup:
     """What a run resolved to: :func:`resolve`'s answer."""
 
-    strategy: str  #: a registered strategy name (``auto`` resolved by the world size)
-    precision: str  #: a registered precision name, supported on ``device``
+    strategy: str  #: the strategy's name (``auto`` resolved by the world size)
+    precision: str  #: the precision's name, supported on ``device``
     backend: str  #: ``gloo`` or ``nccl``
     #: this worker's device; in the launcher the workers' device type (``cuda`` has no index there)
     device: torch.device
@@ -46,14 +46,18 @@ class RunSetup:
     compile: bool
     #: the options the strategy is built with (``auto`` drops those of several processes for one)
     strategy_options: Mapping[str, Any] = field(default_factory=dict)
+    #: the classes named (or of the objects given): a user's own need not be registered
+    strategy_class: type[Strategy] | None = None
+    precision_class: type[Precision] | None = None
 
 
 def resolve(
-    strategy: str = "auto",
-    precision: str = "32-true",
+    strategy: str | Strategy = "auto",
+    precision: str | Precision = "32-true",
     backend: str = "auto",
     *,
     world_size: int,
+    num_nodes: int = 1,
     local_rank: int | None = None,
     tf32: bool = True,
     sync_batchnorm: bool = False,
@@ -64,6 +68,9 @@ def resolve(
     """Resolve and check a run's settings for a job of ``world_size`` processes. Not collective.
 
     Args:
+        num_nodes: the job's nodes (``auto`` shards inside nodes on several: ``hsdp``).
+        strategy: a registered name or a built :class:`Strategy` (which brings its options).
+        precision: a registered name or a :class:`Precision` object (its class is what counts).
         local_rank: this worker's rank on its node: its GPU is chosen and made current (the
             first CUDA call, before anything asks torch for "the current device", the bf16
             check included). ``None`` in the launcher: no GPU is chosen or touched, and the
@@ -81,8 +88,10 @@ def resolve(
             cannot run.
         MissingDependencyError: the strategy needs a package that is not installed.
     """
-    for name, value in (("strategy", strategy), ("precision", precision), ("backend", backend)):
-        check_type(call, name, value, "str")
+    for name, value, kind in (("strategy", strategy, Strategy), ("precision", precision, Precision)):
+        if not isinstance(value, kind):
+            check_type(call, name, value, "str")
+    check_type(call, "backend", backend, "str")
     for name, value in (("sync_batchnorm", sync_batchnorm), ("compile", compile), ("tf32", tf32)):
         check_type(call, name, value, "bool")
     backend = resolve_backend(backend)
@@ -90,26 +99,29 @@ def resolve(
     if local_rank is not None:
         use_device(device)
     check_precision(precision, device if device.type != "cuda" or device.index is not None else None)
-    name, options = choose_strategy(strategy, world_size, strategy_options, sync_batchnorm, compile)
+    strategy_cls, options = choose_strategy(strategy, world_size, strategy_options, sync_batchnorm, compile, num_nodes)
+    precision_cls = precision_class(precision)
     return RunSetup(
-        strategy=name,
-        precision=precision,
+        strategy=strategy_cls.name,
+        precision=precision_cls.name,
         backend=backend,
         device=device,
         tf32=bool(tf32) and device.type == "cuda",
         sync_batchnorm=sync_batchnorm,
         compile=compile,
         strategy_options=MappingProxyType(options),
+        strategy_class=strategy_cls,
+        precision_class=precision_cls,
     )
 
 
 def build_precision(setup: RunSetup) -> Precision:
     """The precision ``setup`` resolved to, on its device (already checked there)."""
-    return PRECISIONS[setup.precision](setup.device)
+    return setup.precision_class(setup.device)
 
 
 def build_strategy(setup: RunSetup, process: ProcessInfo, precision: Precision) -> Strategy:
     """The strategy ``setup`` resolved to (its options already checked), given the process as
     the job's topology placed it, the device and ``precision``."""
-    return STRATEGIES[setup.strategy](process, setup.device, precision, sync_batchnorm=setup.sync_batchnorm,
-                                      compile=setup.compile, **setup.strategy_options)
+    return setup.strategy_class(**setup.strategy_options).connect(process, setup.device, precision,
+                                                 sync_batchnorm=setup.sync_batchnorm, compile=setup.compile)

@@ -13,7 +13,7 @@ import atexit
 import contextlib
 import gc
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -35,6 +35,10 @@ from paratrain.runtime.trained_batches import TrainedBatches
 from paratrain.seeding import rank_seed, seed_everything
 from paratrain.strategy.api import StepResult
 
+if TYPE_CHECKING:
+    from paratrain.precision import Precision
+    from paratrain.strategy import Strategy
+
 RUNTIME_ARGUMENTS = ("strategy", "precision", "seed", "backend", "timeout", "sync_batchnorm", "compile", "tf32",
                      "stall_timeout")
 
@@ -43,8 +47,11 @@ class Runtime:
     """Process, device, strategy and precision for one worker.
 
     Args:
-        strategy: ``"auto"``, ``"single"``, ``"dp"``, ``"ddp"``, ``"fsdp"``, ``"deepspeed"``.
-        precision: ``"32-true"``, ``"bf16-mixed"``, ``"fp16-mixed"``.
+        strategy: a registered name (``"auto"``, ``"single"``, ``"dp"``, ``"ddp"``, ``"fsdp"``,
+            ``"hsdp"``, ``"deepspeed"``, see :mod:`paratrain.strategy`) with its options as keywords,
+            or a strategy object that holds them: ``pt.DDP(find_unused_parameters=True)``.
+        precision: a registered name (``"32-true"``, ``"bf16-mixed"``, ``"fp16-mixed"``) or an
+            object: ``pt.BF16Mixed()``.
         seed: seeds every generator identically on all ranks (same model init);
             data streams use per-rank seeds derived from it.
         backend: ``"auto"`` (nccl on CUDA, else gloo), ``"gloo"`` or ``"nccl"``.
@@ -57,7 +64,8 @@ class Runtime:
             with the rank(s) not in it named (its hang watchdog); 0: no watchdog. Default:
             under ``paratrain run`` / ``pt.spawn``, ``--stall-timeout`` or ``timeout``;
             elsewhere none (see :mod:`paratrain.diagnostics.watchdog`).
-        **strategy_options: passed to the strategy (e.g. ``find_unused_parameters=True``).
+        **strategy_options: the options of the strategy named (``find_unused_parameters=True``; its
+            ``Options`` dataclass lists them).
 
     Creating a Runtime in a multi-process job is collective: all ranks must do it. On CPU,
     under ``paratrain run`` or ``pt.spawn`` with 2+ workers on the node, it binds the thread
@@ -75,8 +83,8 @@ class Runtime:
 
     def __init__(
         self,
-        strategy: str = "auto",
-        precision: str = "32-true",
+        strategy: str | Strategy = "auto",
+        precision: str | Precision = "32-true",
         seed: int | None = 0,
         backend: str = "auto",
         timeout: float = comm.DEFAULT_TIMEOUT_S,
@@ -86,21 +94,26 @@ class Runtime:
         stall_timeout: float | None = None,
         **strategy_options: Any,
     ):
+        from paratrain.precision import Precision
         from paratrain.runtime.resolve import build_precision, build_strategy, resolve
-        from paratrain.strategy import STRATEGIES
+        from paratrain.strategy import STRATEGIES, Strategy
 
         reject_objects("pt.Runtime()", "models and optimizers go to rt.setup(model, optimizer)",
-                       strategy=strategy, precision=precision, seed=seed, backend=backend)
+                       seed=seed, backend=backend,
+                       **{name: value for name, value, kind in (("strategy", strategy, Strategy),
+                                                                ("precision", precision, Precision))
+                          if not isinstance(value, kind)})
         check_type("pt.Runtime()", "seed", seed, "int", allow_none=True)  # resolve() checks the other settings
         check_type("pt.Runtime()", "timeout", timeout, "positive number")
         # A typo of a Runtime argument (precison=) is not a strategy option: name the right one.
         reject_unknown("pt.Runtime()", strategy_options,
-                       [*RUNTIME_ARGUMENTS, *(o for cls in STRATEGIES.values() for o in cls.option_names)])
+                       [*RUNTIME_ARGUMENTS, *(o for cls in STRATEGIES.values() for o in cls.option_names())])
         variables.check()  # a malformed PARATRAIN_* variable: one line on every rank, before any rendezvous
         self.process: ProcessInfo = detect()
         # Every name and combination checked before any rendezvous, so a typo fails fast on every
         # rank; the device is made current first (NCCL and the bf16 check ask for "the current GPU").
         self.resolved = resolve(strategy, precision, backend, world_size=self.process.world_size,
+                                num_nodes=self.process.num_nodes,
                                 local_rank=self.process.local_rank, tf32=tf32, sync_batchnorm=sync_batchnorm,
                                 compile=compile, strategy_options=strategy_options, call="pt.Runtime()")
         self.backend, self.device = self.resolved.backend, self.resolved.device

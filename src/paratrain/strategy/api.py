@@ -1,8 +1,15 @@
 """The strategy interface: how a model is placed, wrapped and synchronised.
 
-One implementation per file (``single.py``, ``dp.py``, ``ddp.py``, ``fsdp.py``,
-``deepspeed.py``), registered by name in ``paratrain.strategy``. Callers never test
-the concrete class: whatever they need to know is a method or attribute here.
+One implementation per file (``single.py``, ``dp.py``, ``ddp.py``, ``fsdp.py``, ``hsdp.py``,
+``deepspeed.py``), each registered by name with :func:`paratrain.strategy.register_strategy`.
+Callers never test the concrete class: whatever they need to know is a method or attribute here.
+
+A strategy owns its options: ``Options``, a frozen dataclass of its own whose fields carry their
+help (:func:`paratrain.arguments.option_field`). The checks of ``pt.Runtime``, the entries of
+``FitConfig.strategy_options`` and the flags of ``paratrain train`` are derived from it, so a new option is one
+field in its strategy's file. A strategy is built in two steps, as Lightning Fabric's are: the
+user's object holds the options (``pt.DDP(find_unused_parameters=True)``); the Runtime then
+connects a copy of it (:meth:`~Strategy.connect`) to the process, device and precision it resolved.
 
 ``setup`` is the same recipe for every strategy::
 
@@ -20,6 +27,8 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
+import types
+import typing
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -27,6 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from paratrain import comm
+from paratrain.arguments import option
 from paratrain.env import ProcessInfo
 from paratrain.errors import ConfigError
 from paratrain.strategy.accumulation import GradientAccumulation
@@ -73,56 +83,132 @@ class StepResult:
 NOT_STEPPED = StepResult(stepped=False)
 
 
+@dataclasses.dataclass(frozen=True)
+class StrategyOptions:
+    """A strategy's options (the base has none). Subclasses declare one field per option with
+    :func:`~paratrain.arguments.option_field` (its help becomes the ``paratrain train`` flag's)
+    and check their values in ``__post_init__`` (calling this one first).
+
+    Raises:
+        ConfigError: a value that is not of its field's type (``bool``, ``int``, ``float``,
+            ``str``, optionally ``None``; other annotations are the subclass's to check).
+    """
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            kinds = _plain_kinds(hints[field.name])
+            if kinds is None or (value is None and type(None) in kinds):
+                continue
+            if not any(_is_a(value, kind) for kind in kinds):
+                names = " or ".join("None" if kind is type(None) else kind.__name__ for kind in kinds)
+                raise ConfigError(f"{option(field.name)} must be {names}, got {value!r}")
+
+
+def _is_a(value: Any, kind: type) -> bool:
+    """``isinstance``, except that a bool is no number and an int is a float."""
+    if kind in (int, float) and isinstance(value, bool):
+        return False
+    return isinstance(value, (int, float) if kind is float else kind)
+
+
+def _plain_kinds(annotation: Any) -> tuple[type, ...] | None:
+    """``(int, NoneType)`` for ``int | None``; None when the annotation is not made of plain types."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        kinds = typing.get_args(annotation)
+    else:
+        kinds = (annotation,)
+    plain = (bool, int, float, str, type(None))
+    return kinds if all(kind in plain for kind in kinds) else None
+
+
 class Strategy(abc.ABC):
     """One way to run a model over the job's processes.
 
     Args:
-        process: where this process sits in the job (rank, world size, nodes).
-        device: the device this process computes on.
-        precision: the numbers: ``backward`` and the optimizer step go through it.
-        sync_batchnorm: convert BatchNorm layers to synchronised ones in ``setup``.
-        compile: ``torch.compile`` the wrapped model in ``setup``.
-        **options: strategy-specific, listed in ``option_names``.
+        **options: the fields of this strategy's :attr:`Options`, checked here (an unknown name
+            or a bad value is a :class:`ConfigError`).
 
-    The constructor takes what it is given: :meth:`check` (which ``create_strategy`` and
-    ``runtime.resolve`` call first) refuses options and world sizes the strategy cannot run.
+    ``pt.Runtime`` takes such an object, or a registered name with the options as keywords,
+    checks it for the job with no process group (:meth:`check`) and builds its own copy,
+    connected (:meth:`connect`) to the process, the device and the precision: ``setup`` and
+    the training step need a connected strategy.
     """
 
     name: ClassVar[str]
-    #: Options the strategy accepts (passed through ``Runtime(**strategy_options)``).
-    option_names: ClassVar[tuple[str, ...]] = ()
+    #: This strategy's options: a frozen dataclass (subclass of :class:`StrategyOptions`).
+    Options: ClassVar[type[StrategyOptions]] = StrategyOptions
     #: True when each rank holds only a shard of the state: checkpoints then go
     #: through ``torch.distributed.checkpoint`` (one file per rank), not rank 0 alone.
     sharded_state: ClassVar[bool] = False
+    #: Why the fit loop may not drop a step's update (``on_nonfinite="skip"``) with this
+    #: strategy, or None when it may (the gradients are the loop's to discard).
+    refuses_skipped_steps: ClassVar[str | None] = None
     #: True when the wrapper moves the forward's inputs to the device itself (so inputs elsewhere are fine).
     moves_inputs: ClassVar[bool] = False
 
-    def __init__(self, process: ProcessInfo, device: torch.device, precision: Precision,
-                 sync_batchnorm: bool = False, compile: bool = False, **options: Any):
+    def __init__(self, **options: Any):
+        self.options = self.parse_options(options)
+        #: what was given (``auto`` drops what only a job of several processes uses).
+        self.given_options: dict[str, Any] = dict(options)
+        self.accumulation = GradientAccumulation()
+        self.guard = SetupGuard()
+
+    def connect(self, process: ProcessInfo, device: torch.device, precision: Precision,
+                sync_batchnorm: bool = False, compile: bool = False) -> Strategy:
+        """Give the strategy where it runs; returns it. The Runtime calls it once, on its own copy.
+
+        Args:
+            process: where this process sits in the job (rank, world size, nodes).
+            device: the device this process computes on.
+            precision: the numbers: ``backward`` and the optimizer step go through it.
+            sync_batchnorm: convert BatchNorm layers to synchronised ones in ``setup``.
+            compile: ``torch.compile`` the wrapped model in ``setup``.
+        """
         self.process = process
         self.device = torch.device(device)
         self.precision = precision
         self.sync_batchnorm = sync_batchnorm
         self.compile = compile
-        self.options = options
-        self.accumulation = GradientAccumulation()
-        self.guard = SetupGuard()
+        return self
 
     @classmethod
-    def check(cls, world_size: int, options: Mapping[str, Any], sync_batchnorm: bool = False,
-              compile: bool = False) -> None:
-        """Refuse options this strategy does not take or cannot use, and a number of processes
-        it cannot run. Needs no process group and no device (the launcher calls it too).
+    def option_names(cls) -> tuple[str, ...]:
+        """The names of this strategy's options (the fields of :attr:`Options`)."""
+        return tuple(field.name for field in dataclasses.fields(cls.Options))
+
+    @classmethod
+    def parse_options(cls, options: Mapping[str, Any]) -> StrategyOptions:
+        """``options`` as this strategy's :attr:`Options`. Needs no process group.
 
         Raises:
-            ConfigError: an unknown option (lists the accepted ones), a bad option value, or
-                (subclasses) a world size it cannot run, e.g. ``dp`` with more than one process.
+            ConfigError: an option this strategy does not take (lists the accepted ones), or a bad value.
+        """
+        unknown = sorted(set(options) - set(cls.option_names()))
+        if unknown:
+            accepted = ", ".join(cls.option_names()) or "no options"
+            raise ConfigError(f"strategy {cls.name!r} does not take {', '.join(unknown)}; it accepts: {accepted}")
+        return cls.Options(**options)
+
+    @classmethod
+    def check(cls, world_size: int, options: StrategyOptions, sync_batchnorm: bool = False,
+              compile: bool = False) -> None:
+        """Refuse a number of processes, or a combination of settings, this strategy cannot run
+        (its options are checked values already, :meth:`parse_options`). Needs no process group
+        and no device (the launcher calls it too).
+
+        Raises:
+            ConfigError: (subclasses) a world size it cannot run, e.g. ``dp`` with more than one process.
             MissingDependencyError: (subclasses) a package the strategy needs is not installed.
         """
-        unknown = sorted(set(options) - set(cls.option_names))
-        if unknown:
-            accepted = ", ".join(cls.option_names) or "no options"
-            raise ConfigError(f"strategy {cls.name!r} does not take {', '.join(unknown)}; it accepts: {accepted}")
+
+    @classmethod
+    def fit_options(cls, options: Mapping[str, Any], clip_norm: float | None) -> dict[str, Any]:
+        """The options to build this strategy with for a fit loop that clips gradients at
+        ``clip_norm`` (None: no clipping). Most strategies clip in ``step`` and need nothing;
+        one whose engine clips (deepspeed) needs the norm when it is built."""
+        return dict(options)
 
     # ---- setup ---------------------------------------------------------------------------
     def setup(self, model: torch.nn.Module, *optimizers: torch.optim.Optimizer):
@@ -299,4 +385,5 @@ class Strategy(abc.ABC):
         return None
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(options={self.options})"
+        given = ", ".join(f"{key}={value!r}" for key, value in self.given_options.items())
+        return f"{type(self).__name__}({given})"

@@ -8,17 +8,25 @@ to ``torch.nn.parallel.DistributedDataParallel``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from paratrain import comm
+from paratrain.arguments import option_field
 from paratrain.errors import ConfigError, DistributedError
-from paratrain.strategy.api import Strategy
+from paratrain.strategy import register_strategy
+from paratrain.strategy.api import Strategy, StrategyOptions
 from paratrain.strategy.grad_compression import parse_compression
 from paratrain.strategy.gradient_comm import GradientCommunication
 from paratrain.strategy.unused_parameters import unused_parameters_message
+
+
+#: The options that go to torch's ``DistributedDataParallel`` as they are.
+_TORCH_ARGUMENTS = ("find_unused_parameters", "static_graph", "bucket_cap_mb", "broadcast_buffers")
 
 
 class AdvisingDistributedDataParallel(DistributedDataParallel):
@@ -34,11 +42,9 @@ class AdvisingDistributedDataParallel(DistributedDataParallel):
             raise DistributedError(message) from exc
 
 
+@register_strategy
 class DDPStrategy(Strategy):
-    """Options: ``find_unused_parameters``, ``static_graph``, ``bucket_cap_mb``,
-    ``gradient_as_bucket_view`` (default True here, False in torch), ``broadcast_buffers``
-    (see torch's DDP), and ``grad_compression``: ``"none"`` (default), ``"bf16"``, ``"fp16"``,
-    ``"powersgd[:RANK]"`` or ``"auto"`` (see :mod:`paratrain.strategy.gradient_comm`).
+    """DistributedDataParallel with :class:`DDPStrategy.Options` (``pt.DDP(find_unused_parameters=True)``).
 
     ``gradient_as_bucket_view=True`` makes each ``.grad`` a view into DDP's all-reduce
     bucket instead of a separate copy: one gradient-sized buffer less and no copy back
@@ -48,14 +54,32 @@ class DDPStrategy(Strategy):
     """
 
     name = "ddp"
-    option_names = (
-        "find_unused_parameters",
-        "static_graph",
-        "bucket_cap_mb",
-        "gradient_as_bucket_view",
-        "broadcast_buffers",
-        "grad_compression",
-    )
+
+    @dataclass(frozen=True)
+    class Options(StrategyOptions):
+        """All but ``grad_compression`` go to torch's ``DistributedDataParallel`` as they are."""
+
+        find_unused_parameters: bool = option_field(
+            False, "allow parameters that get no gradient in a step (slower: DDP searches the autograd graph "
+            "every step)")
+        static_graph: bool = option_field(False, "the same parameters are used in every step (torch's "
+                                          "static_graph)")
+        bucket_cap_mb: float | None = option_field(
+            None, "size of DDP's all-reduce buckets in MiB (default: torch's, or what grad-compression picks)",
+            metavar="MB")
+        gradient_as_bucket_view: bool = option_field(True, "each .grad is a view into its all-reduce bucket (one "
+                                                     "gradient-sized copy less)")
+        broadcast_buffers: bool = option_field(True, "broadcast rank 0's buffers before every forward")
+        grad_compression: str = option_field(
+            "none", "gradients over the network: none, bf16, fp16, powersgd[:RANK] or auto (picks from the link "
+            "measured at start; one node keeps none)", metavar="KIND")
+
+        def __post_init__(self) -> None:
+            """Raises:
+            ConfigError: a value of the wrong type; a ``grad_compression`` that is not one of its forms.
+            """
+            super().__post_init__()
+            parse_compression(self.grad_compression)
 
     @property
     def moves_inputs(self) -> bool:
@@ -63,20 +87,13 @@ class DDPStrategy(Strategy):
         # a model(**batch) whose labels travel with the inputs works from CPU batches, as under torch.
         return self.device.type == "cuda"
 
-    def __init__(self, process, device, precision, **options):
-        super().__init__(process, device, precision, **options)
+    def connect(self, process, device, precision, sync_batchnorm=False, compile=False) -> DDPStrategy:
+        super().connect(process, device, precision, sync_batchnorm, compile)
         self.gradient_comm = GradientCommunication(
-            self.options.get("grad_compression", "none"),
+            self.options.grad_compression,
             num_nodes=process.num_nodes,  # agreed at start-up (runtime/topology.py)
         )
-
-    @classmethod
-    def check(cls, world_size, options, sync_batchnorm=False, compile=False) -> None:
-        """Raises:
-        ConfigError: as :meth:`Strategy.check`; a ``grad_compression`` that is not one of its forms.
-        """
-        super().check(world_size, options, sync_batchnorm, compile)
-        parse_compression(options.get("grad_compression", "none"))
+        return self
 
     def wrap(self, module: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> torch.nn.Module:
         if not comm.is_initialized():
@@ -85,8 +102,11 @@ class DDPStrategy(Strategy):
             return module
         if not any(p.requires_grad for p in module.parameters()):
             raise ConfigError("strategy 'ddp' needs a model with trainable parameters; this one has none")
-        kwargs = {"gradient_as_bucket_view": True}
-        kwargs.update((k, v) for k, v in self.options.items() if k != "grad_compression")
+        # What differs from torch's defaults (the Options' defaults are torch's, but for the bucket
+        # view): torch warns about some arguments merely given (broadcast_buffers in 2.13).
+        kwargs = {"gradient_as_bucket_view": self.options.gradient_as_bucket_view}
+        kwargs.update((field.name, getattr(self.options, field.name)) for field in dataclasses.fields(self.options)
+                      if field.name in _TORCH_ARGUMENTS and getattr(self.options, field.name) != field.default)
         if self.device.type == "cuda":
             kwargs.update(device_ids=[self.device.index], output_device=self.device.index)
         self.gradient_comm.choose(module)  # the link is measured over the default group, DDP's

@@ -17,53 +17,75 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from paratrain.arguments import option, option_field
 from paratrain.errors import ConfigError, MissingDependencyError, require
-from paratrain.strategy.api import NOT_STEPPED, StepResult, Strategy
+from paratrain.strategy import register_strategy
+from paratrain.strategy.api import NOT_STEPPED, StepResult, Strategy, StrategyOptions
 from paratrain.strategy.deepspeed_state import ZeroStateAccess
 
 _NEEDS = ("deepspeed", "deepspeed", "strategy 'deepspeed'")  # module, paratrain extra, what needs it
 
 
+@register_strategy
 class DeepSpeedStrategy(Strategy):
-    """Options: ``zero_stage`` (1, 2 or 3; default 2), ``gradient_clipping`` (float; default:
-    no clipping, as with every other strategy),
-    ``config`` (a DeepSpeed config dict merged over the one built here).
+    """DeepSpeed's engine with :class:`DeepSpeedStrategy.Options` (``pt.DeepSpeed(zero_stage=3)``).
 
     Raises:
         MissingDependencyError: the deepspeed package is not installed.
-        ConfigError: a bad ZeRO stage, accumulation set in the config, or
-            ``sync_batchnorm``/``compile`` (not supported here).
     """
 
     name = "deepspeed"
-    option_names = ("zero_stage", "gradient_clipping", "config")
+    refuses_skipped_steps = "its engine owns the gradients"
 
-    def __init__(self, process, device, precision, **options: Any):
+    @dataclass(frozen=True)
+    class Options(StrategyOptions):
+        zero_stage: int = option_field(2, "ZeRO stage: 1 (optimizer state), 2 (+ gradients) or 3 (+ parameters) "
+                                       "partitioned over the processes")
+        #: the engine clips at this norm (None: no clipping, as with every other strategy); pt.fit
+        #: sets it from clip_norm (:meth:`DeepSpeedStrategy.fit_options`)
+        gradient_clipping: float | None = None
+        #: a DeepSpeed config dict merged over the one built here
+        config: Mapping[str, Any] | None = None
+
+        def __post_init__(self) -> None:
+            """Raises:
+            ConfigError: a value of the wrong type; a bad ZeRO stage; accumulation set in ``config``.
+            """
+            super().__post_init__()
+            if self.zero_stage not in (1, 2, 3):
+                raise ConfigError(f"deepspeed {option('zero_stage')} must be 1, 2 or 3, got {self.zero_stage!r}")
+            if (self.config or {}).get("gradient_accumulation_steps", 1) != 1:
+                raise ConfigError(
+                    "do not set gradient_accumulation_steps in the deepspeed config; "
+                    "use rt.accumulate(model, steps=N), which drives the engine's accumulation boundary"
+                )
+
+    def connect(self, process, device, precision, sync_batchnorm=False, compile=False) -> DeepSpeedStrategy:
         self.deepspeed = require(*_NEEDS)
-        super().__init__(process, device, precision, **options)
+        return super().connect(process, device, precision, sync_batchnorm, compile)
+
+    @classmethod
+    def fit_options(cls, options: Mapping[str, Any], clip_norm: float | None) -> dict[str, Any]:
+        """The engine clips: the fit loop's ``clip_norm`` becomes ``gradient_clipping``."""
+        options = dict(options)
+        if clip_norm is not None:
+            options.setdefault("gradient_clipping", clip_norm)
+        return options
 
     @classmethod
     def check(cls, world_size, options, sync_batchnorm=False, compile=False) -> None:
         """Raises:
         MissingDependencyError: deepspeed is not installed (found without importing it).
-        ConfigError: as :meth:`Strategy.check`; a bad ZeRO stage, accumulation set in the
-            config, or ``sync_batchnorm``/``compile``.
+        ConfigError: ``sync_batchnorm``/``compile``.
         """
         if importlib.util.find_spec(_NEEDS[0]) is None:
             raise MissingDependencyError(*_NEEDS)
-        super().check(world_size, options, sync_batchnorm, compile)
-        stage = options.get("zero_stage", 2)
-        if stage not in (1, 2, 3):
-            raise ConfigError(f"deepspeed zero_stage must be 1, 2 or 3, got {stage!r}")
-        if (options.get("config") or {}).get("gradient_accumulation_steps", 1) != 1:
-            raise ConfigError(
-                "do not set gradient_accumulation_steps in the deepspeed config; "
-                "use rt.accumulate(model, steps=N), which drives the engine's accumulation boundary"
-            )
         if sync_batchnorm or compile:
             raise ConfigError(
                 "sync_batchnorm and compile are not supported with strategy 'deepspeed'; "
@@ -74,16 +96,16 @@ class DeepSpeedStrategy(Strategy):
         config: dict[str, Any] = {
             "train_micro_batch_size_per_gpu": micro_batch_size,
             "gradient_accumulation_steps": 1,  # rt.accumulate() drives the boundary (see no_sync)
-            "zero_optimization": {"stage": self.options.get("zero_stage", 2)},
+            "zero_optimization": {"stage": self.options.zero_stage},
             # The user's optimizer is any torch.optim class (seed recipes use SGD and AdamW);
             # without this flag DeepSpeed asserts on everything but its own Adam/Lamb.
             "zero_allow_untested_optimizer": True,
             # Always explicit: DeepSpeed's own default (1.0 in 0.19) would clip every run at
             # norm 1 unasked, and it leaves the path of ddp at the first larger gradient.
-            "gradient_clipping": float(self.options.get("gradient_clipping") or 0.0),
+            "gradient_clipping": float(self.options.gradient_clipping or 0.0),
             **self.precision.deepspeed_config,
         }
-        config.update(self.options.get("config") or {})
+        config.update(self.options.config or {})
         return config
 
     def engine_args(self) -> argparse.Namespace | None:
@@ -134,7 +156,7 @@ class DeepSpeedStrategy(Strategy):
         Raises:
             ConfigError: ``clip_norm`` differs from the engine's ``gradient_clipping``.
         """
-        if clip_norm is not None and clip_norm != self.options.get("gradient_clipping"):
+        if clip_norm is not None and clip_norm != self.options.gradient_clipping:
             raise ConfigError(
                 f"deepspeed clips inside its engine; pass gradient_clipping={clip_norm} to "
                 "pt.Runtime(strategy='deepspeed', ...) instead of step(clip_norm=...)"

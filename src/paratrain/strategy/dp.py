@@ -11,9 +11,11 @@ from __future__ import annotations
 import torch
 
 from paratrain.errors import ConfigError
+from paratrain.strategy import register_strategy
 from paratrain.strategy.api import Strategy
 
 
+@register_strategy
 class DataParallelStrategy(Strategy):
     name = "dp"
     moves_inputs = True  # DataParallel scatters CPU inputs over the GPUs
@@ -21,9 +23,8 @@ class DataParallelStrategy(Strategy):
     @classmethod
     def check(cls, world_size, options, sync_batchnorm=False, compile=False) -> None:
         """Raises:
-        ConfigError: as :meth:`Strategy.check`; more than one process (DataParallel already uses every GPU from one).
+        ConfigError: more than one process (DataParallel already uses every GPU from one).
         """
-        super().check(world_size, options, sync_batchnorm, compile)
         if world_size > 1:
             raise ConfigError(
                 f"strategy 'dp' runs one process over all GPUs, but this job has {world_size} processes; "

@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 if TYPE_CHECKING:  # imported where used: torch.distributed.fsdp and .tensor cost every process ~0.7 s
     from torch.distributed.fsdp import FSDPModule
 
+from paratrain.arguments import option, option_field
 from paratrain.errors import ConfigError
-from paratrain.strategy.api import Strategy
+from paratrain.strategy import register_strategy
+from paratrain.strategy.api import Strategy, StrategyOptions
 from paratrain.strategy.optimizers import (
     mark_replaced,
     parameter_names,
@@ -41,30 +44,42 @@ from paratrain.strategy.weights import (
 )
 
 
+@register_strategy
 class FSDPStrategy(Strategy):
-    """Options: ``wrap_modules`` (class names), ``min_params`` (int),
-    ``reshard_after_forward`` (bool, default True: free gathered weights after forward)."""
+    """FSDP2 over every process, with :class:`FSDPStrategy.Options` (``pt.FSDP(min_params=10**6)``)."""
 
     name = "fsdp"
-    option_names = ("wrap_modules", "min_params", "reshard_after_forward")
     sharded_state = True
     moves_inputs = True  # FSDP2's root module moves the inputs to its device
+
+    @dataclass(frozen=True)
+    class Options(StrategyOptions):
+        # A class or a list of names is not a command-line value: no help, so no flag.
+        wrap_modules: Any = None  #: class names (or classes) of the submodules to shard as units
+        min_params: int | None = option_field(
+            None, "shard as a unit every submodule holding at least N parameters not in a smaller unit",
+            metavar="N")
+        reshard_after_forward: bool = option_field(True, "free the gathered weights after the forward (less "
+                                                   "memory, one more all-gather in the backward)")
+
+        def __post_init__(self) -> None:
+            """Raises:
+            ConfigError: a value of the wrong type; a ``min_params`` below 1.
+            """
+            super().__post_init__()
+            if self.min_params is not None and self.min_params < 1:
+                raise ConfigError(f"{option('min_params')} must be a positive integer, got {self.min_params!r}")
 
     @classmethod
     def check(cls, world_size, options, sync_batchnorm=False, compile=False) -> None:
         """Raises:
-        ConfigError: as :meth:`Strategy.check`; one process (there is nothing to shard over);
-            a ``min_params`` that is not a positive integer.
+        ConfigError: one process (there is nothing to shard over).
         """
-        super().check(world_size, options, sync_batchnorm, compile)
         if world_size < 2:
             raise ConfigError(
-                "strategy 'fsdp' shards the model over processes, and this job has one; "
+                f"strategy {cls.name!r} shards the model over processes, and this job has one; "
                 "launch >= 2 (paratrain run --nproc-per-node 2 ...) or use strategy='single'"
             )
-        min_params = options.get("min_params")
-        if min_params is not None and (isinstance(min_params, bool) or not isinstance(min_params, int) or min_params < 1):
-            raise ConfigError(f"fsdp min_params must be a positive integer, got {min_params!r}")
 
     def wrap(self, module: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> torch.nn.Module:
         if not any(True for _ in module.parameters()):
@@ -79,14 +94,12 @@ class FSDPStrategy(Strategy):
         # fully_shard keeps each rank's own slice of its local tensor, so the full
         # tensors must agree first.
         broadcast_module(module)
-        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        mesh = init_device_mesh(self.device.type, (self.process.world_size,))
         settings = {
-            "mesh": mesh,
+            "mesh": self.device_mesh(),
             "mp_policy": self.precision.fsdp_policy(),
-            "reshard_after_forward": self.options.get("reshard_after_forward", True),
+            "reshard_after_forward": self.options.reshard_after_forward,
         }
         for block in self.blocks(module):
             fully_shard(block, **settings)
@@ -95,10 +108,16 @@ class FSDPStrategy(Strategy):
         mark_replaced(names_before, parameters_before)  # an optimizer not given to setup still holds these
         return module
 
+    def device_mesh(self) -> Any:
+        """The ``DeviceMesh`` that ``fully_shard`` shards over: 1-D, every process. Collective."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        return init_device_mesh(self.device.type, (self.process.world_size,))
+
     def blocks(self, module: torch.nn.Module) -> list[torch.nn.Module]:
         """Submodules to shard as units, innermost first (the root excluded)."""
-        wrap_modules = self.options.get("wrap_modules")
-        min_params = self.options.get("min_params")
+        wrap_modules = self.options.wrap_modules
+        min_params = self.options.min_params
         if wrap_modules is not None:
             names = {wrap_modules} if isinstance(wrap_modules, str) else {getattr(c, "__name__", c) for c in wrap_modules}
             chosen = [m for m in module.modules() if m is not module and type(m).__name__ in names]

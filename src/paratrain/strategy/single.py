@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import torch
 
+from paratrain.strategy import register_strategy
 from paratrain.strategy.api import Strategy
 
 
+@register_strategy
 class SingleDeviceStrategy(Strategy):
     name = "single"
 

@@ -61,6 +61,7 @@ class Trackers:
         self._state: dict[str, dict[str, Any]] = {}
         self._config: dict[str, Any] | None = None
         self._pending = False
+        self._state_written = False
 
     @property
     def active(self) -> tuple[str, ...]:
@@ -152,6 +153,11 @@ class Trackers:
             self._call(name, "closing", tracker.close, failed)
         self._open.clear()
 
+    def forget(self) -> None:
+        """Let every tracker go without another write (its files lived in the run directory, which is gone:
+        closing would flush them and make the directory again)."""
+        self._open.clear()
+
     def _call(self, name: str, what: str, method: Callable[..., Any], *args: Any) -> bool:
         try:
             method(*args)
@@ -174,11 +180,13 @@ class Trackers:
     def _write_state(self) -> None:
         hidden = self.directory / f"{STATE_FILE}.tmp"
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            if not self._state_written:  # an own loop's first log may come before its folder exists; a folder
+                self.directory.mkdir(parents=True, exist_ok=True)  # deleted mid-run is not made again
             fd = os.open(hidden, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(self._state, handle)
             os.replace(hidden, self.directory / STATE_FILE)
+            self._state_written = True
         except OSError as exc:
             self._say(f"could not keep the trackers' run ids in {self.directory / STATE_FILE} ({_reason(exc)})")
 
