@@ -305,6 +305,13 @@ def _path_names_rank(facts: ScriptFacts, call: ast.Call) -> bool:
     )
 
 
+def _first_of(calls: list[ast.Call], rule: str, why: str, fix: str) -> Iterator[Finding]:
+    """One finding at the first of ``calls`` that names the lines of the others."""
+    if calls:
+        others = ", ".join(str(call.lineno) for call in calls[1:])
+        yield Finding(calls[0].lineno, rule, why + (f" (also lines {others})" if others else ""), fix)
+
+
 def _rank_tagged(call: ast.Call) -> bool:
     """The printed text names its process (f"[GPU{rank}] …"): one line per rank is the point."""
     return any(
@@ -322,15 +329,11 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         if isinstance(call.func, ast.Name) and not facts.guard(call) and not facts.in_launcher(call)
         and not _rank_tagged(call)
     ]
-    if prints:
-        others = ", ".join(str(call.lineno) for call in prints[1:])
-        yield Finding(
-            prints[0].lineno, "print-on-every-rank",
-            "print runs on every rank: each line appears once per process, interleaved"
-            + (f" (also lines {others})" if others else ""),
-            "pt.print(...) or `if dist.get_rank() == 0:` for messages; gather values first "
-            "(pt.all_reduce) when every rank's number matters",
-        )
+    yield from _first_of(
+        prints, "print-on-every-rank", "print runs on every rank: each line appears once per process, interleaved",
+        "pt.print(...) or `if dist.get_rank() == 0:` for messages; gather values first "
+        "(pt.all_reduce) when every rank's number matters",
+    )
 
 
 def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
@@ -501,15 +504,11 @@ def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in loggers
         and not facts.guard(call) and not facts.in_launcher(call) and not _rank_tagged(call)
     ]
-    if logs:
-        others = ", ".join(str(call.lineno) for call in logs[1:])
-        yield Finding(
-            logs[0].lineno, "log-on-every-rank",
-            "logging writes on every rank: each message appears once per process, interleaved"
-            + (f" (also lines {others})" if others else ""),
-            "set the level by rank once: logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING) "
-            "(or pt.print for messages on rank 0)",
-        )
+    yield from _first_of(
+        logs, "log-on-every-rank", "logging writes on every rank: each message appears once per process, interleaved",
+        "set the level by rank once: logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING) "
+        "(or pt.print for messages on rank 0)",
+    )
 
 
 # ---- an evaluation metric that each rank computes on its own shard ------------------------------
