@@ -74,8 +74,11 @@ INTENDED = {
         "export it yourself (yours is kept)"),
     "NCCL_SOCKET_IFNAME": Intended("None", "lo", "the same for NCCL", "export it yourself (yours is kept)"),
     "PARATRAIN_BACKEND": Intended("None", "auto", "--backend for pt.Runtime() in the workers", "ignored by other code"),
+    "PARATRAIN_LAUNCH_TIME": Intended(
+        "None", "<time>", "when the launcher started: the goodput ledger counts start-up from there",
+        "ignored by other code"),
     "PARATRAIN_LAUNCHER_PID": Intended(
-        "None", "<pid>", "a worker ends when its launcher is SIGKILLed (PR_SET_PDEATHSIG via pt.Runtime)",
+        "None", "<pid>", "a worker ends when its launcher is SIGKILLed (PR_SET_PDEATHSIG from its first line of Python)",
         "ignored by other code"),
     "PARATRAIN_STACKS_DIR": Intended(
         "None", "<dir>", "a worker the launcher stops writes its stacks there (faulthandler), so the failure line "
@@ -119,6 +122,7 @@ INTENDED = {
 # Values that differ from run to run under either launcher: compared by their shape.
 NORMALIZE = {
     "MASTER_PORT": lambda v: "<port>" if v.isdigit() else v,
+    "PARATRAIN_LAUNCH_TIME": lambda v: "<time>" if v else v,
     "PARATRAIN_LAUNCHER_PID": lambda v: "<pid>" if v.isdigit() else v,
     "PARATRAIN_STACKS_DIR": lambda v: "<dir>" if v else v,
     "PYTHONPATH": lambda v: os.pathsep.join(["<worker_site>" if v.split(os.pathsep)[0].endswith("worker_site") else "?",
@@ -128,7 +132,7 @@ NORMALIZE = {
 }
 # What /bin/sh sets for itself in the --no-python case (PWD: each launcher's run has its own folder).
 SHELL_VARIABLES = ("PWD", "OLDPWD", "SHLVL", "_")
-ALWAYS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "PARATRAIN_BACKEND", "PARATRAIN_LAUNCHER_PID",
+ALWAYS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "PARATRAIN_BACKEND", "PARATRAIN_LAUNCH_TIME", "PARATRAIN_LAUNCHER_PID",
           "PARATRAIN_STACKS_DIR", "PYTHONPATH", "TORCH_CPP_LOG_LEVEL")
 TAGGED = ("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",)
 

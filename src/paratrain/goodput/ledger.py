@@ -140,6 +140,7 @@ class Ledger:
         self._file: Any = None  # opened once the directory exists (a fresh run's first save makes it)
         self._waiting: list[str] = []  # lines written before that
         self._open = True
+        self._worth = False  # something of this attempt is worth a record (see _write)
         self._write({"event": "attempt", "attempt": self.attempt, "time": now, "origin": self.origin,
                      "launch": launch, "process_start": process_start_time(), "pid": os.getpid(),
                      "prev_end": prev_end, "prev_max_step": self.prev_max_step})
@@ -234,6 +235,13 @@ class Ledger:
         if not self._open:
             return
         line = json.dumps(record) + "\n"
+        # An attempt that neither steps nor saves (a refused resume, a rerun of a finished run) writes nothing:
+        # its lines wait until the first step or save, and are dropped with it otherwise.
+        self._worth = self._worth or self.stepped or record.get("event") in ("save", "written", "eval")
+        if not self._worth:
+            if len(self._waiting) < 100_000:
+                self._waiting.append(line)
+            return
         if self._file is None:
             try:
                 exists = self.path.parent.is_dir()
