@@ -93,7 +93,9 @@ def test_a_lost_host_ends_the_other_with_a_named_error(two_hosts, tmp_path):
     assert survivor.returncode != 0, survivor.stderr
     last = survivor.stderr_lines[-1]
     assert last.startswith("paratrain run: error: the watchdog ended the job: stall: no progress for 6s"), last
-    assert "rank 1 " in last and "its process died or its host is unreachable" in last, last
+    # The namespaces share one kernel and host name: the watchdog can read the dead process in /proc and says so;
+    # from another machine it says "its process died or its host is unreachable".
+    assert "rank 1 " in last and "its process died" in last, last
 
 
 def test_with_an_elastic_node_range_the_survivor_of_a_lost_host_finishes_alone(two_hosts, tmp_path):

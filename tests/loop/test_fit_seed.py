@@ -45,7 +45,7 @@ def test_seeding_first_repeats_and_a_model_built_before_the_seed_is_named(tmp_pa
     assert WARNING not in first_out
     _, unseeded_out = _run(tmp_path, shapes["unseeded"], "c")
     warnings = [line for line in unseeded_out.splitlines() if WARNING in line]
-    assert len(warnings) == 1 and "rank 0" in warnings[0] and "pt.seed_everything(7)" in warnings[0], unseeded_out
+    assert len(warnings) == 1 and warnings[0].startswith("[rank0]:") and "pt.seed_everything(7)" in warnings[0], unseeded_out
 
 
 def test_check_flags_the_model_built_before_the_seed_of_pt_fit(tmp_path):
