@@ -17,40 +17,44 @@ SHARED_GROUPS = {"slurm": ("tests/env/test_slurm.py", "tests/env/test_mpi.py")}
 _GROUP_OF_FILE = {path: group for group, paths in SHARED_GROUPS.items() for path in paths}
 
 
-#: The longest files (seconds per file on two cores; 2026-11-23, and the files made cheaper on
-#: 2026-11-25 re-estimated from their time and CPU time before and after), handed to the workers
-#: first so that the run does not end with one worker alone on a long file while the other idles.
+#: The longest files (seconds of test time per file in a full run on two cores, `--durations=0`), handed to
+#: the workers first so that the run does not end with one worker alone on a long file while the other idles.
 #: The rest follow in collection order. (pyproject's ``--no-loadscope-reorder`` keeps this order;
 #: xdist would otherwise sort the groups by their number of tests.)
 LONGEST_FIRST = (
-    "tests/loop/test_elastic_trajectory.py",  # ~150: one reference run, nine resumed runs (ddp, fsdp, deepspeed)
-    "tests/migrate/test_examples.py",  # 129
-    "tests/diagnostics/test_auto_resume.py",  # 117
-    "tests/cli/test_train.py",  # 106
-    "tests/env/test_slurm.py",  # 105 with test_mpi.py (one group)
-    "tests/loop/test_rerun_soak.py",  # ~90: eight runs of the command, seven of them interrupted
-    "tests/goodput/test_goodput_run.py",  # 30-90: a reference run and three attempts (two killed mid-write)
-    "tests/diagnostics/test_two_hosts.py",  # 85
-    "tests/diagnostics/test_hostile_inputs.py",  # 72
-    "tests/diagnostics/test_stall_positions.py",  # ~70: a stalled rank at each position of a step (3 ranks)
-    "tests/launch/test_node_mismatch.py",  # ~70: two launchers of uneven or mismatched nodes
-    "tests/cli/test_predict.py",  # ~69
-    "tests/diagnostics/test_preemption.py",  # 68
-    "tests/checkpoint/test_elastic_own_loop.py",  # ~70: an own loop stopped on 2 ranks, resumed on 1, 3 and 5
-    "tests/checkpoint/test_deepspeed.py",  # 65
-    "tests/strategy/test_grad_compression_multi.py",  # 63
-    "tests/launch/test_torchrun_compat.py",  # ~60: every case under torchrun and under paratrain run
-    "tests/loop/test_run_directory.py",  # ~60
-    "tests/launch/test_elastic_rejoin.py",  # ~60: a node killed, then started again
-    "tests/bench/test_bench.py",  # 54
-    "tests/trackers/test_trackers.py",  # ~50: a real mlflow server, a 2-rank run killed and restarted
-    "tests/cli/test_own_task.py",  # ~50
-    "tests/diagnostics/test_stragglers.py",  # ~35: one 2-rank run slowed by its loader, then a CPU quota
-    "tests/loop/test_fit_multi.py",  # ~45
-    "tests/loop/test_fit_seed.py",  # ~45
-    "tests/launch/test_no_restart.py",  # ~40: two nodes, one on a disk of its own
-    "tests/launch/test_reachability.py",  # ~30: a second network namespace
-    "tests/benchmarks/test_gpu_proof.py",  # ~30: the GPU proof's smoke run (three paratrain train runs, gpu_bert)
+    "tests/loop/test_elastic_trajectory.py",  # 213
+    "tests/diagnostics/test_stall_positions.py",  # 130
+    "tests/loop/test_run_directory.py",  # 121
+    "tests/launch/test_torchrun_compat.py",  # 117
+    "tests/bench/test_bench.py",  # 106
+    "tests/migrate/test_examples.py",  # 91
+    "tests/loop/test_rerun_soak.py",  # 84
+    "tests/env/test_slurm.py",  # 84 with test_mpi.py (one group)
+    "tests/bench/test_from_any_folder.py",  # 80
+    "tests/cli/test_train.py",  # 71
+    "tests/strategy/test_grad_compression_multi.py",  # 71
+    "tests/launch/test_elastic_rejoin.py",  # 66
+    "tests/loop/test_nonfinite.py",  # 62
+    "tests/diagnostics/test_auto_resume.py",  # 57
+    "tests/strategy/test_setup_guard.py",  # 54
+    "tests/diagnostics/test_hostile_inputs.py",  # 54
+    "tests/diagnostics/test_two_hosts.py",  # 52
+    "tests/bench/test_tune.py",  # 50
+    "tests/strategy/test_grad_compression_resume.py",  # 44
+    "tests/test_readme_example.py",  # 43
+    "tests/benchmarks/test_gpu_proof.py",  # 39
+    "tests/test_comm.py",  # 38
+    "tests/strategy/test_hsdp.py",  # 38
+    "tests/goodput/test_goodput_run.py",  # 37
+    "tests/checkpoint/test_deepspeed.py",  # 36
+    "tests/loop/test_fit_own_model.py",  # 34
+    "tests/diagnostics/test_stragglers.py",  # 34
+    "tests/cli/test_predict.py",  # 32
+    "tests/loop/test_fit_seed.py",  # 32
+    "tests/diagnostics/test_preemption.py",  # 28
+    "tests/strategy/test_fast_defaults_multi.py",  # 27
+    "tests/checkpoint/test_elastic_own_loop.py",  # 26
+    "tests/trackers/test_trackers.py",  # 26
 )
 
 
