@@ -14,6 +14,9 @@ PROGRESS_TTY_VAR = "PARATRAIN_PROGRESS_TTY"
 # The pid of the paratrain launcher that started a worker (its parent): a worker asks the
 # kernel to end it when that process dies (runtime/launcher_death.py).
 LAUNCHER_PID_VAR = "PARATRAIN_LAUNCHER_PID"
+#: How long leaving a process group waits, with the GIL released, for gloo's threads to let go of finished
+#: collectives (runtime/process_group.destroy_process_group; plain scripts' too, launch/worker_site/plain_scripts.py).
+GLOO_DRAIN_S = 0.05
 # Set by pt.spawn in its workers. Under either launcher a Runtime starts its hang watchdog.
 SPAWNED_VAR = "PARATRAIN_SPAWNED"
 

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from paratrain import comm
 from paratrain.env import ProcessInfo
-from paratrain.env.torchelastic import LINE_PREFIX_VAR, store_attempt
+from paratrain.env.torchelastic import GLOO_DRAIN_S, LINE_PREFIX_VAR, store_attempt
 from paratrain.errors import DistributedError
 
 
@@ -111,9 +111,6 @@ def _generation_store(info: ProcessInfo, timeout_s: float) -> dist.Store:
     return dist.PrefixStore(f"paratrain/attempt{store_attempt(os.environ)}/group{_generations}", _store)
 
 
-#: How long leaving a group waits, with the GIL released, for gloo's threads to let go of
-#: finished collectives (see :func:`destroy_process_group`).
-GLOO_DRAIN_S = 0.05
 
 
 def destroy_process_group() -> None:

@@ -34,10 +34,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 from paratrain.env import cpu_binding
-from paratrain.env.torchelastic import LINE_PREFIX_VAR, store_attempt
-
-#: What pt.Runtime waits before leaving a group (runtime/process_group.py; not imported: it imports torch).
-GLOO_DRAIN_S = 0.05
+from paratrain.env.torchelastic import GLOO_DRAIN_S, LINE_PREFIX_VAR, store_attempt
 
 #: module name → what to do to it right after torch executed it
 _PATCHES: dict[str, Callable[[ModuleType], None]] = {}
