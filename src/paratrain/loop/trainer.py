@@ -353,7 +353,13 @@ class Trainer:
         self._finite.check(self.state.step, self.model, self.log)
 
     def _last_good(self) -> str | None:
-        newest = self.checkpoints.newest() if self.checkpoints is not None else None
+        """The newest complete checkpoint, after the one being written in the background (if any) is
+        complete: a stop must name what is on disk, not race the writer. Collective (asked only at a
+        stop every rank agreed on)."""
+        if self.checkpoints is None:
+            return None
+        self.checkpoints.finish_writing("naming the last good checkpoint", say=False)
+        newest = self.checkpoints.newest()
         return str(newest) if newest else None
 
     def _checkpoint_dir(self) -> Path | None:
