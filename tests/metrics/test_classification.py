@@ -65,3 +65,34 @@ def test_missing_scikit_learn_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "sklearn.metrics", None)  # makes the import fail
     with pytest.raises(MissingDependencyError, match=r"paratrain\[metrics\]"):
         pt.classification_report(PREDS, TARGETS)
+
+
+def test_macro_f1_equals_sklearn_on_random_sets_with_absent_classes():
+    from sklearn.metrics import f1_score
+
+    from paratrain.metrics import macro_f1
+
+    generator = np.random.default_rng(0)
+    for trial in range(200):
+        n, classes = int(generator.integers(1, 40)), int(generator.integers(2, 7))
+        preds, targets = generator.integers(0, classes, n), generator.integers(0, classes - 1, n)  # one class absent
+        labels = list(range(classes)) if trial % 2 else None
+        want = f1_score(targets, preds, labels=labels, average="macro", zero_division=0)
+        assert macro_f1(torch.tensor(preds), torch.tensor(targets), labels) == pytest.approx(want, rel=1e-12, abs=1e-15)
+
+
+def test_the_fit_loops_evaluation_formats_its_report_only_when_shown():
+    """Ranks that never print the report never import scikit-learn (1-4 s of CPU per process)."""
+    import subprocess
+
+    code = (
+        "import sys, torch\n"
+        "from paratrain.tasks.classification import ClassificationEvaluator\n"
+        "e = ClassificationEvaluator(['neg', 'pos'])\n"
+        "e.update(torch.tensor([[2.0, 1.0], [0.0, 3.0], [1.0, 0.0]]), {'labels': torch.tensor([0, 1, 1])})\n"
+        "result = e.compute()\n"
+        "print('sklearn' in sys.modules, result.metrics['macro_f1'])\n"
+        "print('neg' in result.report and 'sklearn' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "False 0.6666666666666666" and out[1] == "True"

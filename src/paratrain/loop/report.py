@@ -118,13 +118,13 @@ def report_end(trainer: Trainer, resumed_from: int, train_seconds: float, run_sa
         sync_batchnorm=bool(rt.strategy.sync_batchnorm),
         strategy=rt.strategy.name,
         precision=rt.precision.name,
-        report=evaluation.report if evaluation else "",
+        report=str(evaluation.report) if evaluation and rt.is_main else "",  # formatted on rank 0 only
         stragglers=trainer.rank_times.summary() if trainer.rank_times is not None else [],
         goodput=_goodput(),
     )
     log = trainer.log
-    if evaluation and evaluation.report:
-        log.console(f"dev report at step {state.step}:\n{evaluation.report}")
+    if result.report:
+        log.console(f"dev report at step {state.step}:\n{result.report}")
     for line in result.summary_lines():
         log.console(line)
     log.record("summary", state.step, **{k: v for k, v in result.to_dict().items() if k != "report"})

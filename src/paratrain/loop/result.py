@@ -31,7 +31,7 @@ class FitResult:
     sync_batchnorm: bool = False
     strategy: str = ""
     precision: str = ""
-    report: str = ""
+    report: str = ""  # the last evaluation's report for people, on rank 0 (the others never format it)
     # Ranks that were >= 10 % slower than the median for 3+ log intervals (paratrain.diagnostics.stragglers).
     stragglers: list[dict[str, Any]] = field(default_factory=list)
     #: where the run's wall time went, summed over its attempts (paratrain.goodput.accounting), on rank 0

@@ -1,9 +1,12 @@
-"""Classification metrics on gathered predictions: accuracy and sklearn's report.
+"""Classification metrics on gathered predictions: accuracy, macro F1 and sklearn's report.
 
 Compute these on the output of :func:`paratrain.data.gather` over an ``exact=True``
 loader: one prediction per sample, no padded duplicates, so the numbers of a run on
-N ranks equal those of a run on one. The per-class math is scikit-learn's
-(``classification_report``), not a re-implementation.
+N ranks equal those of a run on one. The report (per-class table and its text) is
+scikit-learn's ``classification_report``, not a re-implementation. The fit loop's
+per-evaluation numbers (accuracy, macro F1) are counted here instead, and the report
+is formatted only where it is shown (:class:`DeferredReport`): importing scikit-learn
+costs every process 1–4 s of CPU, paid before that at every run's first evaluation.
 """
 
 from __future__ import annotations
@@ -52,6 +55,26 @@ def accuracy(predictions: Any, targets: Any) -> float:
     """
     y_pred, y_true = _pair(predictions, targets)
     return int((y_pred == y_true).sum()) / len(y_true)
+
+
+def macro_f1(predictions: Any, targets: Any, labels: list[int] | None = None) -> float:
+    """The unweighted mean over ``labels`` of each class's F1 = 2·TP / (2·TP + FP + FN), a class with
+    neither predictions nor samples scoring 0 — sklearn's ``f1_score(average="macro", zero_division=0)``.
+
+    Args:
+        labels: class ids to average over (default: every id in predictions or targets).
+
+    Raises:
+        DataError: lengths differ, or nothing to score.
+    """
+    y_pred, y_true = _pair(predictions, targets)
+    classes = np.asarray(labels) if labels is not None else np.union1d(y_pred, y_true)
+    scores = []
+    for label in classes:
+        hits = int(((y_pred == label) & (y_true == label)).sum())
+        wrong = int((y_pred == label).sum()) + int((y_true == label).sum()) - 2 * hits  # FP + FN
+        scores.append(2 * hits / (2 * hits + wrong) if hits or wrong else 0.0)
+    return float(np.mean(scores))
 
 
 @dataclass(frozen=True)
@@ -129,3 +152,25 @@ def classification_report(
         weighted=scores(table["weighted avg"]),
         text=text,
     )
+
+
+class DeferredReport:
+    """The text of :func:`classification_report` for gathered ``predictions``, formatted the first time
+    it is shown (``str()``, ``in``): ranks that never print it never import scikit-learn. Not collective."""
+
+    def __init__(self, predictions: Any, targets: Any, target_names: list[str] | None = None):
+        self._arguments = (predictions, targets, target_names)
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            predictions, targets, names = self._arguments
+            self._text = classification_report(predictions, targets, target_names=names).text
+        return self._text
+
+    def __contains__(self, part: str) -> bool:
+        return part in str(self)
+
+    def __bool__(self) -> bool:
+        return True
+

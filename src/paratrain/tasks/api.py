@@ -86,7 +86,8 @@ class Evaluation:
     """What one evaluation pass found: numbers for logs and checkpoints, and a report for people."""
 
     metrics: dict[str, float]
-    report: str = ""
+    #: text for people: a ``str``, or an object whose ``str()`` formats it when it is shown (rank 0)
+    report: Any = ""
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from paratrain.data import gather
-from paratrain.metrics import classification_report
+from paratrain.metrics import DeferredReport, accuracy, macro_f1
 from paratrain.tasks.api import Evaluation, Evaluator, Prediction
 
 METRICS = ("accuracy", "macro_f1")
@@ -29,13 +29,19 @@ class ClassificationEvaluator(Evaluator):
         self._targets.append((batch["labels"] if isinstance(batch, dict) else batch[-1]).cpu())
 
     def compute(self) -> Evaluation:
-        """Accuracy, macro F1 and sklearn's per-class report. Collective: all ranks call it together."""
+        """Accuracy, macro F1 and sklearn's per-class report (formatted where it is shown). Collective:
+        all ranks call it together.
+
+        Raises:
+            DataError: the evaluation loader yielded nothing to score.
+        """
         predictions = torch.cat(self._predictions) if self._predictions else torch.empty(0, dtype=torch.long)
         targets = torch.cat(self._targets) if self._targets else torch.empty(0, dtype=torch.long)
         predictions, targets = gather(predictions, targets)
-        report = classification_report(predictions, targets, target_names=self.label_names)
-        metrics = {"accuracy": report.accuracy, "macro_f1": report.macro.f1, "samples": float(len(targets))}
-        return Evaluation(metrics=metrics, report=report.text)
+        labels = list(range(len(self.label_names))) if self.label_names else None
+        metrics = {"accuracy": accuracy(predictions, targets), "macro_f1": macro_f1(predictions, targets, labels),
+                   "samples": float(len(targets))}
+        return Evaluation(metrics=metrics, report=DeferredReport(predictions, targets, self.label_names))
 
 
 def predictions_from_scores(inputs: list[str], scores: torch.Tensor, label_names: list[str]) -> list[Prediction]:
