@@ -4,6 +4,7 @@ Rank 0 writes the number of finished steps to DIR/steps.txt; DIR/resumed.txt say
 rerun started.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -34,8 +35,9 @@ def main():
                 if preemption.should_save():
                     ckpt.save(step=step, epoch=loader.epoch)
                 preemption.stop_if_preempted()
-                if rt.is_main:
-                    (out / "steps.txt").write_text(str(step))
+                if rt.is_main:  # replaced whole: the test polls it and must never read it half-written
+                    (out / "steps.tmp").write_text(str(step))
+                    os.replace(out / "steps.tmp", out / "steps.txt")
                 if step == steps:
                     break
     ckpt.save(step=step, epoch=loader.epoch)

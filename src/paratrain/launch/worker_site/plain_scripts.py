@@ -94,6 +94,12 @@ def _group_settings(module: ModuleType) -> None:
 
 _PATCHES["torch.distributed.rendezvous"] = _attempt_keys
 _PATCHES["torch.distributed.distributed_c10d"] = _group_settings
+#: the names of torch's that the patches wrap; a torch without one keeps its own behaviour there, so
+#: the supported torch is tested to have them all (a rename upstream fails that test, not a user's run)
+TORCH_NAMES = {
+    "torch.distributed.rendezvous": ("_create_c10d_store", "_torchelastic_use_agent_store"),
+    "torch.distributed.distributed_c10d": ("init_process_group", "destroy_process_group"),
+}
 
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder):
