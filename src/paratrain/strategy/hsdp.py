@@ -88,3 +88,8 @@ class HSDPStrategy(FSDPStrategy):
 
         replicate, shard = self.mesh_shape()
         return init_device_mesh(self.device.type, (replicate, shard), mesh_dim_names=("replicate", "shard"))
+
+    def layout(self) -> str:
+        """``mesh replicate R × shard S``: the 2-D mesh this job builds."""
+        replicate, shard = self.mesh_shape()
+        return f"mesh replicate {replicate} × shard {shard}"
