@@ -11,7 +11,7 @@ import pytest
 from paratrain.bench.parity import TOLERANCE
 from tests.support import ROOT, clean_env, paratrain_cmd
 
-METHODS = "hangs,raises,absent,horovod,single,ddp,lr-double,decayed-once,crashes-at-exit"
+METHODS = "hangs,raises,absent,horovod,single,ddp,hsdp,lr-double,decayed-once,crashes-at-exit"
 
 
 def assert_gone(pid: int) -> None:
@@ -23,7 +23,7 @@ def assert_gone(pid: int) -> None:
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
-    """One bench of the example user task, two rounds: 3 measured rows, one that crashes at exit,
+    """One bench of the example user task, two rounds: 4 measured rows, one that crashes at exit,
     a crash, a hang, two missing libraries."""
     tmp = tmp_path_factory.mktemp("bench")
     shadow = tmp / "shadow" / "horovod"  # a horovod without horovod.torch: "not installed", whatever this machine has
@@ -55,17 +55,22 @@ def test_every_method_is_a_row_in_the_given_order(bench):
 
 def test_fp32_methods_agree_with_single_and_a_different_lr_is_flagged(bench):
     _, report, rows, _ = bench
-    for name in ("single", "ddp", "lr-double"):
+    for name in ("single", "ddp", "hsdp", "lr-double"):
         assert rows[name]["kind"] == "measured", rows[name]
-    assert rows["ddp"]["figures"]["processes"] == 2
-    assert rows["ddp"]["parity"] <= TOLERANCE and not rows["ddp"]["parity_differs"]
+    for name in ("ddp", "hsdp"):
+        assert rows[name]["figures"]["processes"] == 2
+        assert rows[name]["parity"] <= TOLERANCE and not rows[name]["parity_differs"], rows[name]
+        assert not rows[name]["leaves_single"], rows[name]
+    # On one machine the hsdp row runs an explicit 2-D mesh, and says what it does not show.
+    assert any(note.startswith("mesh replicate 2 × shard 1 on one machine: the whole model on every rank")
+               and "benchmarks/hsdp_link.py" in note for note in rows["hsdp"]["notes"]), rows["hsdp"]["notes"]
     assert rows["lr-double"]["parity"] > 100 * TOLERANCE
     assert rows["lr-double"]["parity_differs"]
     assert any("differs from single" in note for note in rows["lr-double"]["notes"])
     # The first step's loss comes before any update: the same for all, so the data and weights were the same.
     first = {name: rows[name]["figures"]["step_losses"][0] for name in ("single", "ddp", "lr-double")}
     assert first["ddp"] == pytest.approx(first["single"], rel=1e-6) and first["lr-double"] == pytest.approx(first["single"], rel=1e-6)
-    for name in ("single", "ddp"):
+    for name in ("single", "ddp", "hsdp"):
         figures = rows[name]["figures"]
         assert len(figures["step_losses"]) == 4 and figures["samples_per_s"] > 0 and figures["peak_memory_bytes"] > 0
         assert 0 < figures["first_step_s"] < figures["wall_s"]
@@ -104,6 +109,27 @@ def test_crash_hang_and_missing_library_become_their_rows(bench):
     assert "**timed out**" in table and "**failed**: RuntimeError: boom" in table and "**not installed**" in table
 
 
+def test_hsdp_with_processes_that_make_no_2d_mesh_is_a_row_that_says_why(tmp_path, capsys):
+    """In this process (no method starts): 3 processes make no replicate 2 × shard mesh."""
+    import io
+
+    from paratrain.bench.methods import METHODS as REGISTERED
+    from paratrain.bench.session import Bench
+    from paratrain.bench.settings import BenchSettings
+    from paratrain.tasks.api import TaskOptions
+
+    said = io.StringIO()
+    settings = BenchSettings(task="examples.my_task:TASK", methods=[REGISTERED["hsdp"]], out=tmp_path, nproc=3, steps=4,
+                             global_batch=6, task_options=TaskOptions(limit_train=48, limit_eval=20), repeats=1,
+                             min_time_s=0)
+    [row] = Bench(settings, said).run().rows
+    why = ("hsdp's 2-D mesh here is replicate 2 × shard --nproc-per-node/2, and 3 process(es) do not split in 2; "
+           "use an even --nproc-per-node")
+    assert (row.kind, row.error, row.runs, row.notes) == ("not run", why, [], [])
+    assert f"hsdp              {why}" in said.getvalue() and f"**not run**: {why}" in capsys.readouterr().out
+    assert not (tmp_path / "methods" / "hsdp").exists()  # never started
+
+
 def test_a_terminated_bench_takes_the_running_method_with_it(tmp_path):
     """SIGTERM to the bench while a method runs: the method's whole tree goes, the bench exits 130."""
     import signal
@@ -136,7 +162,7 @@ def test_a_terminated_bench_takes_the_running_method_with_it(tmp_path):
 def test_two_rounds_in_rotated_order_give_every_figure_a_range_and_a_verdict(bench):
     out, report, rows, _ = bench
     table = (out / "bench.md").read_text()
-    running = ["single", "ddp", "lr-double", "decayed-once", "crashes-at-exit"]  # hangs and raises ended in round 1
+    running = ["single", "ddp", "hsdp", "lr-double", "decayed-once", "crashes-at-exit"]  # hangs and raises ended in round 1
     def order(round_number):
         runs = [(run["started"], name) for name in running for run in rows[name]["runs"] if run["round"] == round_number]
         return [name for _, name in sorted(runs)]

@@ -21,11 +21,27 @@ def test_only_what_runs_here_is_offered_and_the_rest_is_named():
     assert choices.values["precision"] == ("32-true", "bf16-mixed")
     assert choices.values["compile"] == (False,)
     assert choices.values["grad_accum"] == (1, 2, 4)
+    assert choices.left_out.pop("hsdp").startswith("2 processes on one machine make no 2-D mesh that shards")
     assert choices.left_out == {"fp16-mixed": "no fp16 here", "compile": "no C++ compiler"}
     one = available_choices(1, 6, ALL_PRECISIONS, None)
     assert one.values["strategy"] == ("single",) and one.values["grad_compression"] == ("none",)
     assert one.values["grad_accum"] == (1, 2)  # 6 samples do not split into 4 micro-batches
     assert one.values["compile"] == (False, True)
+
+
+def test_hsdp_is_tried_on_a_2d_mesh_and_its_mesh_is_in_every_recommendation():
+    four = available_choices(4, 64, ALL_PRECISIONS, None)
+    assert four.values["strategy"] == ("ddp", "fsdp", "hsdp", "single") and "hsdp" not in four.left_out
+    assert "hsdp" in available_choices(6, 60, ALL_PRECISIONS, None).values["strategy"]  # replicate 2 × shard 3
+    assert "hsdp" in available_choices(3, 60, ALL_PRECISIONS, None).left_out
+    assert "hsdp" not in available_choices(1, 60, ALL_PRECISIONS, None).left_out  # one process: no strategy at all
+    hsdp = Config("hsdp", 4)
+    assert hsdp.describe(64).startswith("hsdp × 4 (replicate 2 × shard 2) · 32-true")
+    assert train_command(hsdp, "digits", 64).endswith("--strategy hsdp --precision 32-true --batch-size 16 --replicate 2")
+    assert runtime_call(hsdp) == 'pt.Runtime(strategy="hsdp", precision="32-true", replicate=2)'
+    assert fit_call(hsdp, "digits", 64).endswith("grad_accum=1, replicate=2)")
+    asked, best, _ = run_search(lambda c: 300.0 if c.strategy == "hsdp" else 100.0, nproc=4)
+    assert asked[1:4] == [Config("fsdp", 4), hsdp, Config("single", 1)] and best == hsdp
 
 
 def test_candidates_that_cannot_run_are_never_asked_for():

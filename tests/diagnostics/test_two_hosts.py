@@ -38,6 +38,9 @@ def test_doctor_and_a_training_across_two_namespaces(two_hosts, tmp_path):
         report = json.loads(doctor.stdout)
         assert report["ok"] and report["probe"]["world_size"] == 2 and report["probe"]["sum_ok"]
         assert report["probe"]["link"]["bus_bandwidth_Bps"] > 0
+        mesh = {f["check"]: f for f in report["findings"]}["hsdp mesh"]["detail"]  # the nodes as the ranks saw them
+        assert mesh == ("2 process(es) on 2 node(s) → replicate 2 × shard 1 (ranks 0, 1 each hold one replica's "
+                        "shards), a node each")
     route = {f["check"]: f for f in json.loads(doctors[1].stdout)["findings"]}["route to master"]
     assert route["status"] == "ok" and f"through {if1}" in route["detail"]
 

@@ -1,6 +1,8 @@
-"""hsdp on 4 real gloo processes as 2 nodes × 2 (two `paratrain run` launchers over 127.0.0.1):
-the numbers of one process with the whole batch, a mesh whose shard groups are the nodes, and a
-checkpoint that fsdp on the same 4, ddp on 2 and one plain process resume on the same trajectory.
+"""hsdp on 4 real gloo processes as 2 nodes × 2 (two `paratrain run` launchers over 127.0.0.1, and
+again in two network namespaces joined by a veth pair): the numbers of one process with the whole
+batch, a mesh whose shard groups are the nodes, and a checkpoint that fsdp on the same 4, ddp on 2
+and one plain process resume on the same trajectory; `paratrain train` with strategy auto on two
+nodes, which shards with hsdp and says why in its first line.
 
 Run as a module under `paratrain run`, this file is the job every node runs (:func:`node_job`).
 """
@@ -80,18 +82,22 @@ def resume_job(strategy: str, directory: str) -> dict:
     return result
 
 
-@pytest.fixture(scope="module")
-def two_nodes(tmp_path_factory):
-    out = tmp_path_factory.mktemp("hsdp")
-    port = str(free_port())
+def launch_two_nodes(out: Path, master: str, port: str, wrap=lambda node, argv: argv) -> None:
+    """The 2 × 2 job of :func:`node_job` from two launchers (``wrap`` puts node ``rank``'s into its host)."""
     nodes = [
-        start(paratrain_cmd("run", "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
-                            "--master-port", port, "--nproc-per-node", "2", "--rdzv-timeout", "60",
-                            "-m", "tests.strategy.test_hsdp", str(out)), clean_env(PARATRAIN_TIMEOUT="90"))
+        start(wrap(rank, paratrain_cmd("run", "--nnodes", "2", "--node-rank", str(rank), "--master-addr", master,
+                                       "--master-port", port, "--nproc-per-node", "2", "--rdzv-timeout", "60",
+                                       "-m", "tests.strategy.test_hsdp", str(out))), clean_env(PARATRAIN_TIMEOUT="90"))
         for rank in (0, 1)
     ]
     for node in finish(nodes):
         assert node.returncode == 0, node.stderr
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hsdp")
+    launch_two_nodes(out, "127.0.0.1", str(free_port()))
     return out, json.loads((out / "record.json").read_text())
 
 
@@ -129,6 +135,17 @@ def test_the_mesh_shards_inside_a_node_and_replicates_across_nodes(two_nodes):
     assert record["auto_sees_nodes"] == 2
 
 
+def test_two_hosts_of_two_processes_match_one_process_with_the_whole_batch(two_hosts, whole_batch, tmp_path):
+    """The same job as two hosts in network namespaces: each node's shard group on its own loopback,
+    the replicas' all-reduce over the veth pair between them."""
+    (ns0, _, addr0), (ns1, _, _) = two_hosts
+    launch_two_nodes(tmp_path, addr0, "29531", lambda rank, argv: ["ip", "netns", "exec", (ns0, ns1)[rank], *argv])
+    record = json.loads((tmp_path / "record.json").read_text())
+    assert record["mesh"] == [[0, 1], [2, 3]] and record["nodes"] == [0, 0, 1, 1]
+    assert_same(record, whole_batch, STEPS)
+    torch.testing.assert_close(torch.tensor(record["norms"]), torch.tensor(whole_batch["norms"]), rtol=1e-5, atol=0)
+
+
 def test_a_checkpoint_of_hsdp_resumes_on_fsdp_over_the_four_processes(two_nodes):
     _, record = two_nodes
     assert record["fsdp_resumed"]["strategy"] == "fsdp"
@@ -159,12 +176,34 @@ def test_a_mesh_that_is_not_the_world_size_is_refused_in_one_line():
         resolve("hsdp", world_size=4, strategy_options={"replicate": 2, "shard": 3})
 
 
+def test_auto_on_two_nodes_trains_hsdp_and_the_first_line_says_why(tmp_path):
+    """`paratrain train` with strategy auto and an option that asks to shard, from two launchers
+    (--nnodes 2 over 127.0.0.1, 2 processes each): hsdp, the reason, and the mesh in the run's first line."""
+    port = str(free_port())
+    words = ["train", "digits", "--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+             "--master-port", port, "--rdzv-timeout", "60", "--min-params", "1000", "--max-steps", "2",
+             "--limit-train", "128", "--limit-eval", "32", "--batch-size", "8", "--no-tensorboard",
+             "--out", str(tmp_path / "run")]
+    nodes = finish([start(paratrain_cmd(*words, "--node-rank", str(rank)), clean_env(PARATRAIN_TIMEOUT="90"))
+                    for rank in (0, 1)])
+    assert [node.returncode for node in nodes] == [0, 0], nodes[0].stderr + nodes[1].stderr
+    first = next(line for line in nodes[0].stdout.splitlines() if "process(es) × batch" in line)
+    assert "4 process(es)" in first
+    assert ("strategy hsdp (auto: 2 nodes, and min_params asks to shard: sharded inside each node, replicated "
+            "across them; mesh replicate 2 × shard 2)") in first, first
+
+
 @pytest.mark.parametrize("world_size, num_nodes, chosen", [(4, 2, "hsdp"), (4, 1, "fsdp"), (1, 1, "single")])
 def test_auto_shards_inside_the_nodes_when_the_model_asks_to_be_sharded(world_size, num_nodes, chosen):
     from paratrain.runtime.resolve import resolve
 
     asked = resolve("auto", world_size=world_size, num_nodes=num_nodes, strategy_options={"min_params": 1000})
     assert asked.strategy == chosen
+    assert asked.auto_reason == {"hsdp": "2 nodes, and min_params asks to shard: sharded inside each node, "
+                                         "replicated across them",
+                                 "fsdp": "one node, and min_params asks to shard", "single": "one process"}[chosen]
+    assert resolve(chosen, world_size=world_size, num_nodes=num_nodes, strategy_options={"min_params": 1000}
+                   if chosen != "single" else None).auto_reason == ""  # named, not chosen
     assert resolve("auto", world_size=world_size, num_nodes=num_nodes).strategy == ("ddp" if world_size > 1 else "single")
 
 

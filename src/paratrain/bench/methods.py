@@ -82,6 +82,8 @@ class Method:
         options: settings the script reads from its spec (``strategy``, …).
         amp: always trains with mixed precision (bf16 where the device has it, else fp16).
         note_here: a remark about this machine (e.g. DataParallel with one device), or None.
+        refuses_here: why it does not run with ``--nproc-per-node`` processes here (the row says
+            so and the method is not started), or None.
     """
 
     name: str
@@ -94,6 +96,7 @@ class Method:
     options: dict[str, Any] = field(default_factory=dict)
     amp: bool = False
     note_here: Callable[[Machine, int], str | None] | None = None
+    refuses_here: Callable[[Machine, int], str | None] | None = None
 
     @property
     def script_path(self) -> str:
@@ -134,6 +137,29 @@ def _dp_note(machine: Machine, nproc: int) -> str | None:
     return "DataParallel needs ≥ 2 GPUs to split a batch; with one device here it runs the model as single does"
 
 
+#: The replicas of the ``hsdp`` row's mesh: the bench runs on one machine, where ``hsdp``'s default
+#: mesh (nodes × processes per node) is one replica, i.e. ``fsdp``; two make a 2-D mesh.
+HSDP_REPLICATE = 2
+
+
+def _hsdp_refusal(machine: Machine, nproc: int) -> str | None:
+    if nproc % HSDP_REPLICATE:
+        return (f"hsdp's 2-D mesh here is replicate {HSDP_REPLICATE} × shard --nproc-per-node/"
+                f"{HSDP_REPLICATE}, and {nproc} process(es) do not split in {HSDP_REPLICATE}; use an even "
+                "--nproc-per-node")
+    return None
+
+
+def _hsdp_note(machine: Machine, nproc: int) -> str | None:
+    if _hsdp_refusal(machine, nproc):
+        return None
+    shard = nproc // HSDP_REPLICATE
+    holds = "the whole model on every rank (shard 1)" if shard == 1 else f"1/{shard} of the model per rank"
+    return (f"mesh replicate {HSDP_REPLICATE} × shard {shard} on one machine: {holds}; the replicas' all-reduce "
+            "crosses no network here, so what hsdp saves between nodes is not in this row (benchmarks/hsdp_link.py "
+            "measures it on a slow link)")
+
+
 METHODS: dict[str, Method] = {}
 
 
@@ -158,6 +184,9 @@ for _method in (
            "paratrain run", options={"strategy": "ddp"}, amp=True),
     Method("fsdp", "FSDP2 (fully_shard) through paratrain", "paratrain_loop.py", "paratrain run",
            options={"strategy": "fsdp"}),
+    Method("hsdp", f"FSDP2 on a 2-D mesh through paratrain: replicate {HSDP_REPLICATE} × shard the rest",
+           "paratrain_loop.py", "paratrain run", options={"strategy": "hsdp", "replicate": HSDP_REPLICATE},
+           note_here=_hsdp_note, refuses_here=_hsdp_refusal),
     Method("deepspeed", "DeepSpeed ZeRO through paratrain (deepspeed.initialize; --zero-stage, default 2)", "paratrain_loop.py", "paratrain run",
            needs=("deepspeed",), options={"strategy": "deepspeed"}),
     Method("accelerate", "Hugging Face Accelerate: accelerate launch + Accelerator", "accelerate_script.py",

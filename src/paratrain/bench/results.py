@@ -10,8 +10,9 @@ from paratrain.bench.load import Load
 from paratrain.bench.spread import Spread
 
 # What a row is: trained and measured; started but crashed; started but ran past --timeout;
-# could not start (library or launcher missing). A row always says which, and why.
-MEASURED, FAILED, TIMED_OUT, NOT_INSTALLED = "measured", "failed", "timed out", "not installed"
+# could not start (library or launcher missing); not started, as it cannot run with these
+# processes (hsdp's mesh with an odd number). A row always says which, and why.
+MEASURED, FAILED, TIMED_OUT, NOT_INSTALLED, NOT_RUN = "measured", "failed", "timed out", "not installed", "not run"
 
 
 @dataclass

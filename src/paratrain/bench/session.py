@@ -25,7 +25,7 @@ from paratrain.bench.record import FINAL_WEIGHTS, save_weights
 from paratrain.bench.report_json import render_json
 from paratrain.bench.report_md import render_markdown, table_lines
 from paratrain.bench.report_png import render_png
-from paratrain.bench.results import FAILED, MEASURED, NOT_INSTALLED, TIMED_OUT, BenchResult, Row, Run
+from paratrain.bench.results import FAILED, MEASURED, NOT_INSTALLED, NOT_RUN, TIMED_OUT, BenchResult, Row, Run
 from paratrain.bench.rounds import check_rounds, round_order, steps_for_min_time
 from paratrain.bench.runner import ProgressLine, run_tree
 from paratrain.bench.spec import BenchSpec
@@ -133,9 +133,10 @@ class Bench:
         if precision != "32-true":
             row.notes.append(f"{precision}: parity shown, not judged")
         missing = method.missing()
-        if missing:
-            row.kind, row.error = NOT_INSTALLED, missing
-            self._say(f"{method.name:<16}  {missing}")
+        refused = method.refuses_here(self.machine, s.nproc) if method.refuses_here and not missing else None
+        if missing or refused:
+            row.kind, row.error = (NOT_INSTALLED, missing) if missing else (NOT_RUN, refused)
+            self._say(f"{method.name:<16}  {row.error}")
         return row
 
     def _rounds(self, rows: list[Row], spec: BenchSpec, work: Path) -> BenchSpec:
@@ -144,7 +145,7 @@ class Bench:
         every method and starts round 1 again (at most MAX_RAISES times). A method that failed or
         timed out is not run again."""
         s = self.settings
-        runnable = [(method, row) for method, row in zip(s.methods, rows) if row.kind != NOT_INSTALLED]
+        runnable = [(method, row) for method, row in zip(s.methods, rows) if row.kind not in (NOT_INSTALLED, NOT_RUN)]
         raises, round_index = 0, 0
         while round_index < s.repeats:
             still = [(m, r) for m, r in runnable if all(run.measured for run in r.runs)]

@@ -39,6 +39,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from paratrain.bench.methods import HSDP_REPLICATE
 from paratrain.bench.parity import TOLERANCE, loss_parity
 from paratrain.errors import ConfigError
 
@@ -66,7 +67,8 @@ class Config:
 
     def describe(self, global_batch: int) -> str:
         micro = micro_batch(self, global_batch)
-        parts = [f"{self.strategy} × {self.nproc}", self.precision,
+        mesh = f" (replicate {HSDP_REPLICATE} × shard {self.nproc // HSDP_REPLICATE})" if self.strategy == "hsdp" else ""
+        parts = [f"{self.strategy} × {self.nproc}{mesh}", self.precision,
                  f"batch {micro}" + (f" × {self.grad_accum} micro-batches" if self.grad_accum > 1 else "") + " per process",
                  "compiled" if self.compile else "eager"]
         if self.grad_compression != "none":
@@ -77,6 +79,12 @@ class Config:
     def rounds_on_purpose(self) -> bool:
         """Mixed precision and compressed gradients change the numbers: loss parity is shown, not judged."""
         return self.precision != "32-true" or self.grad_compression != "none"
+
+
+def strategy_options(config: Config) -> dict[str, int]:
+    """The strategy's options a candidate is built with besides the factors: hsdp's mesh (one machine
+    has one node, so hsdp's default mesh would be one replica: fsdp)."""
+    return {"replicate": HSDP_REPLICATE} if config.strategy == "hsdp" else {}
 
 
 def micro_batch(config: Config, global_batch: int) -> int:
@@ -116,6 +124,12 @@ def available_choices(nproc: int, global_batch: int, precision_problems: dict[st
     strategy_values = [*strategies, "single"] if nproc > 1 else ["single"]
     if nproc == 1:
         left_out["strategy"] = "one process (--nproc-per-node 1): nothing to spread"
+    elif nproc % HSDP_REPLICATE == 0 and nproc // HSDP_REPLICATE > 1:
+        strategy_values.insert(len(strategies), "hsdp")  # a 2-D mesh: replicas, each sharded over several processes
+    else:
+        left_out["hsdp"] = (f"{nproc} processes on one machine make no 2-D mesh that shards (replicate "
+                            f"{HSDP_REPLICATE} × shard ≥ 2 needs an even --nproc-per-node of 4 or more); hsdp "
+                            "shards inside each node and replicates across nodes: pick it for several nodes")
     precisions = ["32-true"]
     for name, problem in precision_problems.items():
         if problem is None:
@@ -309,6 +323,7 @@ def train_command(config: Config, task: str, global_batch: int, lr: float | None
         parts.append("--compile")
     if config.grad_compression != "none":
         parts.append(f"--grad-compression {config.grad_compression}")
+    parts += [f"--{name} {value}" for name, value in strategy_options(config).items()]
     if lr is not None:
         parts.append(f"--lr {lr:g}")
     return " ".join(parts)
@@ -321,6 +336,7 @@ def runtime_call(config: Config) -> str:
         args.append("compile=True")
     if config.grad_compression != "none":
         args.append(f'grad_compression="{config.grad_compression}"')
+    args += [f"{name}={value}" for name, value in strategy_options(config).items()]
     return f"pt.Runtime({', '.join(args)})"
 
 
@@ -332,4 +348,5 @@ def fit_call(config: Config, task: str, global_batch: int) -> str:
         args.append("compile=True")
     if config.grad_compression != "none":
         args.append(f'grad_compression="{config.grad_compression}"')
+    args += [f"{name}={value}" for name, value in strategy_options(config).items()]
     return f"pt.fit({', '.join(args)})"

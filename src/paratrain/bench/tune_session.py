@@ -34,7 +34,8 @@ from paratrain.bench.session import Bench
 from paratrain.bench.settings import method_env
 from paratrain.bench.spec import BenchSpec
 from paratrain.bench.tune import (HOPELESS, Choices, Config, Outcome, Search, available_choices, choose, confirmed, default_config,
-                                  estimate_next_s, fit_call, fits_budget, hopeless, runtime_call, train_command)
+                                  estimate_next_s, fit_call, fits_budget, hopeless, runtime_call, strategy_options,
+                                  train_command)
 from paratrain.errors import ConfigError, ParatrainError
 
 TUNE_FILE = "tune.json"
@@ -202,7 +203,8 @@ class Tune:
         method = Method(f"candidate-{index}", config.describe(self.bench.global_batch), "paratrain_loop.py",
                         "python" if single else "paratrain run", multi_process=not single,
                         options={"strategy": config.strategy, "compile": config.compile,
-                                 "grad_compression": config.grad_compression, "grad_accum": config.grad_accum})
+                                 "grad_compression": config.grad_compression, "grad_accum": config.grad_accum,
+                                 **strategy_options(config)})
         spec_file = spec.for_method(method.name, config.precision, method.options, run_dir).save(run_dir)
         timeout = min(self.settings.timeout_s, max(left, 1.0))
         best = self.search.in_band().get(self.search.best) if not again else None

@@ -20,6 +20,9 @@ Methods (--methods a,b,... or all):
 {methods}
 A method whose library is missing is a row that says how to install it
 (pip install 'paratrain[bench]'; horovod: paratrain bench --install-horovod).
+hsdp runs on this one machine as an explicit 2-D mesh, replicate 2 × shard N/2
+(its default, one replica per node, would be fsdp here); with an odd
+--nproc-per-node its row is "not run" and says why.
 
 Noise shown, not hidden: --repeats rounds (default 3), every method once per
 round and the order rotated each round; each figure is the median with the
@@ -35,7 +38,8 @@ A method that trained and wrote its results but crashed on its way out is
 measured, with a note quoting the crash.
 
 Tuning (--tune --budget MINUTES): which of paratrain's own settings train this
-task fastest here. Strategy (ddp, fsdp, or one process) × precision × micro-batches
+task fastest here. Strategy (ddp, fsdp, hsdp as replicate 2 × shard N/2 with an
+even N of 4 or more, or one process) × precision × micro-batches
 per process (gradient accumulation keeps the global batch) × torch.compile ×
 gradient compression, only the values that run on this machine: the default
 settings first, then one factor at a time from the best so far, each candidate a

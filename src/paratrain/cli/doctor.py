@@ -158,6 +158,42 @@ def network(master_addr: str | None, master_port: int | None, node_rank: int) ->
     return found
 
 
+def check_hsdp_shape(world_size: int, replicate: int | None, shard: int | None) -> None:
+    """Refuse a ``--replicate`` / ``--shard`` that strategy hsdp could not build for ``world_size``
+    processes, as a job would. Nothing when neither is given.
+
+    Raises:
+        ConfigError: a size below 1, a product that is not the number of processes, or one process.
+    """
+    if replicate is None and shard is None:
+        return
+    from paratrain.strategy.hsdp import HSDPStrategy
+
+    given = {name: value for name, value in (("replicate", replicate), ("shard", shard)) if value is not None}
+    HSDPStrategy.check(world_size, HSDPStrategy.parse_options(given))
+
+
+def hsdp_mesh(world_size: int, num_nodes: int, per_node: int | None, replicate: int | None = None,
+              shard: int | None = None, seen: str = "") -> Finding:
+    """The 2-D mesh strategy hsdp would build for this job (``per_node`` None: the nodes run
+    different numbers of processes); ``seen`` says where the shape comes from."""
+    from paratrain.arguments import cli_spelling
+    from paratrain.errors import ConfigError
+    from paratrain.strategy.hsdp import describe_mesh, plan_mesh
+
+    job = f"{world_size} process(es) on {num_nodes} node(s){seen}"
+    if world_size < 2:
+        return Finding("hsdp mesh", INFO, f"{job}: hsdp shards over 2 or more processes, and replicates across nodes")
+    try:
+        with cli_spelling():  # the doctor's probe worker too speaks of flags
+            replicas, shards = plan_mesh(world_size, num_nodes, per_node, replicate, shard)
+    except ConfigError as exc:
+        return Finding("hsdp mesh", WARNING, f"{job}: {str(exc).split(';')[0]}", _after_semicolon(str(exc)))
+    where = ("one replica: on one node hsdp is fsdp; it pays off across nodes" if replicas == 1 else
+             "a node each" if replicate is None and shard is None else "as --replicate/--shard ask")
+    return Finding("hsdp mesh", INFO, f"{job} → {describe_mesh(replicas, shards)}, {where}")
+
+
 def _resolve_or_none(host: str) -> str:
     try:
         return socket.gethostbyname(host)

@@ -14,7 +14,10 @@ variables that steer a job (MASTER_*, RANK..., *_SOCKET_IFNAME, NCCL_*,
 OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES); network interfaces and the one that
 routes to the master; whether the master port is free (node 0) or answers
 (other nodes). With --nproc-per-node N > 1, or on several nodes, it also starts
-a real job and all-reduces across every rank: latency and bus bandwidth.
+a real job and all-reduces across every rank: latency and bus bandwidth. It says
+which 2-D mesh strategy hsdp would build on this job (from the nodes and
+processes every rank saw, or --replicate / --shard), and refuses a shape that
+cannot be built.
 On a machine with CUDA GPUs it runs a self-test of the CUDA paths paratrain
 takes (about a minute; --no-gpu-test skips it): the rank's device, the TF32
 switch, bf16, fp16 with GradScaler, the fit loop's clock, torch.compile, and
@@ -27,6 +30,7 @@ Every finding is ok, info, warning or problem (with its fix). The exit code is
   paratrain doctor --nproc-per-node 2                # + a 2-process all_reduce here
   node0$ paratrain doctor --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500
   node1$ paratrain doctor --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500
+  paratrain doctor --nproc-per-node 4 --replicate 2  # + hsdp's mesh: replicate 2 × shard 2
   paratrain doctor --json                            # the same as one JSON object
 """
 
@@ -43,6 +47,10 @@ def register(subparsers) -> None:
     parser.add_argument("--master-port", metavar="PORT", help="port on node 0")
     parser.add_argument("--nproc-per-node", metavar="N", help="processes per node for the all_reduce probe")
     parser.add_argument("--rdzv-timeout", metavar="SECONDS", default="120", help="how long nodes wait for each other (default 120)")
+    parser.add_argument("--replicate", type=int, metavar="N",
+                        help="hsdp: the mesh's replicas to check (default: the number of nodes)")
+    parser.add_argument("--shard", type=int, metavar="N",
+                        help="hsdp: processes per replica to check (default: processes per node)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     parser.add_argument("--no-gpu-test", action="store_true",
                         help="skip the GPU self-test (about a minute on a machine with CUDA GPUs)")
@@ -55,6 +63,7 @@ def handler(args: argparse.Namespace) -> int:
 
     nproc = parse_nproc(args.nproc_per_node or "1")
     _, max_nodes = parse_nnodes(args.nnodes or "1")
+    doctor.check_hsdp_shape(nproc * max_nodes, args.replicate, args.shard)  # one line, before anything starts
     config = None
     if nproc > 1 or max_nodes > 1:
         config = _probe_config(args)
@@ -68,8 +77,13 @@ def handler(args: argparse.Namespace) -> int:
     findings += doctor.network(args.master_addr, config.master_port if config else None, node_rank)
     probe = None
     if config is not None and not doctor.has_problem(findings):
-        probe, finding = _run_probe(config)
+        probe, finding = _run_probe(config, args.replicate, args.shard)
         findings.append(finding)
+    if probe and "hsdp_mesh" in probe:  # the job as every rank saw it (nodes may run different numbers)
+        findings.append(doctor.Finding(**probe["hsdp_mesh"]))
+    else:
+        findings.append(doctor.hsdp_mesh(nproc * max_nodes, max_nodes, nproc, args.replicate, args.shard,
+                                          " (from the flags)"))
     if args.json:
         print(json.dumps({"findings": [f.to_dict() for f in findings], "probe": probe,
                           "ok": not doctor.has_problem(findings)}, indent=2))
@@ -94,8 +108,9 @@ def _probe_config(args: argparse.Namespace):
     return LaunchConfig.from_args(run_args)
 
 
-def _run_probe(config):
-    """Start the probe job on this node; returns (its result or None, a finding)."""
+def _run_probe(config, replicate: int | None = None, shard: int | None = None):
+    """Start the probe job on this node (it also plans hsdp's mesh, given ``replicate`` / ``shard``);
+    returns (its result or None, a finding)."""
     import dataclasses
 
     from paratrain.cli.doctor import OK, PROBLEM, Finding
@@ -104,7 +119,7 @@ def _run_probe(config):
 
     with tempfile.TemporaryDirectory(prefix="paratrain-doctor-") as tmp:
         path = os.path.join(tmp, "probe.json")
-        config = dataclasses.replace(config, target_args=(path,))
+        config = dataclasses.replace(config, target_args=(path, str(replicate or 0), str(shard or 0)))
         try:
             launch(config)
         except ParatrainError as exc:

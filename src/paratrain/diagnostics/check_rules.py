@@ -278,7 +278,11 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         guard = facts.guard(call)
         if guard == "global" or facts.in_launcher(call) or _path_names_rank(facts, call):
             continue
+        mesh = _mesh_dims_at_zero(facts, call)
+        if mesh >= {"replicate", "shard"}:  # rank 0 of its replica in the first replica: one rank
+            continue
         why = (
+            _MESH_SAVES[next(iter(mesh))] if mesh else
             "torch.save runs where local_rank == 0, i.e. once per machine: on several machines they all "
             "write the same checkpoint at once"
             if guard == "local" else
@@ -286,8 +290,49 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
             "clobbered checkpoint)"
         )
         yield Finding(call.lineno, "save-on-every-rank", why,
+                      _MESH_FIX if mesh else
                       "save under `if dist.get_rank() == 0:` (pt.is_main()), or use pt.Checkpointer, which "
                       "writes atomically from the right ranks")
+
+
+# Hybrid sharding (FSDP's HYBRID_SHARD, fully_shard on a 2-D DeviceMesh) picks ranks by a mesh dimension:
+# `mesh.get_local_rank("replicate") == 0` is every rank of the first replica (each holds one shard), not
+# one process per machine as a local rank would be; `… "shard") == 0` is one rank in every replica; both
+# together are one rank of the job.
+_MESH_SAVES = {
+    "replicate": "torch.save runs on every rank of the first replica (the mesh's replicate rank is 0): each "
+                 "of its shard ranks writes the same file at once",
+    "shard": "torch.save runs on the first rank of every replica (the mesh's shard rank is 0): one writer "
+             "per replica, all writing the same file at once",
+}
+_MESH_FIX = ("name the file after the shard rank (f\"model-{mesh.get_local_rank('shard')}.pt\") under the "
+             "replicate test, or save with torch.distributed.checkpoint (each shard once), or use "
+             "pt.Checkpointer with strategy='hsdp'")
+
+
+def _mesh_dims_at_zero(facts: ScriptFacts, node: ast.AST) -> set[str]:
+    """The DeviceMesh dimensions (``replicate``, ``shard``) that an enclosing ``if`` tests for rank 0:
+    ``mesh.get_local_rank("replicate") == 0``, ``mesh["shard"].get_local_rank() == 0``."""
+    dims: set[str] = set()
+    child, parent = node, facts.parents.get(node)
+    while parent is not None:
+        if isinstance(parent, ast.If) and child in parent.body:
+            for test in ast.walk(parent.test):
+                if (isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.Eq) and len(test.ops) == 1
+                        and isinstance(test.left, ast.Call) and last_name(test.left) == "get_local_rank"
+                        and ast.unparse(test.comparators[0]) == "0"):
+                    dim = _mesh_dim(test.left)
+                    dims.update(kind for kind in ("replicate", "shard") if kind in dim.lower())
+        child, parent = parent, facts.parents.get(parent)
+    return dims
+
+
+def _mesh_dim(call: ast.Call) -> str:
+    """The dimension ``get_local_rank`` asks for: its argument, or the mesh's subscript (``mesh["shard"]``)."""
+    named = call.args[0] if call.args else keyword(call, "mesh_dim")
+    if named is None and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Subscript):
+        named = call.func.value.slice
+    return named.value if isinstance(named, ast.Constant) and isinstance(named.value, str) else ""
 
 
 def _path_names_rank(facts: ScriptFacts, call: ast.Call) -> bool:

@@ -23,14 +23,17 @@ if TYPE_CHECKING:
 
 
 def report_start(trainer: Trainer, train_size: int, eval_size: int, resumed_from: int) -> None:
-    """The run's first line: data, processes, batch arithmetic, steps, strategy, precision. Not collective."""
+    """The run's first line: data, processes, batch arithmetic, steps, strategy (what ``auto`` chose and
+    why, the mesh), precision. Not collective."""
     rt, loader, log = trainer.runtime, trainer.train_loader, trainer.log
     what = f"resuming from step {resumed_from}" if resumed_from else "starting from step 0"
+    why = "; ".join(filter(None, [f"auto: {rt.resolved.auto_reason}" if rt.resolved.auto_reason else "",
+                                  rt.strategy.layout()]))
     log.console(
         f"{trainer.task.name}: {train_size} train / {eval_size} dev samples, {rt.world_size} process(es) × batch "
         f"{loader.batch_size} × accumulation {loader.accumulation} = global batch "
         f"{loader.global_batch}, {trainer.steps_per_epoch} steps/epoch, {trainer.total_steps} steps, "
-        f"strategy {rt.strategy.name}, precision {rt.precision.name}; {what}"
+        f"strategy {rt.strategy.name}{f' ({why})' if why else ''}, precision {rt.precision.name}; {what}"
     )
     log.file(repr(rt))
     if resumed_from:

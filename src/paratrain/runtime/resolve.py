@@ -29,7 +29,7 @@ from paratrain.arguments import check_type
 from paratrain.env import ProcessInfo
 from paratrain.precision import Precision, check_precision, precision_class
 from paratrain.runtime.device import resolve_backend, resolve_device, use_device
-from paratrain.strategy import Strategy, choose_strategy
+from paratrain.strategy import Strategy, auto_reason, choose_strategy
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,9 @@ class RunSetup:
     #: the classes named (or of the objects given): a user's own need not be registered
     strategy_class: type[Strategy] | None = None
     precision_class: type[Precision] | None = None
+    #: why ``auto`` became ``strategy`` (the job's nodes and processes, an option that asks to shard);
+    #: empty when a strategy was named
+    auto_reason: str = ""
 
 
 def resolve(
@@ -112,6 +115,7 @@ def resolve(
         strategy_options=MappingProxyType(options),
         strategy_class=strategy_cls,
         precision_class=precision_cls,
+        auto_reason=auto_reason(world_size, num_nodes, dict(strategy_options or {})) if isinstance(strategy, str) and strategy == "auto" else "",
     )
 
 

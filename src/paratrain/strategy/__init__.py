@@ -125,6 +125,21 @@ def auto_strategy(world_size: int, num_nodes: int, options: Mapping[str, Any]) -
     return AUTO_SEVERAL
 
 
+def auto_reason(world_size: int, num_nodes: int, options: Mapping[str, Any]) -> str:
+    """Why ``auto`` is :func:`auto_strategy` for this job, in words for the run's first line
+    (``2 nodes, and min_params asks to shard: sharded inside each node, replicated across them``)."""
+    several = STRATEGIES[AUTO_SEVERAL]
+    asked = sorted(set(options) - set(several.option_names()))
+    if world_size < 2:
+        return "one process"
+    if not asked:
+        return f"{world_size} processes, no option asks to shard"
+    asks = f"{', '.join(asked)} ask{'s' if len(asked) == 1 else ''} to shard"
+    if num_nodes > 1:
+        return f"{num_nodes} nodes, and {asks}: sharded inside each node, replicated across them"
+    return f"one node, and {asks}"
+
+
 def create_strategy(strategy: str | Strategy, process: ProcessInfo, device: torch.device, precision: Precision,
                     sync_batchnorm: bool = False, compile: bool = False, **options: Any) -> Strategy:
     """The strategy ``strategy`` names (``auto`` picks from the world size), or a copy of the one
@@ -155,5 +170,5 @@ def _import_builtin_strategies() -> None:
 
 _import_builtin_strategies()
 
-__all__ = ["STRATEGIES", "Strategy", "StrategyOptions", "check_strategy_name", "choose_strategy", "create_strategy",
+__all__ = ["STRATEGIES", "Strategy", "StrategyOptions", "auto_reason", "check_strategy_name", "choose_strategy", "create_strategy",
            "register_strategy", "strategy_class", "strategy_names"]

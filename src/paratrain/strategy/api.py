@@ -379,6 +379,11 @@ class Strategy(abc.ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (this rank's)."""
 
+    def layout(self) -> str:
+        """How the processes hold the model, in words for the run's first line; ``""`` when the
+        strategy's name says it all. Not collective (a connected strategy)."""
+        return ""
+
     def communication_report(self, step_seconds: float) -> str | None:
         """Communication vs compute for a measured optimizer step, in words; None when there is
         nothing to say (one process, or no link measured)."""

@@ -70,17 +70,15 @@ class HSDPStrategy(FSDPStrategy):
         Raises:
             ConfigError: the nodes run different numbers of processes and no shape was given.
         """
-        world, o = self.process.world_size, self.options
-        if o.replicate is not None or o.shard is not None:
-            shard = o.shard if o.shard is not None else world // o.replicate
-            return world // shard, shard
-        if self.process.num_nodes * self.process.local_world_size != world:
-            raise ConfigError(
-                f"hsdp shards inside a node, and the nodes run different numbers of processes ({world} over "
-                f"{self.process.num_nodes} nodes); run as many on each node, or give {option('replicate')} and "
-                f"{option('shard')}"
-            )
-        return self.process.num_nodes, self.process.local_world_size
+        p = self.process
+        even = p.num_nodes * p.local_world_size == p.world_size
+        return plan_mesh(p.world_size, p.num_nodes, p.local_world_size if even else None, self.options.replicate,
+                         self.options.shard)
+
+    def layout(self) -> str:
+        """``mesh replicate R × shard S``: the 2-D mesh this job builds."""
+        replicate, shard = self.mesh_shape()
+        return f"mesh replicate {replicate} × shard {shard}"
 
     def device_mesh(self) -> Any:
         """The 2-D mesh ``(replicate, shard)``. Collective (it makes a process group per row and column)."""
@@ -88,3 +86,31 @@ class HSDPStrategy(FSDPStrategy):
 
         replicate, shard = self.mesh_shape()
         return init_device_mesh(self.device.type, (replicate, shard), mesh_dim_names=("replicate", "shard"))
+
+
+def plan_mesh(world_size: int, num_nodes: int, per_node: int | None, replicate: int | None = None,
+              shard: int | None = None) -> tuple[int, int]:
+    """``(replicate, shard)`` of a job of ``world_size`` processes on ``num_nodes`` nodes running
+    ``per_node`` each (None: the nodes run different numbers): ``replicate`` / ``shard`` where given
+    (checked by :meth:`HSDPStrategy.check`), else one replica per node. Needs no process group
+    (``paratrain doctor`` asks it too).
+
+    Raises:
+        ConfigError: the nodes run different numbers of processes and no shape was given.
+    """
+    if replicate is not None or shard is not None:
+        shard = shard if shard is not None else world_size // replicate
+        return world_size // shard, shard
+    if per_node is None:
+        raise ConfigError(
+            f"hsdp shards inside a node, and the nodes run different numbers of processes ({world_size} over "
+            f"{num_nodes} nodes); run as many on each node, or give {option('replicate')} and {option('shard')}"
+        )
+    return num_nodes, per_node
+
+
+def describe_mesh(replicate: int, shard: int) -> str:
+    """``replicate 2 × shard 2 (ranks 0-1, 2-3 each hold one replica's shards)``."""
+    groups = [f"{r * shard}-{r * shard + shard - 1}" if shard > 1 else str(r) for r in range(min(replicate, 3))]
+    listed = ", ".join(groups) + (", …" if replicate > 3 else "")
+    return f"replicate {replicate} × shard {shard} (ranks {listed} each hold one replica's shards)"

@@ -1,10 +1,11 @@
 """paratrain's own loop on its public API.
 
 ``python paratrain_loop.py SPEC`` (single), or
-``paratrain run --nproc-per-node N paratrain_loop.py SPEC`` (ddp, ddp-amp, fsdp, deepspeed):
-the strategy and precision come from the spec, and so do the settings ``paratrain bench
---tune`` tries: ``compile``, ``grad_compression`` (ddp) and ``grad_accum`` (each process's
-share of the global batch in that many micro-batches, one optimizer step over them).
+``paratrain run --nproc-per-node N paratrain_loop.py SPEC`` (ddp, ddp-amp, fsdp, hsdp, deepspeed):
+the strategy and precision come from the spec, and so do hsdp's mesh (``replicate``, ``shard``)
+and the settings ``paratrain bench --tune`` tries: ``compile``, ``grad_compression`` (ddp) and
+``grad_accum`` (each process's share of the global batch in that many micro-batches, one
+optimizer step over them).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ def train(spec_file: str) -> None:
     strategy_options = {"zero_stage": wl.option("zero_stage")} if strategy == "deepspeed" else {}
     if wl.option("grad_compression") not in (None, "none"):
         strategy_options["grad_compression"] = wl.option("grad_compression")
+    strategy_options.update({name: wl.option(name) for name in ("replicate", "shard") if wl.option(name) is not None})
     rt = pt.Runtime(strategy=strategy, precision=wl.precision, seed=wl.spec.seed, compile=bool(wl.option("compile")),
                     **strategy_options)
     model = wl.model()
