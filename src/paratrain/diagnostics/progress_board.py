@@ -59,6 +59,10 @@ class ProgressBoard:
         present = [k for k in keys if self.store.check([k])]
         return [Beat.from_json(v) for v in self.store.multi_get(present)] if present else []
 
+    def round_trip(self) -> None:
+        """One small store call and its answer (whether this rank's record exists): a link sample."""
+        self.store.check([f"{self._prefix}beat/{self.rank}"])
+
     def share_frames(self, frames: str) -> None:
         """Leave this rank's main-thread frames for the ranks that report a stall."""
         self.store.set(f"{self._prefix}frames/{self.rank}", frames)

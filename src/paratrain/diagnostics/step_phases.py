@@ -10,8 +10,8 @@ watchdog (:func:`paratrain.diagnostics.watchdog.mark`); while a clock runs, each
 * **communication**: the end of ``backward`` after the last parameter's gradient was accumulated (a hook per
   parameter stamps the time): DDP waiting there for its gradient all-reduce — the link, or the other ranks.
 
-The link: the hang watchdog's thread exchanges its progress with the job's store on node 0 about once a
-second; the fastest of those round trips in an interval (:func:`take_link`) is this rank's link to node 0,
+The link: once a second the hang watchdog's thread makes one small call to the job's store on node 0 (its
+progress exchanges, every poll, are several calls and rarer); the fastest of those round trips in an interval (:func:`take_link`) is this rank's link to node 0,
 free of the training's own waits. No device synchronisation of its own. On CUDA the host runs ahead of the GPU, so compute and communication are
 split as the host sees them, and their sum with the data wait is exact at each step's synchronisation.
 """

@@ -9,7 +9,11 @@ much slower than the median rank's — and slower by at least ``link_floor_s`` (
 and a LAN is not a fault) — has a slow link. A rank slow for the same cause in ``intervals`` (3) log intervals
 in a row is a straggler: the log says it once, and again when it changes or recovers. Log intervals shorter
 than ``MIN_JUDGED_S`` of work are pooled until they are that long, so scheduling noise of a few milliseconds
-is never a verdict (with fast steps and a small ``--log-every``, an interval is then several log lines).
+is never a verdict (with fast steps and a small ``--log-every``, an interval is then several log lines). A
+run that mostly waits for its links (little own work a step) would pool for minutes: once the pooled
+intervals hold ``MIN_LINK_JUDGED_S`` of steps, the links alone are judged (each rank's link is then the
+median of its intervals' fastest round trips — one lucky moment of an idle queue is not the link), and the
+streaks of the own-work parts wait for an interval with enough work.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ THRESHOLD = 0.10
 INTERVALS = 3
 LINK_FLOOR_S = 0.002
 MIN_JUDGED_S = 1.0  # log intervals shorter than this (the median rank's own work) are pooled before a verdict
+MIN_LINK_JUDGED_S = 3.0  # ... but the links are judged once the pooled intervals hold this many seconds of steps
 
 
 @dataclass(frozen=True)
@@ -36,13 +41,17 @@ class RankInterval:
     compute_s: float
     communication_s: float
     link_s: float = math.nan
+    link_samples: tuple[float, ...] = ()  # pooled: each interval's fastest round trip (link_s is their median)
 
     def plus(self, other: RankInterval) -> RankInterval:
         """This interval and the next one of the same rank, pooled."""
-        links = [v for v in (self.link_s, other.link_s) if math.isfinite(v)]
+        links = tuple(v for v in (*self._links(), *other._links()) if math.isfinite(v))
         return RankInterval(self.rank, self.host, self.steps + other.steps, self.data_s + other.data_s,
                             self.compute_s + other.compute_s, self.communication_s + other.communication_s,
-                            min(links) if links else math.nan)
+                            statistics.median(links) if links else math.nan, links)
+
+    def _links(self) -> tuple[float, ...]:
+        return self.link_samples or (self.link_s,)
 
     def per_step(self, seconds: float) -> float:
         return seconds / self.steps if self.steps else 0.0
@@ -51,6 +60,11 @@ class RankInterval:
     def own_s(self) -> float:
         """This rank's own work per step: data wait + compute (not waiting for the others)."""
         return self.per_step(self.data_s + self.compute_s)
+
+    @property
+    def step_s(self) -> float:
+        """Seconds of steps in this interval: data wait, compute and communication."""
+        return self.data_s + self.compute_s + self.communication_s
 
 
 @dataclass(frozen=True)
@@ -68,8 +82,9 @@ class Slowness:
 
 
 def slow_ranks(ranks: list[RankInterval], threshold: float = THRESHOLD,
-               link_floor_s: float = LINK_FLOOR_S) -> dict[int, Slowness]:
-    """The ranks slower than the median in this interval, by rank (at most one cause each: their own work first)."""
+               link_floor_s: float = LINK_FLOOR_S, own_work: bool = True) -> dict[int, Slowness]:
+    """The ranks slower than the median in this interval, by rank (at most one cause each: their own work first;
+    only the links when not ``own_work``)."""
     ranks = [r for r in ranks if r.steps > 0]
     if len(ranks) < 2:
         return {}
@@ -78,7 +93,7 @@ def slow_ranks(ranks: list[RankInterval], threshold: float = THRESHOLD,
     medians = {"data": statistics.median(r.per_step(r.data_s) for r in ranks),
                "compute": statistics.median(r.per_step(r.compute_s) for r in ranks)}
     for r in ranks:
-        if own > 0 and r.own_s >= (1 + threshold) * own:
+        if own_work and own > 0 and r.own_s >= (1 + threshold) * own:
             values = {"data": r.per_step(r.data_s), "compute": r.per_step(r.compute_s)}
             part = max(values, key=lambda p: values[p] - medians[p])
             slow[r.rank] = Slowness(r.rank, r.host, part, r.own_s / own - 1, values[part], medians[part])
@@ -109,15 +124,18 @@ class StragglerWatch:
         if self.pending and len(self.pending) == len(ranks):
             ranks = [a.plus(b) for a, b in zip(self.pending, ranks)]
         busy = [r.data_s + r.compute_s for r in ranks if r.steps]
-        if not busy or statistics.median(busy) < self.min_judged_s:
+        own_work = bool(busy) and statistics.median(busy) >= self.min_judged_s
+        if not own_work and (not busy or statistics.median(r.step_s for r in ranks if r.steps) < MIN_LINK_JUDGED_S):
             self.pending = ranks
             return []
         self.pending = []
-        slow = slow_ranks(ranks, self.threshold)
+        slow = slow_ranks(ranks, self.threshold, own_work=own_work)
         lines = []
         for rank in sorted(set(self.streaks) | set(slow)):
             now = slow.get(rank)
             part, count = self.streaks.get(rank, ("", 0))
+            if not own_work and now is None and part in ("data", "compute"):
+                continue  # not judged this time: its streak waits for an interval with enough own work
             count = count + 1 if now is not None and now.part == part else (1 if now is not None else 0)
             if now is None:
                 self.streaks.pop(rank, None)

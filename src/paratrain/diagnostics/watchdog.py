@@ -60,6 +60,7 @@ FINISHED = "finished"  # the phase a rank publishes when its watchdog stops norm
 STALL_EXIT_CODE = 124  # as GNU timeout: "it timed out"
 _HARD_EXIT_GRACE_S = 30.0  # faulthandler's last resort fires this long after the stall timeout
 _SILENT_POLLS = 4  # a rank whose publications stopped this many polls ago is gone, once we wait too
+LINK_PROBE_S = 1.0  # seconds between the link's round trips to the store (one small store call each)
 
 _active: Watchdog | None = None
 
@@ -204,9 +205,15 @@ class Watchdog:
     def _run(self) -> None:
         tick = 0
         seen: dict[int, tuple[int, float]] = {}  # rank -> (its last tick, when it changed, our clock)
-        while not self._stop.wait(self.poll):
+        exchange_at = time.monotonic() + self.poll
+        # Woken at least once a second to time one store round trip (the straggler detector's link),
+        # whatever the poll: with the default stall timeout the poll is 10 s, too rare for a link verdict.
+        while not self._stop.wait(min(self.poll, LINK_PROBE_S)):
             if self._suspended:
                 continue  # an explicit watchdog runs in its place
+            if not self._probe_link() or time.monotonic() < exchange_at:
+                continue
+            exchange_at = time.monotonic() + self.poll
             tick += 1
             # The last resort, if this thread ever stops running (C code holding the GIL): re-armed
             # at every publication, it fires only when this thread could not publish for that long.
@@ -310,12 +317,27 @@ class Watchdog:
         _end_process(self.report)
         return True
 
+    def _probe_link(self) -> bool:
+        """Time one round trip to the job's store (node 0's launcher): this rank's link sample. False
+        when the store is lost and the watchdog thread must end (a call that hangs is named by
+        :meth:`_watch_store`)."""
+        if self._board is None:
+            return True
+        try:
+            self._asking_since = time.monotonic()
+            asked = time.perf_counter()
+            self._board.round_trip()
+            step_phases.link_sample(time.perf_counter() - asked)
+        except Exception as exc:
+            return not self._store_lost(str(exc) or type(exc).__name__)
+        finally:
+            self._asking_since = None
+        return True
+
     def _exchange(self, beat: Beat) -> list[Beat]:
         if self._board is None:
             return [beat]
-        asked = time.perf_counter()
         beats = self._board.exchange(beat)
-        step_phases.link_sample(time.perf_counter() - asked)  # this rank's round trips to node 0's store
         self._finished = {b.rank for b in beats if b.phase == FINISHED}
         return beats
 
