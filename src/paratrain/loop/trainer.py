@@ -8,7 +8,7 @@ step takes, on every rank::
     batch → device → accumulate(sync on the last micro-batch) → autocast → forward
           → backward → step(mean of the micro-batches' gradients, clip) → LR schedule → log / eval / save
 
-Beside it: ``cadence.py`` (when to log, evaluate, save), ``finite_checks.py`` (NaN/inf: skip
+Beside it: ``cadence.py`` (when to log, evaluate, save), ``nonfinite.py`` (NaN/inf: skip
 or stop), ``fit_preemption.py`` (SIGTERM: save, then exit 75), ``report.py`` (what it prints).
 """
 
@@ -34,9 +34,8 @@ from paratrain.loop.callbacks import Callback, CallbackList
 from paratrain.loop.checkpoints import LoopCheckpoints, metric_mode
 from paratrain.loop.config import FitConfig
 from paratrain.loop.evaluation import evaluate
-from paratrain.loop.finite_checks import FiniteChecks
 from paratrain.loop.fit_preemption import FitPreemption
-from paratrain.loop.nonfinite import NonFiniteGuard
+from paratrain.loop.nonfinite import FiniteChecks, NonFiniteGuard
 from paratrain.loop.preflight import check_first_dev_batch, check_options, describe_changes, resume_options
 from paratrain.loop.rank_times import RankTimes
 from paratrain.loop.out_dir import agree_on_out_dir, check_still_there, directory_identity
