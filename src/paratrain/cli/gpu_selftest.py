@@ -105,7 +105,7 @@ def _fp16_scaler(device) -> str:
 def _clock_sync(device) -> str:
     import torch
 
-    from paratrain.loop.window import TrainWindow
+    from paratrain.loop.step_timing import TrainWindow
 
     window = TrainWindow(device)
     a = torch.randn(1024, 1024, device=device)

@@ -8,7 +8,7 @@ step takes, on every rank::
     batch → device → accumulate(sync on the last micro-batch) → autocast → forward
           → backward → step(mean of the micro-batches' gradients, clip) → LR schedule → log / eval / save
 
-Beside it: ``cadence.py`` (when to log, evaluate, save), ``nonfinite.py`` (NaN/inf: skip
+Beside it: ``step_timing.py`` (when to log, evaluate, save; the step's clock), ``nonfinite.py`` (NaN/inf: skip
 or stop), ``fit_preemption.py`` (SIGTERM: save, then exit 75), ``report.py`` (what it prints).
 """
 
@@ -29,7 +29,6 @@ from paratrain.diagnostics import watchdog
 from paratrain.diagnostics.desync import check_same_setup
 from paratrain.errors import ConfigError, ParatrainError
 from paratrain.goodput import ledger
-from paratrain.loop.cadence import Cadence
 from paratrain.loop.callbacks import Callback, CallbackList
 from paratrain.loop.checkpoints import LoopCheckpoints, metric_mode
 from paratrain.loop.config import FitConfig
@@ -46,8 +45,7 @@ from paratrain.loop.result import FitResult
 from paratrain.loop.run_log import RunLog
 from paratrain.loop.schedule import stretch_to, warmup_schedule
 from paratrain.loop.state import FitState
-from paratrain.loop.step_clock import StepClock
-from paratrain.loop.window import TrainWindow
+from paratrain.loop.step_timing import Cadence, StepClock, TrainWindow
 from paratrain.tasks.api import Evaluation, Task
 
 UNBOUNDED_EPOCHS = 1_000_000  # with max_steps the step count ends the run, not the epochs
