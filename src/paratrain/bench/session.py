@@ -26,7 +26,7 @@ from paratrain.bench.report_json import render_json
 from paratrain.bench.report_md import render_markdown, table_lines
 from paratrain.bench.report_png import render_png
 from paratrain.bench.results import FAILED, MEASURED, NOT_INSTALLED, TIMED_OUT, BenchResult, Row, Run
-from paratrain.bench.rounds import check_rounds, round_order, steps_for_min_time
+from paratrain.bench.round_plan import check_rounds, round_order, steps_for_min_time
 from paratrain.bench.runner import ProgressLine, run_tree
 from paratrain.bench.spec import BenchSpec
 from paratrain.bench.settings import (BenchSettings, check_datasets, check_nproc, check_out_dir, method_env,
