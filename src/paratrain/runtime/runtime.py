@@ -27,7 +27,7 @@ from paratrain.env.cpu_binding import bind_compute_threads, free_communication_t
 from paratrain.runtime.input_device import refuse_inputs_elsewhere
 from paratrain.runtime.launcher_death import die_with_launcher
 from paratrain.runtime import progress as rank0_progress
-from paratrain.runtime.open_watches import OpenWatches
+from paratrain.runtime.watches import RuntimeWatches
 from paratrain.runtime.process_group import destroy_process_group, init_process_group
 from paratrain.runtime import topology
 from paratrain.runtime.tf32 import set_tf32
@@ -135,7 +135,7 @@ class Runtime:
         self.topology, self.process = topology.settle(self.process)
         self.strategy = build_strategy(self.resolved, self.process, self.precision)
         # Its own hang watchdog (names the rank the others wait for), and loaders every rank reads whole.
-        self._watches = OpenWatches(stall_s, self.rank, self.world_size)
+        self._watches = RuntimeWatches(stall_s, self.rank, self.world_size)
         self._trained = TrainedBatches()  # what rt.step trained, told to the training loaders
         # Now that gloo's and the watchdog's threads exist (they keep every core): this thread, and
         # the OpenMP pool it starts, on the CPUs the launcher gave this rank (env/cpu_binding.py).
