@@ -431,7 +431,7 @@ class Trainer:
     def _check_out_dir(self) -> None:
         """Every rank stops, with one line, when rank 0's output directory was deleted or moved. Collective."""
         if self.out_dir is not None:
-            from paratrain.checkpoint.agreement import on_all_ranks
+            from paratrain.checkpoint.all_or_none import on_all_ranks
 
             try:
                 on_all_ranks("the run directory is gone", lambda: check_still_there(self.out_dir, self._out_identity,
