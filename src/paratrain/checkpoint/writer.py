@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from paratrain.checkpoint.layout import SHARDED_DIR, model_file, state_file
-from paratrain.checkpoint.plain_data import check_plain
+from paratrain.checkpoint.safe_load import check_plain
 from paratrain.errors import CheckpointError
 
 
