@@ -36,8 +36,8 @@ from paratrain.goodput import ledger
 from paratrain.launch import console_tee, network, worker_site
 from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, LaunchConfig
 from paratrain.launch.environ import scoped_environ
-from paratrain.launch.failures import ended_without_restart, script_failure, workers_recorded
-from paratrain.launch.launch_errors import exit_hint, is_rendezvous_error, lost_node, rendezvous_error, stopped_by
+from paratrain.launch.failures import (ended_without_restart, exit_hint, is_rendezvous_error, lost_node, rendezvous_error,
+                                       script_failure, stopped_by, workers_recorded)
 from paratrain.launch.legacy import local_rank_argument
 from paratrain.launch.rendezvous_wait import RendezvousWait, awaited
 from paratrain.launch.restart_notice import RestartNotice
