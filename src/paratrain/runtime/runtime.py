@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
+import inspect
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -38,10 +39,6 @@ from paratrain.strategy.api import StepResult
 if TYPE_CHECKING:
     from paratrain.precision import Precision
     from paratrain.strategy import Strategy
-
-RUNTIME_ARGUMENTS = ("strategy", "precision", "seed", "backend", "timeout", "sync_batchnorm", "compile", "tf32",
-                     "stall_timeout")
-
 
 class Runtime:
     """Process, device, strategy and precision for one worker.
@@ -494,3 +491,7 @@ class Runtime:
         return (f"Runtime(rank={self.rank}/{self.world_size}, device={self.device}, backend={self.backend}, "
                 f"strategy={self.strategy.name}, precision={self.precision.name})")
 
+
+#: The keywords of ``pt.Runtime(...)`` itself (every other keyword is a strategy option).
+RUNTIME_ARGUMENTS = tuple(name for name, parameter in inspect.signature(Runtime.__init__).parameters.items()
+                          if name != "self" and parameter.kind is not parameter.VAR_KEYWORD)
