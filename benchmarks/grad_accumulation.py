@@ -24,7 +24,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import paratrain as pt
-from paratrain.loop.batches import move_to
+from paratrain.data.batches import move_to
 from paratrain.tasks.api import TaskOptions
 from paratrain.tasks.registry import create_task
 

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 import paratrain as pt
-from paratrain.loop.batches import move_to
+from paratrain.data.batches import move_to
 from paratrain.loop.model_task import ModelTask
 from paratrain.tasks.api import TaskOptions
 from paratrain.tasks.registry import create_task

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 import paratrain as pt
-from paratrain.loop.batches import move_to
+from paratrain.data.batches import move_to
 
 
 class Batches:

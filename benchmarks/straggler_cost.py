@@ -21,7 +21,7 @@ import paratrain as pt
 from paratrain import comm
 from paratrain.diagnostics import watchdog
 from paratrain.diagnostics.step_phases import PhaseClock
-from paratrain.loop.batches import move_to
+from paratrain.data.batches import move_to
 from step_blocks import Replay, recipe_training  # benchmarks/step_blocks.py
 
 LOG_EVERY = 50

@@ -23,7 +23,7 @@ _GROUP_OF_FILE = {path: group for group, paths in SHARED_GROUPS.items() for path
 #: xdist would otherwise sort the groups by their number of tests.)
 LONGEST_FIRST = (
     "tests/loop/test_elastic_trajectory.py",  # 213
-    "tests/diagnostics/test_stall_positions.py",  # 130
+    "tests/diagnostics/watchdog/test_stall_positions.py",  # 130
     "tests/loop/test_run_directory.py",  # 121
     "tests/launch/test_torchrun_compat.py",  # 117
     "tests/bench/test_bench.py",  # 106

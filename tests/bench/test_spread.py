@@ -4,7 +4,7 @@ make a --min-time window, and when other work on the machine is flagged."""
 import pytest
 
 from paratrain.bench.load import Load
-from paratrain.bench.rounds import round_order, steps_for_min_time
+from paratrain.bench.round_plan import round_order, steps_for_min_time
 from paratrain.bench.spread import INDISTINGUISHABLE, Spread, per_round_ratio, pick_baseline, verdict
 
 

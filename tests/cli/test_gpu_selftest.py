@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from paratrain.cli import gpu_selftest
-from paratrain.cli.doctor import OK, PROBLEM, WARNING, Finding
+from paratrain.cli.doctor_checks import OK, PROBLEM, WARNING, Finding
 
 
 def test_without_cuda_there_is_no_self_test(monkeypatch):

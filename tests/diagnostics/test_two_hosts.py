@@ -85,7 +85,7 @@ def _lose_node_1(nodes, out, after_steps: int, namespace: str, interface: str):
 
 
 def test_a_lost_host_ends_the_other_with_a_named_error(two_hosts, tmp_path):
-    """Node 1 dies; node 0's watchdog names the silent rank. (Node 0 lost, the store with it: test_stall.py.)"""
+    """Node 1 dies; node 0's watchdog names the silent rank. (Node 0 lost, the store with it: watchdog/test_stall.py.)"""
     (ns0, _, addr0), (ns1, if1, _) = two_hosts
     env = clean_env()
     out = tmp_path / "lost"

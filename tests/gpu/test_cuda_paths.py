@@ -59,7 +59,7 @@ def test_fp16_skips_an_overflowing_step_and_its_scaler_is_checkpointed(tf32_rest
 
 
 def test_the_fit_loop_clock_reads_after_the_gpu_finished():
-    from paratrain.loop.window import TrainWindow
+    from paratrain.loop.step_timing import TrainWindow
 
     window = TrainWindow(torch.device("cuda", torch.cuda.current_device()))
     a = torch.randn(2048, 2048, device="cuda")

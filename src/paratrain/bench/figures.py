@@ -55,7 +55,12 @@ def read_records(work_dir: Path, world_size: int) -> list[RankRecord]:
 
 
 def compute_figures(records: list[RankRecord], started: float, wall_s: float, steps: int, warmup_steps: int) -> Figures:
-    """Raises DataError when a rank recorded another number of steps than ``steps``."""
+    """One method's figures from its ranks' records: wall time, first step, steady-state samples/s after
+    ``warmup_steps``, peak memory, the global batch's loss per step.
+
+    Raises:
+        DataError: a rank recorded another number of steps than ``steps``.
+    """
     for record in records:
         if len(record.step_losses) != steps:
             raise DataError(f"rank {record.rank} recorded {len(record.step_losses)} optimizer steps, expected {steps}")

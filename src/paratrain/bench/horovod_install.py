@@ -37,7 +37,11 @@ _CXX_STANDARD = re.compile(r"(set\s*\(\s*CMAKE_CXX_STANDARD\s+)14(\s*\))")
 
 
 def check_build_tools() -> None:
-    """Raises ConfigError naming what is missing (cmake, a C++ compiler) and how to get it."""
+    """Check that the tools a horovod build needs (cmake, a C++ compiler) are on PATH.
+
+    Raises:
+        ConfigError: naming what is missing and how to get it.
+    """
     missing = [tool for tool, names in (("cmake", ("cmake",)), ("g++", ("g++", "c++"))) if not any(map(shutil.which, names))]
     if missing:
         raise ConfigError(

@@ -75,7 +75,11 @@ def per_round_ratio(values: Mapping[int, float], baseline: Mapping[int, float]) 
 
 
 def check_baseline(baseline: str | None, methods: list[str]) -> None:
-    """Raises ConfigError: ``--baseline`` names a method that is not run."""
+    """Check that ``--baseline``, when given, is one of the methods run.
+
+    Raises:
+        ConfigError: ``--baseline`` names a method that is not run.
+    """
     if baseline is not None and baseline not in methods:
         raise ConfigError(f"--baseline {baseline!r} is not among the methods run ({', '.join(methods)}); "
                           "name one of them, or leave --baseline out to judge against the fastest")

@@ -28,7 +28,7 @@ from paratrain.bench.evaluate import evaluate_weights
 from paratrain.bench.figures import compute_figures, read_records
 from paratrain.bench.methods import Method
 from paratrain.bench.record import FINAL_WEIGHTS, save_weights
-from paratrain.bench.rounds import check_rounds, steps_for_min_time
+from paratrain.bench.round_plan import check_rounds, steps_for_min_time
 from paratrain.bench.runner import ProgressLine, run_tree
 from paratrain.bench.session import Bench
 from paratrain.bench.settings import method_env

@@ -33,7 +33,7 @@ import torch
 from paratrain import comm
 from paratrain.arguments import check_type, reject_objects
 from paratrain.checkpoint import catalog, restoring, saving
-from paratrain.checkpoint.agreement import main_then_share
+from paratrain.checkpoint.all_or_none import main_then_share
 from paratrain.checkpoint.auto_interval import AutoInterval
 from paratrain.checkpoint.background import BackgroundWrite
 from paratrain.checkpoint.manifest import Manifest, verify

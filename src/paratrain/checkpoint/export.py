@@ -130,7 +130,7 @@ def save_weights(state: dict[str, torch.Tensor], output: str | Path) -> Path:
         CheckpointError: on every rank, when rank 0 could not write the file.
     """
     from paratrain import comm
-    from paratrain.checkpoint.agreement import main_then_share
+    from paratrain.checkpoint.all_or_none import main_then_share
 
     main_then_share(f"cannot write {output}", lambda: str(write_weights_file(state, output)) if comm.is_main() else None)
     return Path(output)

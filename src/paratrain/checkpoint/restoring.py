@@ -7,7 +7,7 @@
 3. models, then optimizers, then other objects are loaded; each rank restores its
    own RNG states last.
 
-A rank that fails a step makes every rank raise the same error (see :mod:`.agreement`).
+A rank that fails a step makes every rank raise the same error (see :mod:`.all_or_none`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from paratrain import comm
 from paratrain.checkpoint import rng
-from paratrain.checkpoint.agreement import on_all_ranks
+from paratrain.checkpoint.all_or_none import on_all_ranks
 from paratrain.checkpoint.catalog import CheckpointWarning, WorldChangeWarning
 from paratrain.checkpoint.keys import check_fits, shapes, strip_wrapper_prefixes
 from paratrain.checkpoint.manifest import Manifest

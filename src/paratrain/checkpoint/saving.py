@@ -1,4 +1,4 @@
-"""One save, step by step; every step ends on all ranks together (see :mod:`.agreement`).
+"""One save, step by step; every step ends on all ranks together (see :mod:`.all_or_none`).
 
 1. rank 0 makes a hidden temporary directory (and clears ones left by killed saves);
 2. fsdp: every rank writes its shards there with DCP;
@@ -30,8 +30,8 @@ import torch
 
 from paratrain import comm
 from paratrain.checkpoint import catalog, rng
+from paratrain.checkpoint.all_or_none import main_then_share, on_all_ranks
 from paratrain.checkpoint.background import host_copy
-from paratrain.checkpoint.agreement import main_then_share, on_all_ranks
 from paratrain.checkpoint.files import (
     check_writable_directory,
     fsync_path,
@@ -47,7 +47,7 @@ from paratrain.checkpoint.layout import (
 )
 from paratrain.checkpoint.manifest import Manifest, seal
 from paratrain.checkpoint.model_state import model_state, optimizer_is_fresh, optimizer_state
-from paratrain.checkpoint.plain_data import check_plain
+from paratrain.checkpoint.safe_load import check_plain
 from paratrain.checkpoint.writer import (
     check_free_space,
     safetensors_ready,

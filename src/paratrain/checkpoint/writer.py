@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from paratrain.checkpoint.layout import SHARDED_DIR, model_file, state_file
-from paratrain.checkpoint.plain_data import check_plain
+from paratrain.checkpoint.safe_load import check_plain
 from paratrain.errors import CheckpointError
 
 
@@ -35,7 +35,11 @@ def tensor_bytes(state: Any) -> int:
 
 
 def check_free_space(directory: Path, needed: int) -> None:
-    """Raises CheckpointError before writing when the disk clearly cannot hold ``needed`` bytes."""
+    """Check, before writing, that ``directory``'s disk has room for ``needed`` bytes.
+
+    Raises:
+        CheckpointError: the disk clearly cannot hold them.
+    """
     free = shutil.disk_usage(directory).free
     if needed > free:
         raise CheckpointError(

@@ -1,5 +1,5 @@
-"""``paratrain bench``: train one task with every method and compare them (the BERT multi-GPU
-comparison's table, for any task)."""
+"""``paratrain bench``: train one task with every method and compare them in one table (time, samples/s,
+speed-up, memory, dev accuracy, loss parity)."""
 
 from __future__ import annotations
 
@@ -221,7 +221,7 @@ def tune(args: argparse.Namespace) -> int:
     from paratrain.bench.tune_session import Tune
     from paratrain.tasks.api import TaskOptions
 
-    from paratrain.bench.rounds import check_rounds
+    from paratrain.bench.round_plan import check_rounds
 
     min_time = 3.0 if args.min_time is None else args.min_time
     check_rounds(1, min_time)  # before Bench creates --out

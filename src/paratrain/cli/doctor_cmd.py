@@ -58,7 +58,7 @@ def register(subparsers) -> None:
 
 
 def handler(args: argparse.Namespace) -> int:
-    from paratrain.cli import doctor
+    from paratrain.cli import doctor_checks
     from paratrain.launch.config import parse_nnodes, parse_nproc
 
     nproc = parse_nproc(args.nproc_per_node or "1")
@@ -69,15 +69,20 @@ def handler(args: argparse.Namespace) -> int:
         config = _probe_config(args)
         config.validate()  # bad flags: one line, before anything starts
     node_rank = config.node_rank if config else 0
-    findings = doctor.software() + doctor.devices() + doctor.environment()
+    findings = doctor_checks.software() + doctor_checks.devices() + doctor_checks.environment()
     if not args.no_gpu_test:
         from paratrain.cli.gpu_selftest import gpu_self_test
 
         findings += gpu_self_test()  # nothing without a CUDA GPU
-    findings += doctor.network(args.master_addr, config.master_port if config else None, node_rank)
+    findings += doctor_checks.network(args.master_addr, config.master_port if config else None, node_rank)
     probe = None
+<<<<<<< HEAD
     if config is not None and not doctor.has_problem(findings):
         probe, finding = _run_probe(config, args.replicate, args.shard)
+=======
+    if config is not None and not doctor_checks.has_problem(findings):
+        probe, finding = _run_probe(config)
+>>>>>>> house2
         findings.append(finding)
     if probe and "hsdp_mesh" in probe:  # the job as every rank saw it (nodes may run different numbers)
         findings.append(doctor.Finding(**probe["hsdp_mesh"]))
@@ -86,13 +91,13 @@ def handler(args: argparse.Namespace) -> int:
                                           " (from the flags)"))
     if args.json:
         print(json.dumps({"findings": [f.to_dict() for f in findings], "probe": probe,
-                          "ok": not doctor.has_problem(findings)}, indent=2))
+                          "ok": not doctor_checks.has_problem(findings)}, indent=2))
     else:
         for finding in findings:
             print(finding.line())
-        problems = sum(f.status == doctor.PROBLEM for f in findings)
+        problems = sum(f.status == doctor_checks.PROBLEM for f in findings)
         print(f"{problems} problem(s)" if problems else "no problems found")
-    return 1 if doctor.has_problem(findings) else 0
+    return 1 if doctor_checks.has_problem(findings) else 0
 
 
 def _probe_config(args: argparse.Namespace):
@@ -113,7 +118,7 @@ def _run_probe(config, replicate: int | None = None, shard: int | None = None):
     returns (its result or None, a finding)."""
     import dataclasses
 
-    from paratrain.cli.doctor import OK, PROBLEM, Finding
+    from paratrain.cli.doctor_checks import OK, PROBLEM, Finding
     from paratrain.errors import ParatrainError
     from paratrain.launch.torchrun import launch
 

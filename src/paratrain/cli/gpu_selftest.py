@@ -1,7 +1,7 @@
 """``paratrain doctor``'s GPU self-test: the CUDA paths paratrain takes, run once on this
 machine's GPUs (about a minute, most of it ``torch.compile``).
 
-Each check is one :class:`~paratrain.cli.doctor.Finding`: ``ok`` when the path
+Each check is one :class:`~paratrain.cli.doctor_checks.Finding`: ``ok`` when the path
 works, ``warning`` when it works worse than it could (emulated bf16), ``problem`` with
 the error when it fails. The same paths are proven by ``pytest -m gpu`` (tests/gpu).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from paratrain.cli.doctor import OK, PROBLEM, WARNING, Finding
+from paratrain.cli.doctor_checks import OK, PROBLEM, WARNING, Finding
 
 
 def gpu_self_test() -> list[Finding]:
@@ -105,7 +105,7 @@ def _fp16_scaler(device) -> str:
 def _clock_sync(device) -> str:
     import torch
 
-    from paratrain.loop.window import TrainWindow
+    from paratrain.loop.step_timing import TrainWindow
 
     window = TrainWindow(device)
     a = torch.randn(1024, 1024, device=device)

@@ -2,8 +2,8 @@
 
 With the exact evaluation loader (``exact=True``) rank ``r`` holds the ``r``-th
 contiguous block of the dataset, so concatenating every rank's results in rank order
-gives one entry per sample, in dataset order, with no duplicates (the BERT multi-GPU
-comparison gathered equal-size lists and counted padded samples twice).
+gives one entry per sample, in dataset order, with no duplicates (gathering equal-size lists
+instead would count the samples a sampler pads with twice).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from paratrain.data.exact import ExactShardSampler
 from paratrain.data.global_order import GlobalBatchSampler, Split
 from paratrain.data.resumable import ResumableSampler, ResumableWrapper
 from paratrain.data.sampler import ResumableDistributedSampler, dataset_length
-from paratrain.data.to_device import move_to
+from paratrain.data.batches import move_to
 from paratrain.errors import DataError
 from paratrain.seeding import rank_seed
 
@@ -308,7 +308,7 @@ def make_loader(
         grad_accum: micro-batches per optimizer step, with ``global_order``.
         move_to_device: hand out every batch on ``place.device`` (``rt.device``): each tensor in
             dicts, lists, tuples, namedtuples and dataclasses, non-blocking from pinned memory
-            on CUDA; anything else left as it is (:mod:`paratrain.data.to_device`). ``False``
+            on CUDA; anything else left as it is (:mod:`paratrain.data.batches`). ``False``
             leaves batches where the DataLoader made them (on the CPU), for a loop that moves
             them itself. Nothing to do on a CPU device.
         **dataloader_kwargs: passed to DataLoader, overriding the defaults

@@ -33,18 +33,18 @@ from paratrain.env.no_restart import END_SIGNAL
 from paratrain.env.torchelastic import LAUNCHER_PID_VAR, LINE_PREFIX_VAR, PROGRESS_TTY_VAR
 from paratrain.errors import LaunchError
 from paratrain.goodput import ledger
-from paratrain.launch import network, whole_lines, worker_site
+from paratrain.launch import console_tee, network, worker_site
 from paratrain.launch.config import DEFAULT_C10D_PORT, DEFAULT_MASTER_PORT, LaunchConfig
 from paratrain.launch.environ import scoped_environ
-from paratrain.launch.failures import ended_without_restart, script_failure, workers_recorded
-from paratrain.launch.launch_errors import exit_hint, is_rendezvous_error, lost_node, rendezvous_error, stopped_by
+from paratrain.launch.failures import (ended_without_restart, exit_hint, is_rendezvous_error, lost_node, rendezvous_error,
+                                       script_failure, stopped_by, workers_recorded)
 from paratrain.launch.legacy import local_rank_argument
 from paratrain.launch.rendezvous_wait import RendezvousWait, awaited
 from paratrain.launch.restart_notice import RestartNotice
 from paratrain.launch.torch_logs import torch_log_level
 
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
-CLEAR_LINE = whole_lines.CLEAR_LINE
+CLEAR_LINE = console_tee.CLEAR_LINE
 
 
 def torchrun_argv(
@@ -281,7 +281,7 @@ def launch(config: LaunchConfig) -> int:
         os.environ.pop("PET_STANDALONE", None)
         stack.enter_context(torch_log_level(logging.INFO if config.verbose else logging.CRITICAL))
         oom_kills_before = oom_kill_count()
-        whole_lines.install()  # --tee writes a line in parts behind separate tags otherwise
+        console_tee.install()  # --tee writes a line in parts behind separate tags otherwise
         stack.enter_context(RestartNotice(_info, lambda local_rank: _log_file(log_dir, run_id, local_rank)))
         # A worker whose error a restart would repeat asks this launcher to end the job.
         previous_end = signal.signal(END_SIGNAL, _end_requested) if _in_main_thread() else None

@@ -9,7 +9,7 @@ import torch
 
 from paratrain import comm
 from paratrain.diagnostics import watchdog
-from paratrain.loop.batches import batch_length, move_to
+from paratrain.data.batches import batch_length, move_to
 from paratrain.tasks.api import Evaluation, Task
 
 

@@ -18,7 +18,7 @@ import torch
 
 from paratrain.arguments import option
 from paratrain.errors import ConfigError, DataError, ParatrainError
-from paratrain.loop.batches import move_to
+from paratrain.data.batches import move_to
 from paratrain.strategy import strategy_class
 
 PREFLIGHT_SAMPLES = 2

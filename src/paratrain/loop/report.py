@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from paratrain.loop.result import FitResult
-from paratrain.loop.step_clock import StepClock
+from paratrain.loop.step_timing import StepClock
 from paratrain.loop.out_dir import WEIGHTS_FILE
 from paratrain.trackers.hub import wants_artifacts
 

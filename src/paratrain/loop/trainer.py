@@ -8,7 +8,7 @@ step takes, on every rank::
     batch → device → accumulate(sync on the last micro-batch) → autocast → forward
           → backward → step(mean of the micro-batches' gradients, clip) → LR schedule → log / eval / save
 
-Beside it: ``cadence.py`` (when to log, evaluate, save), ``finite_checks.py`` (NaN/inf: skip
+Beside it: ``step_timing.py`` (when to log, evaluate, save; the step's clock), ``nonfinite.py`` (NaN/inf: skip
 or stop), ``fit_preemption.py`` (SIGTERM: save, then exit 75), ``report.py`` (what it prints).
 """
 
@@ -29,14 +29,12 @@ from paratrain.diagnostics import watchdog
 from paratrain.diagnostics.desync import check_same_setup
 from paratrain.errors import ConfigError, ParatrainError
 from paratrain.goodput import ledger
-from paratrain.loop.cadence import Cadence
 from paratrain.loop.callbacks import Callback, CallbackList
 from paratrain.loop.checkpoints import LoopCheckpoints, metric_mode
 from paratrain.loop.config import FitConfig
 from paratrain.loop.evaluation import evaluate
-from paratrain.loop.finite_checks import FiniteChecks
 from paratrain.loop.fit_preemption import FitPreemption
-from paratrain.loop.nonfinite import NonFiniteGuard
+from paratrain.loop.nonfinite import FiniteChecks, NonFiniteGuard
 from paratrain.loop.preflight import check_first_dev_batch, check_options, describe_changes, resume_options
 from paratrain.loop.rank_times import RankTimes
 from paratrain.loop.out_dir import agree_on_out_dir, check_still_there, directory_identity
@@ -47,8 +45,7 @@ from paratrain.loop.result import FitResult
 from paratrain.loop.run_log import RunLog
 from paratrain.loop.schedule import stretch_to, warmup_schedule
 from paratrain.loop.state import FitState
-from paratrain.loop.step_clock import StepClock
-from paratrain.loop.window import TrainWindow
+from paratrain.loop.step_timing import Cadence, StepClock, TrainWindow
 from paratrain.tasks.api import Evaluation, Task
 
 UNBOUNDED_EPOCHS = 1_000_000  # with max_steps the step count ends the run, not the epochs
@@ -434,7 +431,7 @@ class Trainer:
     def _check_out_dir(self) -> None:
         """Every rank stops, with one line, when rank 0's output directory was deleted or moved. Collective."""
         if self.out_dir is not None:
-            from paratrain.checkpoint.agreement import on_all_ranks
+            from paratrain.checkpoint.all_or_none import on_all_ranks
 
             try:
                 on_all_ranks("the run directory is gone", lambda: check_still_there(self.out_dir, self._out_identity,

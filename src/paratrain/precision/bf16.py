@@ -13,7 +13,9 @@ from paratrain.precision.api import Precision, check_autocast
 
 @register_precision
 class BF16MixedPrecision(Precision):
-    """Raises:
+    """bf16 mixed precision: the forward under bfloat16 autocast, fp32 weights and optimizer; no loss scaling.
+
+    Raises:
     ConfigError: the device cannot autocast to bfloat16 (e.g. a pre-Ampere GPU).
     """
 

@@ -19,7 +19,10 @@ from paratrain.precision.api import Precision, check_autocast
 
 @register_precision
 class FP16MixedPrecision(Precision):
-    """Raises:
+    """fp16 mixed precision: the forward under float16 autocast, the loss scaled by a ``GradScaler``
+    (unscaled before clipping; a step with inf/NaN gradients skipped and the scale lowered).
+
+    Raises:
     ConfigError: this torch cannot autocast to float16 on the device.
     """
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from paratrain.data.to_device import tensor_devices
+from paratrain.data.batches import tensor_devices
 from paratrain.errors import ConfigError
 
 

@@ -1,7 +1,7 @@
 """One progress bar for the whole job (rank 0's), and epoch numbering that knows about resume.
 
-Every rank printing its own tqdm bar makes N interleaved bars (the BERT multi-GPU
-comparison's scripts print per-rank lines); here rank 0 draws the only bar and the other ranks get a silent
+Every rank printing its own tqdm bar makes N interleaved bars (and per-rank progress lines, N copies
+of each); here rank 0 draws the only bar and the other ranks get a silent
 stand-in with the same methods, so the loop calls the same code everywhere.
 """
 

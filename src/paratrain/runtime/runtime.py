@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
+import inspect
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from paratrain.env.cpu_binding import bind_compute_threads, free_communication_t
 from paratrain.runtime.input_device import refuse_inputs_elsewhere
 from paratrain.runtime.launcher_death import die_with_launcher
 from paratrain.runtime import progress as rank0_progress
-from paratrain.runtime.open_watches import OpenWatches
+from paratrain.runtime.watches import RuntimeWatches
 from paratrain.runtime.process_group import destroy_process_group, init_process_group
 from paratrain.runtime import topology
 from paratrain.runtime.tf32 import set_tf32
@@ -38,10 +39,6 @@ from paratrain.strategy.api import StepResult
 if TYPE_CHECKING:
     from paratrain.precision import Precision
     from paratrain.strategy import Strategy
-
-RUNTIME_ARGUMENTS = ("strategy", "precision", "seed", "backend", "timeout", "sync_batchnorm", "compile", "tf32",
-                     "stall_timeout")
-
 
 class Runtime:
     """Process, device, strategy and precision for one worker.
@@ -135,7 +132,7 @@ class Runtime:
         self.topology, self.process = topology.settle(self.process)
         self.strategy = build_strategy(self.resolved, self.process, self.precision)
         # Its own hang watchdog (names the rank the others wait for), and loaders every rank reads whole.
-        self._watches = OpenWatches(stall_s, self.rank, self.world_size)
+        self._watches = RuntimeWatches(stall_s, self.rank, self.world_size)
         self._trained = TrainedBatches()  # what rt.step trained, told to the training loaders
         # Now that gloo's and the watchdog's threads exist (they keep every core): this thread, and
         # the OpenMP pool it starts, on the CPUs the launcher gave this rank (env/cpu_binding.py).
@@ -494,3 +491,7 @@ class Runtime:
         return (f"Runtime(rank={self.rank}/{self.world_size}, device={self.device}, backend={self.backend}, "
                 f"strategy={self.strategy.name}, precision={self.precision.name})")
 
+
+#: The keywords of ``pt.Runtime(...)`` itself (every other keyword is a strategy option).
+RUNTIME_ARGUMENTS = tuple(name for name, parameter in inspect.signature(Runtime.__init__).parameters.items()
+                          if name != "self" and parameter.kind is not parameter.VAR_KEYWORD)

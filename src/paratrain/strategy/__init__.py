@@ -154,7 +154,9 @@ def create_strategy(strategy: str | Strategy, process: ProcessInfo, device: torc
 
 
 def check_strategy_name(name: str) -> None:
-    """Raises:
+    """Accept ``name`` when it is ``auto`` or a registered strategy.
+
+    Raises:
     ConfigError: ``name`` is neither ``auto`` nor a registered strategy (lists them).
     """
     if name != "auto" and name not in STRATEGIES:

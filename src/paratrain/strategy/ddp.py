@@ -75,7 +75,9 @@ class DDPStrategy(Strategy):
             "measured at start; one node keeps none)", metavar="KIND")
 
         def __post_init__(self) -> None:
-            """Raises:
+            """Check each value against its annotation, and ``grad_compression``'s form.
+
+            Raises:
             ConfigError: a value of the wrong type; a ``grad_compression`` that is not one of its forms.
             """
             super().__post_init__()

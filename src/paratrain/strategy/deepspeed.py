@@ -54,7 +54,10 @@ class DeepSpeedStrategy(Strategy):
         config: Mapping[str, Any] | None = None
 
         def __post_init__(self) -> None:
-            """Raises:
+            """Check each value against its annotation, the ZeRO stage, and that ``config`` leaves
+            accumulation to the loop.
+
+            Raises:
             ConfigError: a value of the wrong type; a bad ZeRO stage; accumulation set in ``config``.
             """
             super().__post_init__()
@@ -80,7 +83,9 @@ class DeepSpeedStrategy(Strategy):
 
     @classmethod
     def check(cls, world_size, options, sync_batchnorm=False, compile=False) -> None:
-        """Raises:
+        """Whether this job can run DeepSpeed: installed, without sync-BN or compile (no process group needed).
+
+        Raises:
         MissingDependencyError: deepspeed is not installed (found without importing it).
         ConfigError: ``sync_batchnorm``/``compile``.
         """

@@ -22,7 +22,9 @@ class DataParallelStrategy(Strategy):
 
     @classmethod
     def check(cls, world_size, options, sync_batchnorm=False, compile=False) -> None:
-        """Raises:
+        """Whether this job can run DataParallel: one process (no process group needed).
+
+        Raises:
         ConfigError: more than one process (DataParallel already uses every GPU from one).
         """
         if world_size > 1:

@@ -63,7 +63,9 @@ class FSDPStrategy(Strategy):
                                                    "memory, one more all-gather in the backward)")
 
         def __post_init__(self) -> None:
-            """Raises:
+            """Check each value against its annotation, and that ``min_params`` is positive.
+
+            Raises:
             ConfigError: a value of the wrong type; a ``min_params`` below 1.
             """
             super().__post_init__()
@@ -72,7 +74,9 @@ class FSDPStrategy(Strategy):
 
     @classmethod
     def check(cls, world_size, options, sync_batchnorm=False, compile=False) -> None:
-        """Raises:
+        """Whether this job can shard the model: two processes or more (no process group needed).
+
+        Raises:
         ConfigError: one process (there is nothing to shard over).
         """
         if world_size < 2:

@@ -41,7 +41,9 @@ class HSDPStrategy(FSDPStrategy):
             None, "processes that share one replica's shards (default: processes per node)", metavar="N")
 
         def __post_init__(self) -> None:
-            """Raises:
+            """Check each value against its annotation, and that ``replicate`` and ``shard`` are positive.
+
+            Raises:
             ConfigError: a value of the wrong type; a ``replicate`` or ``shard`` below 1.
             """
             super().__post_init__()
@@ -52,7 +54,10 @@ class HSDPStrategy(FSDPStrategy):
 
     @classmethod
     def check(cls, world_size, options, sync_batchnorm=False, compile=False) -> None:
-        """Raises:
+        """Whether this job can run the 2-D mesh: two processes or more, ``replicate`` × ``shard`` fitting the
+        world size (no process group needed).
+
+        Raises:
         ConfigError: one process; a ``replicate`` × ``shard`` that is not the world size.
         """
         super().check(world_size, options, sync_batchnorm, compile)

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from paratrain.bench.workload import Workload
-from paratrain.loop.batches import move_to
+from paratrain.data.batches import move_to
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ import torch
 
 import paratrain as pt
 from paratrain.bench.workload import Workload
-from paratrain.loop.batches import move_to
+from paratrain.data.batches import move_to
 
 
 def train(spec_file: str) -> None:

@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from paratrain.bench.workload import Workload
-from paratrain.loop.batches import move_to
+from paratrain.data.batches import move_to
 
 
 def main() -> None:

@@ -6,14 +6,14 @@ import io
 import threading
 import time
 
-from paratrain.launch import whole_lines
+from paratrain.launch import console_tee
 
 
 def test_a_line_written_in_parts_is_copied_once_whole_and_a_lasting_partial_one_after_the_hold(tmp_path):
     log = tmp_path / "rank0.log"
     log.write_text("")
     console, finished = io.StringIO(), threading.Event()
-    tail = threading.Thread(target=whole_lines.tail_whole_lines, args=("[rank0]:", str(log), console, finished, 0.01))
+    tail = threading.Thread(target=console_tee.tail_whole_lines, args=("[rank0]:", str(log), console, finished, 0.01))
     tail.start()
     with open(log, "a") as out:
         for part in ("first", " part-b", "\n"):
@@ -22,7 +22,7 @@ def test_a_line_written_in_parts_is_copied_once_whole_and_a_lasting_partial_one_
             time.sleep(0.1)  # the tail reads the file between the parts, as on a loaded machine
         out.write("no newline yet")
         out.flush()
-        time.sleep(whole_lines.HOLD_S + 0.3)
+        time.sleep(console_tee.HOLD_S + 0.3)
         out.write("last")
         out.flush()
     finished.set()
@@ -32,7 +32,7 @@ def test_a_line_written_in_parts_is_copied_once_whole_and_a_lasting_partial_one_
 
 def test_a_line_that_carries_the_rank_tag_already_gets_it_once():
     # torch's excepthook writes "[rank0]: Traceback"; the launcher's tag is not repeated.
-    assert whole_lines.without_tag("[rank0]: Traceback (most recent call last):\n", "[rank0]:") == \
+    assert console_tee.without_tag("[rank0]: Traceback (most recent call last):\n", "[rank0]:") == \
         "Traceback (most recent call last):\n"
-    assert whole_lines.without_tag("[rank1]: x\n", "[rank0]:") == "[rank1]: x\n"  # another rank's tag is text
-    assert whole_lines.without_tag("plain\n", "[rank0]:") == "plain\n"
+    assert console_tee.without_tag("[rank1]: x\n", "[rank0]:") == "[rank1]: x\n"  # another rank's tag is text
+    assert console_tee.without_tag("plain\n", "[rank0]:") == "plain\n"

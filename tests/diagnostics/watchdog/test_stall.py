@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from paratrain.diagnostics.stall import Beat, stall_message, stalled_ranks, subset_collective
+from paratrain.diagnostics.watchdog.stall import Beat, stall_message, stalled_ranks, subset_collective
 from paratrain.diagnostics.watchdog import Watchdog
 from paratrain.errors import ConfigError
 

@@ -9,7 +9,7 @@ import subprocess
 from tests.launch.processes import HANG_GUARD_S
 from tests.support import ROOT, paratrain_cmd
 
-SCRIPT = str(ROOT / "tests" / "diagnostics" / "stall_scripts.py")
+SCRIPT = str(ROOT / "tests" / "diagnostics" / "watchdog" / "stall_scripts.py")
 
 
 def last_line(*args: str, env) -> tuple[int, str]:

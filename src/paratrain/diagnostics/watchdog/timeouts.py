@@ -1,8 +1,8 @@
-"""How long the hang watchdog waits: a Runtime's stall timeout, the process-group timeout that leaves
-the watchdog room to act first, and how often the watchdog publishes.
+"""How long the hang watchdog waits: the default stall timeout, a Runtime's, the process-group timeout
+that leaves the watchdog room to act first, and how often the watchdog publishes.
 
 Pure decisions from numbers and environment variables; nothing here starts a thread or talks
-to the store (:mod:`paratrain.diagnostics.watchdog` does).
+to the store (:mod:`paratrain.diagnostics.watchdog.thread` does).
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ import math
 import os
 from typing import Any
 
+from paratrain.env import variables
 from paratrain.errors import ConfigError
 
+DEFAULT_STALL_TIMEOUT_S = variables.seconds_or_default("PARATRAIN_STALL_TIMEOUT", 300.0)  # NCCL's: 600–1800 s
 STACK_WAIT_S = 5.0  # how long the reporters wait for the stalled rank's frames
 
 

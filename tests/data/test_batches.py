@@ -10,7 +10,7 @@ import dataclasses
 import torch
 
 from paratrain.data import RankPlace, make_loader
-from paratrain.data.to_device import move_to
+from paratrain.data.batches import move_to
 
 META = RankPlace(rank=0, world_size=1, seed=0, device=torch.device("meta"))
 Pair = collections.namedtuple("Pair", "inputs label")

@@ -12,7 +12,7 @@ from paratrain.data import unsharded
 from paratrain.diagnostics.watchdog import Watchdog
 
 
-class OpenWatches:
+class RuntimeWatches:
     """Args:
     stall_s: seconds a rank may wait inside one collective before the job ends naming the
         ranks outside it; 0: no watchdog.

@@ -1,9 +1,47 @@
-"""When the fit loop logs, evaluates and saves: decisions from step numbers alone (no processes)."""
+"""A step's timing: the fit loop's clock (on CUDA every read waits for the GPU first; faked device calls),
+and when the loop logs, evaluates and saves (decisions from step numbers alone, no processes)."""
 
 from __future__ import annotations
 
-from paratrain.loop.cadence import Cadence
+from types import SimpleNamespace
+
+import pytest
+import torch
+
 from paratrain.loop.config import FitConfig
+from paratrain.loop.step_timing import Cadence, TrainWindow
+
+
+@pytest.fixture
+def events(monkeypatch):
+    """What happened, in order: ``"sync"`` (torch.cuda.synchronize) and ``"read"`` (the clock)."""
+    seen: list[str] = []
+    ticks = iter(range(1000))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: seen.append("sync"))
+    monkeypatch.setattr("paratrain.loop.step_timing.time",
+                        SimpleNamespace(perf_counter=lambda: seen.append("read") or float(next(ticks))))
+    return seen
+
+
+def use_a_window(window: TrainWindow) -> None:
+    window.add(torch.tensor(2.0), samples=8)
+    window.pause(lambda: None)  # evaluation, logging
+    assert window.train_seconds > 0
+    loss, samples_per_second = window.take()
+    assert float(loss) == 2.0 and samples_per_second > 0
+
+
+def test_on_cuda_every_clock_read_comes_after_the_gpu_finished(events):
+    # Kernels run asynchronously: without the wait, samples/s and the step time that the
+    # communication report compares with the link count steps the GPU has not done yet.
+    use_a_window(TrainWindow(torch.device("cuda", 0)))
+    reads = [i for i, event in enumerate(events) if event == "read"]
+    assert len(reads) == 5 and all(events[i - 1] == "sync" for i in reads)
+
+
+def test_on_cpu_the_clock_is_read_without_synchronising(events):
+    use_a_window(TrainWindow(torch.device("cpu")))
+    assert events == ["read"] * 5
 
 
 def test_evaluations_come_every_eval_every_steps_at_epoch_ends_when_asked_and_at_the_last_step():

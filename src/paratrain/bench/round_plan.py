@@ -38,7 +38,11 @@ def steps_for_min_time(steps: int, warmup_steps: int, window_s: float, min_time_
 
 
 def check_rounds(repeats: int, min_time_s: float) -> None:
-    """Raises ConfigError: ``--repeats`` below 1 or ``--min-time`` negative."""
+    """Check the bench's ``--repeats`` and ``--min-time``.
+
+    Raises:
+        ConfigError: ``--repeats`` below 1 or ``--min-time`` negative.
+    """
     if repeats < 1:
         raise ConfigError(f"--repeats must be at least 1 (1 for a quick look, 3 or more to see the noise), got {repeats}")
     if not min_time_s >= 0:

@@ -1,4 +1,5 @@
-"""Batches of any shape onto the device: tensors in dicts, lists, tuples, namedtuples and dataclasses.
+"""Batches of any shape — tensors in dicts, lists, tuples, namedtuples and dataclasses: moved onto the
+device (:func:`move_to`), their samples counted (:func:`batch_length`).
 
 ``rt.loader`` hands out batches already on ``rt.device`` (Accelerate's and Fabric's loaders do the
 same), so a script written for one CPU runs on a GPU unchanged. The containers are walked by
@@ -44,3 +45,14 @@ def _move_leaf(leaf: Any, device: torch.device) -> Any:
 def tensor_devices(inputs: Any) -> set[torch.device]:
     """The devices of the tensors in ``inputs`` (walked as :func:`move_to` walks a batch)."""
     return {leaf.device for leaf in pytree.tree_leaves(inputs) if isinstance(leaf, torch.Tensor)}
+
+
+def batch_length(batch: Any) -> int:
+    """Samples in a batch: the first dimension of its first tensor."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    values = batch.values() if isinstance(batch, dict) else batch
+    for value in values:
+        if isinstance(value, (torch.Tensor, dict, list, tuple)):
+            return batch_length(value)
+    return 1

@@ -1,4 +1,4 @@
-"""Workers' output on the launcher's console one whole line at a time.
+"""The launcher's console copy of workers' output (``--tee``), one whole line at a time.
 
 torch elastic's ``--tee`` copies each worker's log file to the console with
 ``tail_logfile``, which writes whatever ``readline`` returns behind the rank's tag —

@@ -1,7 +1,7 @@
 """The hang watchdog's board in the job's store: every rank's progress record, and the frames a
 stalled rank shares.
 
-Each rank writes its :class:`~paratrain.diagnostics.stall.Beat` under its own key and reads
+Each rank writes its :class:`~paratrain.diagnostics.watchdog.stall.Beat` under its own key and reads
 everyone's, through its own client connection to the job's TCPStore (torchrun's, or rank 0's
 under SLURM/MPI) — never the main thread's, which may be blocked inside a collective or a
 store call. Keys live under the run id and restart count, so a restarted job never reads the
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
-from paratrain.diagnostics.stall import Beat
+from paratrain.diagnostics.watchdog.stall import Beat
 
 
 def job_store(timeout_s: float) -> Any:

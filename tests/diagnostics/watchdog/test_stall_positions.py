@@ -10,7 +10,7 @@ import pytest
 import paratrain as pt
 from paratrain.diagnostics.watchdog import group_timeout_with_watchdog, runtime_stall_timeout
 from paratrain.errors import ConfigError
-from tests.diagnostics.stall_positions import train
+from tests.diagnostics.watchdog.stall_positions import train
 
 STALL_TIMEOUT_S = 6.0  # small, yet above the lag between ranks' starts on a busy 2-core machine
 # Where each position stops: the stalled rank's own innermost frame.

@@ -1,36 +1,8 @@
-"""The hang watchdog: progress out of band through the job's store, a named stall, a clean exit.
+"""The watchdog every rank runs: a thread that publishes this rank's progress, reads everyone's,
+and ends the job naming the stalled rank (the package's docstring tells the whole story).
 
-gloo never says which rank is late: when one rank stalls, the *waiting* ranks time out
-(after the process-group timeout, minutes) and the launcher blames one of them. NCCL's
-own watchdog fires after 10–30 minutes. Here every rank runs a small thread that
-
-* publishes its progress (steps completed, phase, seconds without progress) under its
-  own key in the job's TCPStore, through its own connection (the main thread may be
-  blocked inside a collective or a store call; :mod:`~paratrain.diagnostics.progress_board`);
-* reads every rank's progress; when some rank made no progress for ``stall_timeout``
-  seconds, finds the rank(s) *behind* (:mod:`paratrain.diagnostics.stall`), writes all of
-  its threads' stacks to its log (faulthandler), shares its main thread's top frames
-  through the store, and ends its process with one message naming the stalled rank,
-  host, step, phase and frames (also in torch elastic's error file, so ``paratrain run``
-  quotes it) and exit code :data:`STALL_EXIT_CODE`.
-
-All ranks see the same records, so all of them stop within a few polls of each other;
-none waits for gloo's timeout. If C code holds the GIL forever the thread cannot run:
-faulthandler's own timer, re-armed at every progress, dumps the stacks and exits instead.
-
-Under ``paratrain run`` and ``pt.spawn`` every multi-process :class:`~paratrain.Runtime`
-starts one itself (:mod:`~paratrain.diagnostics.stall_timeouts` says with which timeout):
-``rt.loader`` batches, ``rt.backward`` and ``rt.step`` mark progress, and it ends the job
-only when some rank has waited inside a collective for the stall timeout (by default the
-process group's timeout, which is then given a short margin so that gloo's own timeout
-never fires first and blames the waiting rank). ``Runtime(stall_timeout=0)`` / ``paratrain run --stall-timeout 0`` turn it off;
-``with rt.busy("evaluation"):`` declares a long phase on some ranks that the others
-wait for. An explicit watchdog (``pt.fit``'s, or an own loop's) takes over while it runs::
-
-    with rt.watchdog(stall_timeout=120) as watchdog:
-        for step, batch in enumerate(loader):
-            watchdog.progress(step, "data")     # optional: rt.backward / rt.step mark their phases
-            ...
+:class:`Watchdog` is the thread; :class:`NoWatchdog` its calls with nothing behind them;
+:func:`mark` and :func:`busy` are what the loop, the loaders and the Runtime call on it.
 """
 
 from __future__ import annotations
@@ -45,17 +17,12 @@ import threading
 import time
 from typing import Any
 
-from paratrain.env import variables
 from paratrain.diagnostics import stacks, step_phases
-from paratrain.diagnostics.progress_board import ProgressBoard, job_store
-from paratrain.diagnostics.stall import Beat, stall_message, stalled_ranks
-from paratrain.diagnostics.stall_timeouts import STACK_WAIT_S, poll_interval
-# Also importable from here: the Runtime asks this module for its watchdog, the stand-in and the timeouts.
-from paratrain.diagnostics.no_watchdog import NoWatchdog  # noqa: F401
-from paratrain.diagnostics.stall_timeouts import group_timeout_with_watchdog, runtime_stall_timeout  # noqa: F401
+from paratrain.diagnostics.watchdog.board import ProgressBoard, job_store
+from paratrain.diagnostics.watchdog.timeouts import DEFAULT_STALL_TIMEOUT_S, STACK_WAIT_S, poll_interval
+from paratrain.diagnostics.watchdog.stall import Beat, process_state, stall_message, stalled_ranks
 from paratrain.errors import ConfigError
 
-DEFAULT_STALL_TIMEOUT_S = variables.seconds_or_default("PARATRAIN_STALL_TIMEOUT", 300.0)  # NCCL's: 600–1800 s
 FINISHED = "finished"  # the phase a rank publishes when its watchdog stops normally
 STALL_EXIT_CODE = 124  # as GNU timeout: "it timed out"
 _HARD_EXIT_GRACE_S = 30.0  # faulthandler's last resort fires this long after the stall timeout
@@ -363,12 +330,32 @@ def _continue_stopped(beats: list[Beat], stalled: list[int], host: str) -> None:
     torch's agent would wait its 30 s grace before SIGKILL, and the job would end ~30 s after the verdict."""
     import signal
 
-    from paratrain.diagnostics.stall import process_state
-
     for beat in beats:
         if beat.rank in stalled and beat.host == host and process_state(beat.pid) == "stopped":
             with contextlib.suppress(OSError):
                 os.kill(beat.pid, signal.SIGCONT)
+
+
+class NoWatchdog:
+    """What ``rt.watchdog()`` gives when the job's stall timeout is 0 (``paratrain run
+    --stall-timeout 0``): the calls of :class:`Watchdog`, and no thread, store or timer."""
+
+    report: str | None = None
+
+    def progress(self, step: int | None = None, phase: str | None = None) -> None:
+        pass
+
+    def start(self) -> NoWatchdog:
+        return self
+
+    def stop(self) -> None:
+        pass
+
+    def __enter__(self) -> NoWatchdog:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
 
 
 class LoaderProgress:
@@ -385,7 +372,6 @@ class LoaderProgress:
         pass
 
 
-# ---- the Runtime's own watchdog: its timeouts are in stall_timeouts.py ------------------------
 def busy(name: str, limit_s: float, longest_s: float = math.inf):
     """Context: this rank is in a long phase that the other ranks wait for (``rt.busy``).
 

@@ -1,4 +1,4 @@
-"""``paratrain doctor``: what this machine and its network look like to a distributed job.
+"""``paratrain doctor``'s checks: what this machine and its network look like to a distributed job.
 
 Each check returns :class:`Finding` objects: ``ok``, ``info`` (facts worth seeing),
 ``warning`` (works, but slower or fragile) or ``problem`` (a job would fail or hang;
