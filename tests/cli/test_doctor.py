@@ -26,7 +26,7 @@ def test_doctor_reports_ok_and_a_measured_all_reduce():
 
 
 def test_doctor_plans_hsdp_meshes_and_refuses_one_that_cannot_be_built_in_one_line(capsys):
-    from paratrain.cli.doctor import hsdp_mesh
+    from paratrain.cli.doctor_checks import hsdp_mesh
     from paratrain.cli.main import main
 
     assert main(["doctor", "--nproc-per-node", "4", "--replicate", "3"]) == 2

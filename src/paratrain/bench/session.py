@@ -22,17 +22,9 @@ from paratrain.bench.methods import Method
 from paratrain.bench.parity import (PARITY_STEPS, TOLERANCE, departure, differs, drift_envelope, first_departure, judged,
                                     loss_parity)
 from paratrain.bench.record import FINAL_WEIGHTS, save_weights
-<<<<<<< HEAD
-from paratrain.bench.report_json import render_json
-from paratrain.bench.report_md import render_markdown, table_lines
-from paratrain.bench.report_png import render_png
-from paratrain.bench.results import FAILED, MEASURED, NOT_INSTALLED, NOT_RUN, TIMED_OUT, BenchResult, Row, Run
-from paratrain.bench.rounds import check_rounds, round_order, steps_for_min_time
-=======
 from paratrain.bench.reports import render_json, render_markdown, render_png, table_lines
-from paratrain.bench.results import FAILED, MEASURED, NOT_INSTALLED, TIMED_OUT, BenchResult, Row, Run
+from paratrain.bench.results import FAILED, MEASURED, NOT_INSTALLED, NOT_RUN, TIMED_OUT, BenchResult, Row, Run
 from paratrain.bench.round_plan import check_rounds, round_order, steps_for_min_time
->>>>>>> house2
 from paratrain.bench.runner import ProgressLine, run_tree
 from paratrain.bench.spec import BenchSpec
 from paratrain.bench.settings import (BenchSettings, check_datasets, check_nproc, check_out_dir, method_env,

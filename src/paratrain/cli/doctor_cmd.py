@@ -63,7 +63,7 @@ def handler(args: argparse.Namespace) -> int:
 
     nproc = parse_nproc(args.nproc_per_node or "1")
     _, max_nodes = parse_nnodes(args.nnodes or "1")
-    doctor.check_hsdp_shape(nproc * max_nodes, args.replicate, args.shard)  # one line, before anything starts
+    doctor_checks.check_hsdp_shape(nproc * max_nodes, args.replicate, args.shard)  # one line, before anything starts
     config = None
     if nproc > 1 or max_nodes > 1:
         config = _probe_config(args)
@@ -76,18 +76,13 @@ def handler(args: argparse.Namespace) -> int:
         findings += gpu_self_test()  # nothing without a CUDA GPU
     findings += doctor_checks.network(args.master_addr, config.master_port if config else None, node_rank)
     probe = None
-<<<<<<< HEAD
-    if config is not None and not doctor.has_problem(findings):
-        probe, finding = _run_probe(config, args.replicate, args.shard)
-=======
     if config is not None and not doctor_checks.has_problem(findings):
-        probe, finding = _run_probe(config)
->>>>>>> house2
+        probe, finding = _run_probe(config, args.replicate, args.shard)
         findings.append(finding)
     if probe and "hsdp_mesh" in probe:  # the job as every rank saw it (nodes may run different numbers)
-        findings.append(doctor.Finding(**probe["hsdp_mesh"]))
+        findings.append(doctor_checks.Finding(**probe["hsdp_mesh"]))
     else:
-        findings.append(doctor.hsdp_mesh(nproc * max_nodes, max_nodes, nproc, args.replicate, args.shard,
+        findings.append(doctor_checks.hsdp_mesh(nproc * max_nodes, max_nodes, nproc, args.replicate, args.shard,
                                           " (from the flags)"))
     if args.json:
         print(json.dumps({"findings": [f.to_dict() for f in findings], "probe": probe,

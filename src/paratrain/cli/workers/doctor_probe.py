@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     from paratrain.env.machine import machine_key, machine_label
     from paratrain.runtime.runtime import Runtime
 
-    from paratrain.cli.doctor import hsdp_mesh
+    from paratrain.cli.doctor_checks import hsdp_mesh
 
     result_path, *shape = argv or sys.argv[1:]
     replicate, shard = (int(value) or None for value in (shape or ["0", "0"]))
