@@ -116,6 +116,11 @@ class NonFiniteGuard:
         reduced = comm.all_reduce(record, op="min").tolist()
         return Verdict(*[None if value >= NEVER else int(value) for value in reduced])
 
+    def locally_finite(self, parameters: Iterable[torch.Tensor]) -> bool:
+        """This rank's record and weights show nothing non-finite (what :meth:`agree` reduces). Not collective."""
+        return (_seen(self._loss_first) >= NEVER and _seen(self._norm_first) >= NEVER
+                and bool(local_weights_finite(parameters)))
+
     def should_skip(self, losses: list[torch.Tensor], optimizer: torch.optim.Optimizer) -> bool:
         """Skip policy, before the optimizer step: True on every rank when any rank's loss or
         local gradients are not finite. Collective (one all-reduce per step).
