@@ -20,6 +20,7 @@ ledger, flushes included), in microseconds, against the median digits and text-c
 
     python benchmarks/goodput.py --part overhead
     python benchmarks/goodput.py --part cost --rounds 2
+    python benchmarks/goodput.py --part cost --steps 100 --rounds 1 --modes none,background --baseline-src /tmp/base/src
     python benchmarks/goodput.py --part soak --mtbf 60 --soak-steps 12000 --seed 1
 """
 
@@ -43,9 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 
 
-def _env() -> dict[str, str]:
+def _env(src: Path = SRC) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PARATRAIN_", "TORCHELASTIC_", "PET_"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["OMP_NUM_THREADS"] = "1"
     return env
 
@@ -62,14 +63,14 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 # ---- part 1: what a save costs ---------------------------------------------------------------------
-def cost_run(task: str, steps: int, mode: str, workdir: Path) -> dict:
+def cost_run(task: str, steps: int, mode: str, workdir: Path, src: Path = SRC) -> dict:
     out = workdir / f"{task}-{mode}-{time.monotonic_ns()}"
     flags = {"none": [], "foreground": ["--save-every", "10", "--no-background-save"],
              "background": ["--save-every", "10"]}[mode]
     command = [sys.executable, "-m", "paratrain", "train", task, "--nproc-per-node", "2", "--max-steps", str(steps),
                "--no-eval-per-epoch", "--log-every", str(steps), "--keep-last", "2", "--no-tensorboard",
                "--no-progress", "--out", str(out), *flags]
-    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(command, env=_env(src), capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     records = _records(out)
@@ -87,28 +88,37 @@ def cost_run(task: str, steps: int, mode: str, workdir: Path) -> dict:
 
 
 def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
-    runs: dict[str, list[dict]] = {"none": [], "foreground": [], "background": []}
+    """Each mode with this tree's code and, with ``--baseline-src``, with another's, run after run (so
+    both see the same load); each save's blocking over its own run's step time."""
+    trees = [("", SRC)] + ([(" (baseline)", Path(args.baseline_src).resolve())] if args.baseline_src else [])
+    runs: dict[tuple[str, str], list[dict]] = {}
     for round_ in range(args.rounds):
-        order = [mode for mode in ("none", "foreground", "background") if mode in args.modes]
+        order = [(mode, tree) for mode in ("none", "foreground", "background") if mode in args.modes for tree in trees]
         if round_ % 2:
             order.reverse()
-        for mode in order:
-            runs[mode].append(cost_run(args.task, args.steps, mode, workdir))
-            print(f"  round {round_ + 1} {mode}: {runs[mode][-1]['loop_s'] * 1000:.1f} ms/step", flush=True)
-    plain = runs["none"] or [r for m in runs.values() for r in m]
-    step_s = statistics.median(r["step_s"] for r in plain)
-    base = statistics.median(r["loop_s"] for r in plain)
+        for mode, (label, src) in order:
+            run = cost_run(args.task, args.steps, mode, workdir, src)
+            runs.setdefault((mode, label), []).append(run)
+            print(f"  round {round_ + 1} {mode}{label}: {run['loop_s'] * 1000:.1f} ms/step, step {run['step_s'] * 1000:.1f} ms, "
+                  f"blocking {', '.join(f'{s * 1000:.0f}' for s in run['saves'])} ms", flush=True)
     lines = [f"## what a save costs: {args.task}, 2 processes, {args.steps} steps, saves every 10 steps, "
-             f"{args.rounds} round(s)", "",
-             f"median step without saves: {step_s * 1000:.1f} ms", "",
-             "| saves | blocking p50 | blocking p99 | p99 / step | save blocking / loop time | s per step vs no saves |",
-             "|---|---|---|---|---|---|"]
-    for mode in [m for m in ("foreground", "background") if runs[m]]:
-        blocks = [s for r in runs[mode] for s in r["saves"]]
-        loop = statistics.median(r["loop_s"] for r in runs[mode])
-        lines.append(f"| {mode} | {_percentile(blocks, 0.5) * 1000:.1f} ms | {_percentile(blocks, 0.99) * 1000:.1f} ms "
-                     f"| {_percentile(blocks, 0.99) / step_s:.1%} | {statistics.median(r['share'] for r in runs[mode]):.1%} "
-                     f"| {loop / base - 1:+.1%} |")
+             f"{args.rounds} round(s); load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end", "",
+             "| code | saves | step (same runs) | blocking p50 | blocking p99 | p50 / step | p99 / step | save blocking / loop time "
+             "| s per step vs no saves |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for label, _ in trees:
+        plain = runs.get(("none", label)) or [r for (m, l), rs in runs.items() if l == label for r in rs]
+        base = statistics.median(r["loop_s"] for r in plain)
+        for mode in [m for m in ("none", "foreground", "background") if (m, label) in runs]:
+            done = runs[(mode, label)]
+            step_s = statistics.median(r["step_s"] for r in done)
+            ratios = [s / r["step_s"] for r in done for s in r["saves"]]
+            blocks = [s for r in done for s in r["saves"]]
+            loop = statistics.median(r["loop_s"] for r in done)
+            cells = (f"{_percentile(blocks, 0.5) * 1000:.1f} ms | {_percentile(blocks, 0.99) * 1000:.1f} ms | "
+                     f"{_percentile(ratios, 0.5):.1%} | {_percentile(ratios, 0.99):.1%}") if blocks else "— | — | — | —"
+            lines.append(f"| {label.strip(' ()') or 'this tree'} | {mode} | {step_s * 1000:.0f} ms | {cells} | "
+                         f"{statistics.median(r['share'] for r in done):.1%} | {loop / base - 1:+.1%} |")
     return lines
 
 
@@ -256,6 +266,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--modes", default="none,foreground,background", help="--part cost: which runs (comma-separated)")
+    parser.add_argument("--baseline-src", default=None, help="--part cost: also run each mode with the paratrain of this "
+                        "src folder (e.g. an earlier commit's, from git archive), interleaved with this tree's")
     parser.add_argument("--mtbf", type=float, default=60.0)
     parser.add_argument("--soak-steps", type=int, default=12000)
     parser.add_argument("--fixed", type=int, default=360, help="the fixed interval of the first two configurations "

@@ -138,7 +138,9 @@ def _match_keys(reference: dict[str, Any], live: dict[str, Any]) -> dict[str, st
 def _optimizer_by_name(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any] | None:
     """``optimizer``'s state keyed by parameter name as torch's ``get_optimizer_state_dict`` gives it for
     an unsharded model; ``None`` when a parameter it trains is not one of ``module``'s."""
-    names = {id(parameter): name for name, parameter in module.named_parameters(remove_duplicate=False)}
+    names: dict[int, str] = {}
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        names.setdefault(id(parameter), name)  # a tied parameter goes by its first name, as in torch's answer
     state: dict[str, Any] = {}
     groups = []
     for group in optimizer.param_groups:
