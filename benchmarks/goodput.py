@@ -122,6 +122,134 @@ def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
     return lines
 
 
+# ---- where a restart's start-up goes ---------------------------------------------------------------
+STARTUP_PARTS = ("rendezvous (pt.Runtime)", "data (task.datasets)", "model + optimizer", "wrap (rt.setup)",
+                 "checkpoint load (resume)")  # the worker's spans, in the order it runs them
+
+
+def startup_worker(argv: list[str]) -> int:
+    """A ``paratrain train`` worker that notes when each part of its start-up ended (``--startup-worker
+    FILE TRAIN-ARGS``): run by ``paratrain run`` in place of ``python -m paratrain.cli.workers.train``."""
+    started = time.time()
+    out, argv = argv[0], argv[1:]
+    marks: dict[str, float] = {"process": psutil.Process().create_time(), "script": started,
+                               "launch": float(os.environ.get("PARATRAIN_LAUNCH_TIME", "nan"))}
+    import torch  # noqa: F401
+
+    marks["torch imported"] = time.time()
+    from paratrain.cli.workers import train as worker
+    from paratrain.loop import checkpoints, trainer
+    from paratrain.goodput import ledger
+    from paratrain.runtime import runtime
+
+    marks["paratrain imported"] = time.time()
+    spans: dict[str, list[float]] = {}
+
+    def timed(owner, name, label):
+        original = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            begin = time.time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spans.setdefault(label, [begin, time.time()])
+
+        setattr(owner, name, wrapper)
+
+    timed(runtime.Runtime, "__init__", "rendezvous (pt.Runtime)")
+    timed(runtime.Runtime, "setup", "wrap (rt.setup)")
+    timed(checkpoints.LoopCheckpoints, "resume", "checkpoint load (resume)")
+    original_fit = trainer.Trainer._fit
+
+    def fit(self):
+        task = self.task
+        for name, label in (("datasets", "data (task.datasets)"), ("build_model", "model + optimizer"),
+                            ("build_optimizer", "model + optimizer")):
+            method = getattr(task, name)
+
+            def wrapper(*args, _method=method, _label=label, **kwargs):
+                begin = time.time()
+                try:
+                    return _method(*args, **kwargs)
+                finally:
+                    span = spans.setdefault(_label, [begin, time.time()])
+                    span[1] = time.time()
+
+            setattr(task, name, wrapper)
+        return original_fit(self)
+
+    trainer.Trainer._fit = fit
+    original_step = ledger.Ledger.step_done
+
+    def step_done(self):
+        original_step(self)
+        marks.setdefault("first step", time.time())
+
+    ledger.Ledger.step_done = step_done
+    try:
+        return worker.main(argv)
+    finally:
+        with open(f"{out}.rank{os.environ.get('RANK', '0')}.json", "w") as file:
+            json.dump({"marks": marks, "spans": spans}, file)
+
+
+def startup_parts(record: dict) -> dict[str, float]:
+    """Seconds per part of one worker's start-up, from the launch to its first step (the parts that do not
+    follow each other in the worker, such as its own imports, go in order; the rest is "other")."""
+    marks, spans = record["marks"], record["spans"]
+    launch = marks["launch"]
+    parts = {"launcher → worker process": marks["process"] - launch,
+             "python start-up": marks["script"] - marks["process"],
+             "import torch": marks["torch imported"] - marks["script"],
+             "import paratrain (worker modules)": marks["paratrain imported"] - marks["torch imported"]}
+    for label in STARTUP_PARTS:
+        begin, end = spans.get(label, (0.0, 0.0))
+        parts[label] = end - begin
+    resumed = spans.get("checkpoint load (resume)", (0.0, marks["first step"]))[1]
+    parts["first step (after the resume)"] = marks["first step"] - resumed
+    total = marks["first step"] - launch
+    parts["other (out dir, checks, loaders, ...)"] = total - sum(parts.values())
+    parts["total: launch → first step"] = total
+    return parts
+
+
+def part_startup(args: argparse.Namespace, workdir: Path) -> list[str]:
+    """A digits run of 40 steps, then ``--rounds`` restarts of the whole job (each resumes from the newest
+    checkpoint and trains 20 steps more), for this tree and ``--baseline-src``, restart after restart."""
+    trees = [("this tree", SRC)] + ([("baseline", Path(args.baseline_src).resolve())] if args.baseline_src else [])
+    results: dict[str, list[dict[str, float]]] = {label: [] for label, _ in trees}
+
+    def launch(label: str, src: Path, steps: int, tag: str) -> Path:
+        out = workdir / f"startup-{label.replace(' ', '-')}"
+        record = workdir / f"startup-{label.replace(' ', '-')}-{tag}"
+        command = [sys.executable, "-m", "paratrain", "run", "--nproc-per-node", "2", str(Path(__file__).resolve()),
+                   "--startup-worker", str(record), "digits", "--batch-size", "2", "--max-steps", str(steps),
+                   "--save-every", "20", "--no-eval-per-epoch", "--log-every", "1000", "--keep-last", "2",
+                   "--no-tensorboard", "--no-progress", "--out", str(out)]
+        done = subprocess.run(command, env=_env(src), capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            raise SystemExit(f"{label} run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        return record
+
+    for label, src in trees:
+        launch(label, src, 40, "fresh")
+    for round_ in range(args.rounds):
+        for label, src in (trees if round_ % 2 == 0 else list(reversed(trees))):
+            record = launch(label, src, 60 + 20 * round_, f"restart{round_}")
+            parts = startup_parts(json.loads(Path(f"{record}.rank0.json").read_text()))
+            results[label].append(parts)
+            print(f"  restart {round_ + 1} {label}: {parts['total: launch → first step']:.2f} s", flush=True)
+    names = list(results[trees[0][0]][0])
+    lines = [f"## start-up of a restarted digits job (2 processes, rank 0), median of {args.rounds} restart(s); "
+             f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end", "",
+             "| part | " + " | ".join(label for label, _ in trees) + " |", "|---|" + "---|" * len(trees)]
+    for name in names:
+        lines.append(f"| {name} | " + " | ".join(f"{statistics.median(r[name] for r in results[label]):.2f} s"
+                                                for label, _ in trees) + " |")
+    return lines
+
+
 # ---- the ledger's own cost -----------------------------------------------------------------------
 def part_overhead(args: argparse.Namespace, workdir: Path) -> list[str]:
     from paratrain.goodput import ledger
@@ -258,8 +386,10 @@ def part_soak(args: argparse.Namespace, workdir: Path) -> list[str]:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--startup-worker"]:
+        return startup_worker(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("cost", "soak", "overhead"), required=True)
+    parser.add_argument("--part", choices=("cost", "soak", "overhead", "startup"), required=True)
     parser.add_argument("--digits-step", type=float, default=None, help="--part overhead: a digits step in ms")
     parser.add_argument("--text-step", type=float, default=None, help="--part overhead: a text-cls step in ms")
     parser.add_argument("--task", default="text-cls")
@@ -280,7 +410,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="paratrain-goodput-") as scratch:
         workdir = Path(args.keep or scratch)
         workdir.mkdir(parents=True, exist_ok=True)
-        lines = {"cost": part_cost, "soak": part_soak, "overhead": part_overhead}[args.part](args, workdir)
+        lines = {"cost": part_cost, "soak": part_soak, "overhead": part_overhead,
+                 "startup": part_startup}[args.part](args, workdir)
     print("\n".join(lines))
     return 0
 
