@@ -60,9 +60,11 @@ def test_a_layout_it_cannot_match_is_read_through_torch_every_time():
     _train_linear = lambda: (model(torch.ones(1, 3)).sum().backward(), optimizer.step(), optimizer.zero_grad())  # noqa: E731
     _train_linear()
     live = LiveState()
-    live._optimizers[optimizer] = None  # as after a failed comparison with torch's answer
+    live._optimizers[optimizer] = False  # as after a failed comparison with torch's answer
+    live._models[model] = (tuple(model.state_dict()), None)
     assert _same_state(live.optimizer(model, optimizer), dsd.get_optimizer_state_dict(model, optimizer))
-    assert live._optimizers[optimizer] is None
+    assert _same_state(live.model(model), dsd.get_model_state_dict(model))
+    assert live._optimizers[optimizer] is False and live._models[model][1] is None
 
 
 def test_host_buffers_hold_the_state_of_the_copy_and_are_reused_by_the_next_one():

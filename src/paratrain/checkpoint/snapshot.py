@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from paratrain.checkpoint.model_state import model_layout, optimizer_is_fresh, optimizer_state
+from paratrain.checkpoint.model_state import model_layout, model_state, optimizer_is_fresh, optimizer_state
 
 
 class HostBuffers:
@@ -78,29 +78,31 @@ class LiveState:
 
     def __init__(self) -> None:
         self._models: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._optimizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer → matched torch's answer
+        self._optimizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer → matched torch's answer?
 
     def model(self, module: torch.nn.Module) -> dict[str, Any]:
         live = module.state_dict()
-        known = self._models.get(module)  # (module.state_dict()'s keys, {torch's key: its key}) when checked
-        if known is not None and known[1] is not None and known[0] == tuple(live):
+        known = self._models.get(module)  # (module.state_dict()'s keys, {torch's key: its key} or None)
+        if known is not None and known[0] == tuple(live):
+            if known[1] is None:  # a layout it does not match: torch's whole-tensor answer
+                return model_state(module, sharded=False)
             return {key: live[source] for key, source in known[1].items()}
         reference = model_layout(module)
-        self._models[module] = (tuple(live), _match_keys(reference, live))
-        return reference
+        keys = _match_keys(reference, live)
+        self._models[module] = (tuple(live), keys)
+        return reference if keys is not None else model_state(module, sharded=False)
 
     def optimizer(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         if optimizer_is_fresh(optimizer):
             return optimizer_state(module, optimizer, sharded=False)
-        checked = self._optimizers.get(optimizer, False)
-        if checked:
-            fast = _optimizer_by_name(module, optimizer)
-            if fast is not None:
-                return fast
-        reference = _torch_optimizer_state(module, optimizer)
-        if checked is False:
-            self._optimizers[optimizer] = _same_state(_optimizer_by_name(module, optimizer), reference)
-        return reference
+        matched = self._optimizers.get(optimizer)
+        if matched is None:  # the first time: compared with torch's answer in place
+            reference = _torch_optimizer_state(module, optimizer)
+            matched = self._optimizers[optimizer] = _same_state(_optimizer_by_name(module, optimizer), reference)
+            if matched:
+                return reference
+        fast = _optimizer_by_name(module, optimizer) if matched else None
+        return fast if fast is not None else optimizer_state(module, optimizer, sharded=False)
 
 
 def _torch_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
