@@ -134,26 +134,27 @@ def startup_worker(argv: list[str]) -> int:
     out, argv = argv[0], argv[1:]
     marks: dict[str, float] = {"process": psutil.Process().create_time(), "script": started,
                                "launch": float(os.environ.get("PARATRAIN_LAUNCH_TIME", "nan"))}
+    cpu: dict[str, float] = {"script": time.process_time()}  # this process's CPU seconds at the same marks
     import torch  # noqa: F401
 
-    marks["torch imported"] = time.time()
+    marks["torch imported"], cpu["torch imported"] = time.time(), time.process_time()
     from paratrain.cli.workers import train as worker
     from paratrain.loop import checkpoints, trainer
     from paratrain.goodput import ledger
     from paratrain.runtime import runtime
 
-    marks["paratrain imported"] = time.time()
-    spans: dict[str, list[float]] = {}
+    marks["paratrain imported"], cpu["paratrain imported"] = time.time(), time.process_time()
+    spans: dict[str, list[float]] = {}  # label: [start, end, CPU seconds inside]
 
     def timed(owner, name, label):
         original = getattr(owner, name)
 
         def wrapper(*args, **kwargs):
-            begin = time.time()
+            begin, begin_cpu = time.time(), time.process_time()
             try:
                 return original(*args, **kwargs)
             finally:
-                spans.setdefault(label, [begin, time.time()])
+                spans.setdefault(label, [begin, time.time(), time.process_time() - begin_cpu])
 
         setattr(owner, name, wrapper)
 
@@ -169,12 +170,13 @@ def startup_worker(argv: list[str]) -> int:
             method = getattr(task, name)
 
             def wrapper(*args, _method=method, _label=label, **kwargs):
-                begin = time.time()
+                begin, begin_cpu = time.time(), time.process_time()
                 try:
                     return _method(*args, **kwargs)
                 finally:
-                    span = spans.setdefault(_label, [begin, time.time()])
+                    span = spans.setdefault(_label, [begin, time.time(), 0.0])
                     span[1] = time.time()
+                    span[2] += time.process_time() - begin_cpu
 
             setattr(task, name, wrapper)
         return original_fit(self)
@@ -184,32 +186,33 @@ def startup_worker(argv: list[str]) -> int:
 
     def step_done(self):
         original_step(self)
-        marks.setdefault("first step", time.time())
+        if "first step" not in marks:
+            marks["first step"], cpu["first step"] = time.time(), time.process_time()
 
     ledger.Ledger.step_done = step_done
     try:
         return worker.main(argv)
     finally:
         with open(f"{out}.rank{os.environ.get('RANK', '0')}.json", "w") as file:
-            json.dump({"marks": marks, "spans": spans}, file)
+            json.dump({"marks": marks, "cpu": cpu, "spans": spans}, file)
 
 
-def startup_parts(record: dict) -> dict[str, float]:
-    """Seconds per part of one worker's start-up, from the launch to its first step (the parts that do not
-    follow each other in the worker, such as its own imports, go in order; the rest is "other")."""
-    marks, spans = record["marks"], record["spans"]
+def startup_parts(record: dict) -> dict[str, tuple[float, float | None]]:
+    """``(wall seconds, CPU seconds of the worker)`` per part of one worker's start-up, from the launch to its
+    first step; what is not in a part is "other". CPU seconds move much less with the machine's load."""
+    marks, cpu, spans = record["marks"], record["cpu"], record["spans"]
     launch = marks["launch"]
-    parts = {"launcher → worker process": marks["process"] - launch,
-             "python start-up": marks["script"] - marks["process"],
-             "import torch": marks["torch imported"] - marks["script"],
-             "import paratrain (worker modules)": marks["paratrain imported"] - marks["torch imported"]}
+    parts = {"launcher → worker process": (marks["process"] - launch, None),
+             "python start-up": (marks["script"] - marks["process"], cpu["script"]),
+             "import torch": (marks["torch imported"] - marks["script"], cpu["torch imported"] - cpu["script"]),
+             "import paratrain (worker modules)": (marks["paratrain imported"] - marks["torch imported"],
+                                                   cpu["paratrain imported"] - cpu["torch imported"])}
     for label in STARTUP_PARTS:
-        begin, end = spans.get(label, (0.0, 0.0))
-        parts[label] = end - begin
-    resumed = spans.get("checkpoint load (resume)", (0.0, marks["first step"]))[1]
-    parts["first step (after the resume)"] = marks["first step"] - resumed
-    total = marks["first step"] - launch
-    parts["other (out dir, checks, loaders, ...)"] = total - sum(parts.values())
+        begin, end, seconds = spans.get(label, (0.0, 0.0, 0.0))
+        parts[label] = (end - begin, seconds)
+    total = (marks["first step"] - launch, cpu["first step"])
+    parts["other (out dir, checks, loaders, first step, ...)"] = (
+        total[0] - sum(wall for wall, _ in parts.values()), total[1] - sum(c or 0.0 for _, c in parts.values()))
     parts["total: launch → first step"] = total
     return parts
 
@@ -239,14 +242,19 @@ def part_startup(args: argparse.Namespace, workdir: Path) -> list[str]:
             record = launch(label, src, 60 + 20 * round_, f"restart{round_}")
             parts = startup_parts(json.loads(Path(f"{record}.rank0.json").read_text()))
             results[label].append(parts)
-            print(f"  restart {round_ + 1} {label}: {parts['total: launch → first step']:.2f} s", flush=True)
+            print(f"  restart {round_ + 1} {label}: {parts['total: launch → first step'][0]:.2f} s", flush=True)
     names = list(results[trees[0][0]][0])
     lines = [f"## start-up of a restarted digits job (2 processes, rank 0), median of {args.rounds} restart(s); "
              f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end", "",
-             "| part | " + " | ".join(label for label, _ in trees) + " |", "|---|" + "---|" * len(trees)]
+             "| part | " + " | ".join(f"{label}: wall | {label}: worker CPU" for label, _ in trees) + " |",
+             "|---|" + "---|---|" * len(trees)]
     for name in names:
-        lines.append(f"| {name} | " + " | ".join(f"{statistics.median(r[name] for r in results[label]):.2f} s"
-                                                for label, _ in trees) + " |")
+        cells = []
+        for label, _ in trees:
+            cells.append(f"{statistics.median(r[name][0] for r in results[label]):.2f} s")
+            cpu = [r[name][1] for r in results[label] if r[name][1] is not None]
+            cells.append(f"{statistics.median(cpu):.2f} s" if cpu else "—")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
 
