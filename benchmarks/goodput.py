@@ -15,6 +15,12 @@ save, exit 75 —; after the job ended, the same command again), for each config
 the outside clock, the ledger's wall time and categories, goodput (ledger) and goodput by the outside clock,
 failures, and whether the final weights equal those of an uninterrupted run bit for bit.
 
+``--part startup``: a digits job of 2 processes restarted ``--rounds`` times (each run of the command resumes from
+the newest checkpoint), its start-up from the launch to the first step split into parts (the launcher, python,
+``import torch``, paratrain's worker modules, the rendezvous, data, model and optimizer, wrapping, the checkpoint
+load, the rest), wall and CPU seconds of rank 0's worker; with ``--baseline-src``, another tree's code restarted
+alternately with this one's (``--part cost`` too: each mode with both, one run after the other).
+
 ``--part overhead``: the ledger's own cost per step (:func:`paratrain.goodput.ledger.step_done` with an open
 ledger, flushes included), in microseconds, against the median digits and text-cls steps of ``--part cost``.
 
@@ -22,6 +28,7 @@ ledger, flushes included), in microseconds, against the median digits and text-c
     python benchmarks/goodput.py --part cost --rounds 2
     python benchmarks/goodput.py --part cost --steps 100 --rounds 1 --modes none,background --baseline-src /tmp/base/src
     python benchmarks/goodput.py --part soak --mtbf 60 --soak-steps 12000 --seed 1
+    python benchmarks/goodput.py --part startup --rounds 3 --baseline-src /tmp/base/src
 """
 
 from __future__ import annotations
@@ -367,6 +374,7 @@ def part_soak(args: argparse.Namespace, workdir: Path) -> list[str]:
     configs = [("foreground, every %d" % args.fixed, ["--save-every", str(args.fixed), "--no-background-save"]),
                ("background, every %d" % args.fixed, ["--save-every", str(args.fixed)]),
                ("background, auto", ["--save-every", "auto", "--mtbf", str(args.mtbf)])]
+    configs = [config for config, key in zip(configs, ("foreground", "background", "auto")) if key in args.configs]
     rows = []
     for index, (name, flags) in enumerate(configs):
         out = workdir / f"soak-{index}"
@@ -410,11 +418,13 @@ def main() -> int:
     parser.add_argument("--soak-steps", type=int, default=12000)
     parser.add_argument("--fixed", type=int, default=360, help="the fixed interval of the first two configurations "
                         "(the fit loop also saves at every epoch's end: 360 steps here)")
+    parser.add_argument("--configs", default="foreground,background,auto", help="--part soak: which configurations "
+                        "(comma-separated: foreground and background at --fixed, auto)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", default=None, help="a folder to keep the runs in (default: a temporary one)")
     args = parser.parse_args()
     sys.path.insert(0, str(SRC))
-    args.modes = args.modes.split(",")
+    args.modes, args.configs = args.modes.split(","), args.configs.split(",")
     with tempfile.TemporaryDirectory(prefix="paratrain-goodput-") as scratch:
         workdir = Path(args.keep or scratch)
         workdir.mkdir(parents=True, exist_ok=True)
