@@ -3,7 +3,9 @@
 Two parts, each through the real ``paratrain train`` on 2 processes, its numbers read from the run's own
 goodput ledger (``goodput.jsonl``) and checked against a clock outside the job:
 
-``--part cost``: one task (text-cls by default) for ``--steps`` steps with no saves, then saves every 10 steps
+``--part cost`` (through ``paratrain run`` of the worker ``paratrain train`` starts, wrapped to also time all that the
+fit loop does for each save: its checks and the save): one task (text-cls by default) for ``--steps`` steps with
+no saves, then saves every 10 steps
 written in the foreground (``--no-background-save``: what a save cost before background writes) and in the
 background, in alternating order over ``--rounds``: each save's blocking time (p50/p99) as a share of the median
 step, and the seconds per step with saves against without (throughput cost).
@@ -74,7 +76,9 @@ def cost_run(task: str, steps: int, mode: str, workdir: Path, src: Path = SRC) -
     out = workdir / f"{task}-{mode}-{time.monotonic_ns()}"
     flags = {"none": [], "foreground": ["--save-every", "10", "--no-background-save"],
              "background": ["--save-every", "10"]}[mode]
-    command = [sys.executable, "-m", "paratrain", "train", task, "--nproc-per-node", "2", "--max-steps", str(steps),
+    record = workdir / f"{out.name}-worker"  # the worker notes how long each save held the fit loop
+    command = [sys.executable, "-m", "paratrain", "run", "--nproc-per-node", "2", str(Path(__file__).resolve()),
+               "--startup-worker", str(record), task, "--max-steps", str(steps),
                "--no-eval-per-epoch", "--log-every", str(steps), "--keep-last", "2", "--no-tensorboard",
                "--no-progress", "--out", str(out), *flags]
     done = subprocess.run(command, env=_env(src), capture_output=True, text=True, timeout=1800)
@@ -88,10 +92,12 @@ def cost_run(task: str, steps: int, mode: str, workdir: Path, src: Path = SRC) -
     # seconds between the first and the last step (training, save blocking, the loop around them)
     step_s = seconds.get("train", 0.0) / timed
     loop_s = (seconds.get("train", 0.0) + seconds.get("save", 0.0) + seconds.get("rest", 0.0)) / timed
-    saves = [r["end"] - r["start"] for r in records if r.get("event") == "save" and r.get("step", 0) < steps]
+    events = [r for r in records if r.get("event") == "save"]
+    in_loop = json.loads(Path(f"{record}.rank0.json").read_text())["saves"]  # one per save record, in order
+    kept = [i for i, r in enumerate(events) if r.get("step", 0) < steps][1 if mode == "background" else 0:]
     share = seconds.get("save", 0.0) / (seconds.get("train", 0.0) + seconds.get("save", 0.0) + seconds.get("rest", 0.0))
     return {"mode": mode, "step_s": step_s, "loop_s": loop_s, "share": share,
-            "saves": saves[1:] if mode == "background" else saves}
+            "saves": [events[i]["end"] - events[i]["start"] for i in kept], "loop_saves": [in_loop[i] for i in kept]}
 
 
 def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
@@ -107,12 +113,13 @@ def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
             run = cost_run(args.task, args.steps, mode, workdir, src)
             runs.setdefault((mode, label), []).append(run)
             print(f"  round {round_ + 1} {mode}{label}: {run['loop_s'] * 1000:.1f} ms/step, step {run['step_s'] * 1000:.1f} ms, "
-                  f"blocking {', '.join(f'{s * 1000:.0f}' for s in run['saves'])} ms", flush=True)
+                  f"blocking {', '.join(f'{s * 1000:.0f}' for s in run['saves'])} ms (ledger), "
+                  f"{', '.join(f'{s * 1000:.0f}' for s in run['loop_saves'])} ms (the fit loop's whole save)", flush=True)
     lines = [f"## what a save costs: {args.task}, 2 processes, {args.steps} steps, saves every 10 steps, "
              f"{args.rounds} round(s); load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end", "",
-             "| code | saves | step (same runs) | blocking p50 | blocking p99 | p50 / step | p99 / step | save blocking / loop time "
-             "| s per step vs no saves |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| code | saves | step (same runs) | blocking p50 | blocking p99 | p50 / step | p99 / step "
+             "| the loop's whole save: p50 / step | p99 / step | save blocking / loop time | s per step vs no saves |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, _ in trees:
         plain = runs.get(("none", label)) or [r for (m, l), rs in runs.items() if l == label for r in rs]
         base = statistics.median(r["loop_s"] for r in plain)
@@ -122,8 +129,10 @@ def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
             ratios = [s / r["step_s"] for r in done for s in r["saves"]]
             blocks = [s for r in done for s in r["saves"]]
             loop = statistics.median(r["loop_s"] for r in done)
+            whole = [s / r["step_s"] for r in done for s in r["loop_saves"]]
             cells = (f"{_percentile(blocks, 0.5) * 1000:.1f} ms | {_percentile(blocks, 0.99) * 1000:.1f} ms | "
-                     f"{_percentile(ratios, 0.5):.1%} | {_percentile(ratios, 0.99):.1%}") if blocks else "— | — | — | —"
+                     f"{_percentile(ratios, 0.5):.1%} | {_percentile(ratios, 0.99):.1%} | "
+                     f"{_percentile(whole, 0.5):.1%} | {_percentile(whole, 0.99):.1%}") if blocks else "— | — | — | — | — | —"
             lines.append(f"| {label.strip(' ()') or 'this tree'} | {mode} | {step_s * 1000:.0f} ms | {cells} | "
                          f"{statistics.median(r['share'] for r in done):.1%} | {loop / base - 1:+.1%} |")
     return lines
@@ -197,11 +206,22 @@ def startup_worker(argv: list[str]) -> int:
             marks["first step"], cpu["first step"] = time.time(), time.process_time()
 
     ledger.Ledger.step_done = step_done
+    saves: list[float] = []  # all that the fit loop does for each save: its checks and Checkpointer.save
+    original_save = trainer.Trainer._save
+
+    def save(self):
+        begin = time.perf_counter()
+        try:
+            return original_save(self)
+        finally:
+            saves.append(time.perf_counter() - begin)
+
+    trainer.Trainer._save = save
     try:
         return worker.main(argv)
     finally:
         with open(f"{out}.rank{os.environ.get('RANK', '0')}.json", "w") as file:
-            json.dump({"marks": marks, "cpu": cpu, "spans": spans}, file)
+            json.dump({"marks": marks, "cpu": cpu, "spans": spans, "saves": saves}, file)
 
 
 def startup_parts(record: dict) -> dict[str, tuple[float, float | None]]:
