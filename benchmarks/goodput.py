@@ -3,7 +3,9 @@
 Two parts, each through the real ``paratrain train`` on 2 processes, its numbers read from the run's own
 goodput ledger (``goodput.jsonl``) and checked against a clock outside the job:
 
-``--part cost``: one task (text-cls by default) for ``--steps`` steps with no saves, then saves every 10 steps
+``--part cost`` (through ``paratrain run`` of the worker ``paratrain train`` starts, wrapped to also time all that the
+fit loop does for each save: its checks and the save): one task (text-cls by default) for ``--steps`` steps with
+no saves, then saves every 10 steps
 written in the foreground (``--no-background-save``: what a save cost before background writes) and in the
 background, in alternating order over ``--rounds``: each save's blocking time (p50/p99) as a share of the median
 step, and the seconds per step with saves against without (throughput cost).
@@ -15,12 +17,20 @@ save, exit 75 —; after the job ended, the same command again), for each config
 the outside clock, the ledger's wall time and categories, goodput (ledger) and goodput by the outside clock,
 failures, and whether the final weights equal those of an uninterrupted run bit for bit.
 
+``--part startup``: a digits job of 2 processes restarted ``--rounds`` times (each run of the command resumes from
+the newest checkpoint), its start-up from the launch to the first step split into parts (the launcher, python,
+``import torch``, paratrain's worker modules, the rendezvous, data, model and optimizer, wrapping, the checkpoint
+load, the rest), wall and CPU seconds of rank 0's worker; with ``--baseline-src``, another tree's code restarted
+alternately with this one's (``--part cost`` too: each mode with both, one run after the other).
+
 ``--part overhead``: the ledger's own cost per step (:func:`paratrain.goodput.ledger.step_done` with an open
 ledger, flushes included), in microseconds, against the median digits and text-cls steps of ``--part cost``.
 
     python benchmarks/goodput.py --part overhead
     python benchmarks/goodput.py --part cost --rounds 2
+    python benchmarks/goodput.py --part cost --steps 100 --rounds 1 --modes none,background --baseline-src /tmp/base/src
     python benchmarks/goodput.py --part soak --mtbf 60 --soak-steps 12000 --seed 1
+    python benchmarks/goodput.py --part startup --rounds 3 --baseline-src /tmp/base/src
 """
 
 from __future__ import annotations
@@ -43,9 +53,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 
 
-def _env() -> dict[str, str]:
+def _env(src: Path = SRC) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PARATRAIN_", "TORCHELASTIC_", "PET_"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["OMP_NUM_THREADS"] = "1"
     return env
 
@@ -62,14 +72,16 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 # ---- part 1: what a save costs ---------------------------------------------------------------------
-def cost_run(task: str, steps: int, mode: str, workdir: Path) -> dict:
+def cost_run(task: str, steps: int, mode: str, workdir: Path, src: Path = SRC) -> dict:
     out = workdir / f"{task}-{mode}-{time.monotonic_ns()}"
     flags = {"none": [], "foreground": ["--save-every", "10", "--no-background-save"],
              "background": ["--save-every", "10"]}[mode]
-    command = [sys.executable, "-m", "paratrain", "train", task, "--nproc-per-node", "2", "--max-steps", str(steps),
+    record = workdir / f"{out.name}-worker"  # the worker notes how long each save held the fit loop
+    command = [sys.executable, "-m", "paratrain", "run", "--nproc-per-node", "2", str(Path(__file__).resolve()),
+               "--startup-worker", str(record), task, "--max-steps", str(steps),
                "--no-eval-per-epoch", "--log-every", str(steps), "--keep-last", "2", "--no-tensorboard",
                "--no-progress", "--out", str(out), *flags]
-    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(command, env=_env(src), capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     records = _records(out)
@@ -80,35 +92,196 @@ def cost_run(task: str, steps: int, mode: str, workdir: Path) -> dict:
     # seconds between the first and the last step (training, save blocking, the loop around them)
     step_s = seconds.get("train", 0.0) / timed
     loop_s = (seconds.get("train", 0.0) + seconds.get("save", 0.0) + seconds.get("rest", 0.0)) / timed
-    saves = [r["end"] - r["start"] for r in records if r.get("event") == "save" and r.get("step", 0) < steps]
+    events = [r for r in records if r.get("event") == "save"]
+    in_loop = json.loads(Path(f"{record}.rank0.json").read_text())["saves"]  # one per save record, in order
+    kept = [i for i, r in enumerate(events) if r.get("step", 0) < steps][1 if mode == "background" else 0:]
     share = seconds.get("save", 0.0) / (seconds.get("train", 0.0) + seconds.get("save", 0.0) + seconds.get("rest", 0.0))
     return {"mode": mode, "step_s": step_s, "loop_s": loop_s, "share": share,
-            "saves": saves[1:] if mode == "background" else saves}
+            "saves": [events[i]["end"] - events[i]["start"] for i in kept], "loop_saves": [in_loop[i] for i in kept]}
 
 
 def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
-    runs: dict[str, list[dict]] = {"none": [], "foreground": [], "background": []}
+    """Each mode with this tree's code and, with ``--baseline-src``, with another's, run after run (so
+    both see the same load); each save's blocking over its own run's step time."""
+    trees = [("", SRC)] + ([(" (baseline)", Path(args.baseline_src).resolve())] if args.baseline_src else [])
+    runs: dict[tuple[str, str], list[dict]] = {}
     for round_ in range(args.rounds):
-        order = [mode for mode in ("none", "foreground", "background") if mode in args.modes]
+        order = [(mode, tree) for mode in ("none", "foreground", "background") if mode in args.modes for tree in trees]
         if round_ % 2:
             order.reverse()
-        for mode in order:
-            runs[mode].append(cost_run(args.task, args.steps, mode, workdir))
-            print(f"  round {round_ + 1} {mode}: {runs[mode][-1]['loop_s'] * 1000:.1f} ms/step", flush=True)
-    plain = runs["none"] or [r for m in runs.values() for r in m]
-    step_s = statistics.median(r["step_s"] for r in plain)
-    base = statistics.median(r["loop_s"] for r in plain)
+        for mode, (label, src) in order:
+            run = cost_run(args.task, args.steps, mode, workdir, src)
+            runs.setdefault((mode, label), []).append(run)
+            print(f"  round {round_ + 1} {mode}{label}: {run['loop_s'] * 1000:.1f} ms/step, step {run['step_s'] * 1000:.1f} ms, "
+                  f"blocking {', '.join(f'{s * 1000:.0f}' for s in run['saves'])} ms (ledger), "
+                  f"{', '.join(f'{s * 1000:.0f}' for s in run['loop_saves'])} ms (the fit loop's whole save)", flush=True)
     lines = [f"## what a save costs: {args.task}, 2 processes, {args.steps} steps, saves every 10 steps, "
-             f"{args.rounds} round(s)", "",
-             f"median step without saves: {step_s * 1000:.1f} ms", "",
-             "| saves | blocking p50 | blocking p99 | p99 / step | save blocking / loop time | s per step vs no saves |",
-             "|---|---|---|---|---|---|"]
-    for mode in [m for m in ("foreground", "background") if runs[m]]:
-        blocks = [s for r in runs[mode] for s in r["saves"]]
-        loop = statistics.median(r["loop_s"] for r in runs[mode])
-        lines.append(f"| {mode} | {_percentile(blocks, 0.5) * 1000:.1f} ms | {_percentile(blocks, 0.99) * 1000:.1f} ms "
-                     f"| {_percentile(blocks, 0.99) / step_s:.1%} | {statistics.median(r['share'] for r in runs[mode]):.1%} "
-                     f"| {loop / base - 1:+.1%} |")
+             f"{args.rounds} round(s); load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end", "",
+             "| code | saves | step (same runs) | blocking p50 | blocking p99 | p50 / step | p99 / step "
+             "| the loop's whole save: p50 / step | p99 / step | save blocking / loop time | s per step vs no saves |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for label, _ in trees:
+        plain = runs.get(("none", label)) or [r for (m, l), rs in runs.items() if l == label for r in rs]
+        base = statistics.median(r["loop_s"] for r in plain)
+        for mode in [m for m in ("none", "foreground", "background") if (m, label) in runs]:
+            done = runs[(mode, label)]
+            step_s = statistics.median(r["step_s"] for r in done)
+            ratios = [s / r["step_s"] for r in done for s in r["saves"]]
+            blocks = [s for r in done for s in r["saves"]]
+            loop = statistics.median(r["loop_s"] for r in done)
+            whole = [s / r["step_s"] for r in done for s in r["loop_saves"]]
+            cells = (f"{_percentile(blocks, 0.5) * 1000:.1f} ms | {_percentile(blocks, 0.99) * 1000:.1f} ms | "
+                     f"{_percentile(ratios, 0.5):.1%} | {_percentile(ratios, 0.99):.1%} | "
+                     f"{_percentile(whole, 0.5):.1%} | {_percentile(whole, 0.99):.1%}") if blocks else "— | — | — | — | — | —"
+            lines.append(f"| {label.strip(' ()') or 'this tree'} | {mode} | {step_s * 1000:.0f} ms | {cells} | "
+                         f"{statistics.median(r['share'] for r in done):.1%} | {loop / base - 1:+.1%} |")
+    return lines
+
+
+# ---- where a restart's start-up goes ---------------------------------------------------------------
+STARTUP_PARTS = ("rendezvous (pt.Runtime)", "data (task.datasets)", "model + optimizer", "wrap (rt.setup)",
+                 "checkpoint load (resume)")  # the worker's spans, in the order it runs them
+
+
+def startup_worker(argv: list[str]) -> int:
+    """A ``paratrain train`` worker that notes when each part of its start-up ended (``--startup-worker
+    FILE TRAIN-ARGS``): run by ``paratrain run`` in place of ``python -m paratrain.cli.workers.train``."""
+    started = time.time()
+    out, argv = argv[0], argv[1:]
+    marks: dict[str, float] = {"process": psutil.Process().create_time(), "script": started,
+                               "launch": float(os.environ.get("PARATRAIN_LAUNCH_TIME", "nan"))}
+    cpu: dict[str, float] = {"script": time.process_time()}  # this process's CPU seconds at the same marks
+    import torch  # noqa: F401
+
+    marks["torch imported"], cpu["torch imported"] = time.time(), time.process_time()
+    from paratrain.cli.workers import train as worker
+    from paratrain.loop import checkpoints, trainer
+    from paratrain.goodput import ledger
+    from paratrain.runtime import runtime
+
+    marks["paratrain imported"], cpu["paratrain imported"] = time.time(), time.process_time()
+    spans: dict[str, list[float]] = {}  # label: [start, end, CPU seconds inside]
+
+    def timed(owner, name, label):
+        original = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            begin, begin_cpu = time.time(), time.process_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spans.setdefault(label, [begin, time.time(), time.process_time() - begin_cpu])
+
+        setattr(owner, name, wrapper)
+
+    timed(runtime.Runtime, "__init__", "rendezvous (pt.Runtime)")
+    timed(runtime.Runtime, "setup", "wrap (rt.setup)")
+    timed(checkpoints.LoopCheckpoints, "resume", "checkpoint load (resume)")
+    original_fit = trainer.Trainer._fit
+
+    def fit(self):
+        task = self.task
+        for name, label in (("datasets", "data (task.datasets)"), ("build_model", "model + optimizer"),
+                            ("build_optimizer", "model + optimizer")):
+            method = getattr(task, name)
+
+            def wrapper(*args, _method=method, _label=label, **kwargs):
+                begin, begin_cpu = time.time(), time.process_time()
+                try:
+                    return _method(*args, **kwargs)
+                finally:
+                    span = spans.setdefault(_label, [begin, time.time(), 0.0])
+                    span[1] = time.time()
+                    span[2] += time.process_time() - begin_cpu
+
+            setattr(task, name, wrapper)
+        return original_fit(self)
+
+    trainer.Trainer._fit = fit
+    original_step = ledger.Ledger.step_done
+
+    def step_done(self):
+        original_step(self)
+        if "first step" not in marks:
+            marks["first step"], cpu["first step"] = time.time(), time.process_time()
+
+    ledger.Ledger.step_done = step_done
+    saves: list[float] = []  # all that the fit loop does for each save: its checks and Checkpointer.save
+    original_save = trainer.Trainer._save
+
+    def save(self):
+        begin = time.perf_counter()
+        try:
+            return original_save(self)
+        finally:
+            saves.append(time.perf_counter() - begin)
+
+    trainer.Trainer._save = save
+    try:
+        return worker.main(argv)
+    finally:
+        with open(f"{out}.rank{os.environ.get('RANK', '0')}.json", "w") as file:
+            json.dump({"marks": marks, "cpu": cpu, "spans": spans, "saves": saves}, file)
+
+
+def startup_parts(record: dict) -> dict[str, tuple[float, float | None]]:
+    """``(wall seconds, CPU seconds of the worker)`` per part of one worker's start-up, from the launch to its
+    first step; what is not in a part is "other". CPU seconds move much less with the machine's load."""
+    marks, cpu, spans = record["marks"], record["cpu"], record["spans"]
+    launch = marks["launch"]
+    parts = {"launcher → worker process": (marks["process"] - launch, None),
+             "python start-up": (marks["script"] - marks["process"], cpu["script"]),
+             "import torch": (marks["torch imported"] - marks["script"], cpu["torch imported"] - cpu["script"]),
+             "import paratrain (worker modules)": (marks["paratrain imported"] - marks["torch imported"],
+                                                   cpu["paratrain imported"] - cpu["torch imported"])}
+    for label in STARTUP_PARTS:
+        begin, end, seconds = spans.get(label, (0.0, 0.0, 0.0))
+        parts[label] = (end - begin, seconds)
+    total = (marks["first step"] - launch, cpu["first step"])
+    parts["other (out dir, checks, loaders, first step, ...)"] = (
+        total[0] - sum(wall for wall, _ in parts.values()), total[1] - sum(c or 0.0 for _, c in parts.values()))
+    parts["total: launch → first step"] = total
+    return parts
+
+
+def part_startup(args: argparse.Namespace, workdir: Path) -> list[str]:
+    """A digits run of 40 steps, then ``--rounds`` restarts of the whole job (each resumes from the newest
+    checkpoint and trains 20 steps more), for this tree and ``--baseline-src``, restart after restart."""
+    trees = [("this tree", SRC)] + ([("baseline", Path(args.baseline_src).resolve())] if args.baseline_src else [])
+    results: dict[str, list[dict[str, float]]] = {label: [] for label, _ in trees}
+
+    def launch(label: str, src: Path, steps: int, tag: str) -> Path:
+        out = workdir / f"startup-{label.replace(' ', '-')}"
+        record = workdir / f"startup-{label.replace(' ', '-')}-{tag}"
+        command = [sys.executable, "-m", "paratrain", "run", "--nproc-per-node", "2", str(Path(__file__).resolve()),
+                   "--startup-worker", str(record), "digits", "--batch-size", "2", "--max-steps", str(steps),
+                   "--save-every", "20", "--no-eval-per-epoch", "--log-every", "1000", "--keep-last", "2",
+                   "--no-tensorboard", "--no-progress", "--out", str(out)]
+        done = subprocess.run(command, env=_env(src), capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            raise SystemExit(f"{label} run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        return record
+
+    for label, src in trees:
+        launch(label, src, 40, "fresh")
+    for round_ in range(args.rounds):
+        for label, src in (trees if round_ % 2 == 0 else list(reversed(trees))):
+            record = launch(label, src, 60 + 20 * round_, f"restart{round_}")
+            parts = startup_parts(json.loads(Path(f"{record}.rank0.json").read_text()))
+            results[label].append(parts)
+            print(f"  restart {round_ + 1} {label}: {parts['total: launch → first step'][0]:.2f} s", flush=True)
+    names = list(results[trees[0][0]][0])
+    lines = [f"## start-up of a restarted digits job (2 processes, rank 0), median of {args.rounds} restart(s); "
+             f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end", "",
+             "| part | " + " | ".join(f"{label}: wall | {label}: worker CPU" for label, _ in trees) + " |",
+             "|---|" + "---|---|" * len(trees)]
+    for name in names:
+        cells = []
+        for label, _ in trees:
+            cells.append(f"{statistics.median(r[name][0] for r in results[label]):.2f} s")
+            cpu = [r[name][1] for r in results[label] if r[name][1] is not None]
+            cells.append(f"{statistics.median(cpu):.2f} s" if cpu else "—")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -221,6 +394,7 @@ def part_soak(args: argparse.Namespace, workdir: Path) -> list[str]:
     configs = [("foreground, every %d" % args.fixed, ["--save-every", str(args.fixed), "--no-background-save"]),
                ("background, every %d" % args.fixed, ["--save-every", str(args.fixed)]),
                ("background, auto", ["--save-every", "auto", "--mtbf", str(args.mtbf)])]
+    configs = [config for config, key in zip(configs, ("foreground", "background", "auto")) if key in args.configs]
     rows = []
     for index, (name, flags) in enumerate(configs):
         out = workdir / f"soak-{index}"
@@ -248,27 +422,34 @@ def part_soak(args: argparse.Namespace, workdir: Path) -> list[str]:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--startup-worker"]:
+        return startup_worker(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("cost", "soak", "overhead"), required=True)
+    parser.add_argument("--part", choices=("cost", "soak", "overhead", "startup"), required=True)
     parser.add_argument("--digits-step", type=float, default=None, help="--part overhead: a digits step in ms")
     parser.add_argument("--text-step", type=float, default=None, help="--part overhead: a text-cls step in ms")
     parser.add_argument("--task", default="text-cls")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--modes", default="none,foreground,background", help="--part cost: which runs (comma-separated)")
+    parser.add_argument("--baseline-src", default=None, help="--part cost: also run each mode with the paratrain of this "
+                        "src folder (e.g. an earlier commit's, from git archive), interleaved with this tree's")
     parser.add_argument("--mtbf", type=float, default=60.0)
     parser.add_argument("--soak-steps", type=int, default=12000)
     parser.add_argument("--fixed", type=int, default=360, help="the fixed interval of the first two configurations "
                         "(the fit loop also saves at every epoch's end: 360 steps here)")
+    parser.add_argument("--configs", default="foreground,background,auto", help="--part soak: which configurations "
+                        "(comma-separated: foreground and background at --fixed, auto)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", default=None, help="a folder to keep the runs in (default: a temporary one)")
     args = parser.parse_args()
     sys.path.insert(0, str(SRC))
-    args.modes = args.modes.split(",")
+    args.modes, args.configs = args.modes.split(","), args.configs.split(",")
     with tempfile.TemporaryDirectory(prefix="paratrain-goodput-") as scratch:
         workdir = Path(args.keep or scratch)
         workdir.mkdir(parents=True, exist_ok=True)
-        lines = {"cost": part_cost, "soak": part_soak, "overhead": part_overhead}[args.part](args, workdir)
+        lines = {"cost": part_cost, "soak": part_soak, "overhead": part_overhead,
+                 "startup": part_startup}[args.part](args, workdir)
     print("\n".join(lines))
     return 0
 

@@ -35,6 +35,16 @@ def on_all_ranks(doing: str, step: Callable[[], T]) -> T:
         CheckpointError: ``step`` raised on some rank; the message names the first
             failing rank (when there are several processes) and its error.
     """
+    return on_all_ranks_sharing(doing, step, None)[0]
+
+
+def on_all_ranks_sharing(doing: str, step: Callable[[], T], share: Any) -> tuple[T, list[Any]]:
+    """:func:`on_all_ranks`, and every rank's ``share`` (picklable) in rank order, in the same one
+    all-gather. Collective.
+
+    Raises:
+        CheckpointError: as :func:`on_all_ranks`.
+    """
     local: BaseException | None = None
     result: Any = None
     try:
@@ -42,10 +52,11 @@ def on_all_ranks(doing: str, step: Callable[[], T]) -> T:
     except Exception as exc:  # any failure must reach the other ranks, or they hang
         local = exc
     mine = None if local is None else (_one_line(local, doing), getattr(local, "restart_can_help", True))
-    outcomes = comm.all_gather_object(mine)
+    gathered = comm.all_gather_object((mine, share))
+    outcomes = [outcome for outcome, _ in gathered]
     failed = [(rank, outcome[0]) for rank, outcome in enumerate(outcomes) if outcome is not None]
     if not failed:
-        return result
+        return result, [shared for _, shared in gathered]
     rank, message = failed[0]
     if len(outcomes) == 1:
         if isinstance(local, ParatrainError):

@@ -1,6 +1,6 @@
 """A checkpoint written by a thread while training goes on (rank 0's one-file checkpoints).
 
-The training thread blocks only to copy the state to host memory (:func:`host_copy`); a thread of
+The training thread blocks only to copy the state to host memory (:mod:`.snapshot`); a thread of
 rank 0 then makes the hidden directory, writes the files, checksums them, seals, renames, points
 ``latest`` and prunes — the same steps, in the same order, as a synchronous save, so a kill at any
 moment of it leaves the previous complete checkpoint as the newest. One write at a time: the next
@@ -11,7 +11,6 @@ and say so when it is still running. The thread is not a daemon: a process that 
 
 from __future__ import annotations
 
-import copy
 import sys
 import threading
 import time
@@ -19,22 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-
-
-def host_copy(state: Any) -> Any:
-    """A copy of ``state`` that training cannot change: tensors copied to the CPU, containers rebuilt,
-    other objects deep-copied (numbers and strings are immutable)."""
-    if isinstance(state, torch.Tensor):
-        return state.detach().to("cpu", copy=True)
-    if isinstance(state, dict):
-        return {key: host_copy(value) for key, value in state.items()}
-    if isinstance(state, list):
-        return [host_copy(value) for value in state]
-    if isinstance(state, tuple) and not hasattr(state, "_fields"):
-        return tuple(host_copy(value) for value in state)
-    if state is None or isinstance(state, (bool, int, float, str, bytes)):
-        return state
-    return copy.deepcopy(state)
 
 
 class BackgroundWrite:

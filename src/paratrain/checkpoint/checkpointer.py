@@ -25,6 +25,7 @@ import os
 import sys
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from paratrain.checkpoint.background import BackgroundWrite
 from paratrain.checkpoint.manifest import Manifest, verify
 from paratrain.checkpoint.model_state import TorchStateAccess
 from paratrain.checkpoint.restoring import CheckpointState
+from paratrain.checkpoint.snapshot import HostBuffers, LiveState
 from paratrain.checkpoint.stateful import Stateful, by_name, collect
 from paratrain.checkpoint.writer_lock import WriterLock
 from paratrain.errors import ConfigError
@@ -151,6 +153,9 @@ class Checkpointer:
         self.every = every
         self.interval = AutoInterval(mtbf) if every == "auto" else None
         self._saved_step: int | None = None
+        #: background saves: torch's whole-tensor state read in place, copied into buffers kept between saves
+        self.live_state = LiveState() if type(self.access) is TorchStateAccess else None
+        self.host_buffers = HostBuffers()
         weakref.finalize(self, self._lock.release)
 
     # ---- writing ---------------------------------------------------------------------------
@@ -160,6 +165,7 @@ class Checkpointer:
         epoch: int | None = None,
         metrics: dict[str, float] | None = None,
         extra: dict[str, Any] | None = None,
+        check: Callable[[], None] | None = None,
     ) -> Path:
         """Write a checkpoint named ``step-NNNNNN`` (or ``epoch-NNNN``) and return its directory.
 
@@ -172,6 +178,8 @@ class Checkpointer:
             step, epoch: counters (at least one); returned by ``resume()``.
             metrics: numbers kept in the manifest; ``best_metric`` picks the best.
             extra: any JSON-serialisable dict, returned by ``resume()``.
+            check: called on every rank before anything is read or written; what it raises fails this
+                save on every rank, with nothing written (inside the save's one agreement between the ranks).
 
         Raises:
             ConfigError: no step/epoch, non-numeric metrics, non-JSON ``extra``, or
@@ -185,7 +193,7 @@ class Checkpointer:
             strategy.accumulation.check_no_pending("ckpt.save()")
         started = time.perf_counter()
         with ledger.phase("save") as record:
-            path = saving.save(self, step, epoch, metrics, extra)
+            path = saving.save(self, step, epoch, metrics, extra, check)
             record.update(name=path.name, background=self._writing_name is not None)
         if step is not None:
             self._saved_step = step

@@ -30,8 +30,7 @@ import torch
 
 from paratrain import comm
 from paratrain.checkpoint import catalog, rng
-from paratrain.checkpoint.all_or_none import main_then_share, on_all_ranks
-from paratrain.checkpoint.background import host_copy
+from paratrain.checkpoint.all_or_none import main_then_share, on_all_ranks, on_all_ranks_sharing
 from paratrain.checkpoint.files import (
     check_writable_directory,
     fsync_path,
@@ -48,6 +47,7 @@ from paratrain.checkpoint.layout import (
 from paratrain.checkpoint.manifest import Manifest, seal
 from paratrain.checkpoint.model_state import model_state, optimizer_is_fresh, optimizer_state
 from paratrain.checkpoint.safe_load import check_plain
+from paratrain.checkpoint.snapshot import LiveState
 from paratrain.checkpoint.writer import (
     check_free_space,
     safetensors_ready,
@@ -98,31 +98,22 @@ def save(
     epoch: int | None,
     metrics: dict[str, Any] | None,
     extra: dict[str, Any] | None,
+    check: Callable[[], None] | None = None,
 ) -> Path:
-    """Write one checkpoint of ``ckpt``'s objects; return its directory. Collective."""
+    """Write one checkpoint of ``ckpt``'s objects; return its directory. Collective. ``check`` runs on
+    every rank before anything is read or written; what it raises fails the save on every rank."""
     name = checkpoint_name(step, epoch)
     manifest = Manifest(name=name, sequence=0, step=step, epoch=epoch, metrics=clean_metrics(metrics),
                         extra=clean_extra(extra), run=ckpt.run_config(), sharded=ckpt.sharded)
-    ckpt.hold_directory()  # one writer per directory; after the arguments were checked, so a refused save writes nothing
     background = ckpt.background and not ckpt.sharded and ckpt.storage_checked
-    if not background:  # one write at a time; a failed one raises here, on every rank
-        ckpt.finish_writing(f"saving {name}", say=False)
+    if background:
+        return _save_in_background(ckpt, name, manifest, step, check)
+    if check is not None:
+        on_all_ranks(f"saving checkpoint {name}", check)
+    ckpt.hold_directory()  # one writer per directory; after the arguments were checked, so a refused save writes nothing
+    ckpt.finish_writing(f"saving {name}", say=False)  # one write at a time; a failed one raises here, on every rank
     rng_states = comm.gather_object(rng.capture())  # before anything else runs: the state the loop has now
     per_rank = {e.name: comm.gather_object(e.obj.state_dict()) for e in ckpt.entries if e.kind == "per_rank"}
-    if background:
-        # The first save is written in the foreground (it checks that every rank sees the storage).
-        gathered = {}
-        if getattr(ckpt.access, "collective", False):
-            gathered = on_all_ranks(f"collecting the state of checkpoint {name}", lambda: _whole_states(ckpt))
-
-        def snapshot() -> None:  # rank 0: the previous write done (its failure raised here, on every rank), this one started
-            ckpt.wait_for_previous(f"saving {name}")
-            ckpt.start_writing(name, _background_write(ckpt, name, manifest, rng_states, step, {**gathered, **per_rank}))
-
-        ckpt._writing_name = None
-        on_all_ranks(f"saving checkpoint {name}", snapshot if comm.is_main() else (lambda: None))  # nothing to share back
-        ckpt._writing_name = name  # every rank: finish_writing() waits for it (collectively)
-        return ckpt.directory / name
     temporary = Path(main_then_share(f"cannot start checkpoint {name}", lambda: str(_prepare(ckpt.directory, name))))
     try:
         if ckpt.sharded:
@@ -206,20 +197,58 @@ def _whole_states(ckpt: Checkpointer) -> dict[str, Any]:
     return states
 
 
-def _background_write(ckpt: Checkpointer, name: str, manifest: Manifest, rng_states: list[Any], step: int | None,
-                      gathered: dict[str, Any]) -> Callable[[], str]:
-    """Rank 0, in the training thread: a host copy of everything the checkpoint holds (checked
-    now: a state that cannot be saved is refused at this save, not the next); returns what the
-    writing thread runs — the same steps as a foreground save."""
-    objects, pending = _collect(ckpt, gathered)
-    pending = [(obj_name, kind, host_copy(state)) for obj_name, kind, state in pending]
+def _save_in_background(ckpt: Checkpointer, name: str, manifest: Manifest, step: int | None,
+                        check: Callable[[], None] | None) -> Path:
+    """Every rank blocks only while rank 0 copies the state to host memory and the ranks agree, in one
+    all-gather that also brings every rank's generator states (and per-rank state) to rank 0; a thread
+    of rank 0 then writes the checkpoint (:func:`_background_write`). The first save of a run is written
+    in the foreground (it also checks that every rank sees the storage). Collective."""
+    rng_state = rng.capture()  # before anything else runs: the state the loop has now
+    per_rank = {e.name: e.obj.state_dict() for e in ckpt.entries if e.kind == "per_rank"}
+    ckpt.hold_directory()  # held since the first save: nothing to do
+    gathered = {}
+    if getattr(ckpt.access, "collective", False):
+        gathered = on_all_ranks(f"collecting the state of checkpoint {name}", lambda: _whole_states(ckpt))
+
+    def snapshot() -> Any:  # rank 0: the previous write done (its failure raised here, on every rank), a host copy
+        if comm.is_main():
+            ckpt.wait_for_previous(f"saving {name}")
+        if check is not None:
+            check()
+        return _host_snapshot(ckpt, gathered) if comm.is_main() else None
+
+    ckpt._writing_name = None
+    taken, shared = on_all_ranks_sharing(f"saving checkpoint {name}", snapshot, (rng_state, per_rank))
+    if comm.is_main():
+        objects, pending = taken
+        pending += [(entry_name, "per_rank", {"ranks": [ranks[entry_name] for _, ranks in shared]})
+                    for entry_name in per_rank]
+        rng_states = [state for state, _ in shared]
+        ckpt.start_writing(name, _background_write(ckpt, name, manifest, objects, pending, rng_states, step))
+    ckpt._writing_name = name  # every rank: finish_writing() waits for it (collectively)
+    return ckpt.directory / name
+
+
+def _host_snapshot(ckpt: Checkpointer, gathered: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str, Any]]]:
+    """Rank 0, in the training thread: a host copy of everything the checkpoint holds but the per-rank
+    parts, in buffers reused from the previous save (written by now), checked now: a state that cannot be
+    saved is refused at this save, not the next."""
+    objects, pending = _collect(ckpt, gathered, ckpt.live_state)
+    pending = [(obj_name, kind, ckpt.host_buffers.copy(state, (obj_name,))) for obj_name, kind, state in pending]
     for obj_name, kind, state in pending:
         if kind == "model":
             safetensors_ready(obj_name, state)
         else:
             check_plain(state, obj_name)
+    return objects, pending
+
+
+def _background_write(ckpt: Checkpointer, name: str, manifest: Manifest, objects: dict[str, Any],
+                      pending: list[tuple[str, str, Any]], rng_states: list[Any], step: int | None) -> Callable[[], str]:
+    """What the writing thread of rank 0 runs: the same steps as a foreground save."""
 
     def write() -> str:
+        ckpt.host_buffers.ready()  # GPU copies still in flight
         temporary = _prepare(ckpt.directory, name)
         pause_if_requested(step, temporary, "prepared")
         try:
@@ -240,23 +269,31 @@ def _write_files(ckpt: Checkpointer, temporary: Path, rng_states: list[Any], ste
     return _write_collected(ckpt, temporary, objects, pending, rng_states, step)
 
 
-def _collect(ckpt: Checkpointer, gathered: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str, Any]]]:
-    """Rank 0: the manifest entries of the sharded parts, and ``(name, kind, state)`` of the one-file parts."""
+def _collect(ckpt: Checkpointer, gathered: dict[str, Any],
+             live: LiveState | None = None) -> tuple[dict[str, Any], list[tuple[str, str, Any]]]:
+    """Rank 0: the manifest entries of the sharded parts, and ``(name, kind, state)`` of the one-file parts
+    (per-rank parts from ``gathered``, when there; a background save adds them after its all-gather).
+    ``live``: read whole-tensor model and optimizer state in place (a background save copies it next)."""
     objects: dict[str, Any] = {}
     pending: list[tuple[str, str, Any]] = []
     for entry in ckpt.entries:
         if entry.kind == "model" and ckpt.sharded:
             objects[entry.name] = {"kind": "model", "sharded": True}
         elif entry.kind == "model":
-            state = gathered[entry.name] if entry.name in gathered else ckpt.access.model_state(entry.obj)
+            state = (gathered[entry.name] if entry.name in gathered
+                     else live.model(entry.obj) if live is not None else ckpt.access.model_state(entry.obj))
             pending.append((entry.name, "model", state))
         elif entry.kind == "optimizer" and ckpt.sharded and not optimizer_is_fresh(entry.obj):
             objects[entry.name] = {"kind": "optimizer", "sharded": True, "model": entry.model}
         elif entry.kind == "optimizer":
-            state = gathered[entry.name] if entry.name in gathered else ckpt.access.optimizer_state(ckpt.model_of(entry), entry.obj)
+            model = ckpt.model_of(entry)
+            state = (gathered[entry.name] if entry.name in gathered
+                     else live.optimizer(model, entry.obj) if live is not None
+                     else ckpt.access.optimizer_state(model, entry.obj))
             pending.append((entry.name, "optimizer", state))
         elif entry.kind == "per_rank":
-            pending.append((entry.name, "per_rank", {"ranks": gathered[entry.name]}))
+            if entry.name in gathered:
+                pending.append((entry.name, "per_rank", {"ranks": gathered[entry.name]}))
         else:
             pending.append((entry.name, "state", entry.obj.state_dict()))
     return objects, pending

@@ -9,6 +9,7 @@ training loader, so a resumed run continues at the same step, sample and best me
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,8 +79,8 @@ class LoopCheckpoints:
         saved.options = dict(options or {})
         return step
 
-    def save(self, step: int, epoch: int, metrics: dict[str, float] | None) -> Path:
-        return self._checkpointer.save(step=step, epoch=epoch, metrics=metrics)
+    def save(self, step: int, epoch: int, metrics: dict[str, float] | None, check: Callable[[], None] | None = None) -> Path:
+        return self._checkpointer.save(step=step, epoch=epoch, metrics=metrics, check=check)
 
     def newest(self) -> Path | None:
         """The newest complete checkpoint (each was checked finite before it was saved). Not collective."""

@@ -125,6 +125,11 @@ class NonFiniteGuard:
         reduced = comm.all_reduce(record, op="min").tolist()
         return Verdict(*[None if value >= NEVER else int(value) for value in reduced])
 
+    def locally_finite(self, parameters: Iterable[torch.Tensor]) -> bool:
+        """This rank's record and weights show nothing non-finite (what :meth:`agree` reduces). Not collective."""
+        return (_seen(self._loss_first) >= NEVER and _seen(self._norm_first) >= NEVER
+                and bool(local_weights_finite(parameters)))
+
     def should_skip(self, losses: list[torch.Tensor], optimizer: torch.optim.Optimizer) -> bool:
         """Skip policy, before the optimizer step: True on every rank when any rank's loss or
         local gradients are not finite. Collective (one all-reduce per step).
@@ -228,3 +233,25 @@ class FiniteChecks:
             log.record("nonfinite", verdict.first_step, what=verdict.describe())
             raise NonFiniteError(stop_message(verdict, self._last_good(), self.guard.skipped))
         self._finite_at = step
+
+    def before_save(self, step: int, model: torch.nn.Module) -> Callable[[], None] | None:
+        """A check for a save's own agreement between the ranks (None when the ranks agreed at ``step``
+        already): it raises on a rank that saw anything non-finite, so the save fails on every rank with
+        nothing written; :meth:`saved` or :meth:`after_failed_save` follows. Not collective."""
+        if self._finite_at == step:
+            return None
+
+        def check() -> None:
+            if not self.guard.locally_finite(model.parameters()):
+                raise NonFiniteError(f"non-finite training on this rank by step {step}")
+
+        return check
+
+    def saved(self, step: int) -> None:
+        """A save with :meth:`before_save`'s check succeeded: every rank found training finite at ``step``."""
+        self._finite_at = step
+
+    def after_failed_save(self, step: int, model: torch.nn.Module, log: RunLog) -> None:
+        """After a save failed on every rank: :meth:`check` names a non-finite run as it would have before the
+        save (the save's failure is raised when training is finite). Collective."""
+        self.check(step, model, log)

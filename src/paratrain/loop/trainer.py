@@ -27,7 +27,7 @@ from paratrain.arguments import option
 from paratrain.data.global_order import MicroBatch
 from paratrain.diagnostics import watchdog
 from paratrain.diagnostics.desync import check_same_setup
-from paratrain.errors import ConfigError, ParatrainError
+from paratrain.errors import CheckpointError, ConfigError, NonFiniteError, ParatrainError
 from paratrain.goodput import ledger
 from paratrain.loop.callbacks import Callback, CallbackList
 from paratrain.loop.checkpoints import LoopCheckpoints, metric_mode
@@ -433,22 +433,42 @@ class Trainer:
         if self.out_dir is not None:
             from paratrain.checkpoint.all_or_none import on_all_ranks
 
-            try:
-                on_all_ranks("the run directory is gone", lambda: check_still_there(self.out_dir, self._out_identity,
-                                                                                     self.state.step))
-            except ParatrainError:
-                self.log.trackers.forget()  # nothing more written there, not even a tracker's last flush
-                raise
+            on_all_ranks("the run directory is gone", self._out_dir_still_there)
+
+    def _out_dir_still_there(self) -> None:
+        """Rank 0: its output directory is the one this run started in (other ranks: nothing to check).
+        Not collective: run inside an agreement (:meth:`_check_out_dir`, or a save's own)."""
+        try:
+            check_still_there(self.out_dir, self._out_identity, self.state.step)
+        except ParatrainError:
+            self.log.trackers.forget()  # nothing more written there, not even a tracker's last flush (rank 0's)
+            raise
 
     def _save(self) -> None:
         if self.checkpoints is None:
             return
         step = self.state.step
-        self._check_out_dir()  # a save into a deleted directory would recreate it with one checkpoint
-        self._check_finite()  # never a checkpoint of non-finite weights
         metrics = self.last_evaluation.metrics if self._cadence.evaluated_at == step and self.last_evaluation else None
+        finite = self._finite.before_save(step, self.model)
+        out_dir = self._out_dir_still_there if self.out_dir is not None else None
+
+        def check() -> None:
+            # Every rank, inside the save's own agreement (no collective of its own): never a checkpoint
+            # into a deleted run directory (it would be recreated with one checkpoint), nor of non-finite weights.
+            if out_dir is not None:
+                out_dir()
+            if finite is not None:
+                finite()
+
         watchdog.mark("checkpoint")
-        path = self.checkpoints.save(step=step, epoch=self.epoch, metrics=metrics)
+        try:
+            path = self.checkpoints.save(step=step, epoch=self.epoch, metrics=metrics, check=check)
+        except (CheckpointError, NonFiniteError):
+            if finite is not None:  # every rank alike: a non-finite run stops naming its first bad step
+                self._finite.after_failed_save(step, self.model, self.log)
+            raise
+        if finite is not None:
+            self._finite.saved(step)
         watchdog.mark("logging")
         self._cadence.saved(step, with_metrics=bool(metrics))
         self._preemption.saved()

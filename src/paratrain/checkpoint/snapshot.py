@@ -1,0 +1,171 @@
+"""The part of a background save that blocks training: the state copied to host memory, quickly.
+
+Two costs remain once the files are written by a thread (:mod:`.background`): reading the state through
+``torch.distributed.checkpoint.state_dict`` (about 2 ms of Python per model or optimizer, whatever its
+size) and copying the tensors. :class:`LiveState` reads the model and optimizer in the layout torch's
+``get_model_state_dict`` / ``get_optimizer_state_dict`` give, from ``module.state_dict()`` and
+``optimizer.state`` directly, after checking once that this gives exactly torch's answer (the same keys,
+the very same tensors, the same hyperparameters); anything else (DTensors, a layout it does not match)
+is read through torch every time. :class:`HostBuffers` copies into host buffers kept from one save to the
+next (page-locked for GPU tensors, copied without waiting for the GPU; :meth:`HostBuffers.ready` waits).
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from typing import Any
+
+import torch
+
+from paratrain.checkpoint.model_state import model_layout, model_state, optimizer_is_fresh, optimizer_state
+
+
+class HostBuffers:
+    """Host copies of a state that training cannot change, into buffers reused between saves.
+
+    The buffers of one save are handed to the writer; the next :meth:`copy` overwrites them, so it is
+    called only after the previous write is complete (a background save waits for it first).
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[Any, ...], torch.Tensor] = {}
+        self._event: Any = None
+
+    def copy(self, state: Any, path: tuple[Any, ...] = ()) -> Any:
+        """``state`` with every tensor copied to host memory (containers rebuilt, other objects
+        deep-copied; numbers and strings are immutable). GPU copies may still be in flight: see :meth:`ready`."""
+        if isinstance(state, torch.Tensor):
+            return self._tensor(state.detach(), path)
+        if isinstance(state, dict):
+            return {key: self.copy(value, (*path, key)) for key, value in state.items()}
+        if isinstance(state, list):
+            return [self.copy(value, (*path, index)) for index, value in enumerate(state)]
+        if isinstance(state, tuple) and not hasattr(state, "_fields"):
+            return tuple(self.copy(value, (*path, index)) for index, value in enumerate(state))
+        if state is None or isinstance(state, (bool, int, float, str, bytes)):
+            return state
+        return copy.deepcopy(state)
+
+    def _tensor(self, tensor: torch.Tensor, path: tuple[Any, ...]) -> torch.Tensor:
+        if getattr(tensor, "_local_tensor", None) is not None or tensor.is_sparse:  # not a plain dense tensor
+            return tensor.to("cpu", copy=True)
+        buffer = self._buffers.get(path)
+        if buffer is None or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype:
+            pin = tensor.is_cuda and torch.cuda.is_available()
+            buffer = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=pin)
+            self._buffers[path] = buffer
+        if tensor.is_cuda:  # a copy the GPU does after the work queued before it, while Python goes on
+            buffer.copy_(tensor, non_blocking=True)
+            if self._event is None:
+                self._event = torch.cuda.Event()
+            self._event.record()
+        else:
+            buffer.copy_(tensor)
+        return buffer
+
+    def ready(self) -> None:
+        """Wait until the copies of the last :meth:`copy` are in host memory (GPU copies; no-op on CPU).
+        Any thread."""
+        if self._event is not None:
+            self._event.synchronize()
+
+
+class LiveState:
+    """Model and optimizer state in torch's ``get_model_state_dict`` / ``get_optimizer_state_dict``
+    layout (whole tensors, in place: no copies), read without torch's per-call overhead once it was
+    checked to match. Not collective; for whole-tensor (not sharded) state only."""
+
+    def __init__(self) -> None:
+        self._models: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._optimizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer → matched torch's answer?
+
+    def model(self, module: torch.nn.Module) -> dict[str, Any]:
+        live = module.state_dict()
+        known = self._models.get(module)  # (module.state_dict()'s keys, {torch's key: its key} or None)
+        if known is not None and known[0] == tuple(live):
+            if known[1] is None:  # a layout it does not match: torch's whole-tensor answer
+                return model_state(module, sharded=False)
+            return {key: live[source] for key, source in known[1].items()}
+        reference = model_layout(module)
+        keys = _match_keys(reference, live)
+        self._models[module] = (tuple(live), keys)
+        return reference if keys is not None else model_state(module, sharded=False)
+
+    def optimizer(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        if optimizer_is_fresh(optimizer):
+            return optimizer_state(module, optimizer, sharded=False)
+        matched = self._optimizers.get(optimizer)
+        if matched is None:  # the first time: compared with torch's answer in place
+            reference = _torch_optimizer_state(module, optimizer)
+            matched = self._optimizers[optimizer] = _same_state(_optimizer_by_name(module, optimizer), reference)
+            if matched:
+                return reference
+        fast = _optimizer_by_name(module, optimizer) if matched else None
+        return fast if fast is not None else optimizer_state(module, optimizer, sharded=False)
+
+
+def _torch_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    import torch.distributed.checkpoint.state_dict as dsd
+
+    return dsd.get_optimizer_state_dict(module, optimizer)
+
+
+def _view(tensor: Any) -> tuple[Any, ...] | None:
+    if not isinstance(tensor, torch.Tensor) or getattr(tensor, "_local_tensor", None) is not None:
+        return None
+    return tensor.device, tensor.dtype, tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride())
+
+
+def _match_keys(reference: dict[str, Any], live: dict[str, Any]) -> dict[str, str] | None:
+    """For each key of torch's answer, the key of ``module.state_dict()`` holding the very same tensor
+    view (itself when present); ``None`` when one has no match (a DTensor, a copy, another layout)."""
+    keys: dict[str, str] = {}
+    by_view: dict[Any, list[str]] = {}
+    for key, value in live.items():
+        by_view.setdefault(_view(value), []).append(key)
+    for key, value in reference.items():
+        view = _view(value)
+        if view is None:
+            return None
+        if key in live and _view(live[key]) == view:
+            keys[key] = key
+        elif len(by_view.get(view, [])) == 1:
+            keys[key] = by_view[view][0]
+        else:
+            return None
+    return keys
+
+
+def _optimizer_by_name(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any] | None:
+    """``optimizer``'s state keyed by parameter name as torch's ``get_optimizer_state_dict`` gives it for
+    an unsharded model; ``None`` when a parameter it trains is not one of ``module``'s."""
+    names: dict[int, str] = {}
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        names.setdefault(id(parameter), name)  # a tied parameter goes by its first name, as in torch's answer
+    state: dict[str, Any] = {}
+    groups = []
+    for group in optimizer.param_groups:
+        params = []
+        for parameter in group["params"]:
+            name = names.get(id(parameter))
+            if name is None:
+                return None
+            params.append(name)
+            if parameter in optimizer.state:
+                state[name] = dict(optimizer.state[parameter])
+        groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": params})
+    return {"state": state, "param_groups": groups}
+
+
+def _same_state(fast: Any, reference: Any) -> bool:
+    """The same structure, keys in the same order, the very same tensor views and equal other values."""
+    if isinstance(reference, torch.Tensor) or isinstance(fast, torch.Tensor):
+        return _view(fast) is not None and _view(fast) == _view(reference)
+    if isinstance(reference, dict):
+        return (isinstance(fast, dict) and list(fast) == list(reference)
+                and all(_same_state(fast[key], reference[key]) for key in reference))
+    if isinstance(reference, (list, tuple)):
+        return (type(fast) is type(reference) and len(fast) == len(reference)
+                and all(_same_state(a, b) for a, b in zip(fast, reference)))
+    return type(fast) is type(reference) and fast == reference
