@@ -210,10 +210,10 @@ class ScriptFacts:
         """The guard over every caller of each function of the file, read for all functions at once.
 
         Following calls one path at a time costs time exponential in the number of methods that call
-        each other (a 1 400-line trainer class did not finish). Here every function starts unguarded
-        and takes the guard of its callers until nothing changes; a guard only grows ("" → "local" →
-        "global"), so each changes at most twice and the rounds end. A function reached only through a cycle of calls stays
-        unguarded, as when calls were followed one path at a time.
+        each other (a trainer class of a few dozen). Here every function starts unguarded and takes the
+        guard of its callers until nothing changes; a guard only grows ("" → "local" → "global"), so
+        each changes at most twice and the rounds end. A function reached only through a cycle of
+        calls stays unguarded.
         """
         functions = [node for node in ast.walk(self.tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
         table = dict.fromkeys(functions, "")
