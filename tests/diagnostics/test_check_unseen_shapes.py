@@ -359,3 +359,156 @@ torch.save(queue, queue_path)
 torch.save(model.state_dict(), "model.pt")
 """
     assert rules(source) == [(11, "save-on-every-rank")]  # the shared file only
+
+
+# ---- shapes from the fourth corpus (docs/check_corpus.md) ---------------------------------------
+def test_a_byte_order_mark_at_the_start_is_read_like_python_reads_it():
+    assert rules('\ufeffimport torch\ntorch.nn.DataParallel(model)\n', head="") == [(2, "data-parallel")]
+
+
+def test_methods_calling_each_other_from_many_places_are_read_once_each():
+    # 16 methods, each called by the two before it, all reached from a guarded `train`: read one
+    # path of calls at a time, the save in the last one is reached along 2**15 paths.
+    methods = "".join(f"    def step{i}(self):\n        self.step{i + 1}()\n        self.step{i + 2}()\n"
+                      for i in range(14))
+    source = f"""
+class Trainer:
+{methods}    def step14(self):
+        self.step15()
+    def step15(self):
+        torch.save(self.state, "ckpt.pt")
+    def train(self):
+        if dist.get_rank() == 0:
+            self.step0()
+Trainer().train()
+"""
+    from paratrain.diagnostics import script_facts
+    reads = []
+    original = script_facts.ScriptFacts._callers_guard
+
+    def counting(self, function, guards):
+        reads.append(function)
+        return original(self, function, guards)
+
+    script_facts.ScriptFacts._callers_guard = counting
+    try:
+        assert rules(source) == []
+    finally:
+        script_facts.ScriptFacts._callers_guard = original
+    assert len(reads) <= 3 * 18 * 18  # rounds over the 18 methods, not one read per path
+
+
+def test_a_rank_test_or_another_condition_is_not_a_rank_guard():
+    source = """
+if dist.get_rank() == 0 or "stage_3" in strategy:
+    torch.save(model.state_dict(), "a.pt")
+if not args.distributed or dist.get_rank() == 0:
+    torch.save(model.state_dict(), "b.pt")
+if dist.get_world_size() == 1 or dist.get_rank() == 0:
+    torch.save(model.state_dict(), "c.pt")
+if args.distributed and dist.get_rank() == 0:
+    torch.save(model.state_dict(), "d.pt")
+"""
+    assert rules(source) == [(8, "save-on-every-rank")]
+
+
+def test_master_addr_and_port_set_only_when_unset_are_defaults():
+    source = """
+if "MASTER_PORT" in os.environ:
+    pass
+else:
+    os.environ["MASTER_PORT"] = "29500"
+if not os.getenv("MASTER_ADDR"):
+    os.environ["MASTER_ADDR"] = "10.0.0.1"
+os.environ["MASTER_PORT"] = "12355"
+"""
+    assert rules(source) == [(13, "hardcoded-rendezvous")]
+
+
+def test_prints_and_saves_the_ranks_tell_apart():
+    source = """
+rank = dist.get_rank()
+print(f"{rank + 1}/{dist.get_world_size()} ready")
+is_root = backend.is_root_worker()
+if backend.is_root_worker():
+    print("training")
+def save(path):
+    if not is_root:
+        return
+    torch.save(model.state_dict(), path)
+save("last.pt")
+"""
+    assert rules(source) == []
+
+
+def test_a_spawn_index_handed_to_init_process_group_as_rank_is_the_global_rank():
+    source = """\
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+def worker(local_rank, args):
+    dist.init_process_group("gloo", init_method="env://", world_size=args.nprocs, rank=local_rank)
+    args.local_rank = local_rank
+    if args.local_rank == 0:
+        torch.save({}, "ckpt.pt")
+
+if __name__ == "__main__":
+    mp.spawn(worker, nprocs=2, args=(object(),))
+"""
+    assert rules(source, head="") == []
+
+
+def test_a_branch_on_a_library_main_process_test_makes_a_script_multi_process():
+    source = """\
+from transformers import Trainer
+trainer = Trainer(model=model)
+print("training")
+trainer.train()
+if trainer.is_world_process_zero():
+    trainer.save_model("out")
+"""
+    assert rules(source, head="") == [(3, "print-on-every-rank")]
+
+
+def test_a_sampler_chosen_by_a_conditional_expression_is_a_sampler():
+    source = """
+sampler = DistributedSampler(dataset) if distributed else None
+loader = DataLoader(dataset, sampler=sampler)
+for epoch in range(3):
+    for batch in loader:
+        pass
+"""
+    assert rules(source) == [(7, "no-set-epoch")]
+
+
+def test_the_function_that_spawns_runs_in_the_parent_without_a_main_block():
+    source = """\
+import fire
+import torch.multiprocessing as mp
+import torch.distributed as dist
+
+def run(rank, world_size):
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+
+def train_from_folder(generate=False, gpus=2):
+    if generate:
+        print("samples written")
+        return
+    mp.spawn(run, args=(gpus,), nprocs=gpus)
+
+def main():
+    fire.Fire(train_from_folder)
+"""
+    assert rules(source, head="") == []
+
+
+def test_a_logger_helper_called_on_its_own_line_sets_logging_up_elsewhere():
+    source = """
+import logging
+logging.basicConfig(level=logging.INFO)
+logger = logging.getLogger("project")
+setup_logger()
+logger.info("loading weights")
+"""
+    assert rules(source) == []

@@ -27,6 +27,7 @@ def check_source(source: str, filename: str = "<script>") -> list[Finding]:
     Raises:
         ConfigError: the source is not valid Python (names the file and line).
     """
+    source = source.removeprefix("\ufeff")  # a byte-order mark, which Python itself skips
     try:
         facts = ScriptFacts.read(source)
     except SyntaxError as exc:

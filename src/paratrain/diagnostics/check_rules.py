@@ -233,6 +233,19 @@ def _environ_literals(facts: ScriptFacts) -> Iterator[tuple[ast.AST, str, str]]:
                             yield node, str(key.value), str(value.value)
 
 
+def _default_only(facts: ScriptFacts, node: ast.AST, variable: str) -> bool:
+    """The value is set under an ``if`` that asks whether the variable is set (``if "MASTER_PORT" not in
+    os.environ:``, ``if not os.getenv("MASTER_ADDR"):``, the ``else:`` of ``elif "MASTER_PORT" in
+    os.environ: pass``): a default for an unset variable, like ``os.environ.setdefault``."""
+    parent = facts.parents.get(node)
+    while parent is not None:
+        if isinstance(parent, ast.If) and any(
+                isinstance(n, ast.Constant) and n.value == variable for n in ast.walk(parent.test)):
+            return True
+        parent = facts.parents.get(parent)
+    return False
+
+
 def hardcoded_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
     # A whole literal URL only: "tcp://%s:%s" % (os.environ["MASTER_ADDR"], …) or
     # f"tcp://127.0.0.1:{port}" take their address and port from the run.
@@ -247,6 +260,8 @@ def hardcoded_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
                 "(--master-addr/--master-port on several machines), or pt.Runtime()",
             )
     for node, variable, value in _environ_literals(facts):
+        if _default_only(facts, node, variable):
+            continue
         if variable == "MASTER_PORT" or (variable == "MASTER_ADDR" and value not in _LOOPBACK):
             what = ("a port left busy by another job (or a second run on the machine) stops the rendezvous"
                     if variable == "MASTER_PORT" else
@@ -358,11 +373,13 @@ def _first_of(calls: list[ast.Call], rule: str, why: str, fix: str) -> Iterator[
 
 
 def _rank_tagged(call: ast.Call) -> bool:
-    """The printed text names its process (f"[GPU{rank}] …"): one line per rank is the point."""
+    """The printed text names its process (f"[GPU{rank}] …", f"{rank + 1}/{world_size}"): one line per
+    rank is the point."""
     return any(
-        isinstance(value, ast.FormattedValue) and _RANK_TAG.fullmatch(last_name(value.value))
+        isinstance(name, (ast.Name, ast.Attribute, ast.Call)) and _RANK_TAG.fullmatch(last_name(name))
         for arg in call.args for node in ast.walk(arg) if isinstance(node, ast.JoinedStr)
-        for value in node.values
+        for value in node.values if isinstance(value, ast.FormattedValue)
+        for name in ast.walk(value.value)
     )
 
 
@@ -512,16 +529,15 @@ def _loggers(facts: ScriptFacts) -> set[str] | None:
     # the handlers are set up in another file this reading cannot see.
     if not any(re.search(r"INFO|DEBUG|NOTSET|\b(?:10|20)\b", ast.unparse(call)) for call in setups):
         return None
+    # A logger helper of the project or of a library, called anywhere (`logger = get_logger(...)`, or
+    # detectron2's `setup_logger()` on its own line): it may choose handlers by rank (accelerate's and
+    # detectron2's do), where this reading cannot see.
+    if any(_LOGGER_HELPER.fullmatch(last_name(call)) and last_name(call) != "getLogger" for call in facts.calls):
+        return None
     names = {"logging"} if facts.modules.get("logging") == "logging" else set()
     for name, values in facts.assigned.items():
-        for value in values:
-            if not isinstance(value, ast.Call):
-                continue
-            full = facts.full_name(value)
-            if full in ("logging.getLogger", "logging.getLogger"):
-                names.add(name)
-            elif _LOGGER_HELPER.fullmatch(last_name(value)) and last_name(value) != "getLogger":
-                return None  # a logger helper of the project or of a library (accelerate's is rank-aware)
+        names.update(name for value in values
+                     if isinstance(value, ast.Call) and facts.full_name(value) == "logging.getLogger")
     return names
 
 

@@ -26,9 +26,12 @@ from functools import cached_property
 # An `if` that limits a block to one process: the global rank or a main-process helper.
 _GLOBAL_GUARD = re.compile(
     r"(?<![\w.])(?:\w+\.)*(?:rank|global_rank|get_rank|RANK|is_main\w*|is_master\w*|master_process|is_rank_zero"
-    r"|is_primary\w*|is_global_zero|is_world_process_zero|main_process|rank_?0|rank_zero\w*)\b")
-# A comparison with rank 0 (not `local_rank > -1`, which only picks a device).
-_RANK_ZERO_TEST = re.compile(r"(?:==|!=)\s*0\b|\bin\s*[\[(]\s*-1\s*,\s*0\s*[\])]")
+    r"|is_primary\w*|is_root\w*|is_global_zero|is_world_process_zero|main_process|rank_?0|rank_zero\w*)\b")
+# A comparison with rank 0 (not `local_rank > -1`, which only picks a device), or a library's
+# main-process predicate (`trainer.is_world_process_zero()`, `accelerator.is_main_process`).
+_RANK_ZERO_TEST = re.compile(
+    r"(?:==|!=)\s*0\b|\bin\s*[\[(]\s*-1\s*,\s*0\s*[\])]"
+    r"|(?<![\w])(?:\w+\.)*(?:is_world_process_zero|is_global_zero|is_main_process|is_local_main_process)\b")
 _LOCAL_GUARD = re.compile(r"local_rank|LOCAL_RANK|local_process_index|is_local_\w*")
 # An `if` that tells a multi-process run from a single-process one: its `else:` runs on one process.
 _DISTRIBUTED_TEST = re.compile(
@@ -45,6 +48,9 @@ _EXITS = ("exit", "quit", "_exit")
 # process its rank on the one machine, so the tutorials (pytorch/examples' ddp-tutorial-series) test
 # it as their rank 0; read as a global guard unless the file assigns it from LOCAL_RANK.
 _DEVICE_GUARD = re.compile(r"(?<![\w])(?:\w+\.)*(?:gpu|gpu_id|device_id)\s*(?:==|!=)\s*0\b")
+# A test that is true only in a single-process run: beside a rank test in an `or`, it still limits
+# the block to one process (`if world_size == 1 or rank == 0:`).
+_ONE_PROCESS_TEST = re.compile(r"^(?:\w+\.)*(?:world_size|get_world_size\(\))\s*(?:==|<=)\s*1$")
 # `rank % gpus_per_node == 0`: the first process of each machine, i.e. local rank 0.
 _PER_MACHINE = re.compile(r"\brank\s*%\s*[\w.]+\s*==\s*0")
 # Calls and wrappers that make a script multi-process. `launch` counts when it is not a function of
@@ -151,7 +157,9 @@ class ScriptFacts:
         """Variables (``x``, ``self.x``) assigned the result of one of these calls (the first such call)."""
         bound = {}
         for name, values in self.assigned.items():
-            calls = [v for v in values if isinstance(v, ast.Call) and last_name(v) in callee_names]
+            # `sampler = DistributedSampler(ds) if distributed else None` binds the call too
+            choices = [c for v in values for c in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
+            calls = [v for v in choices if isinstance(v, ast.Call) and last_name(v) in callee_names]
             if calls:
                 bound[name] = min(calls, key=lambda call: call.lineno)
         return bound
@@ -188,13 +196,37 @@ class ScriptFacts:
         return any(not (isinstance(kw.value, ast.Constant) and kw.value.value in (1, None, "auto", "single_device"))
                    for kw in spread)
 
-    def guard(self, node: ast.AST, _followed: frozenset = frozenset()) -> str:
+    def guard(self, node: ast.AST) -> str:
         """``"global"`` under a rank-0 test, ``"local"`` under a local-rank test only, else ``""``.
 
         A function of this file counts as guarded when every use of its name is a call under
         such a test (and it is used at all): one passed as a callback, or never called here,
         may run anywhere.
         """
+        return self._guard(node, self._callers_guards)
+
+    @cached_property
+    def _callers_guards(self) -> dict[ast.AST, str]:
+        """The guard over every caller of each function of the file, read for all functions at once.
+
+        Following calls one path at a time costs time exponential in the number of methods that call
+        each other (a trainer class of a few dozen). Here every function starts unguarded and takes the
+        guard of its callers until nothing changes; a guard only grows ("" → "local" → "global"), so
+        each changes at most twice and the rounds end. A function reached only through a cycle of
+        calls stays unguarded.
+        """
+        functions = [node for node in ast.walk(self.tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        table = dict.fromkeys(functions, "")
+        changed = True
+        while changed:
+            changed = False
+            for function in functions:
+                kind = self._callers_guard(function, table)
+                if kind != table[function]:
+                    table[function], changed = kind, True
+        return table
+
+    def _guard(self, node: ast.AST, callers_guards: dict[ast.AST, str]) -> str:
         local = False
         child, parent = node, self.parents.get(node)
         while parent is not None:
@@ -213,8 +245,8 @@ class ScriptFacts:
             if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
                     _RANK_ZERO_DECORATOR.match(ast.unparse(d)) for d in parent.decorator_list):
                 return "global"
-            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and parent not in _followed:
-                callers = self._callers_guard(parent, _followed | {parent})
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                callers = callers_guards.get(parent, "")
                 if callers == "global":
                     return "global"
                 local = local or callers == "local"
@@ -262,10 +294,27 @@ class ScriptFacts:
         return kind
 
     def _test_kind(self, test: ast.expr, _depth: int = 0) -> str:
+        if isinstance(test, ast.BoolOp):
+            return self._bool_test_kind(test, _depth)
         kind = self._direct_test_kind(test)
         if kind or _depth >= 2:
             return kind
         return self._stored_test_kind(test, _depth)
+
+    def _bool_test_kind(self, test: ast.BoolOp, depth: int) -> str:
+        """``a and b`` holds where both do: one rank test among them limits the block. ``a or b`` holds
+        where either does: a rank test only when every part is one (``is_global_zero or "stage_3" in
+        strategy`` runs on every rank with ZeRO-3), a test for a single-process run counting as one
+        (``not args.distributed or rank == 0``)."""
+        if isinstance(test.op, ast.And):
+            kinds = {self._test_kind(value, depth) for value in test.values}
+            return "global" if "global" in kinds else "local" if "local" in kinds else ""
+        kinds = {
+            "global" if self._single_process_branch(value, in_else=False)
+            or _ONE_PROCESS_TEST.search(ast.unparse(value)) else self._test_kind(value, depth)
+            for value in test.values
+        }
+        return "global" if kinds == {"global"} else "local" if kinds <= {"global", "local"} else ""
 
     def _stored_test_kind(self, test: ast.expr, depth: int) -> str:
         """A rank test kept in a variable (``save_logs = args.save_logs and is_master(args)``, then
@@ -294,12 +343,25 @@ class ScriptFacts:
             name = device.group(0).split("=")[0].rstrip("!= ").strip()
             from_env = any(_LOCAL_GUARD.search(ast.unparse(v)) for v in self.assigned.get(name, []))
             return "local" if from_env else "global"
+        if {ast.unparse(n) for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute))} & self._group_ranks:
+            return "global"  # the value this process gave init_process_group as its rank, whatever its name
         if _GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", text)):
             return "global"
         return "local" if _LOCAL_GUARD.search(text) else ""
 
-    def _callers_guard(self, function: ast.FunctionDef | ast.AsyncFunctionDef, followed: frozenset) -> str:
-        """The weakest guard over every use of ``function``'s name in this file (methods: ``x.name``)."""
+    @cached_property
+    def _group_ranks(self) -> set[str]:
+        """Names holding the rank handed to ``init_process_group(rank=...)`` (``rank=local_rank`` with
+        ``args.local_rank = local_rank``): the process's global rank, even when named ``local_rank``
+        (one machine, a process per GPU)."""
+        ranks = {ast.unparse(kw.value) for call in self.calls_named("init_process_group") for kw in call.keywords
+                 if kw.arg == "rank" and isinstance(kw.value, (ast.Name, ast.Attribute))}
+        return ranks | {name for name, values in self.assigned.items()
+                        if values and all(ast.unparse(v) in ranks for v in values)}
+
+    def _callers_guard(self, function: ast.FunctionDef | ast.AsyncFunctionDef, callers_guards: dict[ast.AST, str]) -> str:
+        """The weakest guard over every use of ``function``'s name in this file (methods: ``x.name``),
+        with ``callers_guards`` standing for the guards of the functions those uses sit in."""
         uses = self._uses(function)
         if not uses:
             # A script (it has a __main__ entry point) that never uses one of its own functions never
@@ -311,7 +373,7 @@ class ScriptFacts:
             call = self.parents.get(use)
             if not (isinstance(call, ast.Call) and call.func is use):
                 return ""  # handed on (a callback, mp.spawn's target): runs where the receiver decides
-            kinds.add(self.guard(call, followed))
+            kinds.add(self._guard(call, callers_guards))
         if kinds == {"global"}:
             return "global"
         return "local" if "" not in kinds else ""
@@ -371,13 +433,12 @@ class ScriptFacts:
         """``node`` runs only in the parent that starts the ranks: beside a call that hands a function of
         this file to ``mp.spawn``/``pt.spawn``/detectron2's ``launch``, under ``if __name__ == "__main__"``
         or in a function called only from there (the children import the file under another name, so
-        that block does not run in them)."""
+        that block does not run in them); in a file with no such block, in the function that makes the
+        call (an entry point of its own, like a console script's)."""
         if self._exits_before_launch(node):
             return True
         own = self.own_functions
         main = self.main_block()
-        if main is None:
-            return False
         executors = {name for name in self.names_bound_to(*_JOB_EXECUTORS)}
         submits = [call for call in self.calls_named("submit", "map_array")
                    if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in executors]
@@ -387,11 +448,19 @@ class ScriptFacts:
                 continue
             scope = self.scope(call)
             if scope is self.tree:
-                if self._within(call, main) and self._within(node, main):
+                if main is not None and self._within(call, main) and self._within(node, main):
                     return True
-            elif self.scope(node) is scope and self._called_only_from(scope, main):
+            elif self.scope(node) is scope and (
+                    self._called_only_from(scope, main) if main is not None else not self._started(scope)):
+                # A function that starts the ranks runs in the parent; with no `__main__` block it is an
+                # entry point of its own (`fire.Fire(train_from_folder)`, a console script).
                 return True
         return False
+
+    def _started(self, function: ast.AST) -> bool:
+        """``function`` is handed to a launcher (``mp.spawn(function, …)``): it runs in the children."""
+        return any(isinstance(arg, ast.Name) and arg.id == getattr(function, "name", None)
+                   for call in self.calls_named(*_LAUNCHERS) for arg in call.args[:1] + [kw.value for kw in call.keywords])
 
     def _exits_before_launch(self, node: ast.AST) -> bool:
         """``node`` sits in a block that ends the program (``quit()``, ``sys.exit()``) before a launcher call
