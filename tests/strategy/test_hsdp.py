@@ -209,3 +209,21 @@ def test_auto_shards_inside_the_nodes_when_the_model_asks_to_be_sharded(world_si
 
 if __name__ == "__main__":
     node_job(sys.argv[1])
+
+
+def test_nodes_of_different_sizes_are_refused_on_every_node_not_only_where_the_sizes_multiply_out():
+    """Nodes of 1, 2 and 3 processes: the node of 2 sees 3 nodes × 2 = 6 = the world size, yet no mesh fits;
+    every rank must refuse alike (one building a mesh would wait for the others until the timeout)."""
+    import torch
+
+    from paratrain.env.api import ProcessInfo
+    from paratrain.precision.fp32 import FP32Precision
+    from paratrain.strategy.hsdp import HSDPStrategy
+
+    for local_rank, per_node in ((0, 1), (0, 2), (1, 3)):
+        process = ProcessInfo(rank=local_rank, local_rank=local_rank, world_size=6, local_world_size=per_node,
+                              node_rank=0, num_nodes=3, master_addr=None, master_port=None, source="torchrun",
+                              uneven_nodes=True)
+        strategy = HSDPStrategy().connect(process, torch.device("cpu"), FP32Precision())
+        with pytest.raises(pt.ConfigError, match="run as many on each node, or give replicate"):
+            strategy.mesh_shape()

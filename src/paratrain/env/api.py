@@ -22,6 +22,8 @@ class ProcessInfo:
     master_addr: str | None
     master_port: int | None
     source: str  # which launcher started us: "torchrun", "slurm", "mpi", "single"
+    #: the nodes run different numbers of processes (known once the ranks agreed on the job's topology)
+    uneven_nodes: bool = False
 
     @property
     def is_main(self) -> bool:

@@ -108,10 +108,11 @@ class Topology:
             )
 
     def place(self, info: ProcessInfo) -> ProcessInfo:
-        """``info`` with node rank, node count and local world size taken from the exchange."""
+        """``info`` with node rank, node count, local world size and whether the nodes differ in size, taken
+        from the exchange (the same answer on every rank)."""
         node_rank = self.node_rank_of(info.rank)
         return replace(info, node_rank=node_rank, num_nodes=self.num_nodes,
-                       local_world_size=len(self.ranks_of(node_rank)))
+                       local_world_size=len(self.ranks_of(node_rank)), uneven_nodes=self.uneven)
 
 
 def from_facts(facts: Sequence[RankFacts]) -> Topology:

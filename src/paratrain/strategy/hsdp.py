@@ -76,7 +76,8 @@ class HSDPStrategy(FSDPStrategy):
             ConfigError: the nodes run different numbers of processes and no shape was given.
         """
         p = self.process
-        even = p.num_nodes * p.local_world_size == p.world_size
+        # Agreed, not this rank's own count: with nodes of 1, 2 and 3 processes the node of 2 would see 3 × 2 = 6.
+        even = not p.uneven_nodes and p.num_nodes * p.local_world_size == p.world_size
         return plan_mesh(p.world_size, p.num_nodes, p.local_world_size if even else None, self.options.replicate,
                          self.options.shard)
 
