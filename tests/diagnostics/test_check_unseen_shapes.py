@@ -512,3 +512,65 @@ setup_logger()
 logger.info("loading weights")
 """
     assert rules(source) == []
+
+
+def test_a_print_naming_its_process_through_format_or_an_argument_is_tagged():
+    source = """
+def worker(gpu, args):
+    print("worker on device {}".format(gpu))
+    print("joined as", dist.get_rank())
+    print("step %d of process %d" % (1, args.rank))
+    print("building the model")
+"""
+    assert rules(source) == [(11, "print-on-every-rank")]
+
+
+def test_an_experiment_tracker_init_starts_no_processes():
+    source = """\
+import torch
+import wandb
+wandb.init(project="toy")
+print("one process")
+torch.save({}, "model.pt")
+"""
+    assert rules(source, head="") == []
+
+
+def test_a_rendezvous_url_joined_from_options_with_literal_defaults():
+    source = """
+import argparse
+parser = argparse.ArgumentParser()
+parser.add_argument("--host", default="192.168.7.7")
+parser.add_argument("--rdzv-port", default=29111, type=int)
+parser.add_argument("--local-host", default="127.0.0.1")
+args = parser.parse_args()
+url = "tcp://" + args.host + ":" + str(args.rdzv_port)
+same_machine = f"tcp://{args.local_host}:{os.environ['MASTER_PORT']}"
+"""
+    assert rules(source) == [(9, "hardcoded-rendezvous"), (10, "hardcoded-rendezvous")]
+
+
+def test_a_local_rank_flag_overwritten_by_the_spawned_worker_is_never_read():
+    source = """
+import argparse
+import torch.multiprocessing as mp
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=-1)
+
+def worker(index, args):
+    args.local_rank = index
+    torch.cuda.set_device(args.local_rank)
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(parser.parse_args(),), nprocs=2)
+"""
+    assert rules(source) == []
+    helper = """
+import argparse
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=-1)
+args = parser.parse_args()
+utils.init_distributed_mode(args)
+torch.cuda.set_device(args.local_rank)
+"""
+    assert rules(helper) == []

@@ -167,7 +167,7 @@ def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
             continue
         default = keyword(call, "default")
         required = is_true(keyword(call, "required"))
-        if not required and (not facts.loaded_attrs.get("local_rank") or _reads_local_rank_env(facts)):
+        if not required and (not _parsed_local_rank_read(facts) or _reads_local_rank_env(facts)):
             # Kept only so that torch.distributed.launch's `--local_rank=N` does not stop argparse
             # (DINO: "Please ignore and do not set this argument"): the flag is never read, or the
             # script takes LOCAL_RANK from the environment, which torchrun sets.
@@ -189,8 +189,22 @@ def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
         )
 
 
+def _parsed_local_rank_read(facts: ScriptFacts) -> bool:
+    """Some read of ``x.local_rank`` may see the parsed value: not one that follows, in the same function,
+    ``args.local_rank = local_rank`` (a worker started by ``mp.spawn`` storing its index over the flag's)."""
+    stores = [node for node in ast.walk(facts.tree)
+              if isinstance(node, ast.Attribute) and node.attr == "local_rank" and isinstance(node.ctx, ast.Store)]
+    return any(
+        not any(facts.scope(store) is facts.scope(read) and store.lineno < read.lineno for store in stores)
+        for read in facts.loaded_attrs.get("local_rank", [])
+    )
+
+
 def _reads_local_rank_env(facts: ScriptFacts) -> bool:
-    """``os.environ["LOCAL_RANK"]``, ``os.getenv("LOCAL_RANK")``, ``os.environ.get("LOCAL_RANK", …)``."""
+    """``os.environ["LOCAL_RANK"]``, ``os.getenv("LOCAL_RANK")``, ``os.environ.get("LOCAL_RANK", …)``, or
+    the DeiT/DETR ``init_distributed_mode(args)`` that sets ``args`` from them."""
+    if facts.mentions(_ENV_INIT_HELPER):
+        return True
     return any(
         isinstance(node, ast.Constant) and node.value == "LOCAL_RANK"
         and (isinstance(facts.parents.get(node), ast.Subscript) or isinstance(facts.parents.get(node), ast.Call))
@@ -272,6 +286,7 @@ def hardcoded_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
                 "leave MASTER_ADDR/MASTER_PORT to the launcher: paratrain run picks a free port on one machine and "
                 "takes --master-addr/--master-port on several (or os.environ.setdefault for a default)",
             )
+    yield from _composed_url_defaults(facts)
     for call in facts.calls_named("init_process_group"):
         for name in ("world_size", "rank"):
             value = keyword(call, name)
@@ -282,6 +297,60 @@ def hardcoded_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
                     "processes or machines needs an edit, and a wrong value hangs the rendezvous",
                     "leave rank and world_size out: the launcher's environment (RANK, WORLD_SIZE) gives them",
                 )
+
+
+def _argument_defaults(facts: ScriptFacts) -> dict[str, ast.Call]:
+    """``parser.add_argument("--ip", default="10.0.0.1")`` → {"ip": that call}: the options whose default
+    is a literal, by the name the parsed arguments carry."""
+    defaults = {}
+    for call in facts.calls_named("add_argument"):
+        options = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        default = keyword(call, "default")
+        if options and isinstance(default, ast.Constant) and isinstance(default.value, (str, int)):
+            dest = keyword(call, "dest")
+            long = next((o for o in options if o.startswith("--")), options[0])
+            name = dest.value if isinstance(dest, ast.Constant) else long.lstrip("-").replace("-", "_")
+            defaults[name] = call
+    return defaults
+
+
+def _composed_url_defaults(facts: ScriptFacts) -> Iterator[Finding]:
+    """``init_method = "tcp://" + args.ip + ":" + args.port`` (or an f-string) whose parts are options with a
+    literal default (``--ip 10.24.0.5``, ``--port 23456``): the address or the port is fixed unless the
+    command line says otherwise, as a literal ``--dist-url`` default is. A loopback address is not."""
+    defaults = _argument_defaults(facts)
+    if not defaults:
+        return
+    reported = set()
+    for node in ast.walk(facts.tree):
+        if isinstance(node, ast.JoinedStr):
+            head = node.values[0] if node.values else None
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and not isinstance(
+                facts.parents.get(node), ast.BinOp):
+            head = node
+            while isinstance(head, ast.BinOp):
+                head = head.left
+        else:
+            continue
+        if not (isinstance(head, ast.Constant) and isinstance(head.value, str) and head.value.startswith("tcp://")):
+            continue
+        for part in ast.walk(node):
+            if not isinstance(part, (ast.Name, ast.Attribute)):
+                continue
+            option = defaults.get(part.attr if isinstance(part, ast.Attribute) else part.id)
+            if option is None or option.lineno in reported:
+                continue
+            value = keyword(option, "default").value
+            if isinstance(value, str) and value in _LOOPBACK:
+                continue
+            reported.add(option.lineno)
+            yield Finding(
+                option.lineno, "hardcoded-rendezvous",
+                f"the rendezvous address {ast.unparse(node)} takes this option's fixed default {value!r}: the job "
+                "breaks when the machine or its address changes, and a port left busy by another job stops it",
+                "init_process_group(backend) with the default env:// and start with paratrain run "
+                "(--master-addr/--master-port on several machines), or pt.Runtime()",
+            )
 
 
 def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
@@ -372,14 +441,27 @@ def _first_of(calls: list[ast.Call], rule: str, why: str, fix: str) -> Iterator[
         yield Finding(calls[0].lineno, rule, why + (f" (also lines {others})" if others else ""), fix)
 
 
+def _interpolated(arg: ast.expr) -> list[ast.expr]:
+    """The values a printed argument puts into the text: an f-string's fields, ``"…".format(x)``'s and
+    ``"…" % x``'s operands, or the argument itself (``print("rank", rank)``); a plain string has none."""
+    if isinstance(arg, ast.Constant):
+        return []
+    if isinstance(arg, ast.JoinedStr):
+        return [value.value for value in arg.values if isinstance(value, ast.FormattedValue)]
+    if (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "format"
+            and isinstance(arg.func.value, ast.Constant)):
+        return [*arg.args, *(kw.value for kw in arg.keywords)]
+    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Mod) and isinstance(arg.left, ast.Constant):
+        return [arg.right]
+    return [arg]
+
+
 def _rank_tagged(call: ast.Call) -> bool:
-    """The printed text names its process (f"[GPU{rank}] …", f"{rank + 1}/{world_size}"): one line per
-    rank is the point."""
+    """The printed text names its process (f"[GPU{rank}] …", f"{rank + 1}/{world_size}",
+    ``"Use GPU: {}".format(gpu)``, ``print("rank", rank)``): one line per rank is the point."""
     return any(
         isinstance(name, (ast.Name, ast.Attribute, ast.Call)) and _RANK_TAG.fullmatch(last_name(name))
-        for arg in call.args for node in ast.walk(arg) if isinstance(node, ast.JoinedStr)
-        for value in node.values if isinstance(value, ast.FormattedValue)
-        for name in ast.walk(value.value)
+        for arg in call.args for value in _interpolated(arg) for name in ast.walk(value)
     )
 
 
