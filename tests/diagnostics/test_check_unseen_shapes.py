@@ -574,3 +574,25 @@ utils.init_distributed_mode(args)
 torch.cuda.set_device(args.local_rank)
 """
     assert rules(helper) == []
+
+
+def test_a_loader_read_in_one_pass_has_no_epoch_to_reshuffle():
+    once = """
+import torch.multiprocessing as mp
+def fit(model, train_loader):
+    for step, batch in enumerate(train_loader):
+        model(batch)
+
+def worker(index, dataset, model):
+    sampler = DistributedSampler(dataset)
+    train_loader = DataLoader(dataset, sampler=sampler)
+    fit(model, train_loader)
+
+if __name__ == "__main__":
+    mp.spawn(worker, nprocs=2)
+"""
+    assert rules(once) == []
+    every_epoch = once.replace("    fit(model, train_loader)", "    for epoch in range(3):\n        fit(model, train_loader)")
+    assert rules(every_epoch) == [(13, "no-set-epoch")]
+    cycled = "\nsampler = DistributedSampler(dataset)\nloader = DataLoader(dataset, sampler=sampler)\nbatches = cycle(loader)\n"
+    assert rules(cycled) == [(7, "no-set-epoch")]

@@ -73,6 +73,75 @@ def _handed_on(facts: ScriptFacts, name: str) -> bool:
     return False
 
 
+_LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.comprehension)
+
+
+def _in_loop(facts: ScriptFacts, node: ast.AST) -> bool:
+    """A loop of ``node``'s own function (or of the module, outside functions) repeats it."""
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(parent, _LOOPS):
+            return True
+        parent = facts.parents.get(parent)
+    return False
+
+
+def _runs_once(facts: ScriptFacts, node: ast.AST, depth: int = 0) -> bool:
+    """No loop repeats ``node``: none in its function, whose every call (followed a few levels up) is
+    outside loops too, or which is handed to ``mp.spawn``-like launchers (once per process)."""
+    if _in_loop(facts, node):
+        return False
+    function = facts.scope(node)
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return True
+    if depth >= 3 or isinstance(facts.parents.get(function), ast.ClassDef):
+        return False  # a method may be called from anywhere
+    for use in facts.loaded_names.get(function.name, []):
+        call = facts.parents.get(use)
+        if not isinstance(call, ast.Call):
+            return False
+        if call.func is not use and last_name(call) not in ("spawn", "start_processes"):
+            return False  # handed on: the receiver may call it again and again
+        if not _runs_once(facts, call, depth + 1):
+            return False
+    return True
+
+
+def _read_once(facts: ScriptFacts, sampler: str) -> bool:
+    """Every DataLoader drawing from ``sampler`` is read by ``for`` loops that run once (a tutorial's single
+    pass, directly or in a function of the file it is handed to under the same name): there is no
+    second epoch for ``set_epoch`` to reshuffle. Any other use (``cycle(loader)``, ``iter(loader)``, an
+    attribute) may read it again."""
+    loaders = {name for name, values in facts.assigned.items() for value in values
+               if isinstance(value, ast.Call) and last_name(value) in _LOADERS
+               and any(ast.unparse(v) == sampler for v in (keyword(value, "sampler"), keyword(value, "batch_sampler")) if v)}
+    if not loaders:
+        return False
+    passes = 0
+    for node in ast.walk(facts.tree):
+        if not (isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load)
+                and ast.unparse(node) in loaders):
+            continue
+        read, parent = node, facts.parents.get(node)
+        if isinstance(parent, ast.Call) and last_name(parent) in ("enumerate", "tqdm") and node in parent.args:
+            read, parent = parent, facts.parents.get(parent)
+        if isinstance(parent, (ast.For, ast.AsyncFor)) and read is parent.iter:
+            if not _runs_once(facts, parent):
+                return False
+            passes += 1
+        elif isinstance(parent, ast.Call) and last_name(parent) == "len":
+            continue
+        elif (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in facts.own_functions
+              and read in parent.args):
+            callee = next((f for f in ast.walk(facts.tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                           and f.name == parent.func.id), None)
+            if callee is None or ast.unparse(node) not in {a.arg for a in callee.args.args}:
+                return False  # read under another name there
+        else:
+            return False
+    return passes > 0
+
+
 def _is_eval(name: str, sampler: ast.Call) -> bool:
     return bool(_EVAL_NAME.search(name) or _EVAL_NAME.search(_first_arg(sampler)))
 
@@ -129,7 +198,7 @@ def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
         shuffle = keyword(sampler, "shuffle")
         if _is_eval(name, sampler) or (isinstance(shuffle, ast.Constant) and shuffle.value is False):
             continue  # evaluation order does not matter
-        if _handed_on(facts, name):
+        if _handed_on(facts, name) or _read_once(facts, name):
             continue
         if not facts.mentions(rf"{re.escape(name)}\.set_epoch\("):
             yield Finding(
