@@ -565,15 +565,9 @@ if __name__ == "__main__":
     mp.spawn(worker, args=(parser.parse_args(),), nprocs=2)
 """
     assert rules(source) == []
-    helper = """
-import argparse
-parser = argparse.ArgumentParser()
-parser.add_argument("--local_rank", type=int, default=-1)
-args = parser.parse_args()
-utils.init_distributed_mode(args)
-torch.cuda.set_device(args.local_rank)
-"""
-    assert rules(helper) == []
+    read_first = source.replace("    args.local_rank = index\n", "").replace(
+        "    torch.cuda.set_device(args.local_rank)\n", "    torch.cuda.set_device(args.local_rank)\n    args.local_rank = index\n")
+    assert rules(read_first) == [(10, "local-rank-argument")]
 
 
 def test_a_loader_read_in_one_pass_has_no_epoch_to_reshuffle():

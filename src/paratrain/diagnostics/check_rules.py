@@ -270,10 +270,7 @@ def _parsed_local_rank_read(facts: ScriptFacts) -> bool:
 
 
 def _reads_local_rank_env(facts: ScriptFacts) -> bool:
-    """``os.environ["LOCAL_RANK"]``, ``os.getenv("LOCAL_RANK")``, ``os.environ.get("LOCAL_RANK", …)``, or
-    the DeiT/DETR ``init_distributed_mode(args)`` that sets ``args`` from them."""
-    if facts.mentions(_ENV_INIT_HELPER):
-        return True
+    """``os.environ["LOCAL_RANK"]``, ``os.getenv("LOCAL_RANK")``, ``os.environ.get("LOCAL_RANK", …)``."""
     return any(
         isinstance(node, ast.Constant) and node.value == "LOCAL_RANK"
         and (isinstance(facts.parents.get(node), ast.Subscript) or isinstance(facts.parents.get(node), ast.Call))
