@@ -112,9 +112,12 @@ def _read_once(facts: ScriptFacts, sampler: str) -> bool:
     pass, directly or in a function of the file it is handed to under the same name): there is no
     second epoch for ``set_epoch`` to reshuffle. Any other use (``cycle(loader)``, ``iter(loader)``, an
     attribute) may read it again."""
+    def draws_from_sampler(value: ast.expr) -> bool:
+        given = (keyword(value, "sampler"), keyword(value, "batch_sampler"))
+        return any(v is not None and ast.unparse(v) == sampler for v in given)
+
     loaders = {name for name, values in facts.assigned.items() for value in values
-               if isinstance(value, ast.Call) and last_name(value) in _LOADERS
-               and any(ast.unparse(v) == sampler for v in (keyword(value, "sampler"), keyword(value, "batch_sampler")) if v)}
+               if isinstance(value, ast.Call) and last_name(value) in _LOADERS and draws_from_sampler(value)}
     if not loaders:
         return False
     passes = 0
@@ -131,8 +134,8 @@ def _read_once(facts: ScriptFacts, sampler: str) -> bool:
             passes += 1
         elif isinstance(parent, ast.Call) and last_name(parent) == "len":
             continue
-        elif (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in facts.own_functions
-              and read in parent.args):
+        elif (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name)
+              and parent.func.id in facts.own_functions and read in parent.args):
             callee = next((f for f in ast.walk(facts.tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                            and f.name == parent.func.id), None)
             if callee is None or ast.unparse(node) not in {a.arg for a in callee.args.args}:
