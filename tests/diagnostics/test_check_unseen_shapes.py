@@ -512,3 +512,81 @@ setup_logger()
 logger.info("loading weights")
 """
     assert rules(source) == []
+
+
+def test_a_print_naming_its_process_through_format_or_an_argument_is_tagged():
+    source = """
+def worker(gpu, args):
+    print("worker on device {}".format(gpu))
+    print("joined as", dist.get_rank())
+    print("step %d of process %d" % (1, args.rank))
+    print("building the model")
+"""
+    assert rules(source) == [(11, "print-on-every-rank")]
+
+
+def test_an_experiment_tracker_init_starts_no_processes():
+    source = """\
+import torch
+import wandb
+wandb.init(project="toy")
+print("one process")
+torch.save({}, "model.pt")
+"""
+    assert rules(source, head="") == []
+
+
+def test_a_rendezvous_url_joined_from_options_with_literal_defaults():
+    source = """
+import argparse
+parser = argparse.ArgumentParser()
+parser.add_argument("--host", default="192.168.7.7")
+parser.add_argument("--rdzv-port", default=29111, type=int)
+parser.add_argument("--local-host", default="127.0.0.1")
+args = parser.parse_args()
+url = "tcp://" + args.host + ":" + str(args.rdzv_port)
+same_machine = f"tcp://{args.local_host}:{os.environ['MASTER_PORT']}"
+"""
+    assert rules(source) == [(9, "hardcoded-rendezvous"), (10, "hardcoded-rendezvous")]
+
+
+def test_a_local_rank_flag_overwritten_by_the_spawned_worker_is_never_read():
+    source = """
+import argparse
+import torch.multiprocessing as mp
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=-1)
+
+def worker(index, args):
+    args.local_rank = index
+    torch.cuda.set_device(args.local_rank)
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(parser.parse_args(),), nprocs=2)
+"""
+    assert rules(source) == []
+    read_first = source.replace("    args.local_rank = index\n", "").replace(
+        "    torch.cuda.set_device(args.local_rank)\n", "    torch.cuda.set_device(args.local_rank)\n    args.local_rank = index\n")
+    assert rules(read_first) == [(10, "local-rank-argument")]
+
+
+def test_a_loader_read_in_one_pass_has_no_epoch_to_reshuffle():
+    once = """
+import torch.multiprocessing as mp
+def fit(model, train_loader):
+    for step, batch in enumerate(train_loader):
+        model(batch)
+
+def worker(index, dataset, model):
+    sampler = DistributedSampler(dataset)
+    train_loader = DataLoader(dataset, sampler=sampler)
+    fit(model, train_loader)
+
+if __name__ == "__main__":
+    mp.spawn(worker, nprocs=2)
+"""
+    assert rules(once) == []
+    every_epoch = once.replace("    fit(model, train_loader)", "    for epoch in range(3):\n        fit(model, train_loader)")
+    assert rules(every_epoch) == [(13, "no-set-epoch")]
+    cycled = "\nsampler = DistributedSampler(dataset)\nloader = DataLoader(dataset, sampler=sampler)\nbatches = cycle(loader)\n"
+    assert rules(cycled) == [(7, "no-set-epoch")]

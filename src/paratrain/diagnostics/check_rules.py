@@ -73,6 +73,78 @@ def _handed_on(facts: ScriptFacts, name: str) -> bool:
     return False
 
 
+_LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.comprehension)
+
+
+def _in_loop(facts: ScriptFacts, node: ast.AST) -> bool:
+    """A loop of ``node``'s own function (or of the module, outside functions) repeats it."""
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(parent, _LOOPS):
+            return True
+        parent = facts.parents.get(parent)
+    return False
+
+
+def _runs_once(facts: ScriptFacts, node: ast.AST, depth: int = 0) -> bool:
+    """No loop repeats ``node``: none in its function, whose every call (followed a few levels up) is
+    outside loops too, or which is handed to ``mp.spawn``-like launchers (once per process)."""
+    if _in_loop(facts, node):
+        return False
+    function = facts.scope(node)
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return True
+    if depth >= 3 or isinstance(facts.parents.get(function), ast.ClassDef):
+        return False  # a method may be called from anywhere
+    for use in facts.loaded_names.get(function.name, []):
+        call = facts.parents.get(use)
+        if not isinstance(call, ast.Call):
+            return False
+        if call.func is not use and last_name(call) not in ("spawn", "start_processes"):
+            return False  # handed on: the receiver may call it again and again
+        if not _runs_once(facts, call, depth + 1):
+            return False
+    return True
+
+
+def _read_once(facts: ScriptFacts, sampler: str) -> bool:
+    """Every DataLoader drawing from ``sampler`` is read by ``for`` loops that run once (a tutorial's single
+    pass, directly or in a function of the file it is handed to under the same name): there is no
+    second epoch for ``set_epoch`` to reshuffle. Any other use (``cycle(loader)``, ``iter(loader)``, an
+    attribute) may read it again."""
+    def draws_from_sampler(value: ast.expr) -> bool:
+        given = (keyword(value, "sampler"), keyword(value, "batch_sampler"))
+        return any(v is not None and ast.unparse(v) == sampler for v in given)
+
+    loaders = {name for name, values in facts.assigned.items() for value in values
+               if isinstance(value, ast.Call) and last_name(value) in _LOADERS and draws_from_sampler(value)}
+    if not loaders:
+        return False
+    passes = 0
+    for node in ast.walk(facts.tree):
+        if not (isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load)
+                and ast.unparse(node) in loaders):
+            continue
+        read, parent = node, facts.parents.get(node)
+        if isinstance(parent, ast.Call) and last_name(parent) in ("enumerate", "tqdm") and node in parent.args:
+            read, parent = parent, facts.parents.get(parent)
+        if isinstance(parent, (ast.For, ast.AsyncFor)) and read is parent.iter:
+            if not _runs_once(facts, parent):
+                return False
+            passes += 1
+        elif isinstance(parent, ast.Call) and last_name(parent) == "len":
+            continue
+        elif (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name)
+              and parent.func.id in facts.own_functions and read in parent.args):
+            callee = next((f for f in ast.walk(facts.tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                           and f.name == parent.func.id), None)
+            if callee is None or ast.unparse(node) not in {a.arg for a in callee.args.args}:
+                return False  # read under another name there
+        else:
+            return False
+    return passes > 0
+
+
 def _is_eval(name: str, sampler: ast.Call) -> bool:
     return bool(_EVAL_NAME.search(name) or _EVAL_NAME.search(_first_arg(sampler)))
 
@@ -129,7 +201,7 @@ def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
         shuffle = keyword(sampler, "shuffle")
         if _is_eval(name, sampler) or (isinstance(shuffle, ast.Constant) and shuffle.value is False):
             continue  # evaluation order does not matter
-        if _handed_on(facts, name):
+        if _handed_on(facts, name) or _read_once(facts, name):
             continue
         if not facts.mentions(rf"{re.escape(name)}\.set_epoch\("):
             yield Finding(
@@ -167,7 +239,7 @@ def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
             continue
         default = keyword(call, "default")
         required = is_true(keyword(call, "required"))
-        if not required and (not facts.loaded_attrs.get("local_rank") or _reads_local_rank_env(facts)):
+        if not required and (not _parsed_local_rank_read(facts) or _reads_local_rank_env(facts)):
             # Kept only so that torch.distributed.launch's `--local_rank=N` does not stop argparse
             # (DINO: "Please ignore and do not set this argument"): the flag is never read, or the
             # script takes LOCAL_RANK from the environment, which torchrun sets.
@@ -187,6 +259,17 @@ def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
             "read int(os.environ['LOCAL_RANK']) (or pt.Runtime().local_rank); or keep the flag and start "
             "the script with `paratrain run --legacy-local-rank`",
         )
+
+
+def _parsed_local_rank_read(facts: ScriptFacts) -> bool:
+    """Some read of ``x.local_rank`` may see the parsed value: not one that follows, in the same function,
+    ``args.local_rank = local_rank`` (a worker started by ``mp.spawn`` storing its index over the flag's)."""
+    stores = [node for node in ast.walk(facts.tree)
+              if isinstance(node, ast.Attribute) and node.attr == "local_rank" and isinstance(node.ctx, ast.Store)]
+    return any(
+        not any(facts.scope(store) is facts.scope(read) and store.lineno < read.lineno for store in stores)
+        for read in facts.loaded_attrs.get("local_rank", [])
+    )
 
 
 def _reads_local_rank_env(facts: ScriptFacts) -> bool:
@@ -272,6 +355,7 @@ def hardcoded_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
                 "leave MASTER_ADDR/MASTER_PORT to the launcher: paratrain run picks a free port on one machine and "
                 "takes --master-addr/--master-port on several (or os.environ.setdefault for a default)",
             )
+    yield from _composed_url_defaults(facts)
     for call in facts.calls_named("init_process_group"):
         for name in ("world_size", "rank"):
             value = keyword(call, name)
@@ -282,6 +366,60 @@ def hardcoded_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
                     "processes or machines needs an edit, and a wrong value hangs the rendezvous",
                     "leave rank and world_size out: the launcher's environment (RANK, WORLD_SIZE) gives them",
                 )
+
+
+def _argument_defaults(facts: ScriptFacts) -> dict[str, ast.Call]:
+    """``parser.add_argument("--ip", default="10.0.0.1")`` → {"ip": that call}: the options whose default
+    is a literal, by the name the parsed arguments carry."""
+    defaults = {}
+    for call in facts.calls_named("add_argument"):
+        options = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        default = keyword(call, "default")
+        if options and isinstance(default, ast.Constant) and isinstance(default.value, (str, int)):
+            dest = keyword(call, "dest")
+            long = next((o for o in options if o.startswith("--")), options[0])
+            name = dest.value if isinstance(dest, ast.Constant) else long.lstrip("-").replace("-", "_")
+            defaults[name] = call
+    return defaults
+
+
+def _composed_url_defaults(facts: ScriptFacts) -> Iterator[Finding]:
+    """``init_method = "tcp://" + args.ip + ":" + args.port`` (or an f-string) whose parts are options with a
+    literal default (``--ip 10.24.0.5``, ``--port 23456``): the address or the port is fixed unless the
+    command line says otherwise, as a literal ``--dist-url`` default is. A loopback address is not."""
+    defaults = _argument_defaults(facts)
+    if not defaults:
+        return
+    reported = set()
+    for node in ast.walk(facts.tree):
+        if isinstance(node, ast.JoinedStr):
+            head = node.values[0] if node.values else None
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and not isinstance(
+                facts.parents.get(node), ast.BinOp):
+            head = node
+            while isinstance(head, ast.BinOp):
+                head = head.left
+        else:
+            continue
+        if not (isinstance(head, ast.Constant) and isinstance(head.value, str) and head.value.startswith("tcp://")):
+            continue
+        for part in ast.walk(node):
+            if not isinstance(part, (ast.Name, ast.Attribute)):
+                continue
+            option = defaults.get(part.attr if isinstance(part, ast.Attribute) else part.id)
+            if option is None or option.lineno in reported:
+                continue
+            value = keyword(option, "default").value
+            if isinstance(value, str) and value in _LOOPBACK:
+                continue
+            reported.add(option.lineno)
+            yield Finding(
+                option.lineno, "hardcoded-rendezvous",
+                f"the rendezvous address {ast.unparse(node)} takes this option's fixed default {value!r}: the job "
+                "breaks when the machine or its address changes, and a port left busy by another job stops it",
+                "init_process_group(backend) with the default env:// and start with paratrain run "
+                "(--master-addr/--master-port on several machines), or pt.Runtime()",
+            )
 
 
 def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
@@ -372,14 +510,27 @@ def _first_of(calls: list[ast.Call], rule: str, why: str, fix: str) -> Iterator[
         yield Finding(calls[0].lineno, rule, why + (f" (also lines {others})" if others else ""), fix)
 
 
+def _interpolated(arg: ast.expr) -> list[ast.expr]:
+    """The values a printed argument puts into the text: an f-string's fields, ``"…".format(x)``'s and
+    ``"…" % x``'s operands, or the argument itself (``print("rank", rank)``); a plain string has none."""
+    if isinstance(arg, ast.Constant):
+        return []
+    if isinstance(arg, ast.JoinedStr):
+        return [value.value for value in arg.values if isinstance(value, ast.FormattedValue)]
+    if (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "format"
+            and isinstance(arg.func.value, ast.Constant)):
+        return [*arg.args, *(kw.value for kw in arg.keywords)]
+    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Mod) and isinstance(arg.left, ast.Constant):
+        return [arg.right]
+    return [arg]
+
+
 def _rank_tagged(call: ast.Call) -> bool:
-    """The printed text names its process (f"[GPU{rank}] …", f"{rank + 1}/{world_size}"): one line per
-    rank is the point."""
+    """The printed text names its process (f"[GPU{rank}] …", f"{rank + 1}/{world_size}",
+    ``"Use GPU: {}".format(gpu)``, ``print("rank", rank)``): one line per rank is the point."""
     return any(
         isinstance(name, (ast.Name, ast.Attribute, ast.Call)) and _RANK_TAG.fullmatch(last_name(name))
-        for arg in call.args for node in ast.walk(arg) if isinstance(node, ast.JoinedStr)
-        for value in node.values if isinstance(value, ast.FormattedValue)
-        for name in ast.walk(value.value)
+        for arg in call.args for value in _interpolated(arg) for name in ast.walk(value)
     )
 
 

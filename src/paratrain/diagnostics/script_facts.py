@@ -59,6 +59,8 @@ DISTRIBUTED_MARKERS = {
     "init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn", "init",
     "initialize", "Accelerator", "DistributedOptimizer", "Fabric", "init_distributed", *_JOB_EXECUTORS,
 }
+# Experiment trackers whose `init` starts a logged run, not processes (`wandb.init(project=…)`).
+_TRACKERS = ("wandb", "comet_ml", "mlflow", "neptune", "clearml", "swanlab", "aim")
 # A Lightning Trainer runs one process per device when given several (its ddp strategy re-runs the
 # script in each), or when the command line chooses (`Trainer.from_argparse_args`).
 _LIGHTNING_SPREAD = ("devices", "gpus", "strategy", "num_nodes")
@@ -171,7 +173,7 @@ class ScriptFacts:
         script run by torchrun), or branches on a rank."""
         own = self.own_functions
         return any(
-            last_name(call) in DISTRIBUTED_MARKERS
+            last_name(call) in DISTRIBUTED_MARKERS and self.full_name(call).partition(".")[0] not in _TRACKERS
             or (last_name(call) == "launch" and not (isinstance(call.func, ast.Name) and call.func.id in own))
             or self._lightning_on_several_devices(call)
             or self.full_name(call).startswith("torch.distributed.") and last_name(call) in _COLLECTIVE_CALLS
