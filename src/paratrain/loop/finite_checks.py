@@ -100,4 +100,3 @@ class FiniteChecks:
         """After a save failed on every rank: :meth:`check` names a non-finite run as it would have before the
         save (the save's failure is raised when training is finite). Collective."""
         self.check(step, model, log)
-
