@@ -15,9 +15,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
-
-import torch
 
 
 class BackgroundWrite:

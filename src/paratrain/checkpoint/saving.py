@@ -200,11 +200,12 @@ def _whole_states(ckpt: Checkpointer) -> dict[str, Any]:
 def _save_in_background(ckpt: Checkpointer, name: str, manifest: Manifest, step: int | None,
                         check: Callable[[], None] | None) -> Path:
     """Every rank blocks only while rank 0 copies the state to host memory and the ranks agree, in one
-    all-gather that also brings every rank's generator states (and per-rank state) to rank 0; a thread
-    of rank 0 then writes the checkpoint (:func:`_background_write`). The first save of a run is written
-    in the foreground (it also checks that every rank sees the storage). Collective."""
+    all-gather that also brings every rank's generator states to rank 0 (a strategy's per-rank state, when
+    there is one, is gathered to rank 0 before it); a thread of rank 0 then writes the checkpoint
+    (:func:`_background_write`). The first save of a run is written in the foreground (it also checks that
+    every rank sees the storage). Collective."""
     rng_state = rng.capture()  # before anything else runs: the state the loop has now
-    per_rank = {e.name: e.obj.state_dict() for e in ckpt.entries if e.kind == "per_rank"}
+    per_rank = {e.name: comm.gather_object(e.obj.state_dict()) for e in ckpt.entries if e.kind == "per_rank"}
     ckpt.hold_directory()  # held since the first save: nothing to do
     gathered = {}
     if getattr(ckpt.access, "collective", False):
@@ -215,23 +216,20 @@ def _save_in_background(ckpt: Checkpointer, name: str, manifest: Manifest, step:
             ckpt.wait_for_previous(f"saving {name}")
         if check is not None:
             check()
-        return _host_snapshot(ckpt, gathered) if comm.is_main() else None
+        return _host_snapshot(ckpt, {**gathered, **per_rank}) if comm.is_main() else None
 
     ckpt._writing_name = None
-    taken, shared = on_all_ranks_sharing(f"saving checkpoint {name}", snapshot, (rng_state, per_rank))
+    taken, rng_states = on_all_ranks_sharing(f"saving checkpoint {name}", snapshot, rng_state)
     if comm.is_main():
         objects, pending = taken
-        pending += [(entry_name, "per_rank", {"ranks": [ranks[entry_name] for _, ranks in shared]})
-                    for entry_name in per_rank]
-        rng_states = [state for state, _ in shared]
         ckpt.start_writing(name, _background_write(ckpt, name, manifest, objects, pending, rng_states, step))
     ckpt._writing_name = name  # every rank: finish_writing() waits for it (collectively)
     return ckpt.directory / name
 
 
 def _host_snapshot(ckpt: Checkpointer, gathered: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str, Any]]]:
-    """Rank 0, in the training thread: a host copy of everything the checkpoint holds but the per-rank
-    parts, in buffers reused from the previous save (written by now), checked now: a state that cannot be
+    """Rank 0, in the training thread: a host copy of everything the checkpoint holds but the generator
+    states, in buffers reused from the previous save (written by now), checked now: a state that cannot be
     saved is refused at this save, not the next."""
     objects, pending = _collect(ckpt, gathered, ckpt.live_state)
     pending = [(obj_name, kind, ckpt.host_buffers.copy(state, (obj_name,))) for obj_name, kind, state in pending]
@@ -271,8 +269,7 @@ def _write_files(ckpt: Checkpointer, temporary: Path, rng_states: list[Any], ste
 
 def _collect(ckpt: Checkpointer, gathered: dict[str, Any],
              live: LiveState | None = None) -> tuple[dict[str, Any], list[tuple[str, str, Any]]]:
-    """Rank 0: the manifest entries of the sharded parts, and ``(name, kind, state)`` of the one-file parts
-    (per-rank parts from ``gathered``, when there; a background save adds them after its all-gather).
+    """Rank 0: the manifest entries of the sharded parts, and ``(name, kind, state)`` of the one-file parts.
     ``live``: read whole-tensor model and optimizer state in place (a background save copies it next)."""
     objects: dict[str, Any] = {}
     pending: list[tuple[str, str, Any]] = []
@@ -292,8 +289,7 @@ def _collect(ckpt: Checkpointer, gathered: dict[str, Any],
                      else ckpt.access.optimizer_state(model, entry.obj))
             pending.append((entry.name, "optimizer", state))
         elif entry.kind == "per_rank":
-            if entry.name in gathered:
-                pending.append((entry.name, "per_rank", {"ranks": gathered[entry.name]}))
+            pending.append((entry.name, "per_rank", {"ranks": gathered[entry.name]}))
         else:
             pending.append((entry.name, "state", entry.obj.state_dict()))
     return objects, pending
