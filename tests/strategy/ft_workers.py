@@ -6,7 +6,8 @@ Each group trains ``EPOCHS`` epochs of a seeded order over ``SAMPLES`` rows in g
 line per committed step to ``OUT/steps-<i>.jsonl``: its pid, the committed step, the epoch, the
 step's whole slice and its own part. ``FT_KILL_IN_ALLREDUCE=G:S`` makes group G kill itself with
 SIGKILL inside the gradient all-reduce of committed step S, once per run (a marker file in OUT).
-``FT_STEP_SLEEP`` seconds between steps stretch the run (the kills need time to land).
+``FT_STEP_SLEEP`` seconds between steps stretch the run until the harness is done (``OUT/harness-done``):
+the kills, and the relaunches after them, need time to land, however loaded the machine.
 """
 
 from __future__ import annotations
@@ -113,7 +114,8 @@ def main(out: Path) -> None:
                     log.flush()
                     if step % SAVE_EVERY == 0:
                         ckpt.save(step=step)
-                time.sleep(pause)
+                if pause and not (out / "harness-done").exists():
+                    time.sleep(pause)
     state = {name: tensor.tolist() for name, tensor in rt.unwrap(net).state_dict().items()}
     (out / f"final-{group}.json").write_text(json.dumps({"state": state, "steps": rt.strategy.committed_steps}))
     rt.close()
@@ -121,3 +123,87 @@ def main(out: Path) -> None:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
+
+
+# ---- the harness: start a job, kill one group at random moments, read what happened ----------------
+
+def start_job(out: Path, groups: int, **env: str):
+    """``paratrain run --fault-tolerance replicas --replica-groups GROUPS`` of this file, output to OUT/job.log."""
+    import subprocess
+
+    from tests.support import clean_env, paratrain_cmd
+
+    log = open(out / "job.log", "w")
+    argv = paratrain_cmd("run", "--fault-tolerance", "replicas", "--replica-groups", str(groups),
+                         "--nproc-per-node", "1", str(Path(__file__).resolve()), str(out))
+    return subprocess.Popen(argv, env=clean_env(**env), stdout=log, stderr=subprocess.STDOUT,
+                            cwd=Path(__file__).resolve().parents[2])
+
+
+def records(out: Path, group: int) -> list[dict]:
+    path = out / f"steps-{group}.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def kill_at_random(job, out: Path, victim: int, kills: int, rng, last_step: int, wait_for_marker: bool = False,
+                   guard_s: float = 240.0) -> list[dict]:
+    """SIGKILL the victim group's worker ``kills`` times, each at a random moment 0.2–1.5 s after it
+    committed a step under a pid not killed before, and wait until it is back (it committed under a
+    new pid), then write ``OUT/harness-done``; no kill after committed step ``last_step``;
+    with ``wait_for_marker``, none before the victim killed itself inside the all-reduce.
+    Returns one record per kill (pid, the step it had reached)."""
+    done, killed_pids = [], set()
+    marker = out / "killed-in-allreduce"
+    deadline = time.monotonic() + guard_s
+    while job.poll() is None and time.monotonic() < deadline:
+        if marker.exists():
+            killed_pids.add(int(marker.read_text() or 0))
+        elif wait_for_marker:
+            time.sleep(0.1)
+            continue
+        latest = records(out, victim)[-1:] or [None]
+        if latest[0] is None or latest[0]["pid"] in killed_pids:
+            time.sleep(0.1)
+            continue
+        if latest[0]["step"] >= last_step or len(done) == kills:
+            break  # the victim is back after the last kill
+        time.sleep(rng.uniform(0.2, 1.5))
+        pid = latest[0]["pid"]
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        killed_pids.add(pid)
+        done.append({"pid": pid, "after_step": latest[0]["step"], "time": time.time()})
+    (out / "harness-done").touch()
+    return done
+
+
+def verify(out: Path, groups: int) -> dict:
+    """What the logs say: pids per group, whether every epoch trained each sample exactly once, whether
+    all groups agree on each committed step's slice, and the final weights' distance to :func:`reference`."""
+    per_step: dict[int, dict] = {}
+    disagreements = 0
+    pids = {}
+    for group in range(groups):
+        lines = records(out, group)
+        pids[group] = sorted({line["pid"] for line in lines})
+        for line in lines:
+            seen = per_step.setdefault(line["step"], line)
+            disagreements += seen["slice"] != line["slice"] or seen["epoch"] != line["epoch"]
+    epochs: dict[int, list[int]] = {}
+    for step in sorted(per_step):
+        epochs.setdefault(per_step[step]["epoch"], []).extend(per_step[step]["slice"])
+    exactly_once = sorted(epochs) == list(range(EPOCHS)) and all(
+        sorted(ids) == list(range(SAMPLES)) for ids in epochs.values())
+    ref = reference()
+    finals = {}
+    for group in range(groups):
+        path = out / f"final-{group}.json"
+        if path.exists():
+            state = json.loads(path.read_text())["state"]
+            finals[group] = max(float((torch.tensor(state[k]) - ref[k]).abs().max()) for k in ref)
+    return {"pids": pids, "steps": sorted(per_step), "exactly_once": exactly_once, "disagreements": disagreements,
+            "max_abs_diff": finals}
