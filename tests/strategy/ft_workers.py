@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-SAMPLES, GLOBAL, EPOCHS, SAVE_EVERY, LR = 240, 16, 3, 5, 0.05
+SAMPLES, GLOBAL, EPOCHS, SAVE_EVERY, LR = 240, 8, 3, 10, 0.05
 SEED = 7
 
 
@@ -186,10 +186,12 @@ def verify(out: Path, groups: int) -> dict:
     all groups agree on each committed step's slice, and the final weights' distance to :func:`reference`."""
     per_step: dict[int, dict] = {}
     disagreements = 0
-    pids = {}
+    pids, first_steps = {}, {}
     for group in range(groups):
         lines = records(out, group)
         pids[group] = sorted({line["pid"] for line in lines})
+        first_steps[group] = [next(line["step"] for line in lines if line["pid"] == pid)
+                              for pid in dict.fromkeys(line["pid"] for line in lines)]
         for line in lines:
             seen = per_step.setdefault(line["step"], line)
             disagreements += seen["slice"] != line["slice"] or seen["epoch"] != line["epoch"]
@@ -205,5 +207,5 @@ def verify(out: Path, groups: int) -> dict:
         if path.exists():
             state = json.loads(path.read_text())["state"]
             finals[group] = max(float((torch.tensor(state[k]) - ref[k]).abs().max()) for k in ref)
-    return {"pids": pids, "steps": sorted(per_step), "exactly_once": exactly_once, "disagreements": disagreements,
+    return {"pids": pids, "first_steps": first_steps, "steps": sorted(per_step), "exactly_once": exactly_once, "disagreements": disagreements,
             "max_abs_diff": finals}

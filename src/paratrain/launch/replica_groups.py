@@ -8,8 +8,9 @@ replica group, with the environment torchft reads: ``TORCHFT_LIGHTHOUSE``, ``REP
 
 * a group that exits with an error is started again (up to ``--replica-restarts`` times each); it
   heals from a live group at its first step, and the others never stop;
-* a group that exits 0 finished the run; after that a failed group is not started again (it would
-  train alone from its own state), and the job ends when every group has ended;
+* a group that exits 0 finished the run; after that a failed group is not started again, and one
+  still running ``FINISH_GRACE_S`` later is stopped (both could only train alone from their own
+  state); the job ends when every group has ended;
 * the Lighthouse is a single point of failure: when it exits, every group is stopped at once (they
   would otherwise wait for a quorum until their ``quorum_timeout``), it is started again and so are
   the groups, which resume from their disk checkpoints (``pt.Checkpointer``; steps since the last
@@ -39,6 +40,9 @@ JOIN_TIMEOUT_MS = int(os.environ.get("PARATRAIN_FT_JOIN_TIMEOUT_MS", "2000"))
 LIGHTHOUSE_START_S = 30.0  # a guard: the Lighthouse prints its address within a second
 LIGHTHOUSE_RESTARTS = 3
 STOP_GRACE_S = 5.0
+#: Once one group finished the run, how long the others have to finish theirs (they end the same
+#: step; a group still starting then could only train alone from its own state).
+FINISH_GRACE_S = 15.0
 POLL_S = 0.1
 
 _LIGHTHOUSE = """\
@@ -121,6 +125,7 @@ class ReplicaGroups:
         self.groups = [Group(index) for index in range(groups)]
         self.lighthouse: subprocess.Popen | None = None
         self.lighthouse_address = ""
+        self.finished_at = 0.0
 
     def say(self, message: str) -> None:
         print(f"paratrain run: {message}", file=sys.stderr, flush=True)
@@ -205,6 +210,16 @@ class ReplicaGroups:
     def _watch_groups(self) -> bool:
         """Restart failed groups; True when every group has ended for good."""
         anyone_finished = any(g.finished for g in self.groups)
+        if anyone_finished and time.monotonic() - self.finished_at > FINISH_GRACE_S:
+            for group in self.groups:
+                if group.process is not None and group.process.poll() is None:
+                    self.say(f"replica group {group.index} is still running {FINISH_GRACE_S:g} s after the run "
+                             "finished elsewhere (it started too late to heal from a live group): stopping it")
+                    group.process.send_signal(signal.SIGTERM)
+                    try:
+                        group.process.wait(timeout=STOP_GRACE_S)
+                    except subprocess.TimeoutExpired:
+                        group.process.kill()
         for group in self.groups:
             if group.process is None or group.process.poll() is None:
                 continue
@@ -213,6 +228,8 @@ class ReplicaGroups:
             group.process = None
             if code == 0:
                 group.finished = True
+                if not anyone_finished:
+                    self.finished_at, anyone_finished = time.monotonic(), True
             elif anyone_finished:
                 self.say(f"replica group {group.index} exited with code {code} after the run finished elsewhere; "
                          "not starting it again")
