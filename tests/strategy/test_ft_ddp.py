@@ -12,6 +12,9 @@ import random
 
 import pytest
 
+import paratrain as pt
+from paratrain.errors import ConfigError
+
 from tests.strategy import ft_workers
 
 pytest.importorskip("torchft")
@@ -42,3 +45,16 @@ def test_survivors_never_stop_and_every_sample_trains_once(tmp_path):
     assert sorted(result["max_abs_diff"]) == [0, 1, 2]
     assert max(result["max_abs_diff"].values()) <= BOUND, result["max_abs_diff"]
     assert log.count("replica group 2 exited with code") == 2, log[-3000:]
+
+
+def test_refusals_in_one_line(monkeypatch):
+    monkeypatch.delenv("TORCHFT_LIGHTHOUSE", raising=False)
+    with pytest.raises(ConfigError, match="needs a Lighthouse: set TORCHFT_LIGHTHOUSE"):
+        pt.Runtime(strategy="ft-ddp")
+    from paratrain.strategy import STRATEGIES
+
+    cls = STRATEGIES["ft-ddp"]
+    with pytest.raises(ConfigError, match="runs one process per replica group, got 2"):
+        cls.check(2, cls.parse_options({}))
+    with pytest.raises(ConfigError, match="heal_retries must be positive"):
+        cls.parse_options({"heal_retries": 0})
