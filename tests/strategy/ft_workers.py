@@ -93,6 +93,7 @@ def main(out: Path) -> None:
 
     rt = pt.Runtime(strategy="ft-ddp", seed=SEED)
     group = rt.strategy.group
+    (out / f"pid-{group}").write_text(str(os.getpid()))  # for a harness that kills at random
     net = model()
     optimizer = torch.optim.SGD(net.parameters(), lr=LR)
     net, optimizer = rt.setup(net, optimizer)
@@ -102,7 +103,7 @@ def main(out: Path) -> None:
     kill_in_allreduce(rt, out)
     pause = float(os.environ.get("FT_STEP_SLEEP", "0"))
     with open(out / f"steps-{group}.jsonl", "a") as log:
-        while train.epoch < EPOCHS:
+        while train.epoch < int(os.environ.get("FT_EPOCHS", EPOCHS)):
             for x, y, ids in train:
                 whole, epoch = train.slices.next_slice(), train.epoch
                 loss = F.binary_cross_entropy_with_logits(net(x), y)
