@@ -46,14 +46,14 @@ def model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
 
 
-def reference() -> dict[str, torch.Tensor]:
+def reference(epochs: int = EPOCHS) -> dict[str, torch.Tensor]:
     """One process, no failure: every step the whole slice, its mean loss, the same order."""
     from paratrain.data.committed_slices import CommittedSlices
 
     net, rows = model(), Rows()
     optimizer = torch.optim.SGD(net.parameters(), lr=LR)
     slices = CommittedSlices(len(rows), GLOBAL, seed=SEED)
-    while slices.epoch < EPOCHS:
+    while slices.epoch < epochs:
         while not slices.epoch_done:
             ids = slices.next_slice()
             loss = F.binary_cross_entropy_with_logits(net(rows.x[ids]), rows.y[ids])
@@ -182,7 +182,7 @@ def kill_at_random(job, out: Path, victim: int, kills: int, rng, last_step: int,
     return done
 
 
-def verify(out: Path, groups: int) -> dict:
+def verify(out: Path, groups: int, epochs: int = EPOCHS) -> dict:
     """What the logs say: pids per group, whether every epoch trained each sample exactly once, whether
     all groups agree on each committed step's slice, and the final weights' distance to :func:`reference`."""
     per_step: dict[int, dict] = {}
@@ -196,12 +196,12 @@ def verify(out: Path, groups: int) -> dict:
         for line in lines:
             seen = per_step.setdefault(line["step"], line)
             disagreements += seen["slice"] != line["slice"] or seen["epoch"] != line["epoch"]
-    epochs: dict[int, list[int]] = {}
+    trained: dict[int, list[int]] = {}
     for step in sorted(per_step):
-        epochs.setdefault(per_step[step]["epoch"], []).extend(per_step[step]["slice"])
-    exactly_once = sorted(epochs) == list(range(EPOCHS)) and all(
-        sorted(ids) == list(range(SAMPLES)) for ids in epochs.values())
-    ref = reference()
+        trained.setdefault(per_step[step]["epoch"], []).extend(per_step[step]["slice"])
+    exactly_once = sorted(trained) == list(range(epochs)) and all(
+        sorted(ids) == list(range(SAMPLES)) for ids in trained.values())
+    ref = reference(epochs)
     finals = {}
     for group in range(groups):
         path = out / f"final-{group}.json"

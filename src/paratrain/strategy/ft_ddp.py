@@ -18,7 +18,7 @@ The step, from the user's loop::
     rt.step(opt)             # commit?  yes: clip, step, cursor += slice   no: drop the gradients
 
 Bounded everywhere: the quorum waits ``quorum_timeout`` seconds, every collective, commit and
-healing transfer ``timeout``, and a group that fails ``heal_retries`` steps in a row (it cannot
+healing transfer ``collective_timeout``, and a group that fails ``heal_retries`` steps in a row (it cannot
 heal, or its peers keep failing) stops with one line naming itself, so its launcher restarts it
 instead of it stalling the others.
 
@@ -70,8 +70,8 @@ class FTDDPStrategy(Strategy):
         min_replicas: int = option_field(1, "fewest replica groups a step may commit with", metavar="N")
         quorum_timeout: float = option_field(30.0, "seconds a step waits for the Lighthouse's quorum",
                                              metavar="SECONDS")
-        timeout: float = option_field(10.0, "seconds for each all-reduce, commit vote and healing transfer",
-                                      metavar="SECONDS")
+        collective_timeout: float = option_field(
+            10.0, "seconds for each all-reduce, commit vote and healing transfer", metavar="SECONDS")
         heal_retries: int = option_field(5, "steps in a row a replica group may fail to commit (cannot heal, "
                                          "peers failing) before it stops so its launcher restarts it", metavar="N")
 
@@ -80,7 +80,7 @@ class FTDDPStrategy(Strategy):
             ConfigError: a value of the wrong type, or not positive.
             """
             super().__post_init__()
-            for name in ("min_replicas", "quorum_timeout", "timeout", "heal_retries"):
+            for name in ("min_replicas", "quorum_timeout", "collective_timeout", "heal_retries"):
                 if getattr(self, name) <= 0:
                     raise ConfigError(f"ft-ddp {option(name)} must be positive, got {getattr(self, name)!r}")
 
@@ -115,7 +115,7 @@ class FTDDPStrategy(Strategy):
         o = self.options
         self.group = replica_group()
         self.lighthouse = lighthouse
-        timeout = timedelta(seconds=o.timeout)
+        timeout = timedelta(seconds=o.collective_timeout)
         # The group's own store: peers of a quorum whose primary this group is rendezvous on it.
         host = os.environ.get("MASTER_ADDR", "127.0.0.1")
         self._store = TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timeout)
