@@ -10,12 +10,14 @@ with SIGKILL at Poisson times (exponential gaps, mean ``--mean`` seconds):
 * ``elastic``: ``paratrain run --nproc-per-node 3 --max-restarts 1000`` with ddp; torch's agent
   stops the other two and restarts all three, which resume from the last checkpoint.
 
-Printed per mode: the distinct committed steps (a step trained again after a restart counts once),
-the effective training time (distinct steps × the median step interval when nothing fails) over the
-wall time, and the time from each kill to the next *new* committed step.
+Printed per mode: the distinct committed steps (a step trained again after a restart counts once);
+goodput, those steps per second over the mode's own steps per second in a run of ``--baseline``
+seconds without failures (the effective training time is goodput × wall time); the median interval
+between distinct steps; and the time from each kill to the next *new* committed step.
 
     python benchmarks/ft_goodput.py                       # Poisson mean 60 s, 15 minutes per mode
-    python benchmarks/ft_goodput.py --mean 30 --duration 180   # the quick run
+    python benchmarks/ft_goodput.py --mean 30 --duration 180 --baseline 60   # the quick run
+    python benchmarks/ft_goodput.py --mean 1e9 --duration 40 --baseline 5 --step-sleep 0   # per-step cost
 """
 
 from __future__ import annotations
@@ -102,24 +104,33 @@ def commits(out: Path) -> list[tuple[int, float]]:
     return sorted(found, key=lambda pair: pair[1])
 
 
-def run_mode(mode: str, duration: float, mean: float, step_sleep: float, rng: random.Random) -> dict:
+def kill_schedule(duration: float, mean: float, seed: int) -> list[tuple[float, int]]:
+    """(seconds after the first committed step, process) of every kill: exponential gaps of mean ``mean``;
+    the same schedule for both modes."""
+    rng, schedule, at = random.Random(seed), [], 0.0
+    while True:
+        at += rng.expovariate(1 / mean)
+        if at >= duration:
+            return schedule
+        schedule.append((at, rng.randrange(PROCESSES)))
+
+
+def run_mode(mode: str, duration: float, schedule: list[tuple[float, int]], step_sleep: float) -> dict:
     out = Path(tempfile.mkdtemp(prefix=f"ft-goodput-{mode}-"))
     job = start(mode, out, step_sleep)
     while not commits(out) and job.poll() is None:  # the clock starts at the first committed step
         time.sleep(0.1)
     began = time.time()
-    kills = []
-    next_kill = began + rng.expovariate(1 / mean)
+    kills, skipped, pending = [], 0, list(schedule)
     while time.time() < began + duration and job.poll() is None:
-        if time.time() >= next_kill:
-            victim = rng.randrange(PROCESSES)
+        if pending and time.time() >= began + pending[0][0]:
+            _, victim = pending.pop(0)
             try:
                 pid = int((out / f"pid-{victim}").read_text())
                 os.kill(pid, signal.SIGKILL)
                 kills.append(time.time())
             except (OSError, ValueError):
-                pass  # that process is restarting: no live pid to kill now
-            next_kill = time.time() + rng.expovariate(1 / mean)
+                skipped += 1  # that process is down already (restarting): nothing to kill
         time.sleep(0.05)
     ended = time.time()
     os.killpg(job.pid, signal.SIGTERM)
@@ -137,9 +148,8 @@ def run_mode(mode: str, duration: float, mean: float, step_sleep: float, rng: ra
     gaps = [b - a for a, b in zip(new_at, new_at[1:])]  # between distinct steps: the undisturbed pace is the median
     step_s = statistics.median(gaps) if gaps else float("nan")
     latencies = [next((at for at in new_at if at > kill), ended) - kill for kill in kills]
-    return {"mode": mode, "wall_s": ended - began, "kills": len(kills), "distinct_steps": distinct,
-            "median_step_s": step_s, "effective_s": distinct * step_s,
-            "goodput": distinct * step_s / (ended - began),
+    return {"mode": mode, "wall_s": ended - began, "kills": len(kills), "skipped_kills": skipped,
+            "distinct_steps": distinct, "median_step_s": step_s,
             "kill_to_next_new_step_s": latencies, "out": str(out)}
 
 
@@ -147,6 +157,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=900.0, help="seconds of training per mode")
     parser.add_argument("--mean", type=float, default=60.0, help="mean seconds between kills (Poisson)")
+    parser.add_argument("--baseline", type=float, default=120.0,
+                        help="seconds of each mode without failures first (its steps per second)")
     parser.add_argument("--step-sleep", type=float, default=0.2, help="stand-in compute seconds per step")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--modes", default="ft,elastic")
@@ -155,13 +167,20 @@ def main() -> None:
     if args.worker:
         return elastic_worker(Path(args.worker))
     results = []
+    schedule = kill_schedule(args.duration, args.mean, args.seed)
+    print(f"kill schedule (s after the first step, process): {[(round(at, 1), who) for at, who in schedule]}")
     for mode in args.modes.split(","):
-        result = run_mode(mode, args.duration, args.mean, args.step_sleep, random.Random(args.seed))
+        baseline = run_mode(mode, args.baseline, [], args.step_sleep)  # the same job, nothing killed
+        result = run_mode(mode, args.duration, schedule, args.step_sleep)
+        result["steps_per_s_without_failures"] = baseline["distinct_steps"] / baseline["wall_s"]
+        result["goodput"] = result["distinct_steps"] / result["wall_s"] / result["steps_per_s_without_failures"]
         results.append(result)
         lat = result["kill_to_next_new_step_s"]
-        print(f"{mode:8s} wall {result['wall_s']:.0f} s, {result['kills']} kills, {result['distinct_steps']} distinct "
-              f"steps, median step {result['median_step_s']:.3f} s, effective {result['effective_s']:.0f} s, "
-              f"goodput {result['goodput']:.2f}; kill → next new step: median "
+        print(f"{mode:8s} wall {result['wall_s']:.0f} s, {result['kills']} kills ({result['skipped_kills']} found the "
+              f"process down), {result['distinct_steps']} distinct "
+              f"steps ({result['steps_per_s_without_failures']:.2f}/s without failures), goodput "
+              f"{result['goodput']:.2f} (effective {result['goodput'] * result['wall_s']:.0f} s of "
+              f"{result['wall_s']:.0f}); kill → next new step: median "
               f"{statistics.median(lat) if lat else float('nan'):.1f} s, max {max(lat) if lat else float('nan'):.1f} s",
               flush=True)
     if len(results) == 2 and results[1]["distinct_steps"]:

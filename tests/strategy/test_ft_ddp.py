@@ -14,6 +14,7 @@ import pytest
 
 import paratrain as pt
 from paratrain.errors import ConfigError
+from tests.support import free_port
 
 from tests.strategy import ft_workers
 
@@ -58,3 +59,6 @@ def test_refusals_in_one_line(monkeypatch):
         cls.check(2, cls.parse_options({}))
     with pytest.raises(ConfigError, match="heal_retries must be positive"):
         cls.parse_options({"heal_retries": 0})
+    monkeypatch.setenv("TORCHFT_LIGHTHOUSE", f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(pt.DistributedError, match=r"replica group 0 cannot reach the Lighthouse at http://127"):
+        pt.Runtime(strategy="ft-ddp", collective_timeout=1)

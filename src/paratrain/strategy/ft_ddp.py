@@ -103,6 +103,7 @@ class FTDDPStrategy(Strategy):
 
         Raises:
             ConfigError: ``TORCHFT_LIGHTHOUSE`` is not set.
+            DistributedError: the Lighthouse cannot be reached within ``collective_timeout``.
         """
         super().connect(process, device, precision, sync_batchnorm, compile)
         lighthouse = os.environ.get(LIGHTHOUSE_ENV)
@@ -121,15 +122,21 @@ class FTDDPStrategy(Strategy):
         self._store = TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timeout)
         group = ProcessGroupNCCL(timeout=timeout) if self.device.type == "cuda" else ProcessGroupGloo(timeout=timeout)
         self._healed: dict[str, tuple[Any, Any]] = {}
-        self.manager = Manager(
-            pg=group, load_state_dict=None, state_dict=None, min_replica_size=o.min_replicas,
-            # The quorum is known before the forward: the data split needs the groups of this step,
-            # and a joining group heals before it trains (it then takes part in the same step).
-            use_async_quorum=False,
-            timeout=timeout, quorum_timeout=timedelta(seconds=o.quorum_timeout), connect_timeout=timeout,
-            rank=0, world_size=1, store_addr=host, store_port=self._store.port, lighthouse_addr=lighthouse,
-            replica_id=f"group{self.group}", max_retries=o.heal_retries,
-        )
+        try:
+            self.manager = Manager(
+                pg=group, load_state_dict=None, state_dict=None, min_replica_size=o.min_replicas,
+                # The quorum is known before the forward: the data split needs the groups of this step,
+                # and a joining group heals before it trains (it then takes part in the same step).
+                use_async_quorum=False,
+                timeout=timeout, quorum_timeout=timedelta(seconds=o.quorum_timeout), connect_timeout=timeout,
+                rank=0, world_size=1, store_addr=host, store_port=self._store.port, lighthouse_addr=lighthouse,
+                replica_id=f"group{self.group}", max_retries=o.heal_retries,
+            )
+        except RuntimeError as exc:  # torchft's Rust client: "failed to connect to … within timeout"
+            raise DistributedError(
+                f"replica group {self.group} cannot reach the Lighthouse at {lighthouse} within "
+                f"{o.collective_timeout:g} s ({_first_line(exc)[:120]}); check {LIGHTHOUSE_ENV}, or start the job "
+                "with paratrain run --fault-tolerance replicas") from exc
         self.loss_weight = 1.0
         self._slices = None  # the data cursor of the training loader, moved on commit
         return self
