@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -149,12 +150,12 @@ def records(out: Path, group: int) -> list[dict]:
 
 
 def kill_at_random(job, out: Path, victim: int, kills: int, rng, last_step: int, wait_for_marker: bool = False,
-                   guard_s: float = 240.0) -> list[dict]:
+                   guard_s: float = 240.0, then: Callable[[], None] | None = None) -> list[dict]:
     """SIGKILL the victim group's worker ``kills`` times, each at a random moment 0.2–1.5 s after it
     committed a step under a pid not killed before, and wait until it is back (it committed under a
     new pid), then write ``OUT/harness-done``; no kill after committed step ``last_step``;
-    with ``wait_for_marker``, none before the victim killed itself inside the all-reduce.
-    Returns one record per kill (pid, the step it had reached)."""
+    with ``wait_for_marker``, none before the victim killed itself inside the all-reduce; ``then`` runs
+    before ``harness-done`` is written. Returns one record per kill (pid, the step it had reached)."""
     done, killed_pids = [], set()
     marker = out / "killed-in-allreduce"
     deadline = time.monotonic() + guard_s
@@ -178,6 +179,8 @@ def kill_at_random(job, out: Path, victim: int, kills: int, rng, last_step: int,
             pass
         killed_pids.add(pid)
         done.append({"pid": pid, "after_step": latest[0]["step"], "time": time.time()})
+    if then is not None:
+        then()
     (out / "harness-done").touch()
     return done
 
@@ -210,3 +213,11 @@ def verify(out: Path, groups: int, epochs: int = EPOCHS) -> dict:
             finals[group] = max(float((torch.tensor(state[k]) - ref[k]).abs().max()) for k in ref)
     return {"pids": pids, "first_steps": first_steps, "steps": sorted(per_step), "exactly_once": exactly_once, "disagreements": disagreements,
             "max_abs_diff": finals}
+
+
+def lighthouse_pid(supervisor: int) -> int | None:
+    """The Lighthouse among the children of ``paratrain run --fault-tolerance replicas`` (pid ``supervisor``)."""
+    for child in Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split():
+        if "LighthouseServer" in Path(f"/proc/{child}/cmdline").read_text():
+            return int(child)
+    return None

@@ -121,7 +121,6 @@ class FTDDPStrategy(Strategy):
         host = os.environ.get("MASTER_ADDR", "127.0.0.1")
         self._store = TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timeout)
         group = ProcessGroupNCCL(timeout=timeout) if self.device.type == "cuda" else ProcessGroupGloo(timeout=timeout)
-        self._healed: dict[str, tuple[Any, Any]] = {}
         try:
             self.manager = Manager(
                 pg=group, load_state_dict=None, state_dict=None, min_replica_size=o.min_replicas,
@@ -161,7 +160,9 @@ class FTDDPStrategy(Strategy):
         (:class:`FTLoader`); ``batch_size`` is the global batch over all groups."""
         from paratrain.strategy.ft_loader import FTLoader
 
-        loader = FTLoader(self, dataset, batch_size, seed=seed or 0, **options)
+        options = dict(options)
+        seed = options.pop("seed", None) or seed or 0  # rt.loader(seed=…) over the Runtime's
+        loader = FTLoader(self, dataset, batch_size, seed=seed, **options)
         self._slices = loader.slices
         self.heal_with("data", loader.slices)
         return loader
