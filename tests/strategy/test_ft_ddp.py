@@ -52,6 +52,7 @@ def test_survivors_never_stop_every_sample_trains_once_and_a_lost_lighthouse_res
     result = ft_workers.verify(tmp_path, 3)
     assert all(first > 1 for first in result["first_steps"][2][1:3]), result["first_steps"]  # ... and healed
     assert all(len(pids) == len(before[g]) + 1 for g, pids in result["pids"].items()), result["pids"]
+    assert "group(s) 2 left the quorum" in log  # the survivors name the group they go on without
     lines = [line for line in log.splitlines() if "Lighthouse exited" in line]
     assert len(lines) == 1 and "resume from their last disk checkpoint" in lines[0], lines
     assert result["exactly_once"], result

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from paratrain import comm
 from paratrain.arguments import option, option_field
 from paratrain.errors import ConfigError, DistributedError, MissingDependencyError
 from paratrain.strategy import register_strategy
@@ -137,6 +138,7 @@ class FTDDPStrategy(Strategy):
                 f"{o.collective_timeout:g} s ({_first_line(exc)[:120]}); check {LIGHTHOUSE_ENV}, or start the job "
                 "with paratrain run --fault-tolerance replicas") from exc
         self.loss_weight = 1.0
+        self._members: tuple[int, ...] = ()  # the groups of the last quorum
         self._slices = None  # the data cursor of the training loader, moved on commit
         return self
 
@@ -185,7 +187,25 @@ class FTDDPStrategy(Strategy):
         if rank is None:  # FIXED_WITH_SPARES is not used: every group of the quorum takes part
             raise DistributedError(f"replica group {self.group} is not part of the quorum of step "
                                    f"{self.manager.current_step()}")
+        self._say_who_left()
         return rank, world
+
+    def _say_who_left(self) -> None:
+        """One line when groups leave the quorum (dead, or stuck: not at the step within the Lighthouse's
+        join timeout) and when they join. The members are the group indices torchft gave the quorum's
+        process group (``replica_id`` ``group<i>`` → global rank ``i`` with one process per group)."""
+        members = tuple(getattr(self.manager._pg, "_global_ranks", None) or ())
+        before, self._members = self._members, members
+        if not before or members == before:
+            return
+        step = self.manager.current_step()
+        left, joined = sorted(set(before) - set(members)), sorted(set(members) - set(before))
+        if left:
+            comm.get_logger().warning(
+                f"replica group {self.group}: group(s) {', '.join(map(str, left))} left the quorum at step {step} "
+                f"(dead, or stuck and not at the step in time); training goes on with {len(members)} group(s)")
+        if joined:
+            comm.get_logger().info(f"replica group(s) {', '.join(map(str, joined))} joined the quorum at step {step}")
 
     def backward(self, loss: torch.Tensor, model: torch.nn.Module | None = None) -> None:
         """``loss × part·W/slice`` backward: the all-reduce's mean over the groups is then the
