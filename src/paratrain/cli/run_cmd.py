@@ -60,6 +60,12 @@ Elastic nodes (c10d rendezvous: any node may start first, 2 to 4 nodes):
 
     paratrain run --nnodes 2:4 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29400 --rdzv-id exp1 train.py
 
+Fault tolerance per step (strategy="ft-ddp", pip install 'paratrain[ft]'): torchft's
+Lighthouse and 3 replica groups of one process; a group that dies is started again
+and heals from a live one while the others train on (docs/fault-tolerance.md):
+
+    paratrain run --fault-tolerance replicas --replica-groups 3 --nproc-per-node 1 train.py
+
 SLURM (one launcher per node; nodes, node rank, master address and a port
 derived from the job id come from SLURM when the flags are not given):
 
