@@ -101,7 +101,7 @@ def test_a_registered_strategy_brings_its_options_as_flags(monkeypatch, capsys):
     help_text = " ".join(capsys.readouterr().out.split())
     assert "--warmup-buckets N toy-ddp: steps before the buckets are rebuilt (default 0)" in help_text
     assert "--find-unused-parameters, --no-find-unused-parameters ddp, toy-ddp: allow parameters" in help_text
-    assert "auto, single, dp, ddp, fsdp, deepspeed, hsdp, toy-ddp (auto: ddp" in help_text
+    assert "auto, single, dp, ddp, fsdp, deepspeed, ft-ddp, hsdp, toy-ddp (auto: ddp" in help_text
     config = FitConfig(strategy="toy-ddp", strategy_options={"warmup_buckets": 2})
     assert config_from_args(FitConfig, _parser().parse_args(["digits", *config_words(config)])) == config
 

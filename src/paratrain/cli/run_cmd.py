@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from paratrain.launch import torchrun_flags
 from paratrain.launch.legacy import CHOICES as LEGACY_CHOICES
@@ -58,6 +59,12 @@ every node must reach it on --master-port):
 Elastic nodes (c10d rendezvous: any node may start first, 2 to 4 nodes):
 
     paratrain run --nnodes 2:4 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29400 --rdzv-id exp1 train.py
+
+Fault tolerance per step (strategy="ft-ddp", pip install 'paratrain[ft]'): torchft's
+Lighthouse and 3 replica groups of one process; a group that dies is started again
+and heals from a live one while the others train on (docs/fault-tolerance.md):
+
+    paratrain run --fault-tolerance replicas --replica-groups 3 --nproc-per-node 1 train.py
 
 SLURM (one launcher per node; nodes, node rank, master address and a port
 derived from the job id come from SLURM when the flags are not given):
@@ -303,6 +310,17 @@ def register(subparsers) -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="show torch elastic's own log lines and the torchrun argv"
     )
 
+    ft = parser.add_argument_group("fault tolerance per step (strategy='ft-ddp', torchft)")
+    ft.add_argument(
+        "--fault-tolerance", choices=["replicas"],
+        help="replicas: start torchft's Lighthouse and --replica-groups copies of this launch (one replica "
+        "group each), restart a group that fails (it heals from a live one while the others go on), and "
+        "restart everything from disk checkpoints if the Lighthouse dies (docs/fault-tolerance.md)")
+    ft.add_argument("--replica-groups", type=int, default=2, metavar="N",
+                    help="replica groups with --fault-tolerance replicas (default 2)")
+    ft.add_argument("--replica-restarts", type=int, default=20, metavar="N",
+                    help="times each replica group may be started again after an error (default 20)")
+
     torch_group = parser.add_argument_group("torchrun's other flags (handed to torch's launcher as given)")
     torchrun_flags.add_to(torch_group)
 
@@ -319,6 +337,10 @@ def handler(args: argparse.Namespace) -> int:
     from paratrain.env.variables import PARATRAIN_WORKER_VARIABLES, ignoring_stale_launcher_variables
     from paratrain.launch.config import LaunchConfig
 
+    if args.fault_tolerance:
+        from paratrain.launch.replica_groups import ReplicaGroups, group_words
+
+        return ReplicaGroups(group_words(sys.argv), args.replica_groups, args.replica_restarts).run()
     with ignoring_stale_launcher_variables("run", PARATRAIN_WORKER_VARIABLES):
         config = LaunchConfig.from_args(args)
         config.validate()  # before torch is imported: a refused flag answers at once

@@ -337,6 +337,10 @@ class Runtime:
         """
         from paratrain.data import RankPlace, make_loader
 
+        if not options.get("exact"):
+            own = self.strategy.training_loader(dataset, batch_size, self.seed, options)
+            if own is not None:
+                return own
         place = RankPlace(self.rank, self.world_size, self.seed, self.device)
         loader = make_loader(place, dataset, batch_size, **options)
         if not options.get("exact"):  # a training loader: its epoch ends flush gradient accumulation
@@ -474,6 +478,8 @@ class Runtime:
             self._watches.stop()
         if getattr(self, "_trackers", None) is not None:
             self._trackers.close()
+        if getattr(self, "strategy", None) is not None:
+            self.strategy.close()
         if getattr(self, "_owns_group", False):
             self._owns_group = False
             gc.collect()

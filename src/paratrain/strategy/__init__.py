@@ -9,6 +9,7 @@
 ``fsdp``       FSDP2 ``fully_shard``: parameters, gradients, optimizer state sharded
 ``deepspeed``  DeepSpeed ZeRO 1-3 (``pip install 'paratrain[deepspeed]'``)
 ``hsdp``       FSDP2 on a 2-D mesh: sharded inside a node, replicated across nodes
+``ft-ddp``     per-step fault tolerance over replica groups (torchft; ``pip install 'paratrain[ft]'``)
 =============  ==========================================================================
 
 A strategy registers itself with the :func:`register_strategy` decorator on its class. The

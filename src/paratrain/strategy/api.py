@@ -384,6 +384,14 @@ class Strategy(abc.ABC):
         strategy's name says it all. Not collective (a connected strategy)."""
         return ""
 
+    def training_loader(self, dataset: Any, batch_size: int, seed: int | None, options: dict[str, Any]) -> Any:
+        """A training loader of the strategy's own for ``rt.loader``, or None for paratrain's
+        distributed loader (every strategy but one whose data follows its own steps: ``ft-ddp``)."""
+        return None
+
+    def close(self) -> None:
+        """Release what :meth:`connect` started (``rt.close()`` calls it); most strategies hold nothing."""
+
     def communication_report(self, step_seconds: float) -> str | None:
         """Communication vs compute for a measured optimizer step, in words; None when there is
         nothing to say (one process, or no link measured)."""

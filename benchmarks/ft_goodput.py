@@ -1,0 +1,193 @@
+"""Goodput under failures: per-step fault tolerance (ft-ddp) against today's elastic restart.
+
+Both modes train the same job (tests/strategy/ft_workers.py's model and data, one seeded order, a
+global batch of 8 split over 3 processes, a checkpoint every 10 steps, ``--step-sleep`` seconds of
+stand-in compute per step) for ``--duration`` seconds, while a process picked at random is killed
+with SIGKILL at Poisson times (exponential gaps, mean ``--mean`` seconds):
+
+* ``ft``: ``paratrain run --fault-tolerance replicas --replica-groups 3`` (3 groups of 1, ft-ddp);
+  the survivors go on, the killed group is started again and heals;
+* ``elastic``: ``paratrain run --nproc-per-node 3 --max-restarts 1000`` with ddp; torch's agent
+  stops the other two and restarts all three, which resume from the last checkpoint.
+
+Printed per mode: the distinct committed steps (a step trained again after a restart counts once);
+goodput, those steps per second over the mode's own steps per second in a run of ``--baseline``
+seconds without failures (the effective training time is goodput × wall time); the median interval
+between distinct steps; and the time from each kill to the next *new* committed step.
+
+    python benchmarks/ft_goodput.py                       # Poisson mean 60 s, 15 minutes per mode
+    python benchmarks/ft_goodput.py --mean 30 --duration 180 --baseline 60   # the quick run
+    python benchmarks/ft_goodput.py --mean 1e9 --duration 40 --baseline 5 --step-sleep 0   # per-step cost
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "src")]
+
+from tests.strategy import ft_workers  # noqa: E402
+from tests.support import clean_env, paratrain_cmd  # noqa: E402
+
+PROCESSES = 3
+
+
+def elastic_worker(out: Path) -> None:
+    """One rank of the elastic job: the same model, order and global batch as ft_workers, on ddp."""
+    import torch
+    import torch.nn.functional as F
+
+    import paratrain as pt
+    from paratrain.data.committed_slices import CommittedSlices
+
+    rt = pt.Runtime(strategy="ddp", seed=ft_workers.SEED)
+    (out / f"pid-{rt.rank}").write_text(str(os.getpid()))
+    net = ft_workers.model()
+    optimizer = torch.optim.SGD(net.parameters(), lr=ft_workers.LR)
+    net, optimizer = rt.setup(net, optimizer)
+    rows = ft_workers.Rows()
+    slices = CommittedSlices(len(rows), ft_workers.GLOBAL, seed=ft_workers.SEED)
+    ckpt = pt.Checkpointer(rt, out / "ckpt", model=net, optimizer=optimizer, data=slices, keep_last=2)
+    state = ckpt.resume()
+    step = state.step if state is not None else 0
+    pause = float(os.environ.get("FT_STEP_SLEEP", "0"))
+    log = open(out / "steps-0.jsonl", "a") if rt.rank == 0 else None
+    while True:
+        while not slices.epoch_done:
+            ids, weight = slices.part(rt.rank, rt.world_size)
+            loss = F.binary_cross_entropy_with_logits(net(rows.x[ids]), rows.y[ids]) * weight
+            rt.backward(loss)
+            rt.step(optimizer)
+            slices.commit()
+            step += 1
+            if log:
+                log.write(json.dumps({"pid": os.getpid(), "step": step, "time": time.time()}) + "\n")
+                log.flush()
+            if step % ft_workers.SAVE_EVERY == 0:
+                ckpt.save(step=step)
+            time.sleep(pause)
+        slices.next_epoch()
+
+
+def start(mode: str, out: Path, step_sleep: float) -> subprocess.Popen:
+    env = clean_env(FT_STEP_SLEEP=str(step_sleep), FT_EPOCHS="100000")
+    log = open(out / "job.log", "w")
+    if mode == "ft":
+        argv = paratrain_cmd("run", "--fault-tolerance", "replicas", "--replica-groups", str(PROCESSES),
+                             "--replica-restarts", "1000", "--nproc-per-node", "1",
+                             str(ROOT / "tests/strategy/ft_workers.py"), str(out))
+    else:
+        argv = paratrain_cmd("run", "--nproc-per-node", str(PROCESSES), "--max-restarts", "1000", __file__,
+                             "--worker", str(out))
+    return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+
+
+def commits(out: Path) -> list[tuple[int, float]]:
+    """(step, time) of every commit, from every group's log (ft) or rank 0's (elastic), by time."""
+    found = []
+    for path in out.glob("steps-*.jsonl"):
+        for line in path.read_text().splitlines():
+            if line.endswith("}"):
+                record = json.loads(line)
+                found.append((record["step"], record["time"]))
+    return sorted(found, key=lambda pair: pair[1])
+
+
+def kill_schedule(duration: float, mean: float, seed: int) -> list[tuple[float, int]]:
+    """(seconds after the first committed step, process) of every kill: exponential gaps of mean ``mean``;
+    the same schedule for both modes."""
+    rng, schedule, at = random.Random(seed), [], 0.0
+    while True:
+        at += rng.expovariate(1 / mean)
+        if at >= duration:
+            return schedule
+        schedule.append((at, rng.randrange(PROCESSES)))
+
+
+def run_mode(mode: str, duration: float, schedule: list[tuple[float, int]], step_sleep: float) -> dict:
+    out = Path(tempfile.mkdtemp(prefix=f"ft-goodput-{mode}-"))
+    job = start(mode, out, step_sleep)
+    while not commits(out) and job.poll() is None:  # the clock starts at the first committed step
+        time.sleep(0.1)
+    began = time.time()
+    kills, skipped, pending = [], 0, list(schedule)
+    while time.time() < began + duration and job.poll() is None:
+        if pending and time.time() >= began + pending[0][0]:
+            _, victim = pending.pop(0)
+            try:
+                pid = int((out / f"pid-{victim}").read_text())
+                os.kill(pid, signal.SIGKILL)
+                kills.append(time.time())
+            except (OSError, ValueError):
+                skipped += 1  # that process is down already (restarting): nothing to kill
+        time.sleep(0.05)
+    ended = time.time()
+    os.killpg(job.pid, signal.SIGTERM)
+    try:
+        job.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    seen, distinct, new_at = set(), 0, []
+    for step, at in commits(out):
+        if began <= at <= ended and step not in seen:
+            distinct += 1
+            new_at.append(at)
+        seen.add(step)
+    gaps = [b - a for a, b in zip(new_at, new_at[1:])]  # between distinct steps: the undisturbed pace is the median
+    step_s = statistics.median(gaps) if gaps else float("nan")
+    latencies = [next((at for at in new_at if at > kill), ended) - kill for kill in kills]
+    return {"mode": mode, "wall_s": ended - began, "kills": len(kills), "skipped_kills": skipped,
+            "distinct_steps": distinct, "median_step_s": step_s,
+            "kill_to_next_new_step_s": latencies, "out": str(out)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=900.0, help="seconds of training per mode")
+    parser.add_argument("--mean", type=float, default=60.0, help="mean seconds between kills (Poisson)")
+    parser.add_argument("--baseline", type=float, default=120.0,
+                        help="seconds of each mode without failures first (its steps per second)")
+    parser.add_argument("--step-sleep", type=float, default=0.2, help="stand-in compute seconds per step")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--modes", default="ft,elastic")
+    parser.add_argument("--worker", metavar="OUT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return elastic_worker(Path(args.worker))
+    results = []
+    schedule = kill_schedule(args.duration, args.mean, args.seed)
+    print(f"kill schedule (s after the first step, process): {[(round(at, 1), who) for at, who in schedule]}")
+    for mode in args.modes.split(","):
+        baseline = run_mode(mode, args.baseline, [], args.step_sleep)  # the same job, nothing killed
+        result = run_mode(mode, args.duration, schedule, args.step_sleep)
+        result["steps_per_s_without_failures"] = baseline["distinct_steps"] / baseline["wall_s"]
+        result["goodput"] = result["distinct_steps"] / result["wall_s"] / result["steps_per_s_without_failures"]
+        results.append(result)
+        lat = result["kill_to_next_new_step_s"]
+        print(f"{mode:8s} wall {result['wall_s']:.0f} s, {result['kills']} kills ({result['skipped_kills']} found the "
+              f"process down), {result['distinct_steps']} distinct "
+              f"steps ({result['steps_per_s_without_failures']:.2f}/s without failures), goodput "
+              f"{result['goodput']:.2f} (effective {result['goodput'] * result['wall_s']:.0f} s of "
+              f"{result['wall_s']:.0f}); kill → next new step: median "
+              f"{statistics.median(lat) if lat else float('nan'):.1f} s, max {max(lat) if lat else float('nan'):.1f} s",
+              flush=True)
+    if len(results) == 2 and results[1]["distinct_steps"]:
+        print(f"ft / elastic distinct steps in the same wall time: "
+              f"{results[0]['distinct_steps'] / results[1]['distinct_steps']:.2f}")
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

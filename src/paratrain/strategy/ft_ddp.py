@@ -1,0 +1,285 @@
+"""Fault-tolerant data parallelism per step (torchft): replica groups that come and go while the
+survivors keep training.
+
+Each replica group is one process (one torchrun agent of ``paratrain run --fault-tolerance
+replicas``). Every step, torchft's ``Manager`` asks the Lighthouse which groups are alive (the
+*quorum*), reconfigures its gloo/NCCL process group over them, and a group that joins (a fresh
+start or a relaunch after a crash) first receives the weights, optimizer state and data cursor
+of a live group over HTTP (*healing*). The gradients go through torchft's DDP, whose all-reduce
+reports a failure (a peer died inside it) to the Manager instead of raising; the Manager then
+refuses to commit the step everywhere it failed, the optimizer does not step, and the next
+step — one quorum later, without the dead group — trains the same samples again
+(:mod:`paratrain.data.committed_slices`). Survivors never restart.
+
+The step, from the user's loop::
+
+    batch = next(loader)     # quorum (heals a joining group), then this group's part of the next slice
+    rt.backward(loss)        # loss × part·W/slice; all-reduce over the groups of this quorum
+    rt.step(opt)             # commit?  yes: clip, step, cursor += slice   no: drop the gradients
+
+Bounded everywhere: the quorum waits ``quorum_timeout`` seconds, every collective, commit and
+healing transfer ``collective_timeout``, and a group that fails ``heal_retries`` steps in a row (it cannot
+heal, or its peers keep failing) stops with one line naming itself, so its launcher restarts it
+instead of it stalling the others.
+
+Not here: sharded models (FSDP over torchft needs reduce-scatter, which gloo lacks: NCCL only), and
+several processes per replica group.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from paratrain import comm
+from paratrain.arguments import option, option_field
+from paratrain.errors import ConfigError, DistributedError, MissingDependencyError
+from paratrain.strategy import register_strategy
+from paratrain.strategy.api import NOT_STEPPED, Strategy, StepResult, StrategyOptions
+
+_NEEDS = ("torchft", "ft", "strategy 'ft-ddp'")  # module, paratrain extra, what needs it
+
+#: The environment ``paratrain run --fault-tolerance replicas`` gives every group (torchft's names).
+LIGHTHOUSE_ENV, GROUP_ENV, GROUPS_ENV = "TORCHFT_LIGHTHOUSE", "REPLICA_GROUP_ID", "NUM_REPLICA_GROUPS"
+
+
+def replica_group() -> int:
+    """This process's replica group (``REPLICA_GROUP_ID``; 0 outside a fault-tolerant launch)."""
+    return int(os.environ.get(GROUP_ENV, "0"))
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+
+
+@register_strategy
+class FTDDPStrategy(Strategy):
+    """Per-step fault-tolerant DDP over replica groups (``pt.Runtime(strategy="ft-ddp")``), with
+    :class:`FTDDPStrategy.Options`. Needs ``pip install 'paratrain[ft]'`` and a Lighthouse
+    (``paratrain run --fault-tolerance replicas`` starts one)."""
+
+    name = "ft-ddp"
+    refuses_skipped_steps = "ft-ddp's commit decides whether a step's update is applied"
+
+    @dataclass(frozen=True)
+    class Options(StrategyOptions):
+        min_replicas: int = option_field(1, "fewest replica groups a step may commit with", metavar="N")
+        quorum_timeout: float = option_field(30.0, "seconds a step waits for the Lighthouse's quorum",
+                                             metavar="SECONDS")
+        collective_timeout: float = option_field(
+            10.0, "seconds for each all-reduce, commit vote and healing transfer", metavar="SECONDS")
+        heal_retries: int = option_field(5, "steps in a row a replica group may fail to commit (cannot heal, "
+                                         "peers failing) before it stops so its launcher restarts it", metavar="N")
+
+        def __post_init__(self) -> None:
+            """Raises:
+            ConfigError: a value of the wrong type, or not positive.
+            """
+            super().__post_init__()
+            for name in ("min_replicas", "quorum_timeout", "collective_timeout", "heal_retries"):
+                if getattr(self, name) <= 0:
+                    raise ConfigError(f"ft-ddp {option(name)} must be positive, got {getattr(self, name)!r}")
+
+    @classmethod
+    def check(cls, world_size, options, sync_batchnorm=False, compile=False) -> None:
+        """Raises:
+        MissingDependencyError: torchft is not installed.
+        ConfigError: more than one process in a replica group.
+        """
+        if importlib.util.find_spec(_NEEDS[0]) is None:
+            raise MissingDependencyError(*_NEEDS)
+        if world_size != 1:
+            raise ConfigError(
+                f"strategy 'ft-ddp' runs one process per replica group, got {world_size}; start groups with "
+                "paratrain run --fault-tolerance replicas --replica-groups N (and --nproc-per-node 1)")
+
+    def connect(self, process, device, precision, sync_batchnorm=False, compile=False) -> FTDDPStrategy:
+        """Also starts this group's torchft ``Manager`` (its server registers with the Lighthouse
+        named by ``TORCHFT_LIGHTHOUSE``).
+
+        Raises:
+            ConfigError: ``TORCHFT_LIGHTHOUSE`` is not set.
+            DistributedError: the Lighthouse cannot be reached within ``collective_timeout``.
+        """
+        super().connect(process, device, precision, sync_batchnorm, compile)
+        lighthouse = os.environ.get(LIGHTHOUSE_ENV)
+        if not lighthouse:
+            raise ConfigError(f"strategy 'ft-ddp' needs a Lighthouse: set {LIGHTHOUSE_ENV}=http://HOST:PORT, or start "
+                              "the job with paratrain run --fault-tolerance replicas --replica-groups N")
+        from torch.distributed import TCPStore
+        from torchft import Manager, ProcessGroupGloo, ProcessGroupNCCL
+
+        o = self.options
+        self.group = replica_group()
+        self.lighthouse = lighthouse
+        timeout = timedelta(seconds=o.collective_timeout)
+        # The group's own store: peers of a quorum whose primary this group is rendezvous on it.
+        host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+        self._store = TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timeout)
+        group = ProcessGroupNCCL(timeout=timeout) if self.device.type == "cuda" else ProcessGroupGloo(timeout=timeout)
+        try:
+            self.manager = Manager(
+                pg=group, load_state_dict=None, state_dict=None, min_replica_size=o.min_replicas,
+                # The quorum is known before the forward: the data split needs the groups of this step,
+                # and a joining group heals before it trains (it then takes part in the same step).
+                use_async_quorum=False,
+                timeout=timeout, quorum_timeout=timedelta(seconds=o.quorum_timeout), connect_timeout=timeout,
+                rank=0, world_size=1, store_addr=host, store_port=self._store.port, lighthouse_addr=lighthouse,
+                replica_id=f"group{self.group}", max_retries=o.heal_retries,
+            )
+        except RuntimeError as exc:  # torchft's Rust client: "failed to connect to … within timeout"
+            raise DistributedError(
+                f"replica group {self.group} cannot reach the Lighthouse at {lighthouse} within "
+                f"{o.collective_timeout:g} s ({_first_line(exc)[:120]}); check {LIGHTHOUSE_ENV}, or start the job "
+                "with paratrain run --fault-tolerance replicas") from exc
+        self.loss_weight = 1.0
+        self._members: tuple[int, ...] = ()  # the groups of the last quorum
+        self._slices = None  # the data cursor of the training loader, moved on commit
+        return self
+
+    # ---- what a healing group receives ----------------------------------------------------------
+    def heal_with(self, key: str, stateful: Any) -> None:
+        """Send ``stateful``'s ``state_dict()`` to groups that heal from this one, and load what this
+        group receives when it heals. Register before the first step."""
+        self.manager.register_state_dict_fn(key, stateful.load_state_dict, stateful.state_dict)
+
+    def wrap(self, module: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> torch.nn.Module:
+        if not any(p.requires_grad for p in module.parameters()):
+            raise ConfigError("strategy 'ft-ddp' needs a model with trainable parameters; this one has none")
+        self.heal_with("model", module)
+        for index, optimizer in enumerate(optimizers):
+            self.heal_with(f"optimizer{index}", optimizer)
+        self.heal_with("precision", self.precision)
+        return _reporting_ddp()(self.manager, module)
+
+    def training_loader(self, dataset: Any, batch_size: int, seed: int | None, options: dict[str, Any]) -> Any:
+        """A loader whose every batch is this group's part of the next committed slice
+        (:class:`FTLoader`); ``batch_size`` is the global batch over all groups."""
+        from paratrain.strategy.ft_loader import FTLoader
+
+        options = dict(options)
+        seed = options.pop("seed", None) or seed or 0  # rt.loader(seed=…) over the Runtime's
+        loader = FTLoader(self, dataset, batch_size, seed=seed, **options)
+        self._slices = loader.slices
+        self.heal_with("data", loader.slices)
+        return loader
+
+    # ---- one step ---------------------------------------------------------------------------------
+    def begin_step(self) -> tuple[int, int]:
+        """Wait for this step's quorum (a joining group heals here); returns ``(replica rank,
+        replicas)`` of this step.
+
+        Raises:
+            DistributedError: no quorum within ``quorum_timeout`` (names this group and the Lighthouse).
+        """
+        try:
+            self.manager.start_quorum()
+            rank, world = self.manager.participating_rank(), self.manager.num_participants()
+        except Exception as exc:  # torchft raises plain RuntimeErrors from its Rust client
+            raise DistributedError(
+                f"replica group {self.group}: no quorum from the Lighthouse at {self.lighthouse} within "
+                f"{self.options.quorum_timeout:g} s ({_first_line(exc)}); is the Lighthouse alive?") from exc
+        if rank is None:  # FIXED_WITH_SPARES is not used: every group of the quorum takes part
+            raise DistributedError(f"replica group {self.group} is not part of the quorum of step "
+                                   f"{self.manager.current_step()}")
+        self._say_who_left()
+        return rank, world
+
+    def _say_who_left(self) -> None:
+        """One line when groups leave the quorum (dead, or stuck: not at the step within the Lighthouse's
+        join timeout) and when they join. The members are the group indices torchft gave the quorum's
+        process group (``replica_id`` ``group<i>`` → global rank ``i`` with one process per group)."""
+        members = tuple(getattr(self.manager._pg, "_global_ranks", None) or ())
+        before, self._members = self._members, members
+        if not before or members == before:
+            return
+        step = self.manager.current_step()
+        left, joined = sorted(set(before) - set(members)), sorted(set(members) - set(before))
+        if left:
+            comm.get_logger().warning(
+                f"replica group {self.group}: group(s) {', '.join(map(str, left))} left the quorum at step {step} "
+                f"(dead, or stuck and not at the step in time); training goes on with {len(members)} group(s)")
+        if joined:
+            comm.get_logger().info(f"replica group(s) {', '.join(map(str, joined))} joined the quorum at step {step}")
+
+    def backward(self, loss: torch.Tensor, model: torch.nn.Module | None = None) -> None:
+        """``loss × part·W/slice`` backward: the all-reduce's mean over the groups is then the
+        slice's mean gradient, however unevenly it split."""
+        self.guard.check_backward()
+        self.precision.backward(loss * self.loss_weight if self.loss_weight != 1.0 else loss)
+
+    def step(self, optimizer: torch.optim.Optimizer, clip_norm: float | None = None,
+             model: torch.nn.Module | None = None) -> StepResult:
+        """Ask every group of the quorum whether the step succeeded; step the optimizer and move
+        the data cursor only if it did, else drop the gradients (the next step retrains the slice).
+
+        Raises:
+            DistributedError: this group failed ``heal_retries`` steps in a row (names it and the last error).
+        """
+        if not self.accumulation.should_step:
+            return NOT_STEPPED
+        try:
+            committed = self.manager.should_commit()
+        except Exception as exc:
+            error = self.manager.errored()
+            raise DistributedError(
+                f"replica group {self.group} failed {self.options.heal_retries + 1} steps in a row at step "
+                f"{self.manager.current_step()} (last error: {_first_line(error or exc)}); it stops so that its "
+                "launcher restarts it and it heals from a live group") from exc
+        if not committed:
+            optimizer.zero_grad(set_to_none=True)
+            self.accumulation.take_pending()
+            return NOT_STEPPED
+        result = super().step(optimizer, clip_norm=clip_norm, model=model)
+        if self._slices is not None:
+            self._slices.commit()
+        return result
+
+    @property
+    def committed_steps(self) -> int:
+        """Steps this job committed (the same on every live group; travels with healing)."""
+        return self.manager.current_step()
+
+    def check_same_weights(self, model: torch.nn.Module, step: int | None = None) -> None:
+        """Nothing to compare inside a one-process group; groups agree through healing."""
+
+    def unwrap_wrapper(self, model: torch.nn.Module) -> torch.nn.Module:
+        return getattr(model, "module", model)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The Manager's step count, for disk checkpoints: a job restarted from disk continues the count."""
+        return {"manager": self.manager.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.manager.load_state_dict(state["manager"])
+
+    def close(self) -> None:
+        """Stop this group's Manager server (its peers see it leave at the next quorum)."""
+        manager, self.manager = getattr(self, "manager", None), None
+        if manager is not None:
+            manager.shutdown(wait=False)
+
+
+def _reporting_ddp() -> type:
+    """torchft's DDP whose gradient hook reports a failed all-reduce to the Manager instead of
+    handing DDP an unfinished future (torchft 0.2.0 returns ``None`` there when a peer dies
+    inside the all-reduce, and the survivor crashes in C++)."""
+    from torchft.ddp import DistributedDataParallel
+
+    class ReportingDistributedDataParallel(DistributedDataParallel):
+        @staticmethod
+        def _comm_hook(manager, bucket):
+            buffer = bucket.buffer()
+            # wait() returns False and records the error on the Manager (should_commit → False); the
+            # buffer then holds garbage that the dropped step never applies.
+            manager.allreduce(buffer).wait()
+            done = torch.futures.Future()
+            done.set_result(buffer)
+            return done
+
+    return ReportingDistributedDataParallel

@@ -1,0 +1,223 @@
+"""The job every replica group runs in the ft-ddp tests and benchmarks (``paratrain run
+--fault-tolerance replicas … tests/strategy/ft_workers.py OUT``), and the uninterrupted reference.
+
+Each group trains ``EPOCHS`` epochs of a seeded order over ``SAMPLES`` rows in global batches of
+``GLOBAL``, checkpoints to ``OUT/group<i>`` every ``SAVE_EVERY`` committed steps, and appends one
+line per committed step to ``OUT/steps-<i>.jsonl``: its pid, the committed step, the epoch, the
+step's whole slice and its own part. ``FT_KILL_IN_ALLREDUCE=G:S`` makes group G kill itself with
+SIGKILL inside the gradient all-reduce of committed step S, once per run (a marker file in OUT).
+``FT_STEP_SLEEP`` seconds between steps stretch the run until the harness is done (``OUT/harness-done``):
+the kills, and the relaunches after them, need time to land, however loaded the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+SAMPLES, GLOBAL, EPOCHS, SAVE_EVERY, LR = 240, 8, 3, 10, 0.05
+SEED = 7
+
+
+class Rows(torch.utils.data.Dataset):
+    """Row ``i``: features, target, and ``i`` itself (the tests count sample ids)."""
+
+    def __init__(self, n: int = SAMPLES):
+        generator = torch.Generator().manual_seed(SEED)
+        self.x = torch.randn(n, 8, generator=generator)
+        self.y = (self.x.sum(dim=1, keepdim=True) > 0).float()
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        return self.x[i], self.y[i], i
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(SEED)
+    return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+
+
+def reference(epochs: int = EPOCHS) -> dict[str, torch.Tensor]:
+    """One process, no failure: every step the whole slice, its mean loss, the same order."""
+    from paratrain.data.committed_slices import CommittedSlices
+
+    net, rows = model(), Rows()
+    optimizer = torch.optim.SGD(net.parameters(), lr=LR)
+    slices = CommittedSlices(len(rows), GLOBAL, seed=SEED)
+    while slices.epoch < epochs:
+        while not slices.epoch_done:
+            ids = slices.next_slice()
+            loss = F.binary_cross_entropy_with_logits(net(rows.x[ids]), rows.y[ids])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            slices.commit()
+        slices.next_epoch()
+    return net.state_dict()
+
+
+def kill_in_allreduce(rt, out: Path) -> None:
+    """Group G of ``FT_KILL_IN_ALLREDUCE=G:S`` dies inside the all-reduce of step S (once)."""
+    spec = os.environ.get("FT_KILL_IN_ALLREDUCE", "")
+    marker = out / "killed-in-allreduce"
+    if not spec or marker.exists():
+        return
+    group, step = map(int, spec.split(":"))
+    if group != rt.strategy.group:
+        return
+    manager = rt.strategy.manager
+    issue = manager.allreduce
+
+    def allreduce_then_die(tensor, *args, **kwargs):
+        work = issue(tensor, *args, **kwargs)  # the peers are in the collective with us now
+        if manager.current_step() == step:
+            marker.write_text(str(os.getpid()))
+            time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return work
+
+    manager.allreduce = allreduce_then_die
+
+
+def main(out: Path) -> None:
+    import paratrain as pt
+
+    rt = pt.Runtime(strategy="ft-ddp", seed=SEED)
+    group = rt.strategy.group
+    (out / f"pid-{group}").write_text(str(os.getpid()))  # for a harness that kills at random
+    net = model()
+    optimizer = torch.optim.SGD(net.parameters(), lr=LR)
+    net, optimizer = rt.setup(net, optimizer)
+    train = rt.loader(Rows(), batch_size=GLOBAL, shuffle=True)
+    ckpt = pt.Checkpointer(rt, out / f"group{group}", model=net, optimizer=optimizer, loader=train, keep_last=2)
+    ckpt.resume()
+    kill_in_allreduce(rt, out)
+    pause = float(os.environ.get("FT_STEP_SLEEP", "0"))
+    with open(out / f"steps-{group}.jsonl", "a") as log:
+        while train.epoch < int(os.environ.get("FT_EPOCHS", EPOCHS)):
+            for x, y, ids in train:
+                whole, epoch = train.slices.next_slice(), train.epoch
+                loss = F.binary_cross_entropy_with_logits(net(x), y)
+                rt.backward(loss)
+                if rt.step(optimizer):
+                    step = rt.strategy.committed_steps
+                    log.write(json.dumps({"pid": os.getpid(), "step": step, "epoch": epoch, "slice": whole,
+                                          "part": ids.tolist(), "time": time.time()}) + "\n")
+                    log.flush()
+                    if step % SAVE_EVERY == 0:
+                        ckpt.save(step=step)
+                if pause and not (out / "harness-done").exists():
+                    time.sleep(pause)
+    state = {name: tensor.tolist() for name, tensor in rt.unwrap(net).state_dict().items()}
+    (out / f"final-{group}.json").write_text(json.dumps({"state": state, "steps": rt.strategy.committed_steps}))
+    rt.close()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
+
+
+# ---- the harness: start a job, kill one group at random moments, read what happened ----------------
+
+def start_job(out: Path, groups: int, **env: str):
+    """``paratrain run --fault-tolerance replicas --replica-groups GROUPS`` of this file, output to OUT/job.log."""
+    import subprocess
+
+    from tests.support import clean_env, paratrain_cmd
+
+    log = open(out / "job.log", "w")
+    argv = paratrain_cmd("run", "--fault-tolerance", "replicas", "--replica-groups", str(groups),
+                         "--nproc-per-node", "1", str(Path(__file__).resolve()), str(out))
+    return subprocess.Popen(argv, env=clean_env(**env), stdout=log, stderr=subprocess.STDOUT,
+                            cwd=Path(__file__).resolve().parents[2])
+
+
+def records(out: Path, group: int) -> list[dict]:
+    path = out / f"steps-{group}.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def kill_at_random(job, out: Path, victim: int, kills: int, rng, last_step: int, wait_for_marker: bool = False,
+                   guard_s: float = 240.0, then: Callable[[], None] | None = None) -> list[dict]:
+    """SIGKILL the victim group's worker ``kills`` times, each at a random moment 0.2–1.5 s after it
+    committed a step under a pid not killed before, and wait until it is back (it committed under a
+    new pid), then write ``OUT/harness-done``; no kill after committed step ``last_step``;
+    with ``wait_for_marker``, none before the victim killed itself inside the all-reduce; ``then`` runs
+    before ``harness-done`` is written. Returns one record per kill (pid, the step it had reached)."""
+    done, killed_pids = [], set()
+    marker = out / "killed-in-allreduce"
+    deadline = time.monotonic() + guard_s
+    while job.poll() is None and time.monotonic() < deadline:
+        if marker.exists():
+            killed_pids.add(int(marker.read_text() or 0))
+        elif wait_for_marker:
+            time.sleep(0.1)
+            continue
+        latest = records(out, victim)[-1:] or [None]
+        if latest[0] is None or latest[0]["pid"] in killed_pids:
+            time.sleep(0.1)
+            continue
+        if latest[0]["step"] >= last_step or len(done) == kills:
+            break  # the victim is back after the last kill
+        time.sleep(rng.uniform(0.2, 1.5))
+        pid = latest[0]["pid"]
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        killed_pids.add(pid)
+        done.append({"pid": pid, "after_step": latest[0]["step"], "time": time.time()})
+    if then is not None:
+        then()
+    (out / "harness-done").touch()
+    return done
+
+
+def verify(out: Path, groups: int, epochs: int = EPOCHS) -> dict:
+    """What the logs say: pids per group, whether every epoch trained each sample exactly once, whether
+    all groups agree on each committed step's slice, and the final weights' distance to :func:`reference`."""
+    per_step: dict[int, dict] = {}
+    disagreements = 0
+    pids, first_steps = {}, {}
+    for group in range(groups):
+        lines = records(out, group)
+        pids[group] = sorted({line["pid"] for line in lines})
+        first_steps[group] = [next(line["step"] for line in lines if line["pid"] == pid)
+                              for pid in dict.fromkeys(line["pid"] for line in lines)]
+        for line in lines:
+            seen = per_step.setdefault(line["step"], line)
+            disagreements += seen["slice"] != line["slice"] or seen["epoch"] != line["epoch"]
+    trained: dict[int, list[int]] = {}
+    for step in sorted(per_step):
+        trained.setdefault(per_step[step]["epoch"], []).extend(per_step[step]["slice"])
+    exactly_once = sorted(trained) == list(range(epochs)) and all(
+        sorted(ids) == list(range(SAMPLES)) for ids in trained.values())
+    ref = reference(epochs)
+    finals = {}
+    for group in range(groups):
+        path = out / f"final-{group}.json"
+        if path.exists():
+            state = json.loads(path.read_text())["state"]
+            finals[group] = max(float((torch.tensor(state[k]) - ref[k]).abs().max()) for k in ref)
+    return {"pids": pids, "first_steps": first_steps, "steps": sorted(per_step), "exactly_once": exactly_once, "disagreements": disagreements,
+            "max_abs_diff": finals}
+
+
+def lighthouse_pid(supervisor: int) -> int | None:
+    """The Lighthouse among the children of ``paratrain run --fault-tolerance replicas`` (pid ``supervisor``)."""
+    for child in Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split():
+        if "LighthouseServer" in Path(f"/proc/{child}/cmdline").read_text():
+            return int(child)
+    return None
