@@ -21,7 +21,7 @@ from torch.utils.data import default_collate
 
 from paratrain.arguments import option
 from paratrain.data.committed_slices import CommittedSlices
-from paratrain.data.to_device import move_to
+from paratrain.data.batches import move_to
 from paratrain.errors import ConfigError
 
 if TYPE_CHECKING:
