@@ -182,21 +182,23 @@ def any_rank(flags: torch.Tensor) -> torch.Tensor:
     return flags
 
 
-def broadcast_object(obj: T, src: int = 0) -> T:
-    """Return rank ``src``'s ``obj`` on every rank (picklable objects). Collective."""
+def broadcast_object(obj: T, src: int = 0, group: Any = None) -> T:
+    """Return rank ``src``'s ``obj`` on every rank (picklable objects); on ``group`` (a group of every
+    rank) instead of the control group when given. Collective."""
     if not is_initialized() or world_size() == 1:
         return obj
     box = [obj]
-    dist.broadcast_object_list(box, src=src, group=_control())
+    dist.broadcast_object_list(box, src=src, group=group or _control())
     return box[0]
 
 
-def all_gather_object(obj: T) -> list[T]:
-    """Every rank's ``obj``, in rank order, on every rank. Collective."""
+def all_gather_object(obj: T, group: Any = None) -> list[T]:
+    """Every rank's ``obj``, in rank order, on every rank; on ``group`` (a group of every rank) instead
+    of the control group when given. Collective."""
     if not is_initialized() or world_size() == 1:
         return [obj]
     out: list[Any] = [None] * world_size()
-    dist.all_gather_object(out, obj, group=_control())
+    dist.all_gather_object(out, obj, group=group or _control())
     return out
 
 
