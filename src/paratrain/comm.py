@@ -20,7 +20,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -83,6 +83,25 @@ def set_control_group(group: Any) -> None:
 
 def _control() -> Any:
     return _control_group
+
+
+_before_leaving: list[Callable[[], Any]] = []  # weak references (WeakMethod): None once their object is gone
+
+
+def before_leaving(callback: Callable[[], Any]) -> None:
+    """Call ``callback()()`` (a weak reference to a function, e.g. ``weakref.WeakMethod``) when this process
+    leaves its process group through paratrain, before the group is destroyed: work that still uses the
+    group in a thread (a background checkpoint write) finishes first. Not collective."""
+    _before_leaving.append(callback)
+
+
+def leaving() -> None:
+    """Run the :func:`before_leaving` callbacks whose objects are still alive, once. Not collective."""
+    callbacks, _before_leaving[:] = list(_before_leaving), []
+    for callback in callbacks:
+        function = callback()
+        if function is not None:
+            function()
 
 
 _LATE_RANKS = re.compile(r"[Rr]anks? ([\d, ]+) failed to pass monitoredBarrier")

@@ -19,10 +19,12 @@ from tests.checkpoint.workers import EPOCHS, SEED, build, full_params, in_runtim
 KILL_AT = 8  # the background save being written when rank 0 is killed
 
 
-def train(rt, directory: str, background: bool, save_at=(), stop_at=None, resume=False, kill=False) -> dict:
+def train(rt, directory: str, background: bool, save_at=(), stop_at=None, resume=False, kill=False,
+          wait=True) -> dict:
     """Train the recipe of :mod:`tests.checkpoint.workers`, saving after the steps ``save_at`` (and
     ``stop_at``, then stopping); ``resume``: from the newest checkpoint, every generator scrambled first.
-    ``kill``: rank 0 SIGKILLs itself while the save of step KILL_AT is written in the background."""
+    ``kill``: rank 0 SIGKILLs itself while the save of step KILL_AT is written in the background. ``wait=False``:
+    the end does not wait for the last background write (``rt.close()`` must)."""
     model, optimizer, schedule, loader = build(rt, 3 if resume else 1)
     seed_per_rank(SEED + (1000 if resume else 0), rt.rank)
     ckpt = Checkpointer(rt, directory, background=background, model=model, optimizer=optimizer,
@@ -42,7 +44,8 @@ def train(rt, directory: str, background: bool, save_at=(), stop_at=None, resume
             if step == stop_at:
                 ckpt.finish_writing()
                 return {"stopped_at": step, "in_background": in_background}
-    ckpt.finish_writing()
+    if wait:
+        ckpt.finish_writing()
     return {"steps": step, "resumed_from": state.step if state else None, "params": full_params(rt, model),
             "in_background": in_background}
 
@@ -119,4 +122,5 @@ def killed_while_writing(directory: str) -> dict:
 
 
 def resume_after_kill(directory: str) -> dict:
-    return in_runtime("fsdp", lambda rt: train(rt, directory, True, resume=True))
+    """Resume, save at 12 (the run's first save: foreground) and 15 (background), and leave it to rt.close()."""
+    return in_runtime("fsdp", lambda rt: train(rt, directory, True, save_at=(12, 15), resume=True, wait=False))

@@ -1,5 +1,6 @@
 """Background sharded checkpoints (DCP ``async_save``) on 2 real fsdp ranks: the same weights as foreground
-saves after a resume; a failed write raises on every rank; kill -9 mid-write resumes the previous one."""
+saves after a resume; a failed write raises on every rank; kill -9 mid-write resumes the previous one;
+``rt.close()`` completes a write still running."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import pytest
 
 import paratrain as pt
 from tests.checkpoint import async_shards_workers as workers
-from tests.checkpoint.workers import equal
+from paratrain.checkpoint import Checkpointer
+from tests.checkpoint.workers import Net, equal
 
 
 @pytest.fixture(scope="module")
@@ -42,3 +44,7 @@ def test_kill_9_during_a_background_sharded_write_resumes_the_previous_checkpoin
     assert resumed["resumed_from"] == 4  # step 8's checkpoint was never committed
     assert resumed["steps"] == 15
     assert equal(resumed["params"], runs["at4"])  # bit-identical to a run stopped and resumed at step 4
+    # Its last save, in the background when the function returned, was completed before rt.close() left the group.
+    assert resumed["in_background"] == [False, True]
+    assert Checkpointer(None, tmp_path, model=Net()).latest().name == "step-000015"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".step-")) == []  # no leftovers

@@ -227,7 +227,19 @@ class Checkpointer:
         then: every rank makes it together; see :mod:`paratrain.checkpoint.async_shards`)."""
         if self._group is None:
             self._group = writing_group()
+            comm.before_leaving(weakref.WeakMethod(self._finish_before_leaving))
         return self._group
+
+    def _finish_before_leaving(self) -> None:
+        """Before the process group goes (``rt.close()``): this rank's writing thread, which agrees with the
+        other ranks' on the writing group, completes; a failure is said, not raised. Not collective."""
+        if self._writing is not None:
+            try:
+                self._join("closing the process group", True)
+            except Exception as exc:  # not collective: say it, the next resume falls back to the previous one
+                print(f"paratrain: the background write of a checkpoint failed: {exc}", file=sys.stderr, flush=True)
+        self._writing_name = None
+        self._group = None
 
     def drop_writing_group(self) -> None:
         """Forget the writing group (a write that started on some ranks only left it waiting); the next
