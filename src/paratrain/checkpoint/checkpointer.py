@@ -45,7 +45,7 @@ from paratrain.checkpoint.restoring import CheckpointState
 from paratrain.checkpoint.snapshot import HostBuffers, LiveState
 from paratrain.checkpoint.stateful import Stateful, by_name, collect
 from paratrain.checkpoint.writer_lock import WriterLock
-from paratrain.errors import ConfigError
+from paratrain.errors import CheckpointError, ConfigError
 from paratrain.goodput import ledger
 
 _BY_NAME = "pass the objects to save by name: pt.Checkpointer(rt, directory, model=model, optimizer=opt, loader=train)"
@@ -259,7 +259,12 @@ class Checkpointer:
             return
         self._writing_name = None
         # Every rank that holds a writing thread joins it (rank 0; sharded: every rank), then they agree.
-        on_all_ranks(f"writing checkpoint {name} in the background", lambda: self._join(before, say))
+        try:
+            on_all_ranks(f"writing checkpoint {name} in the background", lambda: self._join(before, say))
+        except CheckpointError as exc:
+            if getattr(exc.__cause__, "agreed", False):  # the threads agreed already: the same error, as it was
+                raise exc.__cause__ from None
+            raise
 
     def wait_for_previous(self, before: str) -> None:
         """Rank 0, inside a save's agreement: the previous background write is complete (its failure raised)."""

@@ -288,6 +288,11 @@ def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: 
             on_all_ranks(f"writing checkpoint {name}", written, group)
             return main_then_share(f"completing checkpoint {name}", lambda: str(_commit(ckpt, temporary, manifest)),
                                    group)
+        except CheckpointError as exc:
+            exc.agreed = True  # the same error on every rank: finish_writing() raises it as it is
+            if comm.is_main():
+                shutil.rmtree(temporary, ignore_errors=True)
+            raise
         except BaseException:
             if comm.is_main():
                 shutil.rmtree(temporary, ignore_errors=True)
