@@ -84,7 +84,8 @@ def _background_matches_foreground(rt, root: str) -> dict:
 
 
 def _failed_write(rt, directory: str) -> dict:
-    """Rank 1's shards fail to be written (a full disk, told by its Future): the next wait raises on both ranks."""
+    """Rank 1's shards fail to be written (a full disk, told by its Future): the next wait raises on both ranks.
+    Then a background save whose check fails on rank 1 fails on both, before anything is written."""
     model, optimizer, schedule, loader = build(rt, 1)
     ckpt = Checkpointer(rt, directory, background=True, model=model, optimizer=optimizer, loader=loader)
     ckpt.save(step=1)
@@ -109,7 +110,17 @@ def _failed_write(rt, directory: str) -> dict:
             error = str(exc)
     finally:
         saving.start_writing_shards = real
-    return {"error": error, "listing": _listing(directory), "latest": ckpt.latest().name}
+
+    def refuse_on_rank_one() -> None:  # save(check=...): what the fit loop checks (weights finite, ...)
+        if rt.rank == 1:
+            raise RuntimeError("weights are not finite")
+
+    refused = "no error"
+    try:
+        ckpt.save(step=3, check=refuse_on_rank_one)
+    except pt.CheckpointError as exc:
+        refused = str(exc)
+    return {"error": error, "refused": refused, "listing": _listing(directory), "latest": ckpt.latest().name}
 
 
 def _listing(directory: str) -> list[str]:

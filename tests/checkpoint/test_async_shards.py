@@ -28,10 +28,11 @@ def test_background_sharded_saves_resume_to_the_same_weights_as_foreground_ones(
     assert background["kept"] == foreground["kept"] == ["latest", "step-000004", "step-000008", "step-000010"]
 
 
-def test_a_failed_background_write_raises_on_every_rank_and_leaves_the_previous_checkpoint(runs):
+def test_a_failed_background_write_or_check_raises_on_every_rank_and_leaves_the_previous_checkpoint(runs):
     for rank in runs["failure"]:
         assert rank["error"].startswith("rank 1: writing checkpoint step-000002:"), rank["error"]
         assert "No space left on device" in rank["error"]
+        assert rank["refused"] == "rank 1: saving checkpoint step-000003: RuntimeError: weights are not finite"
         assert rank["listing"] == ["latest", "step-000001"]  # the half-written one removed
         assert rank["latest"] == "step-000001"
 

@@ -162,7 +162,9 @@ def _warn_unless_every_rank_sees(checkpoint: Path) -> None:
         )
 
 
-def _prepare(directory: Path, name: str) -> Path:
+def _prepare(directory: Path, name: str, hidden: str | None = None) -> Path:
+    """Rank 0: the hidden directory ``hidden`` (default: a new temporary name for ``name``), made after
+    clearing what killed saves left."""
     check_writable_directory(directory)
     for leftover in directory.iterdir():
         # What killed saves left: hidden temporary directories and files, replaced checkpoints.
@@ -172,7 +174,7 @@ def _prepare(directory: Path, name: str) -> Path:
             shutil.rmtree(leftover, ignore_errors=True)
         else:
             leftover.unlink(missing_ok=True)
-    temporary = directory / temporary_name(name)
+    temporary = directory / (hidden or temporary_name(name))
     temporary.mkdir()
     return temporary
 
@@ -242,15 +244,28 @@ def _save_shards_in_background(ckpt: Checkpointer, name: str, manifest: Manifest
     waiting on the writing group: the group is dropped (the next save makes a new one) and the thread
     gives up at the group's timeout.
     """
-    rng_states = comm.gather_object(rng.capture())  # before anything else runs: the state the loop has now
+    rng_state = rng.capture()  # before anything else runs: the state the loop has now
     per_rank = {e.name: comm.gather_object(e.obj.state_dict()) for e in ckpt.entries if e.kind == "per_rank"}
     ckpt.hold_directory()  # held since the first save: nothing to do
-    if check is not None:
-        on_all_ranks(f"saving checkpoint {name}", check)
     ckpt.finish_writing(f"saving {name} (said once: later waits count as save blocking in the goodput ledger)",
                         say=ckpt._waits_said < 1)  # one write at a time; a failed one raises here, on every rank
     group = ckpt.writing_group()
-    temporary = Path(main_then_share(f"cannot start checkpoint {name}", lambda: str(_prepare(ckpt.directory, name))))
+    hidden = temporary_name(name)  # rank 0's is the one made, and shared in the same all-gather
+
+    def begin() -> None:  # every rank: the check; rank 0: the hidden directory
+        if check is not None:
+            check()
+        if comm.is_main():
+            _prepare(ckpt.directory, name, hidden)
+
+    try:
+        _, shared = on_all_ranks_sharing(f"saving checkpoint {name}", begin, (rng_state, hidden))
+    except BaseException:
+        if comm.is_main():
+            shutil.rmtree(ckpt.directory / hidden, ignore_errors=True)
+        raise
+    rng_states = [state for state, _ in shared]
+    temporary = ckpt.directory / shared[0][1]
     try:
         def collect() -> Any:  # every rank its shards; rank 0 a host copy of the one-file parts, checked now
             return _sharded_states(ckpt, temporary), (_host_snapshot(ckpt, per_rank) if comm.is_main() else None)
