@@ -260,13 +260,9 @@ def _save_shards_in_background(ckpt: Checkpointer, name: str, manifest: Manifest
 
     try:
         _, shared = on_all_ranks_sharing(f"saving checkpoint {name}", begin, (rng_state, hidden))
-    except BaseException:
-        if comm.is_main():
-            shutil.rmtree(ckpt.directory / hidden, ignore_errors=True)
-        raise
-    rng_states = [state for state, _ in shared]
-    temporary = ckpt.directory / shared[0][1]
-    try:
+        rng_states = [state for state, _ in shared]
+        temporary = ckpt.directory / shared[0][1]
+
         def collect() -> Any:  # every rank its shards; rank 0 a host copy of the one-file parts, checked now
             return _sharded_states(ckpt, temporary), (_host_snapshot(ckpt, per_rank) if comm.is_main() else None)
 
@@ -277,9 +273,14 @@ def _save_shards_in_background(ckpt: Checkpointer, name: str, manifest: Manifest
         except CheckpointError:
             ckpt.drop_writing_group()  # a rank that did start waits on it in vain: never use it again
             raise
+    except CheckpointError:  # on every rank together: all return once the hidden directory is gone
+        if comm.is_main():
+            shutil.rmtree(ckpt.directory / hidden, ignore_errors=True)
+        comm.barrier(name=f"cleaning up the failed checkpoint {name}")
+        raise
     except BaseException:
         if comm.is_main():
-            shutil.rmtree(temporary, ignore_errors=True)
+            shutil.rmtree(ckpt.directory / hidden, ignore_errors=True)
         raise
     ckpt.start_writing(name, _shards_write(ckpt, name, manifest, temporary, future, taken, rng_states, step, group))
     ckpt._writing_name = name  # every rank: finish_writing() waits for it (collectively)
