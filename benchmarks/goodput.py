@@ -7,7 +7,7 @@ goodput ledger (``goodput.jsonl``) and checked against a clock outside the job:
 fit loop does for each save: its checks and the save): one task (text-cls by default) for ``--steps`` steps with
 no saves, then saves every 10 steps
 written in the foreground (``--no-background-save``: what a save cost before background writes) and in the
-background, in alternating order over ``--rounds``: each save's blocking time (p50/p99) as a share of the median
+background, in alternating order over ``--rounds`` (``--strategy``: the strategy of ``paratrain train``, default auto): each save's blocking time (p50/p99) as a share of the median
 step, and the seconds per step with saves against without (throughput cost).
 
 ``--part soak``: digits for ``--soak-steps`` steps under failures injected at random (exponential gaps of mean
@@ -29,6 +29,7 @@ ledger, flushes included), in microseconds, against the median digits and text-c
     python benchmarks/goodput.py --part overhead
     python benchmarks/goodput.py --part cost --rounds 2
     python benchmarks/goodput.py --part cost --steps 100 --rounds 1 --modes none,background --baseline-src /tmp/base/src
+    python benchmarks/goodput.py --part cost --strategy fsdp --steps 60 --rounds 1 --modes foreground,background
     python benchmarks/goodput.py --part soak --mtbf 60 --soak-steps 12000 --seed 1
     python benchmarks/goodput.py --part startup --rounds 3 --baseline-src /tmp/base/src
 """
@@ -72,7 +73,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 # ---- part 1: what a save costs ---------------------------------------------------------------------
-def cost_run(task: str, steps: int, mode: str, workdir: Path, src: Path = SRC) -> dict:
+def cost_run(task: str, steps: int, mode: str, workdir: Path, src: Path = SRC, strategy: str = "auto") -> dict:
     out = workdir / f"{task}-{mode}-{time.monotonic_ns()}"
     flags = {"none": [], "foreground": ["--save-every", "10", "--no-background-save"],
              "background": ["--save-every", "10"]}[mode]
@@ -80,7 +81,7 @@ def cost_run(task: str, steps: int, mode: str, workdir: Path, src: Path = SRC) -
     command = [sys.executable, "-m", "paratrain", "run", "--nproc-per-node", "2", str(Path(__file__).resolve()),
                "--startup-worker", str(record), task, "--max-steps", str(steps),
                "--no-eval-per-epoch", "--log-every", str(steps), "--keep-last", "2", "--no-tensorboard",
-               "--no-progress", "--out", str(out), *flags]
+               "--no-progress", "--strategy", strategy, "--out", str(out), *flags]
     done = subprocess.run(command, env=_env(src), capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
@@ -110,12 +111,12 @@ def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
         if round_ % 2:
             order.reverse()
         for mode, (label, src) in order:
-            run = cost_run(args.task, args.steps, mode, workdir, src)
+            run = cost_run(args.task, args.steps, mode, workdir, src, args.strategy)
             runs.setdefault((mode, label), []).append(run)
             print(f"  round {round_ + 1} {mode}{label}: {run['loop_s'] * 1000:.1f} ms/step, step {run['step_s'] * 1000:.1f} ms, "
                   f"blocking {', '.join(f'{s * 1000:.0f}' for s in run['saves'])} ms (ledger), "
                   f"{', '.join(f'{s * 1000:.0f}' for s in run['loop_saves'])} ms (the fit loop's whole save)", flush=True)
-    lines = [f"## what a save costs: {args.task}, 2 processes, {args.steps} steps, saves every 10 steps, "
+    lines = [f"## what a save costs: {args.task}, 2 processes, strategy {args.strategy}, {args.steps} steps, saves every 10 steps, "
              f"{args.rounds} round(s); load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end", "",
              "| code | saves | step (same runs) | blocking p50 | blocking p99 | p50 / step | p99 / step "
              "| the loop's whole save: p50 / step | p99 / step | save blocking / loop time | s per step vs no saves |",
@@ -432,6 +433,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--modes", default="none,foreground,background", help="--part cost: which runs (comma-separated)")
+    parser.add_argument("--strategy", default="auto", help="--part cost: paratrain train's --strategy (fsdp: sharded "
+                        "checkpoints, DCP shards written by every rank)")
     parser.add_argument("--baseline-src", default=None, help="--part cost: also run each mode with the paratrain of this "
                         "src folder (e.g. an earlier commit's, from git archive), interleaved with this tree's")
     parser.add_argument("--mtbf", type=float, default=60.0)

@@ -122,3 +122,26 @@ def test_lines_the_launcher_tags_already_carry_no_second_rank_tag(monkeypatch, c
     comm.print("every rank", all_ranks=True)
     assert capsys.readouterr().out == "[rank 0] every rank\n"
     assert "rank %(rank)s" in comm._log_format()
+
+
+def test_before_leaving_calls_what_is_alive_once_and_skips_what_is_gone():
+    import gc
+    import weakref
+
+    from paratrain import comm
+
+    class Writer:
+        def __init__(self):
+            self.finished = 0
+
+        def finish(self):
+            self.finished += 1
+
+    alive, gone = Writer(), Writer()
+    comm.before_leaving(weakref.WeakMethod(alive.finish))
+    comm.before_leaving(weakref.WeakMethod(gone.finish))
+    del gone
+    gc.collect()
+    comm.leaving()
+    comm.leaving()  # once: the callbacks are dropped when they run
+    assert alive.finished == 1

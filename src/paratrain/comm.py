@@ -20,7 +20,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -83,6 +83,25 @@ def set_control_group(group: Any) -> None:
 
 def _control() -> Any:
     return _control_group
+
+
+_before_leaving: list[Callable[[], Any]] = []  # weak references (WeakMethod): None once their object is gone
+
+
+def before_leaving(callback: Callable[[], Any]) -> None:
+    """Call ``callback()()`` (a weak reference to a function, e.g. ``weakref.WeakMethod``) when this process
+    leaves its process group through paratrain, before the group is destroyed: work that still uses the
+    group in a thread (a background checkpoint write) finishes first. Not collective."""
+    _before_leaving.append(callback)
+
+
+def leaving() -> None:
+    """Run the :func:`before_leaving` callbacks whose objects are still alive, once. Not collective."""
+    callbacks, _before_leaving[:] = list(_before_leaving), []
+    for callback in callbacks:
+        function = callback()
+        if function is not None:
+            function()
 
 
 _LATE_RANKS = re.compile(r"[Rr]anks? ([\d, ]+) failed to pass monitoredBarrier")
@@ -182,21 +201,23 @@ def any_rank(flags: torch.Tensor) -> torch.Tensor:
     return flags
 
 
-def broadcast_object(obj: T, src: int = 0) -> T:
-    """Return rank ``src``'s ``obj`` on every rank (picklable objects). Collective."""
+def broadcast_object(obj: T, src: int = 0, group: Any = None) -> T:
+    """Return rank ``src``'s ``obj`` on every rank (picklable objects); on ``group`` (a group of every
+    rank) instead of the control group when given. Collective."""
     if not is_initialized() or world_size() == 1:
         return obj
     box = [obj]
-    dist.broadcast_object_list(box, src=src, group=_control())
+    dist.broadcast_object_list(box, src=src, group=group or _control())
     return box[0]
 
 
-def all_gather_object(obj: T) -> list[T]:
-    """Every rank's ``obj``, in rank order, on every rank. Collective."""
+def all_gather_object(obj: T, group: Any = None) -> list[T]:
+    """Every rank's ``obj``, in rank order, on every rank; on ``group`` (a group of every rank) instead
+    of the control group when given. Collective."""
     if not is_initialized() or world_size() == 1:
         return [obj]
     out: list[Any] = [None] * world_size()
-    dist.all_gather_object(out, obj, group=_control())
+    dist.all_gather_object(out, obj, group=group or _control())
     return out
 
 

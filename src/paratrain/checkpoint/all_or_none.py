@@ -28,17 +28,18 @@ def _one_line(exc: BaseException, doing: str) -> str:
     return f"{doing}: {type(exc).__name__}: {text}"
 
 
-def on_all_ranks(doing: str, step: Callable[[], T]) -> T:
-    """Run ``step`` here; raise on every rank if it failed on any. Collective.
+def on_all_ranks(doing: str, step: Callable[[], T], group: Any = None) -> T:
+    """Run ``step`` here; raise on every rank if it failed on any. Collective (on ``group``, a group
+    of every rank, when given: a writing thread's own; else the control group).
 
     Raises:
         CheckpointError: ``step`` raised on some rank; the message names the first
             failing rank (when there are several processes) and its error.
     """
-    return on_all_ranks_sharing(doing, step, None)[0]
+    return on_all_ranks_sharing(doing, step, None, group)[0]
 
 
-def on_all_ranks_sharing(doing: str, step: Callable[[], T], share: Any) -> tuple[T, list[Any]]:
+def on_all_ranks_sharing(doing: str, step: Callable[[], T], share: Any, group: Any = None) -> tuple[T, list[Any]]:
     """:func:`on_all_ranks`, and every rank's ``share`` (picklable) in rank order, in the same one
     all-gather. Collective.
 
@@ -52,7 +53,7 @@ def on_all_ranks_sharing(doing: str, step: Callable[[], T], share: Any) -> tuple
     except Exception as exc:  # any failure must reach the other ranks, or they hang
         local = exc
     mine = None if local is None else (_one_line(local, doing), getattr(local, "restart_can_help", True))
-    gathered = comm.all_gather_object((mine, share))
+    gathered = comm.all_gather_object((mine, share), group=group)
     outcomes = [outcome for outcome, _ in gathered]
     failed = [(rank, outcome[0]) for rank, outcome in enumerate(outcomes) if outcome is not None]
     if not failed:
@@ -69,7 +70,8 @@ def on_all_ranks_sharing(doing: str, step: Callable[[], T], share: Any) -> tuple
     raise error from local
 
 
-def main_then_share(doing: str, step: Callable[[], T]) -> T:
-    """Run ``step`` on rank 0 only; every rank gets its result or the same error. Collective."""
-    result = on_all_ranks(doing, step if comm.is_main() else (lambda: None))
-    return comm.broadcast_object(result)
+def main_then_share(doing: str, step: Callable[[], T], group: Any = None) -> T:
+    """Run ``step`` on rank 0 only; every rank gets its result or the same error. Collective (on
+    ``group`` when given, as :func:`on_all_ranks`)."""
+    result = on_all_ranks(doing, step if comm.is_main() else (lambda: None), group)
+    return comm.broadcast_object(result, group=group)

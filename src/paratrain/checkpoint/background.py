@@ -1,4 +1,5 @@
-"""A checkpoint written by a thread while training goes on (rank 0's one-file checkpoints).
+"""A checkpoint written by a thread while training goes on (rank 0's one-file checkpoints; sharded ones:
+a thread on every rank, see :func:`paratrain.checkpoint.saving._save_shards_in_background`).
 
 The training thread blocks only to copy the state to host memory (:mod:`.snapshot`); a thread of
 rank 0 then makes the hidden directory, writes the files, checksums them, seals, renames, points

@@ -13,7 +13,8 @@
 
 Single/dp/ddp/deepspeed: rank 0 writes one file set (deepspeed's whole tensors are
 gathered by all ranks first). fsdp (``rt.strategy.sharded_state``):
-every rank writes its shards with torch.distributed.checkpoint. Either way the
+every rank writes its shards with torch.distributed.checkpoint (``background=True``: its
+``async_save``). Either way the
 save is atomic, checksummed and all-or-nothing across ranks; see
 :mod:`paratrain.checkpoint.saving` and :mod:`paratrain.checkpoint.restoring`.
 """
@@ -34,7 +35,8 @@ import torch
 from paratrain import comm
 from paratrain.arguments import check_type, reject_objects
 from paratrain.checkpoint import catalog, restoring, saving
-from paratrain.checkpoint.all_or_none import main_then_share
+from paratrain.checkpoint.all_or_none import main_then_share, on_all_ranks
+from paratrain.checkpoint.async_shards import writing_group
 from paratrain.checkpoint.auto_interval import AutoInterval
 from paratrain.checkpoint.background import BackgroundWrite
 from paratrain.checkpoint.manifest import Manifest, verify
@@ -43,7 +45,7 @@ from paratrain.checkpoint.restoring import CheckpointState
 from paratrain.checkpoint.snapshot import HostBuffers, LiveState
 from paratrain.checkpoint.stateful import Stateful, by_name, collect
 from paratrain.checkpoint.writer_lock import WriterLock
-from paratrain.errors import ConfigError
+from paratrain.errors import CheckpointError, ConfigError
 from paratrain.goodput import ledger
 
 _BY_NAME = "pass the objects to save by name: pt.Checkpointer(rt, directory, model=model, optimizer=opt, loader=train)"
@@ -84,8 +86,9 @@ class Checkpointer:
         best_metric: a key of ``save(metrics=...)`` that ranks checkpoints.
         mode: ``"max"`` (higher is better) or ``"min"``.
         background: after the first save, block only while the state is copied to host memory;
-            rank 0 writes, checksums, commits and prunes in a thread while training goes on (one-file
-            checkpoints; sharded ones are written in the foreground). :meth:`save` then returns
+            rank 0 writes, checksums, commits and prunes in a thread while training goes on (sharded
+            checkpoints: every rank copies its shards and a thread of every rank writes them with DCP's
+            ``async_save``; rank 0's commits once every rank's are written). :meth:`save` then returns
             before the checkpoint is complete; the next save, :meth:`resume`, :meth:`finish_writing`
             and :meth:`close` wait for it.
         every: what :meth:`due` answers: a save every N steps, or ``"auto"`` — the Young/Daly interval
@@ -147,8 +150,9 @@ class Checkpointer:
         self._holding = False  # the same on every rank: whether the hold was taken (collectively)
         self.storage_checked = False  # the same on every rank: whether every rank saw a saved checkpoint
         self.background = background
-        self._writing: BackgroundWrite | None = None  # rank 0: the write in progress
-        self._writing_name: str | None = None  # every rank: the checkpoint a thread of rank 0 writes
+        self._writing: BackgroundWrite | None = None  # rank 0 (sharded: every rank): the write in progress
+        self._writing_name: str | None = None  # every rank: the checkpoint a thread writes
+        self._group: Any = None  # every rank: the gloo group of background sharded writes, once made
         self._waits_said = 0  # rank 0: saves that waited for the previous write and said so
         self.every = every
         self.interval = AutoInterval(mtbf) if every == "auto" else None
@@ -214,8 +218,33 @@ class Checkpointer:
         return step % self.every == 0 and step != self._saved_step
 
     def start_writing(self, name: str, write: Any) -> None:
-        """Rank 0: hand the checkpoint ``name`` to a writing thread. (Called by a background save.)"""
+        """Rank 0 (sharded: every rank): hand the checkpoint ``name`` to a writing thread. (Called by a
+        background save.)"""
         self._writing = BackgroundWrite(name, write)
+
+    def writing_group(self) -> Any:
+        """The gloo group on which background sharded writes agree, made at the first one (collective
+        then: every rank makes it together; see :mod:`paratrain.checkpoint.async_shards`)."""
+        if self._group is None:
+            self._group = writing_group()
+            comm.before_leaving(weakref.WeakMethod(self._finish_before_leaving))
+        return self._group
+
+    def _finish_before_leaving(self) -> None:
+        """Before the process group goes (``rt.close()``): this rank's writing thread, which agrees with the
+        other ranks' on the writing group, completes; a failure is said, not raised. Not collective."""
+        if self._writing is not None:
+            try:
+                self._join("closing the process group", True)
+            except Exception as exc:  # not collective: say it, the next resume falls back to the previous one
+                print(f"paratrain: the background write of a checkpoint failed: {exc}", file=sys.stderr, flush=True)
+        self._writing_name = None
+        self._group = None
+
+    def drop_writing_group(self) -> None:
+        """Forget the writing group (a write that started on some ranks only left it waiting); the next
+        background sharded save makes a new one. Every rank together."""
+        self._group = None
 
     def finish_writing(self, before: str = "going on", say: bool = True) -> None:
         """Wait until the checkpoint being written in the background (if any) is complete; say so on
@@ -229,7 +258,13 @@ class Checkpointer:
         if name is None:
             return
         self._writing_name = None
-        main_then_share(f"writing checkpoint {name} in the background", lambda: self._join(before, say))
+        # Every rank that holds a writing thread joins it (rank 0; sharded: every rank), then they agree.
+        try:
+            on_all_ranks(f"writing checkpoint {name} in the background", lambda: self._join(before, say))
+        except CheckpointError as exc:
+            if getattr(exc.__cause__, "agreed", False):  # the threads agreed already: the same error, as it was
+                raise exc.__cause__ from None
+            raise
 
     def wait_for_previous(self, before: str) -> None:
         """Rank 0, inside a save's agreement: the previous background write is complete (its failure raised)."""
@@ -240,6 +275,7 @@ class Checkpointer:
         writing, self._writing = self._writing, None
         if writing is None:
             return
+        say = say and comm.is_main()
         if writing.running and say:
             self._waits_said += 1
         try:

@@ -7,9 +7,11 @@
 4. rank 0 seals it (checksums → ``manifest.json`` → ``COMPLETE``), renames it to
    its visible name, fsyncs, points ``latest`` at it and applies retention.
 
-With ``background=True`` (one-file checkpoints, after the first save) every rank blocks only
-until rank 0 holds a host copy of the state; a thread of rank 0 then runs steps 1, 3 and 4
-(:mod:`.background`), while training goes on.
+With ``background=True`` (after the first save) every rank blocks only until rank 0 holds a host
+copy of the state; a thread of rank 0 then runs steps 1, 3 and 4 (:mod:`.background`), while training
+goes on. Sharded checkpoints: rank 0 runs step 1 in the foreground, every rank copies its shards to
+host memory (DCP's ``async_save``, :mod:`.async_shards`) and a thread on every rank waits for them to
+be written; the threads agree, and rank 0's runs steps 3 and 4.
 
 A process killed at any point leaves either the old set of checkpoints or the
 new one; a half-written directory keeps its hidden name and is never read.
@@ -31,6 +33,7 @@ import torch
 from paratrain import comm
 from paratrain.checkpoint import catalog, rng
 from paratrain.checkpoint.all_or_none import main_then_share, on_all_ranks, on_all_ranks_sharing
+from paratrain.checkpoint.async_shards import start_writing_shards
 from paratrain.checkpoint.files import (
     check_writable_directory,
     fsync_path,
@@ -105,8 +108,9 @@ def save(
     name = checkpoint_name(step, epoch)
     manifest = Manifest(name=name, sequence=0, step=step, epoch=epoch, metrics=clean_metrics(metrics),
                         extra=clean_extra(extra), run=ckpt.run_config(), sharded=ckpt.sharded)
-    background = ckpt.background and not ckpt.sharded and ckpt.storage_checked
-    if background:
+    if ckpt.background and ckpt.storage_checked:
+        if ckpt.sharded:
+            return _save_shards_in_background(ckpt, name, manifest, step, check)
         return _save_in_background(ckpt, name, manifest, step, check)
     if check is not None:
         on_all_ranks(f"saving checkpoint {name}", check)
@@ -158,7 +162,9 @@ def _warn_unless_every_rank_sees(checkpoint: Path) -> None:
         )
 
 
-def _prepare(directory: Path, name: str) -> Path:
+def _prepare(directory: Path, name: str, hidden: str | None = None) -> Path:
+    """Rank 0: the hidden directory ``hidden`` (default: a new temporary name for ``name``), made after
+    clearing what killed saves left."""
     check_writable_directory(directory)
     for leftover in directory.iterdir():
         # What killed saves left: hidden temporary directories and files, replaced checkpoints.
@@ -168,7 +174,7 @@ def _prepare(directory: Path, name: str) -> Path:
             shutil.rmtree(leftover, ignore_errors=True)
         else:
             leftover.unlink(missing_ok=True)
-    temporary = directory / temporary_name(name)
+    temporary = directory / (hidden or temporary_name(name))
     temporary.mkdir()
     return temporary
 
@@ -225,6 +231,90 @@ def _save_in_background(ckpt: Checkpointer, name: str, manifest: Manifest, step:
         ckpt.start_writing(name, _background_write(ckpt, name, manifest, objects, pending, rng_states, step))
     ckpt._writing_name = name  # every rank: finish_writing() waits for it (collectively)
     return ckpt.directory / name
+
+
+def _save_shards_in_background(ckpt: Checkpointer, name: str, manifest: Manifest, step: int | None,
+                               check: Callable[[], None] | None) -> Path:
+    """Every rank blocks only while the previous write completes (if it still runs), DCP copies its shards
+    to host memory and rank 0 copies the one-file parts; a thread on every rank then waits for its shards
+    to be written, agrees with the other ranks on the outcome, and rank 0 writes the one-file parts and
+    commits (:func:`_shards_write`). Collective.
+
+    A rank that fails to copy its shards after another rank started writing leaves that rank's DCP thread
+    waiting on the writing group: the group is dropped (the next save makes a new one) and the thread
+    gives up at the group's timeout.
+    """
+    rng_state = rng.capture()  # before anything else runs: the state the loop has now
+    per_rank = {e.name: comm.gather_object(e.obj.state_dict()) for e in ckpt.entries if e.kind == "per_rank"}
+    ckpt.hold_directory()  # held since the first save: nothing to do
+    ckpt.finish_writing(f"saving {name} (said once: later waits count as save blocking in the goodput ledger)",
+                        say=ckpt._waits_said < 1)  # one write at a time; a failed one raises here, on every rank
+    group = ckpt.writing_group()
+    hidden = temporary_name(name)  # rank 0's is the one made, and shared in the same all-gather
+
+    def begin() -> None:  # every rank: the check; rank 0: the hidden directory
+        if check is not None:
+            check()
+        if comm.is_main():
+            _prepare(ckpt.directory, name, hidden)
+
+    try:
+        _, shared = on_all_ranks_sharing(f"saving checkpoint {name}", begin, (rng_state, hidden))
+        rng_states = [state for state, _ in shared]
+        temporary = ckpt.directory / shared[0][1]
+
+        def collect() -> Any:  # every rank its shards; rank 0 a host copy of the one-file parts, checked now
+            return _sharded_states(ckpt, temporary), (_host_snapshot(ckpt, per_rank) if comm.is_main() else None)
+
+        shards, taken = on_all_ranks(f"collecting the state of checkpoint {name}", collect)
+        try:
+            future = on_all_ranks(f"copying the shards of checkpoint {name}",
+                                  lambda: start_writing_shards(temporary, shards, group))
+        except CheckpointError:
+            ckpt.drop_writing_group()  # a rank that did start waits on it in vain: never use it again
+            raise
+    except CheckpointError:  # on every rank together: all return once the hidden directory is gone
+        if comm.is_main():
+            shutil.rmtree(ckpt.directory / hidden, ignore_errors=True)
+        comm.barrier(name=f"cleaning up the failed checkpoint {name}")
+        raise
+    except BaseException:
+        if comm.is_main():
+            shutil.rmtree(ckpt.directory / hidden, ignore_errors=True)
+        raise
+    ckpt.start_writing(name, _shards_write(ckpt, name, manifest, temporary, future, taken, rng_states, step, group))
+    ckpt._writing_name = name  # every rank: finish_writing() waits for it (collectively)
+    return ckpt.directory / name
+
+
+def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: Path, future: Any, taken: Any,
+                  rng_states: list[Any] | None, step: int | None, group: Any) -> Callable[[], str]:
+    """What the writing thread of every rank runs: this rank's shards written, the ranks agree (on
+    ``group``), rank 0 writes the one-file parts, they agree again, rank 0 commits; the same steps as a
+    foreground save. A failure anywhere fails every rank's thread; rank 0 removes the hidden directory."""
+
+    def written() -> None:
+        future.result()  # this rank's shards; DCP fails every rank's Future when one rank failed
+        if comm.is_main():
+            objects, pending = taken
+            manifest.objects = _write_collected(ckpt, temporary, objects, pending, rng_states, step)
+
+    def write() -> str:
+        try:
+            on_all_ranks(f"writing checkpoint {name}", written, group)
+            return main_then_share(f"completing checkpoint {name}", lambda: str(_commit(ckpt, temporary, manifest)),
+                                   group)
+        except CheckpointError as exc:
+            exc.agreed = True  # the same error on every rank: finish_writing() raises it as it is
+            if comm.is_main():
+                shutil.rmtree(temporary, ignore_errors=True)
+            raise
+        except BaseException:
+            if comm.is_main():
+                shutil.rmtree(temporary, ignore_errors=True)
+            raise
+
+    return write
 
 
 def _host_snapshot(ckpt: Checkpointer, gathered: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str, Any]]]:

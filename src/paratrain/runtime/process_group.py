@@ -123,6 +123,7 @@ def destroy_process_group() -> None:
     collected when the user's function returns after ``rt.close()`` — its destructor waits
     for the queue lock forever: a worker that printed its last line and never exits.
     """
+    comm.leaving()  # threads that still use a group (background checkpoint writes) finish first
     comm.set_control_group(None)
     if dist.is_available() and dist.is_initialized():
         time.sleep(GLOO_DRAIN_S)  # also for NCCL jobs: their control group is a gloo group

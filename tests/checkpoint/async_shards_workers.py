@@ -1,0 +1,137 @@
+"""pt.spawn workers for background (``async_save``) sharded checkpoints: 2 ranks, fsdp."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import time
+from concurrent.futures import Future
+from pathlib import Path
+
+import paratrain as pt
+from paratrain.checkpoint import Checkpointer, saving
+from paratrain.checkpoint.writer_lock import LOCK_FILE
+from paratrain.goodput.ledger import LEDGER_FILE
+from paratrain.seeding import seed_per_rank
+from tests.checkpoint.workers import EPOCHS, SEED, build, full_params, in_runtime, train_step
+
+KILL_AT = 8  # the background save being written when rank 0 is killed
+
+
+def train(rt, directory: str, background: bool, save_at=(), stop_at=None, resume=False, kill=False,
+          wait=True) -> dict:
+    """Train the recipe of :mod:`tests.checkpoint.workers`, saving after the steps ``save_at`` (and
+    ``stop_at``, then stopping); ``resume``: from the newest checkpoint, every generator scrambled first.
+    ``kill``: rank 0 SIGKILLs itself while the save of step KILL_AT is written in the background. ``wait=False``:
+    the end does not wait for the last background write (``rt.close()`` must)."""
+    model, optimizer, schedule, loader = build(rt, 3 if resume else 1)
+    seed_per_rank(SEED + (1000 if resume else 0), rt.rank)
+    ckpt = Checkpointer(rt, directory, background=background, model=model, optimizer=optimizer,
+                        scheduler=schedule, loader=loader)
+    state = ckpt.resume() if resume else None
+    step = state.step if state else 0
+    in_background = []
+    for epoch in rt.epochs(state, total=EPOCHS):
+        for x, y in loader:
+            train_step(rt, model, optimizer, schedule, x, y)
+            step += 1
+            if kill and step == KILL_AT + 1 and rt.is_main:
+                _kill_while_written(Path(directory), f".step-{KILL_AT:06d}.tmp-*")
+            if step in save_at or step == stop_at:
+                ckpt.save(step=step, epoch=epoch)
+                in_background.append(ckpt._writing_name is not None)  # returned before the write was complete
+            if step == stop_at:
+                ckpt.finish_writing()
+                return {"stopped_at": step, "in_background": in_background}
+    if wait:
+        ckpt.finish_writing()
+    return {"steps": step, "resumed_from": state.step if state else None, "params": full_params(rt, model),
+            "in_background": in_background}
+
+
+def _kill_while_written(directory: Path, hidden: str) -> None:
+    """Rank 0, training on: wait until its writing thread has written the shards and the one-file parts
+    into the hidden directory (and paused there, PARATRAIN_TEST_PAUSE_IN_SAVE), then die by SIGKILL with
+    the checkpoint not committed."""
+    deadline = time.monotonic() + 120
+    while not list(directory.glob(f"{hidden}/rng.pt")):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{directory / hidden} never got rng.pt: the background write did not reach its pause")
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def background_matches_foreground(root: str) -> dict:
+    return in_runtime("fsdp", _background_matches_foreground, root)
+
+
+def _background_matches_foreground(rt, root: str) -> dict:
+    """Foreground and background saves at 4, 8 and 10, stop, resume to the end: the same weights. Then a
+    background write that fails on rank 1 (its shards' Future) fails on both ranks at the next wait."""
+    results = {}
+    for background in (False, True):
+        directory = f"{root}/{'background' if background else 'foreground'}"
+        stopped = train(rt, directory, background, save_at=(4, 8), stop_at=10)
+        resumed = train(rt, directory, background, resume=True)
+        results[background] = {**resumed, "in_background": stopped["in_background"],
+                               "kept": _listing(directory)}
+    # The foreground reference for the kill test: stopped (and saved) at step 4, resumed.
+    train(rt, f"{root}/at4", False, stop_at=4)
+    at4 = train(rt, f"{root}/at4", False, resume=True)
+    return {"foreground": results[False], "background": results[True], "at4": at4["params"],
+            "failure": pt.all_gather_object(_failed_write(rt, f"{root}/failing"))}
+
+
+def _failed_write(rt, directory: str) -> dict:
+    """Rank 1's shards fail to be written (a full disk, told by its Future): the next wait raises on both ranks.
+    Then a background save whose check fails on rank 1 fails on both, before anything is written."""
+    model, optimizer, schedule, loader = build(rt, 1)
+    ckpt = Checkpointer(rt, directory, background=True, model=model, optimizer=optimizer, loader=loader)
+    ckpt.save(step=1)
+    real = saving.start_writing_shards
+
+    def full_disk_on_rank_one(target, states, group):
+        started = real(target, states, group)
+        if rt.rank != 1:
+            return started
+        failed: Future = Future()
+        started.add_done_callback(lambda _: failed.set_exception(
+            OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))))
+        return failed
+
+    saving.start_writing_shards = full_disk_on_rank_one
+    try:
+        ckpt.save(step=2)
+        error = "no error"
+        try:
+            ckpt.finish_writing()
+        except pt.CheckpointError as exc:
+            error = str(exc)
+    finally:
+        saving.start_writing_shards = real
+
+    def refuse_on_rank_one() -> None:  # save(check=...): what the fit loop checks (weights finite, ...)
+        if rt.rank == 1:
+            raise RuntimeError("weights are not finite")
+
+    refused = "no error"
+    try:
+        ckpt.save(step=3, check=refuse_on_rank_one)
+    except pt.CheckpointError as exc:
+        refused = str(exc)
+    return {"error": error, "refused": refused, "listing": _listing(directory), "latest": ckpt.latest().name}
+
+
+def _listing(directory: str) -> list[str]:
+    """What the checkpoints directory holds but the writer lock and the goodput ledger (hidden leftovers too)."""
+    return sorted(name for name in os.listdir(directory) if name not in (LOCK_FILE, LEDGER_FILE))
+
+
+def killed_while_writing(directory: str) -> dict:
+    return in_runtime("fsdp", lambda rt: train(rt, directory, True, save_at=(4, KILL_AT, 12), kill=True))
+
+
+def resume_after_kill(directory: str) -> dict:
+    """Resume, save at 12 (the run's first save: foreground) and 15 (background), and leave it to rt.close()."""
+    return in_runtime("fsdp", lambda rt: train(rt, directory, True, save_at=(12, 15), resume=True, wait=False))

@@ -1,0 +1,51 @@
+"""Background sharded checkpoints (DCP ``async_save``) on 2 real fsdp ranks: the same weights as foreground
+saves after a resume; a failed write raises on every rank; kill -9 mid-write resumes the previous one;
+``rt.close()`` completes a write still running."""
+
+from __future__ import annotations
+
+import pytest
+
+import paratrain as pt
+from tests.checkpoint import async_shards_workers as workers
+from paratrain.checkpoint import Checkpointer
+from tests.checkpoint.workers import Net, equal
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("async")
+    return pt.spawn(workers.background_matches_foreground, 2, args=(str(root),))
+
+
+def test_background_sharded_saves_resume_to_the_same_weights_as_foreground_ones(runs):
+    foreground, background = runs["foreground"], runs["background"]
+    assert foreground["in_background"] == [False, False, False]
+    assert background["in_background"] == [False, True, True]  # the first save of a run is in the foreground
+    assert foreground["resumed_from"] == background["resumed_from"] == 10
+    assert foreground["steps"] == background["steps"] == 15
+    assert equal(foreground["params"], background["params"])  # bit-identical
+    assert background["kept"] == foreground["kept"] == ["latest", "step-000004", "step-000008", "step-000010"]
+
+
+def test_a_failed_background_write_or_check_raises_on_every_rank_and_leaves_the_previous_checkpoint(runs):
+    for rank in runs["failure"]:
+        assert rank["error"].startswith("rank 1: writing checkpoint step-000002:"), rank["error"]
+        assert "No space left on device" in rank["error"]
+        assert rank["refused"] == "rank 1: saving checkpoint step-000003: RuntimeError: weights are not finite"
+        assert rank["listing"] == ["latest", "step-000001"]  # the half-written one removed
+        assert rank["latest"] == "step-000001"
+
+
+def test_kill_9_during_a_background_sharded_write_resumes_the_previous_checkpoint(runs, tmp_path):
+    with pytest.raises((pt.LaunchError, pt.WorkerError)):
+        pt.spawn(workers.killed_while_writing, 2, args=(str(tmp_path),),
+                 env={"PARATRAIN_TEST_PAUSE_IN_SAVE": f"60@{workers.KILL_AT}"})
+    resumed = pt.spawn(workers.resume_after_kill, 2, args=(str(tmp_path),))
+    assert resumed["resumed_from"] == 4  # step 8's checkpoint was never committed
+    assert resumed["steps"] == 15
+    assert equal(resumed["params"], runs["at4"])  # bit-identical to a run stopped and resumed at step 4
+    # Its last save, in the background when the function returned, was completed before rt.close() left the group.
+    assert resumed["in_background"] == [False, True]
+    assert Checkpointer(None, tmp_path, model=Net()).latest().name == "step-000015"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".step-")) == []  # no leftovers
