@@ -73,6 +73,11 @@ def test_refusals_in_one_line(monkeypatch):
         cls.check(2, cls.parse_options({}))
     with pytest.raises(ConfigError, match="heal_retries must be positive"):
         cls.parse_options({"heal_retries": 0})
+    import torch
+
+    data = torch.utils.data.TensorDataset(torch.randn(8, 3), torch.zeros(8, dtype=torch.long))
+    with pytest.raises(ConfigError, match=r"strategy='ft-ddp' does not run in pt.fit or paratrain train: .* own loop"):
+        pt.fit(torch.nn.Linear(3, 2), data, data, strategy="ft-ddp", progress=False, tensorboard=False)
     monkeypatch.setenv("TORCHFT_LIGHTHOUSE", f"http://127.0.0.1:{free_port()}")
     with pytest.raises(pt.DistributedError, match=r"replica group 0 cannot reach the Lighthouse at http://127"):
         pt.Runtime(strategy="ft-ddp", collective_timeout=1)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -142,11 +143,20 @@ class ReplicaGroups:
         log = tempfile.TemporaryFile(mode="w+")
         self.lighthouse = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=log, text=True,
                                            preexec_fn=_die_with_supervisor)
-        line = self.lighthouse.stdout.readline().strip()  # blocks until the address or its exit
+        line = _first_line(self.lighthouse, LIGHTHOUSE_START_S)
+        if line is None:  # alive but silent: never wait for it without end
+            self.lighthouse.kill()
+            self.lighthouse.wait()
+            raise LaunchError(f"the torchft Lighthouse printed no address within {LIGHTHOUSE_START_S:g} s; check "
+                              "that this host can listen on 127.0.0.1 and that torchft imports (pip install 'paratrain[ft]')")
         if not line.startswith("http"):
-            self.lighthouse.wait(timeout=LIGHTHOUSE_START_S)
+            try:
+                self.lighthouse.wait(timeout=LIGHTHOUSE_START_S)
+            except subprocess.TimeoutExpired:
+                self.lighthouse.kill()
+                self.lighthouse.wait()
             log.seek(0)
-            error = (log.read().strip().splitlines() or ["no output"])[-1]
+            error = (log.read().strip().splitlines() or [line or "no output"])[-1]
             raise LaunchError(f"the torchft Lighthouse did not start ({error}); pip install 'paratrain[ft]'")
         # Its address names this host; the groups reach it on the loopback, where it listens.
         self.lighthouse_address = "http://127.0.0.1:" + line.rsplit(":", 1)[1]
@@ -242,3 +252,22 @@ class ReplicaGroups:
                          f"({group.restarts}/{self.restarts}), it heals from a live group")
                 self.start_group(group)
         return all(g.process is None for g in self.groups)
+
+
+def _first_line(process: subprocess.Popen, timeout_s: float) -> str | None:
+    """``process``'s first line of output, stripped ("" when it exited first); None when it printed no whole
+    line within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    received = b""
+    with selectors.DefaultSelector() as waiting:
+        waiting.register(process.stdout, selectors.EVENT_READ)
+        while b"\n" not in received:
+            left = deadline - time.monotonic()
+            if left <= 0 or not waiting.select(timeout=left):
+                return None
+            chunk = os.read(process.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            received += chunk
+    return received.split(b"\n", 1)[0].decode(errors="replace").strip()
+

@@ -63,8 +63,8 @@ def _hint(exc: Exception, batch: Any) -> str:
 
 
 def check_options(task: Any, config: Any) -> None:
-    """Refuse what is visible before training: a metric ``task`` does not compute, an impossible
-    non-finite policy. Not collective. (Strategy and precision names: ``runtime.resolve``.)
+    """Refuse what is visible before training: a metric ``task`` does not compute, a strategy that runs
+    in own loops only, an impossible non-finite policy. Not collective. (Strategy and precision names: ``runtime.resolve``.)
 
     Raises:
         ConfigError: names the valid choices.
@@ -75,6 +75,9 @@ def check_options(task: Any, config: Any) -> None:
             f"{option('metric', config.metric)} is not computed by task {task.name!r}; choose one of: {', '.join(known)}"
         )
     strategy = strategy_class(config.strategy)
+    if strategy is not None and strategy.refuses_fit_loop:
+        raise ConfigError(f"{option('strategy', strategy.name)} does not run in pt.fit or paratrain train: "
+                          f"{strategy.refuses_fit_loop}")
     if config.on_nonfinite == "skip" and strategy is not None and strategy.refuses_skipped_steps:
         raise ConfigError(f"{option('on_nonfinite', 'skip')} does not work with {option('strategy', strategy.name)} "
                           f"({strategy.refuses_skipped_steps}); use the default stop, or another strategy")

@@ -94,7 +94,8 @@ class Trainer:
     # ---- the whole run ------------------------------------------------------------------
     def check(self) -> None:
         """Refuse what is visible before training (:func:`~paratrain.loop.preflight.check_options`): a
-        metric the task does not compute, an impossible non-finite policy. Not collective. (Strategy
+        metric the task does not compute, a strategy of own loops only, an impossible non-finite policy.
+        Not collective. (Strategy
         and precision: ``runtime.resolve``, which ``paratrain train`` runs before any process starts
         and the Runtime in every worker.)
 
@@ -113,6 +114,7 @@ class Trainer:
         """
         from paratrain.runtime.runtime import Runtime
 
+        self.check()  # before any process group: a strategy the loop cannot run is one line, not a rendezvous
         owns_runtime = self.runtime is None
         if owns_runtime:
             c = self.config

@@ -145,6 +145,9 @@ class Strategy(abc.ABC):
     #: Why the fit loop may not drop a step's update (``on_nonfinite="skip"``) with this
     #: strategy, or None when it may (the gradients are the loop's to discard).
     refuses_skipped_steps: ClassVar[str | None] = None
+    #: Why the fit loop (``pt.fit``, ``paratrain train``) cannot train with this strategy (it runs in an
+    #: own loop only), or None when it can.
+    refuses_fit_loop: ClassVar[str | None] = None
     #: True when the wrapper moves the forward's inputs to the device itself (so inputs elsewhere are fine).
     moves_inputs: ClassVar[bool] = False
 

@@ -65,6 +65,8 @@ class FTDDPStrategy(Strategy):
 
     name = "ft-ddp"
     refuses_skipped_steps = "ft-ddp's commit decides whether a step's update is applied"
+    refuses_fit_loop = ("its data follows the committed steps of the replica groups; train in an own loop with "
+                        "pt.Runtime, rt.loader and rt.step (docs/fault-tolerance.md)")
 
     @dataclass(frozen=True)
     class Options(StrategyOptions):
