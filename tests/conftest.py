@@ -31,6 +31,9 @@ LONGEST_FIRST = (
     "tests/loop/test_rerun_soak.py",  # 84
     "tests/env/test_slurm.py",  # 84 with test_mpi.py (one group)
     "tests/bench/test_from_any_folder.py",  # 80
+    "tests/strategy/test_ft_ddp.py",  # ~100 (its job test: four starts of replica groups)
+    "tests/strategy/test_hsdp.py",  # ~90 with the two-namespace parity and auto's two launchers
+    "tests/diagnostics/test_stragglers.py",  # ~75 with the saturated link
     "tests/cli/test_train.py",  # 71
     "tests/strategy/test_grad_compression_multi.py",  # 71
     "tests/launch/test_elastic_rejoin.py",  # 66
@@ -44,13 +47,12 @@ LONGEST_FIRST = (
     "tests/test_readme_example.py",  # 43
     "tests/benchmarks/test_gpu_proof.py",  # 39
     "tests/test_comm.py",  # 38
-    "tests/strategy/test_hsdp.py",  # 38
     "tests/goodput/test_goodput_run.py",  # 37
     "tests/checkpoint/test_deepspeed.py",  # 36
     "tests/loop/test_fit_own_model.py",  # 34
-    "tests/diagnostics/test_stragglers.py",  # 34
     "tests/cli/test_predict.py",  # 32
     "tests/loop/test_fit_seed.py",  # 32
+    "tests/checkpoint/test_async_shards.py",  # ~40
     "tests/diagnostics/test_preemption.py",  # 28
     "tests/strategy/test_fast_defaults_multi.py",  # 27
     "tests/checkpoint/test_elastic_own_loop.py",  # 26
