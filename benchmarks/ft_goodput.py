@@ -104,6 +104,18 @@ def commits(out: Path) -> list[tuple[int, float]]:
     return sorted(found, key=lambda pair: pair[1])
 
 
+def _stop(job: subprocess.Popen) -> None:
+    """End the job's whole process group (launcher, agents, workers)."""
+    try:
+        os.killpg(job.pid, signal.SIGTERM)
+        job.wait(timeout=20)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+
+
 def kill_schedule(duration: float, mean: float, seed: int) -> list[tuple[float, int]]:
     """(seconds after the first committed step, process) of every kill: exponential gaps of mean ``mean``;
     the same schedule for both modes."""
@@ -118,27 +130,24 @@ def kill_schedule(duration: float, mean: float, seed: int) -> list[tuple[float, 
 def run_mode(mode: str, duration: float, schedule: list[tuple[float, int]], step_sleep: float) -> dict:
     out = Path(tempfile.mkdtemp(prefix=f"ft-goodput-{mode}-"))
     job = start(mode, out, step_sleep)
-    while not commits(out) and job.poll() is None:  # the clock starts at the first committed step
-        time.sleep(0.1)
-    began = time.time()
-    kills, skipped, pending = [], 0, list(schedule)
-    while time.time() < began + duration and job.poll() is None:
-        if pending and time.time() >= began + pending[0][0]:
-            _, victim = pending.pop(0)
-            try:
-                pid = int((out / f"pid-{victim}").read_text())
-                os.kill(pid, signal.SIGKILL)
-                kills.append(time.time())
-            except (OSError, ValueError):
-                skipped += 1  # that process is down already (restarting): nothing to kill
-        time.sleep(0.05)
-    ended = time.time()
-    os.killpg(job.pid, signal.SIGTERM)
     try:
-        job.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
+        while not commits(out) and job.poll() is None:  # the clock starts at the first committed step
+            time.sleep(0.1)
+        began = time.time()
+        kills, skipped, pending = [], 0, list(schedule)
+        while time.time() < began + duration and job.poll() is None:
+            if pending and time.time() >= began + pending[0][0]:
+                _, victim = pending.pop(0)
+                try:
+                    pid = int((out / f"pid-{victim}").read_text())
+                    os.kill(pid, signal.SIGKILL)
+                    kills.append(time.time())
+                except (OSError, ValueError):
+                    skipped += 1  # that process is down already (restarting): nothing to kill
+            time.sleep(0.05)
+        ended = time.time()
+    finally:  # also when this benchmark is interrupted: the job runs in a session of its own, nothing else ends it
+        _stop(job)
     seen, distinct, new_at = set(), 0, []
     for step, at in commits(out):
         if began <= at <= ended and step not in seen:

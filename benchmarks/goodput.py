@@ -352,26 +352,28 @@ def soak(name: str, command: list[str], mtbf: float, rng: random.Random, log: Pa
         with open(log, "a") as console:
             process = subprocess.Popen(command, env=_env(), stdout=console, stderr=subprocess.STDOUT,
                                        start_new_session=True)
-        while process.poll() is None:
-            if next_fault == float("inf") and ledger_file.is_file():
-                next_fault = time.time() + rng.expovariate(1 / mtbf)
-            if time.time() >= next_fault:
-                kind = rng.choice(KINDS)
-                if kind == "kill-worker":
-                    workers = [p for p in psutil.Process(process.pid).children(recursive=True)
-                               if "paratrain.cli.workers.train" in " ".join(p.cmdline())]
-                    if not workers:
-                        next_fault = time.time() + 0.5
-                        continue
-                    rng.choice(workers).kill()
-                elif kind == "kill-group":
-                    _kill_group(process.pid)
-                else:
-                    process.send_signal(signal.SIGTERM)
-                faults[kind] = faults.get(kind, 0) + 1
-                next_fault = time.time() + rng.expovariate(1 / mtbf)
-            time.sleep(0.05)
-        _kill_group(process.pid)  # nothing of a killed job may outlive it
+        try:
+            while process.poll() is None:
+                if next_fault == float("inf") and ledger_file.is_file():
+                    next_fault = time.time() + rng.expovariate(1 / mtbf)
+                if time.time() >= next_fault:
+                    kind = rng.choice(KINDS)
+                    if kind == "kill-worker":
+                        workers = [p for p in psutil.Process(process.pid).children(recursive=True)
+                                   if "paratrain.cli.workers.train" in " ".join(p.cmdline())]
+                        if not workers:
+                            next_fault = time.time() + 0.5
+                            continue
+                        rng.choice(workers).kill()
+                    elif kind == "kill-group":
+                        _kill_group(process.pid)
+                    else:
+                        process.send_signal(signal.SIGTERM)
+                    faults[kind] = faults.get(kind, 0) + 1
+                    next_fault = time.time() + rng.expovariate(1 / mtbf)
+                time.sleep(0.05)
+        finally:  # also when this benchmark is interrupted: the job's session is its own, nothing else ends it
+            _kill_group(process.pid)  # nothing of a killed job may outlive it
         if process.returncode == 0:
             break
     return {"name": name, "outside": time.time() - start, "runs": runs, "faults": faults}
