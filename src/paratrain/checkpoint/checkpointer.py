@@ -233,13 +233,18 @@ class Checkpointer:
     def _finish_before_leaving(self) -> None:
         """Before the process group goes (``rt.close()``): this rank's writing thread, which agrees with the
         other ranks' on the writing group, completes; a failure is said, not raised. Not collective."""
+        self._complete_or_say("closing the process group")
+        self._group = None
+
+    def _complete_or_say(self, before: str) -> None:
+        """This rank's write in flight, if any, completes; a failure is said on stderr, not raised (not
+        collective: the next resume falls back to the previous checkpoint)."""
         if self._writing is not None:
             try:
-                self._join("closing the process group", True)
-            except Exception as exc:  # not collective: say it, the next resume falls back to the previous one
+                self._join(before, True)
+            except Exception as exc:
                 print(f"paratrain: the background write of a checkpoint failed: {exc}", file=sys.stderr, flush=True)
         self._writing_name = None
-        self._group = None
 
     def drop_writing_group(self) -> None:
         """Forget the writing group (a write that started on some ranks only left it waiting); the next
@@ -290,12 +295,7 @@ class Checkpointer:
     def close(self) -> None:
         """Let another run write into this directory (rank 0 releases the writer lock), after the
         checkpoint being written in the background, if any, is complete. Not collective."""
-        if self._writing is not None:
-            try:
-                self._join("closing the checkpointer", True)
-            except Exception as exc:  # not collective: say it, the next resume falls back to the previous one
-                print(f"paratrain: the background write of a checkpoint failed: {exc}", file=sys.stderr, flush=True)
-        self._writing_name = None
+        self._complete_or_say("closing the checkpointer")
         ledger.close_ledger_of(self.directory)
         self._lock.release()
         self._holding = False
