@@ -180,6 +180,8 @@ class Watchdog:
                 continue  # an explicit watchdog runs in its place
             if not self._probe_link() or time.monotonic() < exchange_at:
                 continue
+            if self._stop.is_set():
+                break  # stopped while this thread waited in a store call: arm nothing after stop()
             exchange_at = time.monotonic() + self.poll
             tick += 1
             # The last resort, if this thread ever stops running (C code holding the GIL): re-armed
@@ -222,6 +224,8 @@ class Watchdog:
             if stalled:
                 self._report(beats, stalled)
                 return
+        if self._stop.is_set():  # stopped: no last resort may outlive this watchdog (stop() may have timed out)
+            faulthandler.cancel_dump_traceback_later()
 
     def _beat(self, tick: int) -> Beat:
         """This rank's record now: progress, and whether (and how long) it waits in a collective."""
