@@ -135,6 +135,7 @@ class FTDDPStrategy(Strategy):
                 replica_id=f"group{self.group}", max_retries=o.heal_retries,
             )
         except RuntimeError as exc:  # torchft's Rust client: "failed to connect to … within timeout"
+            self._store = None  # its server listens on every address: a refused start must not leave it open
             raise DistributedError(
                 f"replica group {self.group} cannot reach the Lighthouse at {lighthouse} within "
                 f"{o.collective_timeout:g} s ({_first_line(exc)[:120]}); check {LIGHTHOUSE_ENV}, or start the job "
