@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 import torch
 
@@ -40,6 +42,7 @@ from paratrain import comm
 from paratrain.arguments import option, option_field
 from paratrain.errors import ConfigError, DistributedError, MissingDependencyError
 from paratrain.strategy import register_strategy
+from paratrain.store_server import store_server
 from paratrain.strategy.api import NOT_STEPPED, Strategy, StepResult, StrategyOptions
 
 _NEEDS = ("torchft", "ft", "strategy 'ft-ddp'")  # module, paratrain extra, what needs it
@@ -51,6 +54,22 @@ LIGHTHOUSE_ENV, GROUP_ENV, GROUPS_ENV = "TORCHFT_LIGHTHOUSE", "REPLICA_GROUP_ID"
 def replica_group() -> int:
     """This process's replica group (``REPLICA_GROUP_ID``; 0 outside a fault-tolerant launch)."""
     return int(os.environ.get(GROUP_ENV, "0"))
+
+
+def _unreachable(url: str, timeout_s: float) -> str | None:
+    """Why a TCP connection to the Lighthouse at ``url`` (``http://HOST:PORT``) fails, or None."""
+    parsed = urlsplit(url)
+    try:
+        port = parsed.port
+    except ValueError:
+        port = None
+    if not parsed.hostname or port is None:
+        return f"{url!r} is not http://HOST:PORT"
+    try:
+        socket.create_connection((parsed.hostname, port), timeout=timeout_s).close()
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -105,7 +124,7 @@ class FTDDPStrategy(Strategy):
         named by ``TORCHFT_LIGHTHOUSE``).
 
         Raises:
-            ConfigError: ``TORCHFT_LIGHTHOUSE`` is not set.
+            ConfigError: ``TORCHFT_LIGHTHOUSE`` is not set, or ``MASTER_ADDR`` is not an address of this machine.
             DistributedError: the Lighthouse cannot be reached within ``collective_timeout``.
         """
         super().connect(process, device, precision, sync_batchnorm, compile)
@@ -113,16 +132,25 @@ class FTDDPStrategy(Strategy):
         if not lighthouse:
             raise ConfigError(f"strategy 'ft-ddp' needs a Lighthouse: set {LIGHTHOUSE_ENV}=http://HOST:PORT, or start "
                               "the job with paratrain run --fault-tolerance replicas --replica-groups N")
-        from torch.distributed import TCPStore
         from torchft import Manager, ProcessGroupGloo, ProcessGroupNCCL
 
         o = self.options
         self.group = replica_group()
         self.lighthouse = lighthouse
         timeout = timedelta(seconds=o.collective_timeout)
+        # Asked before torchft's Manager starts: its server binds every address first and, when the
+        # Lighthouse then cannot be reached, stays listening in this process.
+        unreachable = _unreachable(lighthouse, o.collective_timeout)
+        if unreachable:
+            raise self._lighthouse_error(unreachable)
         # The group's own store: peers of a quorum whose primary this group is rendezvous on it.
+        # It listens on the group's address only (127.0.0.1 on one machine), as the job's rendezvous does.
         host = os.environ.get("MASTER_ADDR", "127.0.0.1")
-        self._store = TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timeout)
+        try:
+            self._store = store_server(host, 0, o.collective_timeout)  # on the group's address only
+        except OSError as exc:
+            raise ConfigError(f"replica group {self.group} cannot listen on MASTER_ADDR={host} ({exc.strerror}); "
+                              "set MASTER_ADDR to an address of this machine") from None
         group = ProcessGroupNCCL(timeout=timeout) if self.device.type == "cuda" else ProcessGroupGloo(timeout=timeout)
         try:
             self.manager = Manager(
@@ -135,15 +163,18 @@ class FTDDPStrategy(Strategy):
                 replica_id=f"group{self.group}", max_retries=o.heal_retries,
             )
         except RuntimeError as exc:  # torchft's Rust client: "failed to connect to … within timeout"
-            self._store = None  # its server listens on every address: a refused start must not leave it open
-            raise DistributedError(
-                f"replica group {self.group} cannot reach the Lighthouse at {lighthouse} within "
-                f"{o.collective_timeout:g} s ({_first_line(exc)[:120]}); check {LIGHTHOUSE_ENV}, or start the job "
-                "with paratrain run --fault-tolerance replicas") from exc
+            self._store = None  # a refused start leaves nothing listening in the process
+            raise self._lighthouse_error(_first_line(exc)[:120]) from exc
         self.loss_weight = 1.0
         self._members: tuple[int, ...] = ()  # the groups of the last quorum
         self._slices = None  # the data cursor of the training loader, moved on commit
         return self
+
+    def _lighthouse_error(self, reason: str) -> DistributedError:
+        return DistributedError(
+            f"replica group {self.group} cannot reach the Lighthouse at {self.lighthouse} within "
+            f"{self.options.collective_timeout:g} s ({reason}); check {LIGHTHOUSE_ENV}, or start the job "
+            "with paratrain run --fault-tolerance replicas")
 
     # ---- what a healing group receives ----------------------------------------------------------
     def heal_with(self, key: str, stateful: Any) -> None:
