@@ -39,6 +39,7 @@ _SAMPLER_KEYS = ("sampler", "batch_sampler")
 # on the other ranks.
 _ENV_INIT_HELPER = r"\binit_distributed_mode\("
 _PRINT_SILENCED = re.compile(rf"builtins\.print\s*=|__builtin__\.print\s*=|{_ENV_INIT_HELPER}|\bsetup_for_distributed\(")
+_PRINT_KEYWORDS = ("sep", "end", "file", "flush")
 # A value in an f-string that tells the ranks' lines apart (f"[GPU{rank}] …", f"[{os.getpid()}] …").
 _RANK_TAG = re.compile(r"\w*rank|gpu|gpu_id|getpid|device_id|\w*process_index", re.IGNORECASE)
 
@@ -118,6 +119,11 @@ def _read_once(facts: ScriptFacts, sampler: str) -> bool:
 
     loaders = {name for name, values in facts.assigned.items() for value in values
                if isinstance(value, ast.Call) and last_name(value) in _LOADERS and draws_from_sampler(value)}
+    return _loaders_read_once(facts, loaders)
+
+
+def _loaders_read_once(facts: ScriptFacts, loaders: set[str]) -> bool:
+    """Every read of these DataLoader variables is a ``for`` pass that runs once (see ``_read_once``)."""
     if not loaders:
         return False
     passes = 0
@@ -197,7 +203,7 @@ def shuffle_beside_sampler(facts: ScriptFacts) -> Iterator[Finding]:
 def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
     if facts.mentions(r"\.sampler\.set_epoch\("):
         return
-    for name, sampler in facts.names_bound_to(*_SAMPLERS).items():
+    for name, sampler in facts.bindings(*_SAMPLERS):
         shuffle = keyword(sampler, "shuffle")
         if _is_eval(name, sampler) or (isinstance(shuffle, ast.Constant) and shuffle.value is False):
             continue  # evaluation order does not matter
@@ -210,6 +216,47 @@ def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
                 "in the same order (epoch 0's)",
                 f"call {name}.set_epoch(epoch) at the start of every epoch; rt.loader(...) does it for you",
             )
+    for sampler, loader in _unnamed_samplers(facts):
+        yield Finding(
+            sampler.lineno, "no-set-epoch",
+            f"the DistributedSampler of the DataLoader at line {loader.lineno} never gets set_epoch (the file "
+            "has no `.sampler.set_epoch(epoch)`): it shuffles every epoch in the same order (epoch 0's)",
+            "bind the sampler to a name and call sampler.set_epoch(epoch) at the start of every epoch (or "
+            "loader.sampler.set_epoch(epoch)); rt.loader(...) does it for you",
+        )
+
+
+def _unnamed_samplers(facts: ScriptFacts) -> Iterator[tuple[ast.Call, ast.Call]]:
+    """(sampler, loader) for a shuffling training DistributedSampler made inside the DataLoader call,
+    ``DataLoader(ds, sampler=DistributedSampler(ds))``, or by a function of this file that returns one,
+    ``DataLoader(ds, sampler=data_sampler(ds, shuffle=True))``, whose loader is read more than once.
+    Called only where the file has no ``.sampler.set_epoch(``."""
+    makers = {
+        node.name: [ret.value for ret in ast.walk(node) if isinstance(ret, ast.Return)
+                    and isinstance(ret.value, ast.Call) and last_name(ret.value) in _SAMPLERS]
+        for node in facts.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    reported = set()
+    for loader in facts.calls_named(*_LOADERS):
+        given = keyword(loader, "sampler")
+        if not isinstance(given, ast.Call):
+            continue
+        samplers = [given] if last_name(given) in _SAMPLERS else makers.get(
+            given.func.id if isinstance(given.func, ast.Name) else "", [])
+        for sampler in samplers:
+            shuffles = [keyword(sampler, "shuffle"), keyword(given, "shuffle")]
+            if any(isinstance(s, ast.Constant) and s.value is False for s in shuffles):
+                continue
+            dataset = _first_arg(loader) or _first_arg(given)
+            if _EVAL_NAME.search(dataset) or sampler in reported or _loaders_read_once(facts, _names_of(facts, loader)):
+                continue
+            reported.add(sampler)
+            yield sampler, loader
+
+
+def _names_of(facts: ScriptFacts, call: ast.Call) -> set[str]:
+    """The variables assigned ``call`` (``loader = DataLoader(...)``)."""
+    return {name for name, values in facts.assigned.items() if call in values}
 
 
 def padded_eval_sampler(facts: ScriptFacts) -> Iterator[Finding]:
@@ -277,23 +324,25 @@ def _reads_local_rank_env(facts: ScriptFacts) -> bool:
     return any(
         isinstance(node, ast.Constant) and node.value == "LOCAL_RANK"
         and (isinstance(facts.parents.get(node), ast.Subscript) or isinstance(facts.parents.get(node), ast.Call))
-        and "environ" in ast.unparse(facts.parents[node]) + "getenv"
+        and re.search(r"environ|getenv", ast.unparse(facts.parents[node]))
         for node in ast.walk(facts.tree)
     ) and facts.mentions(r"environ|getenv")
 
 
 def deprecated_launcher(facts: ScriptFacts) -> Iterator[Finding]:
     docstrings = facts.docstring_lines()  # "Before: python -m torch.distributed.launch …" is history
-    for number, line in enumerate(facts.lines, start=1):
-        if number in docstrings:
-            continue
-        if "torch.distributed.launch" in line and "torch.distributed.launcher" not in line:
-            yield Finding(
-                number, "deprecated-launcher",
-                "torch.distributed.launch is deprecated: it passes --local_rank and is superseded by torchrun",
-                "paratrain run --nproc-per-node N script.py (torchrun's agent; --legacy-local-rank for old scripts)",
-            )
-            return
+    mentions = [
+        (number, line) for number, line in enumerate(facts.lines, start=1)
+        if number not in docstrings and "torch.distributed.launch" in line and "torch.distributed.launcher" not in line
+    ]
+    # A command that starts the script with it (a usage block) over prose, which may tell the old way apart.
+    commands = [(number, line) for number, line in mentions if re.search(r"-m\s+torch\.distributed\.launch\b", line)]
+    for number, _ in (commands or mentions)[:1]:
+        yield Finding(
+            number, "deprecated-launcher",
+            "torch.distributed.launch is deprecated: it passes --local_rank and is superseded by torchrun",
+            "paratrain run --nproc-per-node N script.py (torchrun's agent; --legacy-local-rank for old scripts)",
+        )
 
 
 _LITERAL_URL = re.compile(r"tcp://[^:/{}%\s]+:\d+$")
@@ -489,13 +538,14 @@ def _mesh_dim(call: ast.Call) -> str:
 
 
 def _path_names_rank(facts: ScriptFacts, call: ast.Call) -> bool:
-    """``torch.save(state, f"ckpt_rank{rank}.pt")``, or a path variable assigned so: each rank writes a
+    """``torch.save(state, f"ckpt_rank{rank}.pt")``, or a path (or a name in it) assigned so: each rank writes a
     file of its own (a shard, its own queue), so saving on every rank is the point."""
     path = call.args[1] if len(call.args) >= 2 else next((k.value for k in call.keywords if k.arg == "f"), None)
     if path is None:
         return False
-    candidates = [path, *facts.assigned.get(ast.unparse(path), [])] if isinstance(path, (ast.Name, ast.Attribute)) \
-        else [path]
+    # the path, and what the names in it were assigned: `os.path.join(d, name)` with `name = f"opt.{rank}.pt"`
+    candidates = [path] + [value for node in ast.walk(path) if isinstance(node, (ast.Name, ast.Attribute))
+                           for value in facts.assigned.get(ast.unparse(node), [])]
     return any(
         _RANK_TAG.fullmatch(last_name(node))
         for candidate in candidates for node in ast.walk(candidate)
@@ -534,8 +584,16 @@ def _rank_tagged(call: ast.Call) -> bool:
     )
 
 
+def _print_replaced(facts: ScriptFacts) -> bool:
+    """A ``print(..., force=True)`` (or any keyword builtins.print does not take) only runs once the
+    project has replaced builtins.print, as DeiT's ``setup_for_distributed`` does to quiet the other
+    ranks; the call would raise TypeError otherwise."""
+    return any(kw.arg is not None and kw.arg not in _PRINT_KEYWORDS
+               for call in facts.calls_named("print") if isinstance(call.func, ast.Name) for kw in call.keywords)
+
+
 def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
-    if not facts.distributed or facts.mentions(_PRINT_SILENCED.pattern):
+    if not facts.distributed or facts.mentions(_PRINT_SILENCED.pattern) or _print_replaced(facts):
         return
     prints = [
         call for call in facts.calls_named("print")
@@ -555,7 +613,7 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
         owner = call.func.value if isinstance(call.func, ast.Attribute) else None
         if owner is None or ast.unparse(owner) not in wrapped or facts.single_process(call):
             continue
-        if facts.inside(call, "save") or isinstance(facts.parents.get(call), ast.Dict):
+        if facts.inside(call, "save") or isinstance(facts.parents.get(call), ast.Dict) or _saved_later(facts, call):
             yield Finding(
                 call.lineno, "wrapped-state-dict",
                 f"`{ast.unparse(owner)}` is a DDP/DataParallel wrapper: its state_dict keys start with 'module.', "
@@ -563,6 +621,20 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
                 f"save {ast.unparse(owner)}.module.state_dict(); with paratrain, pt.Checkpointer or "
                 "`paratrain ckpt export` (no prefixes)",
             )
+
+
+def _saved_later(facts: ScriptFacts, call: ast.Call) -> bool:
+    """``sd = model.state_dict()`` and later, in the same function, ``sd`` is a value of a dict or an
+    argument of ``save``: the state dict reaches the checkpoint under another name."""
+    assign = facts.parents.get(call)
+    if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)):
+        return False
+    name = assign.targets[0].id
+    return any(
+        facts.scope(read) is facts.scope(call) and read.lineno > call.lineno
+        and (isinstance(facts.parents.get(read), ast.Dict) or facts.inside(read, "save") is not None)
+        for read in facts.loaded_names.get(name, [])
+    )
 
 
 def batchnorm_without_syncbn(facts: ScriptFacts) -> Iterator[Finding]:
@@ -649,7 +721,9 @@ def model_before_seed(facts: ScriptFacts) -> Iterator[Finding]:
 
 
 def data_parallel(facts: ScriptFacts) -> Iterator[Finding]:
-    for call in facts.calls_named("DataParallel"):
+    functional = [call for call in facts.calls_named("data_parallel")  # nn.parallel.data_parallel(module, x, ids)
+                  if facts.full_name(call).endswith("parallel.data_parallel")]
+    for call in sorted(facts.calls_named("DataParallel") + functional, key=lambda c: c.lineno):
         yield Finding(
             call.lineno, "data-parallel",
             "nn.DataParallel drives every GPU from one process with threads: the GIL, a model copy per step "
