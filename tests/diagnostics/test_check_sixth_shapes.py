@@ -4,7 +4,7 @@ Each script here is written for the test (docs/check_corpus.md, "A sixth corpus"
 that starts no processes, a launcher reached through a command function, a project's own print, a
 conditional DDP wrapper, module methods chained on a wrapper, a state dict saved under another name,
 Python 3.6 keywords, the functional data_parallel, LOCAL_RANK read through os.getenv, per-rank files named
-in a composed path, usage blocks, and samplers bound twice or made by a helper.
+in a composed path and usage blocks (samplers: test_check_samplers.py).
 """
 
 from __future__ import annotations
@@ -166,45 +166,3 @@ dist.init_process_group("nccl")
     assert rules(source) == [(7, "deprecated-launcher")]
     prose_only = source.replace("#   python -m torch.distributed.launch --nproc_per_node 4 main.py\n", "")
     assert rules(prose_only) == [(3, "deprecated-launcher")]
-
-
-def test_each_binding_of_a_sampler_name_needs_set_epoch():
-    source = """\
-import torch
-import torch.distributed as dist
-from torch.utils.data import DataLoader, DistributedSampler
-dist.init_process_group("nccl")
-train_sampler = DistributedSampler(range(8))
-loader = DataLoader(range(8), sampler=train_sampler)
-train_sampler = DistributedSampler(range(16))
-loader = DataLoader(range(16), sampler=train_sampler)
-"""
-    assert rules(source) == [(5, "no-set-epoch"), (7, "no-set-epoch")]
-
-
-def test_a_sampler_made_by_a_helper_of_the_file_needs_set_epoch():
-    source = """\
-import torch.distributed as dist
-from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
-
-def data_sampler(dataset, shuffle, distributed):
-    if distributed:
-        return DistributedSampler(dataset, shuffle=shuffle)
-    return RandomSampler(dataset)
-
-def batches(loader):
-    while True:
-        for batch in loader:
-            yield batch
-
-dist.init_process_group("nccl")
-loader = DataLoader(range(8), sampler=data_sampler(range(8), shuffle=True, distributed=True))
-for step, batch in zip(range(100), batches(loader)):
-    pass
-"""
-    assert rules(source) == [(6, "no-set-epoch")]
-    assert rules(source.replace("shuffle=True, distributed", "shuffle=False, distributed")) == []
-    assert rules(source.replace("    pass\n", "    loader.sampler.set_epoch(step)\n")) == []
-    inline = source.replace("sampler=data_sampler(range(8), shuffle=True, distributed=True)",
-                            "sampler=DistributedSampler(range(8))")
-    assert rules(inline) == [(15, "no-set-epoch")]
