@@ -38,13 +38,13 @@ import click
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-def worker(rank, options):
-    dist.init_process_group("gloo", rank=rank, world_size=options["gpus"])
-    print("worker ready")
-
 def launch_training(options):
     print("Training options:", options)
     mp.spawn(fn=worker, args=(options,), nprocs=options["gpus"])
+
+def worker(rank, options):
+    dist.init_process_group("gloo", rank=rank, world_size=options["gpus"])
+    print("worker ready")
 
 @click.command()
 @click.option("--gpus", default=2)
@@ -54,9 +54,9 @@ def main(gpus):
 if __name__ == "__main__":
     main()
 """
-    assert rules(source) == [(7, "print-on-every-rank")]
+    assert rules(source) == [(11, "print-on-every-rank")]
     called_from_worker = source.replace('    print("worker ready")', '    print("worker ready")\n    launch_training({})')
-    assert (7, "print-on-every-rank") in rules(called_from_worker)
+    assert rules(called_from_worker) == [(6, "print-on-every-rank")]
 
 
 def test_a_print_given_keywords_only_a_replaced_print_takes_is_rank_aware():
