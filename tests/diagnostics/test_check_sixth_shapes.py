@@ -30,6 +30,8 @@ torch.save(model.module.state_dict(), "model.pt")
     assert rules(source) == [(6, "data-parallel")]
     with_group = source.replace("import torch\n", "import torch\ntorch.distributed.init_process_group('nccl')\n")
     assert (8, "print-on-every-rank") in rules(with_group)
+    mmcv_wrapper = source.replace("torch.nn.DataParallel(model)", "MMDistributedDataParallel(model.cuda())")
+    assert rules(mmcv_wrapper) == [(7, "print-on-every-rank"), (8, "save-on-every-rank")]
 
 
 def test_a_launch_function_called_from_a_command_function_runs_in_the_parent():

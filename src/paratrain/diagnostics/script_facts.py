@@ -216,6 +216,7 @@ class ScriptFacts:
         return any(
             callee_names(call) & DISTRIBUTED_MARKERS and self.full_name(call).partition(".")[0] not in _TRACKERS
             and not self.full_name(call).startswith(_ONE_PROCESS_SETUP)
+            or last_name(call).endswith("DistributedDataParallel")  # mmcv's MMDistributedDataParallel, apex's
             or (last_name(call) == "launch" and not (isinstance(call.func, ast.Name) and call.func.id in own))
             or self._lightning_on_several_devices(call)
             or self.full_name(call).startswith("torch.distributed.") and last_name(call) in _COLLECTIVE_CALLS
