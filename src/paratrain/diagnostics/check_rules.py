@@ -9,226 +9,28 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 
+from paratrain.diagnostics.check_finding import Finding, Rule
+from paratrain.diagnostics.check_samplers import (
+    EVAL_NAME, LOADERS, SAMPLERS, is_eval, no_set_epoch, padded_eval_sampler, sampler_not_passed,
+    shuffle_beside_sampler,
+)
 from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
 
-
-@dataclass(frozen=True)
-class Finding:
-    line: int
-    rule: str
-    problem: str
-    fix: str
-
-
-Rule = Callable[[ScriptFacts], Iterator[Finding]]
-
-_EVAL_NAME = re.compile(r"val|dev|test|eval", re.IGNORECASE)
-_SAMPLERS = ("DistributedSampler",)
-_LOADERS = ("DataLoader",)
 _WRAPPERS = ("DistributedDataParallel", "DDP", "DataParallel")
 _SEEDING = ("manual_seed", "seed_everything", "seed", "manual_seed_all")
 _MODEL_CALL = re.compile(r"Sequential|from_pretrained|[A-Z]\w*(?:Net|Model|Classifier|ForSequenceClassification)")
 
 
-_SAMPLER_KEYS = ("sampler", "batch_sampler")
 # DeiT/DINO/MAE/DETR's shared `utils.init_distributed_mode(args)` reads RANK/LOCAL_RANK from the
 # environment (args.gpu) and calls `setup_for_distributed(is_master)`, which replaces builtins.print
 # on the other ranks.
 _ENV_INIT_HELPER = r"\binit_distributed_mode\("
 _PRINT_SILENCED = re.compile(rf"builtins\.print\s*=|__builtin__\.print\s*=|{_ENV_INIT_HELPER}|\bsetup_for_distributed\(")
+_PRINT_KEYWORDS = ("sep", "end", "file", "flush")
 # A value in an f-string that tells the ranks' lines apart (f"[GPU{rank}] …", f"[{os.getpid()}] …").
 _RANK_TAG = re.compile(r"\w*rank|gpu|gpu_id|getpid|device_id|\w*process_index", re.IGNORECASE)
-
-
-def _sampler_uses(facts: ScriptFacts) -> set[str]:
-    """Text of every value passed as ``sampler=``/``batch_sampler=``, or put under that key of a dict
-    (``kwargs = {"sampler": s}; DataLoader(ds, **kwargs)``)."""
-    passed = {
-        ast.unparse(value)
-        for call in facts.calls
-        for value in (keyword(call, key) for key in _SAMPLER_KEYS)
-        if value is not None
-    }
-    in_dicts = {
-        ast.unparse(value)
-        for node in ast.walk(facts.tree) if isinstance(node, ast.Dict)
-        for key, value in zip(node.keys, node.values)
-        if isinstance(key, ast.Constant) and key.value in _SAMPLER_KEYS
-    }
-    return passed | in_dicts
-
-
-def _handed_on(facts: ScriptFacts, name: str) -> bool:
-    """``name`` is an argument of a call other than a DataLoader: the callee (maybe in another
-    file, like pytorch/examples' FSDP ``train(..., sampler=sampler1)``) may call ``set_epoch``."""
-    for call in facts.calls:
-        if last_name(call) in _LOADERS:
-            continue
-        values = list(call.args) + [kw.value for kw in call.keywords]
-        if any(ast.unparse(value) == name for value in values):
-            return True
-    return False
-
-
-_LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.comprehension)
-
-
-def _in_loop(facts: ScriptFacts, node: ast.AST) -> bool:
-    """A loop of ``node``'s own function (or of the module, outside functions) repeats it."""
-    parent = facts.parents.get(node)
-    while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        if isinstance(parent, _LOOPS):
-            return True
-        parent = facts.parents.get(parent)
-    return False
-
-
-def _runs_once(facts: ScriptFacts, node: ast.AST, depth: int = 0) -> bool:
-    """No loop repeats ``node``: none in its function, whose every call (followed a few levels up) is
-    outside loops too, or which is handed to ``mp.spawn``-like launchers (once per process)."""
-    if _in_loop(facts, node):
-        return False
-    function = facts.scope(node)
-    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return True
-    if depth >= 3 or isinstance(facts.parents.get(function), ast.ClassDef):
-        return False  # a method may be called from anywhere
-    for use in facts.loaded_names.get(function.name, []):
-        call = facts.parents.get(use)
-        if not isinstance(call, ast.Call):
-            return False
-        if call.func is not use and last_name(call) not in ("spawn", "start_processes"):
-            return False  # handed on: the receiver may call it again and again
-        if not _runs_once(facts, call, depth + 1):
-            return False
-    return True
-
-
-def _read_once(facts: ScriptFacts, sampler: str) -> bool:
-    """Every DataLoader drawing from ``sampler`` is read by ``for`` loops that run once (a tutorial's single
-    pass, directly or in a function of the file it is handed to under the same name): there is no
-    second epoch for ``set_epoch`` to reshuffle. Any other use (``cycle(loader)``, ``iter(loader)``, an
-    attribute) may read it again."""
-    def draws_from_sampler(value: ast.expr) -> bool:
-        given = (keyword(value, "sampler"), keyword(value, "batch_sampler"))
-        return any(v is not None and ast.unparse(v) == sampler for v in given)
-
-    loaders = {name for name, values in facts.assigned.items() for value in values
-               if isinstance(value, ast.Call) and last_name(value) in _LOADERS and draws_from_sampler(value)}
-    if not loaders:
-        return False
-    passes = 0
-    for node in ast.walk(facts.tree):
-        if not (isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load)
-                and ast.unparse(node) in loaders):
-            continue
-        read, parent = node, facts.parents.get(node)
-        if isinstance(parent, ast.Call) and last_name(parent) in ("enumerate", "tqdm") and node in parent.args:
-            read, parent = parent, facts.parents.get(parent)
-        if isinstance(parent, (ast.For, ast.AsyncFor)) and read is parent.iter:
-            if not _runs_once(facts, parent):
-                return False
-            passes += 1
-        elif isinstance(parent, ast.Call) and last_name(parent) == "len":
-            continue
-        elif (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name)
-              and parent.func.id in facts.own_functions and read in parent.args):
-            callee = next((f for f in ast.walk(facts.tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                           and f.name == parent.func.id), None)
-            if callee is None or ast.unparse(node) not in {a.arg for a in callee.args.args}:
-                return False  # read under another name there
-        else:
-            return False
-    return passes > 0
-
-
-def _is_eval(name: str, sampler: ast.Call) -> bool:
-    return bool(_EVAL_NAME.search(name) or _EVAL_NAME.search(_first_arg(sampler)))
-
-
-def _remainder_loader(facts: ScriptFacts) -> ast.Call | None:
-    """A ``Subset`` of the samples past ``len(sampler) * world_size``: the tail that a
-    ``drop_last=True`` sampler leaves out, evaluated on its own (pytorch/examples' imagenet)."""
-    def text(call: ast.Call) -> str:  # the call and the plain assignments of the names it reads
-        names = {node.id for node in ast.walk(call) if isinstance(node, ast.Name)}
-        return " ".join([ast.unparse(call)] + [ast.unparse(v) for n in names for v in facts.assigned.get(n, [])])
-
-    return next((
-        call for call in facts.calls_named("Subset")
-        if re.search(r"world_size|num_replicas|\.sampler\b", text(call))
-    ), None)
-
-
-def _first_arg(call: ast.Call) -> str:
-    return ast.unparse(call.args[0]) if call.args else ""
-
-
-def sampler_not_passed(facts: ScriptFacts) -> Iterator[Finding]:
-    used = _sampler_uses(facts)
-    for name, sampler in facts.names_bound_to(*_SAMPLERS).items():
-        if name in used or _handed_on(facts, name):
-            continue  # BatchSampler(sampler, …), a helper that builds the loader: it reaches a loader there
-        dataset = _first_arg(sampler)
-        loader = next((c for c in facts.calls_named(*_LOADERS) if dataset and _first_arg(c) == dataset), None)
-        where = f"the DataLoader at line {loader.lineno} reads" if loader else "every DataLoader reads"
-        yield Finding(
-            sampler.lineno, "sampler-not-passed",
-            f"DistributedSampler `{name}` is created but never passed to a DataLoader: {where} the whole dataset "
-            "on every rank, so each rank trains on all of it (N times the work, no speed-up)",
-            f"DataLoader({dataset or 'dataset'}, ..., sampler={name}) without shuffle=True; or "
-            f"rt.loader({dataset or 'dataset'}, batch_size, shuffle=True), which shards and reshuffles for you",
-        )
-
-
-def shuffle_beside_sampler(facts: ScriptFacts) -> Iterator[Finding]:
-    for call in facts.calls_named(*_LOADERS):
-        if is_true(keyword(call, "shuffle")) and keyword(call, "sampler") is not None:
-            yield Finding(
-                call.lineno, "shuffle-with-sampler",
-                "DataLoader gets shuffle=True and a sampler: torch refuses the pair (ValueError), the sampler "
-                "already decides the order",
-                "drop shuffle=True (DistributedSampler shuffles; call sampler.set_epoch(epoch) every epoch)",
-            )
-
-
-def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
-    if facts.mentions(r"\.sampler\.set_epoch\("):
-        return
-    for name, sampler in facts.names_bound_to(*_SAMPLERS).items():
-        shuffle = keyword(sampler, "shuffle")
-        if _is_eval(name, sampler) or (isinstance(shuffle, ast.Constant) and shuffle.value is False):
-            continue  # evaluation order does not matter
-        if _handed_on(facts, name) or _read_once(facts, name):
-            continue
-        if not facts.mentions(rf"{re.escape(name)}\.set_epoch\("):
-            yield Finding(
-                sampler.lineno, "no-set-epoch",
-                f"`{name}.set_epoch(epoch)` is never called: DistributedSampler then shuffles every epoch "
-                "in the same order (epoch 0's)",
-                f"call {name}.set_epoch(epoch) at the start of every epoch; rt.loader(...) does it for you",
-            )
-
-
-def padded_eval_sampler(facts: ScriptFacts) -> Iterator[Finding]:
-    for name, sampler in facts.names_bound_to(*_SAMPLERS).items():
-        if not _is_eval(name, sampler):
-            continue
-        if is_true(keyword(sampler, "drop_last")):
-            if _remainder_loader(facts):
-                continue  # the dropped tail is evaluated apart: every sample once
-            why = ("drops the last samples so every rank gets as many: metrics leave some samples out and "
-                   "change with the number of processes")
-        else:
-            why = ("repeats samples so every rank gets as many: metrics count some samples twice and change "
-                   "with the number of processes")
-        yield Finding(
-            sampler.lineno, "padded-eval-sampler",
-            f"`{name}` shards evaluation data with DistributedSampler, which {why}",
-            "rt.loader(dataset, batch_size, exact=True) (every sample exactly once) and rt.gather(preds, labels)",
-        )
 
 
 def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
@@ -277,23 +79,25 @@ def _reads_local_rank_env(facts: ScriptFacts) -> bool:
     return any(
         isinstance(node, ast.Constant) and node.value == "LOCAL_RANK"
         and (isinstance(facts.parents.get(node), ast.Subscript) or isinstance(facts.parents.get(node), ast.Call))
-        and "environ" in ast.unparse(facts.parents[node]) + "getenv"
+        and re.search(r"environ|getenv", ast.unparse(facts.parents[node]))
         for node in ast.walk(facts.tree)
     ) and facts.mentions(r"environ|getenv")
 
 
 def deprecated_launcher(facts: ScriptFacts) -> Iterator[Finding]:
     docstrings = facts.docstring_lines()  # "Before: python -m torch.distributed.launch …" is history
-    for number, line in enumerate(facts.lines, start=1):
-        if number in docstrings:
-            continue
-        if "torch.distributed.launch" in line and "torch.distributed.launcher" not in line:
-            yield Finding(
-                number, "deprecated-launcher",
-                "torch.distributed.launch is deprecated: it passes --local_rank and is superseded by torchrun",
-                "paratrain run --nproc-per-node N script.py (torchrun's agent; --legacy-local-rank for old scripts)",
-            )
-            return
+    mentions = [
+        (number, line) for number, line in enumerate(facts.lines, start=1)
+        if number not in docstrings and "torch.distributed.launch" in line and "torch.distributed.launcher" not in line
+    ]
+    # A command that starts the script with it (a usage block) over prose, which may tell the old way apart.
+    commands = [(number, line) for number, line in mentions if re.search(r"-m\s+torch\.distributed\.launch\b", line)]
+    for number, _ in (commands or mentions)[:1]:
+        yield Finding(
+            number, "deprecated-launcher",
+            "torch.distributed.launch is deprecated: it passes --local_rank and is superseded by torchrun",
+            "paratrain run --nproc-per-node N script.py (torchrun's agent; --legacy-local-rank for old scripts)",
+        )
 
 
 _LITERAL_URL = re.compile(r"tcp://[^:/{}%\s]+:\d+$")
@@ -489,13 +293,14 @@ def _mesh_dim(call: ast.Call) -> str:
 
 
 def _path_names_rank(facts: ScriptFacts, call: ast.Call) -> bool:
-    """``torch.save(state, f"ckpt_rank{rank}.pt")``, or a path variable assigned so: each rank writes a
+    """``torch.save(state, f"ckpt_rank{rank}.pt")``, or a path (or a name in it) assigned so: each rank writes a
     file of its own (a shard, its own queue), so saving on every rank is the point."""
     path = call.args[1] if len(call.args) >= 2 else next((k.value for k in call.keywords if k.arg == "f"), None)
     if path is None:
         return False
-    candidates = [path, *facts.assigned.get(ast.unparse(path), [])] if isinstance(path, (ast.Name, ast.Attribute)) \
-        else [path]
+    # the path, and what the names in it were assigned: `os.path.join(d, name)` with `name = f"opt.{rank}.pt"`
+    candidates = [path] + [value for node in ast.walk(path) if isinstance(node, (ast.Name, ast.Attribute))
+                           for value in facts.assigned.get(ast.unparse(node), [])]
     return any(
         _RANK_TAG.fullmatch(last_name(node))
         for candidate in candidates for node in ast.walk(candidate)
@@ -534,8 +339,16 @@ def _rank_tagged(call: ast.Call) -> bool:
     )
 
 
+def _print_replaced(facts: ScriptFacts) -> bool:
+    """A ``print(..., force=True)`` (or any keyword builtins.print does not take) only runs once the
+    project has replaced builtins.print, as DeiT's ``setup_for_distributed`` does to quiet the other
+    ranks; the call would raise TypeError otherwise."""
+    return any(kw.arg is not None and kw.arg not in _PRINT_KEYWORDS
+               for call in facts.calls_named("print") if isinstance(call.func, ast.Name) for kw in call.keywords)
+
+
 def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
-    if not facts.distributed or facts.mentions(_PRINT_SILENCED.pattern):
+    if not facts.distributed or facts.mentions(_PRINT_SILENCED.pattern) or _print_replaced(facts):
         return
     prints = [
         call for call in facts.calls_named("print")
@@ -555,7 +368,7 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
         owner = call.func.value if isinstance(call.func, ast.Attribute) else None
         if owner is None or ast.unparse(owner) not in wrapped or facts.single_process(call):
             continue
-        if facts.inside(call, "save") or isinstance(facts.parents.get(call), ast.Dict):
+        if facts.inside(call, "save") or isinstance(facts.parents.get(call), ast.Dict) or _saved_later(facts, call):
             yield Finding(
                 call.lineno, "wrapped-state-dict",
                 f"`{ast.unparse(owner)}` is a DDP/DataParallel wrapper: its state_dict keys start with 'module.', "
@@ -563,6 +376,20 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
                 f"save {ast.unparse(owner)}.module.state_dict(); with paratrain, pt.Checkpointer or "
                 "`paratrain ckpt export` (no prefixes)",
             )
+
+
+def _saved_later(facts: ScriptFacts, call: ast.Call) -> bool:
+    """``sd = model.state_dict()`` and later, in the same function, ``sd`` is a value of a dict or an
+    argument of ``save``: the state dict reaches the checkpoint under another name."""
+    assign = facts.parents.get(call)
+    if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)):
+        return False
+    name = assign.targets[0].id
+    return any(
+        facts.scope(read) is facts.scope(call) and read.lineno > call.lineno
+        and (isinstance(facts.parents.get(read), ast.Dict) or facts.inside(read, "save") is not None)
+        for read in facts.loaded_names.get(name, [])
+    )
 
 
 def batchnorm_without_syncbn(facts: ScriptFacts) -> Iterator[Finding]:
@@ -649,7 +476,9 @@ def model_before_seed(facts: ScriptFacts) -> Iterator[Finding]:
 
 
 def data_parallel(facts: ScriptFacts) -> Iterator[Finding]:
-    for call in facts.calls_named("DataParallel"):
+    functional = [call for call in facts.calls_named("data_parallel")  # nn.parallel.data_parallel(module, x, ids)
+                  if facts.full_name(call).endswith("parallel.data_parallel")]
+    for call in sorted(facts.calls_named("DataParallel") + functional, key=lambda c: c.lineno):
         yield Finding(
             call.lineno, "data-parallel",
             "nn.DataParallel drives every GPU from one process with threads: the GIL, a model copy per step "
@@ -736,11 +565,11 @@ _REPORTS = ("print", "info", "log", "log_dict", "add_scalar")
 def _sharded_eval_loaders(facts: ScriptFacts) -> list[str]:
     """Evaluation loaders whose data each rank sees a part of: built on an evaluation DistributedSampler,
     or handed to ``accelerator.prepare`` / ``fabric.setup_dataloaders``."""
-    samplers = {name for name, call in facts.names_bound_to(*_SAMPLERS).items() if _is_eval(name, call)}
-    loaders = [name for name, call in facts.names_bound_to(*_LOADERS).items()
+    samplers = {name for name, call in facts.names_bound_to(*SAMPLERS).items() if is_eval(name, call)}
+    loaders = [name for name, call in facts.names_bound_to(*LOADERS).items()
                if keyword(call, "sampler") is not None and ast.unparse(keyword(call, "sampler")) in samplers]
     for call in facts.calls_named("prepare", "setup_dataloaders"):
-        loaders += [ast.unparse(arg) for arg in call.args if _EVAL_NAME.search(ast.unparse(arg))
+        loaders += [ast.unparse(arg) for arg in call.args if EVAL_NAME.search(ast.unparse(arg))
                     and "loader" in ast.unparse(arg).lower()]
     return loaders
 

@@ -59,6 +59,9 @@ DISTRIBUTED_MARKERS = {
     "init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn", "init",
     "initialize", "Accelerator", "DistributedOptimizer", "Fabric", "init_distributed", *_JOB_EXECUTORS,
 }
+# Set-up calls named like a launcher's that keep to one process: apex's `amp.initialize(model, optimizer)`
+# prepares mixed precision.
+_ONE_PROCESS_SETUP = ("apex.amp.",)
 # Experiment trackers whose `init` starts a logged run, not processes (`wandb.init(project=…)`).
 _TRACKERS = ("wandb", "comet_ml", "mlflow", "neptune", "clearml", "swanlab", "aim")
 # A Lightning Trainer runs one process per device when given several (its ddp strategy re-runs the
@@ -81,6 +84,26 @@ def last_name(node: ast.AST) -> str:
     if isinstance(node, ast.Name):
         return node.id
     return ""
+
+
+def callee_names(call: ast.Call) -> set[str]:
+    """What a call may call: ``last_name`` of its function, or of both branches of a conditional one
+    (``(DDP if dist.is_initialized() else NullDDP)(model)``)."""
+    if isinstance(call.func, ast.IfExp):
+        return {last_name(call.func.body), last_name(call.func.orelse)} - {""}
+    return {last_name(call)}
+
+
+# nn.Module methods that return the module itself: `DataParallel(model).cuda()` is still the wrapper.
+_SAME_MODULE = ("to", "cuda", "cpu", "half", "float", "double", "bfloat16", "train", "eval", "requires_grad_")
+
+
+def _returned_module(value: ast.expr) -> ast.expr:
+    """``Wrapper(model).to(device).train()`` → ``Wrapper(model)``; any other value as it is."""
+    while (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+           and value.func.attr in _SAME_MODULE and isinstance(value.func.value, ast.Call)):
+        value = value.func.value
+    return value
 
 
 def keyword(call: ast.Call, name: str) -> ast.expr | None:
@@ -110,7 +133,15 @@ class ScriptFacts:
     @classmethod
     def read(cls, source: str) -> ScriptFacts:
         """Raises: SyntaxError (the caller turns it into a one-line error)."""
-        tree = ast.parse(source)
+        try:
+            tree = ast.parse(source)
+        except SyntaxError as error:
+            # Written for Python <= 3.6, where `async` was still a name (`x.cuda(async=True)`): read it
+            # as that Python did; if that fails too, today's error is the one to report.
+            try:
+                tree = ast.parse(source, feature_version=(3, 6))
+            except SyntaxError:
+                raise error from None
         facts = cls(tree=tree, lines=source.splitlines())
         for parent in ast.walk(tree):
             for child in ast.iter_child_nodes(parent):
@@ -156,15 +187,25 @@ class ScriptFacts:
         return [call for call in self.calls if last_name(call) in names]
 
     def names_bound_to(self, *callee_names: str) -> dict[str, ast.Call]:
-        """Variables (``x``, ``self.x``) assigned the result of one of these calls (the first such call)."""
+        """Variables (``x``, ``self.x``) assigned the result of one of these calls (the first such call),
+        also through the module methods that return the module (``DataParallel(model).to(device)``)."""
         bound = {}
         for name, values in self.assigned.items():
             # `sampler = DistributedSampler(ds) if distributed else None` binds the call too
-            choices = [c for v in values for c in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
+            choices = [_returned_module(c) for v in values
+                       for c in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
             calls = [v for v in choices if isinstance(v, ast.Call) and last_name(v) in callee_names]
             if calls:
                 bound[name] = min(calls, key=lambda call: call.lineno)
         return bound
+
+    def bindings(self, *callee_names: str) -> list[tuple[str, ast.Call]]:
+        """Every assignment of one of these calls to a variable, in line order: a name bound twice
+        (a tutorial's two recipes, each with its own ``train_sampler``) gives two entries."""
+        found = [(name, call) for name, values in self.assigned.items() for value in values
+                 for call in ((value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,))
+                 if isinstance(call, ast.Call) and last_name(call) in callee_names]
+        return sorted(found, key=lambda pair: pair[1].lineno)
 
     @cached_property
     def distributed(self) -> bool:
@@ -173,7 +214,9 @@ class ScriptFacts:
         script run by torchrun), or branches on a rank."""
         own = self.own_functions
         return any(
-            last_name(call) in DISTRIBUTED_MARKERS and self.full_name(call).partition(".")[0] not in _TRACKERS
+            callee_names(call) & DISTRIBUTED_MARKERS and self.full_name(call).partition(".")[0] not in _TRACKERS
+            and not self.full_name(call).startswith(_ONE_PROCESS_SETUP)
+            or last_name(call).endswith("DistributedDataParallel")  # mmcv's MMDistributedDataParallel, apex's
             or (last_name(call) == "launch" and not (isinstance(call.func, ast.Name) and call.func.id in own))
             or self._lightning_on_several_devices(call)
             or self.full_name(call).startswith("torch.distributed.") and last_name(call) in _COLLECTIVE_CALLS
@@ -485,10 +528,21 @@ class ScriptFacts:
         return isinstance(stmt, ast.Raise) or (
             isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and last_name(stmt.value) in _EXITS)
 
-    def _called_only_from(self, function: ast.AST, region: ast.AST) -> bool:
+    def _called_only_from(self, function: ast.AST, region: ast.AST, depth: int = 0) -> bool:
+        """Every use of ``function`` (a module-level function) is in ``region``, or in functions of the
+        module that are themselves used only from there (a click/argparse ``main()`` that calls
+        ``launch_training()``), followed a few levels up and never through a launcher's target."""
         uses = self.loaded_names.get(getattr(function, "name", ""), [])
-        return bool(uses) and self.parents.get(function) is self.tree and all(
-            self._within(use, region) for use in uses)
+        if not uses or self.parents.get(function) is not self.tree:
+            return False
+        for use in uses:
+            if self._within(use, region):
+                continue
+            caller = self.scope(use)
+            if depth >= 3 or caller is self.tree or self._started(caller) or not self._called_only_from(
+                    caller, region, depth + 1):
+                return False
+        return True
 
     def _within(self, node: ast.AST, ancestor: ast.AST) -> bool:
         parent = self.parents.get(node)

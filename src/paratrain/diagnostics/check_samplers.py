@@ -1,0 +1,255 @@
+"""The DistributedSampler pitfalls of ``paratrain check``: a sampler no loader uses, shuffle beside a
+sampler, no ``set_epoch``, and evaluation data sharded with padding.
+
+A sampler is followed by the name it is bound to, or, unnamed, from the DataLoader call that makes it
+(or that calls a function of the file returning one); loaders read in a single pass need no set_epoch.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from paratrain.diagnostics.check_finding import Finding
+from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
+
+EVAL_NAME = re.compile(r"val|dev|test|eval", re.IGNORECASE)
+SAMPLERS = ("DistributedSampler",)
+LOADERS = ("DataLoader",)
+_SAMPLER_KEYS = ("sampler", "batch_sampler")
+
+
+def _sampler_uses(facts: ScriptFacts) -> set[str]:
+    """Text of every value passed as ``sampler=``/``batch_sampler=``, or put under that key of a dict
+    (``kwargs = {"sampler": s}; DataLoader(ds, **kwargs)``)."""
+    passed = {
+        ast.unparse(value)
+        for call in facts.calls
+        for value in (keyword(call, key) for key in _SAMPLER_KEYS)
+        if value is not None
+    }
+    in_dicts = {
+        ast.unparse(value)
+        for node in ast.walk(facts.tree) if isinstance(node, ast.Dict)
+        for key, value in zip(node.keys, node.values)
+        if isinstance(key, ast.Constant) and key.value in _SAMPLER_KEYS
+    }
+    return passed | in_dicts
+
+
+def _handed_on(facts: ScriptFacts, name: str) -> bool:
+    """``name`` is an argument of a call other than a DataLoader: the callee (maybe in another
+    file, like pytorch/examples' FSDP ``train(..., sampler=sampler1)``) may call ``set_epoch``."""
+    for call in facts.calls:
+        if last_name(call) in LOADERS:
+            continue
+        values = list(call.args) + [kw.value for kw in call.keywords]
+        if any(ast.unparse(value) == name for value in values):
+            return True
+    return False
+
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.comprehension)
+
+
+def _in_loop(facts: ScriptFacts, node: ast.AST) -> bool:
+    """A loop of ``node``'s own function (or of the module, outside functions) repeats it."""
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(parent, _LOOPS):
+            return True
+        parent = facts.parents.get(parent)
+    return False
+
+
+def _runs_once(facts: ScriptFacts, node: ast.AST, depth: int = 0) -> bool:
+    """No loop repeats ``node``: none in its function, whose every call (followed a few levels up) is
+    outside loops too, or which is handed to ``mp.spawn``-like launchers (once per process)."""
+    if _in_loop(facts, node):
+        return False
+    function = facts.scope(node)
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return True
+    if depth >= 3 or isinstance(facts.parents.get(function), ast.ClassDef):
+        return False  # a method may be called from anywhere
+    for use in facts.loaded_names.get(function.name, []):
+        call = facts.parents.get(use)
+        if not isinstance(call, ast.Call):
+            return False
+        if call.func is not use and last_name(call) not in ("spawn", "start_processes"):
+            return False  # handed on: the receiver may call it again and again
+        if not _runs_once(facts, call, depth + 1):
+            return False
+    return True
+
+
+def _read_once(facts: ScriptFacts, sampler: str) -> bool:
+    """Every DataLoader drawing from ``sampler`` is read by ``for`` loops that run once (a tutorial's single
+    pass, directly or in a function of the file it is handed to under the same name): there is no
+    second epoch for ``set_epoch`` to reshuffle. Any other use (``cycle(loader)``, ``iter(loader)``, an
+    attribute) may read it again."""
+    def draws_from_sampler(value: ast.expr) -> bool:
+        given = (keyword(value, "sampler"), keyword(value, "batch_sampler"))
+        return any(v is not None and ast.unparse(v) == sampler for v in given)
+
+    loaders = {name for name, values in facts.assigned.items() for value in values
+               if isinstance(value, ast.Call) and last_name(value) in LOADERS and draws_from_sampler(value)}
+    return _loaders_read_once(facts, loaders)
+
+
+def _loaders_read_once(facts: ScriptFacts, loaders: set[str]) -> bool:
+    """Every read of these DataLoader variables is a ``for`` pass that runs once (see ``_read_once``)."""
+    if not loaders:
+        return False
+    passes = 0
+    for node in ast.walk(facts.tree):
+        if not (isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load)
+                and ast.unparse(node) in loaders):
+            continue
+        read, parent = node, facts.parents.get(node)
+        if isinstance(parent, ast.Call) and last_name(parent) in ("enumerate", "tqdm") and node in parent.args:
+            read, parent = parent, facts.parents.get(parent)
+        if isinstance(parent, (ast.For, ast.AsyncFor)) and read is parent.iter:
+            if not _runs_once(facts, parent):
+                return False
+            passes += 1
+        elif isinstance(parent, ast.Call) and last_name(parent) == "len":
+            continue
+        elif (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name)
+              and parent.func.id in facts.own_functions and read in parent.args):
+            callee = next((f for f in ast.walk(facts.tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                           and f.name == parent.func.id), None)
+            if callee is None or ast.unparse(node) not in {a.arg for a in callee.args.args}:
+                return False  # read under another name there
+        else:
+            return False
+    return passes > 0
+
+
+def is_eval(name: str, sampler: ast.Call) -> bool:
+    """The sampler's name or its dataset's says evaluation (``val_sampler``, ``DistributedSampler(test_set)``)."""
+    return bool(EVAL_NAME.search(name) or EVAL_NAME.search(_first_arg(sampler)))
+
+
+def _remainder_loader(facts: ScriptFacts) -> ast.Call | None:
+    """A ``Subset`` of the samples past ``len(sampler) * world_size``: the tail that a
+    ``drop_last=True`` sampler leaves out, evaluated on its own (pytorch/examples' imagenet)."""
+    def text(call: ast.Call) -> str:  # the call and the plain assignments of the names it reads
+        names = {node.id for node in ast.walk(call) if isinstance(node, ast.Name)}
+        return " ".join([ast.unparse(call)] + [ast.unparse(v) for n in names for v in facts.assigned.get(n, [])])
+
+    return next((
+        call for call in facts.calls_named("Subset")
+        if re.search(r"world_size|num_replicas|\.sampler\b", text(call))
+    ), None)
+
+
+def _first_arg(call: ast.Call) -> str:
+    return ast.unparse(call.args[0]) if call.args else ""
+
+
+def sampler_not_passed(facts: ScriptFacts) -> Iterator[Finding]:
+    used = _sampler_uses(facts)
+    for name, sampler in facts.names_bound_to(*SAMPLERS).items():
+        if name in used or _handed_on(facts, name):
+            continue  # BatchSampler(sampler, …), a helper that builds the loader: it reaches a loader there
+        dataset = _first_arg(sampler)
+        loader = next((c for c in facts.calls_named(*LOADERS) if dataset and _first_arg(c) == dataset), None)
+        where = f"the DataLoader at line {loader.lineno} reads" if loader else "every DataLoader reads"
+        yield Finding(
+            sampler.lineno, "sampler-not-passed",
+            f"DistributedSampler `{name}` is created but never passed to a DataLoader: {where} the whole dataset "
+            "on every rank, so each rank trains on all of it (N times the work, no speed-up)",
+            f"DataLoader({dataset or 'dataset'}, ..., sampler={name}) without shuffle=True; or "
+            f"rt.loader({dataset or 'dataset'}, batch_size, shuffle=True), which shards and reshuffles for you",
+        )
+
+
+def shuffle_beside_sampler(facts: ScriptFacts) -> Iterator[Finding]:
+    for call in facts.calls_named(*LOADERS):
+        if is_true(keyword(call, "shuffle")) and keyword(call, "sampler") is not None:
+            yield Finding(
+                call.lineno, "shuffle-with-sampler",
+                "DataLoader gets shuffle=True and a sampler: torch refuses the pair (ValueError), the sampler "
+                "already decides the order",
+                "drop shuffle=True (DistributedSampler shuffles; call sampler.set_epoch(epoch) every epoch)",
+            )
+
+
+def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
+    if facts.mentions(r"\.sampler\.set_epoch\("):
+        return
+    for name, sampler in facts.bindings(*SAMPLERS):
+        shuffle = keyword(sampler, "shuffle")
+        if is_eval(name, sampler) or (isinstance(shuffle, ast.Constant) and shuffle.value is False):
+            continue  # evaluation order does not matter
+        if _handed_on(facts, name) or _read_once(facts, name):
+            continue
+        if not facts.mentions(rf"{re.escape(name)}\.set_epoch\("):
+            yield Finding(
+                sampler.lineno, "no-set-epoch",
+                f"`{name}.set_epoch(epoch)` is never called: DistributedSampler then shuffles every epoch "
+                "in the same order (epoch 0's)",
+                f"call {name}.set_epoch(epoch) at the start of every epoch; rt.loader(...) does it for you",
+            )
+    for sampler, loader in _unnamed_samplers(facts):
+        yield Finding(
+            sampler.lineno, "no-set-epoch",
+            f"the DistributedSampler of the DataLoader at line {loader.lineno} never gets set_epoch (the file "
+            "has no `.sampler.set_epoch(epoch)`): it shuffles every epoch in the same order (epoch 0's)",
+            "bind the sampler to a name and call sampler.set_epoch(epoch) at the start of every epoch (or "
+            "loader.sampler.set_epoch(epoch)); rt.loader(...) does it for you",
+        )
+
+
+def _unnamed_samplers(facts: ScriptFacts) -> Iterator[tuple[ast.Call, ast.Call]]:
+    """(sampler, loader) for a shuffling training DistributedSampler made inside the DataLoader call,
+    ``DataLoader(ds, sampler=DistributedSampler(ds))``, or by a function of this file that returns one,
+    ``DataLoader(ds, sampler=data_sampler(ds, shuffle=True))``, whose loader is read more than once.
+    Called only where the file has no ``.sampler.set_epoch(``."""
+    makers = {
+        node.name: [ret.value for ret in ast.walk(node) if isinstance(ret, ast.Return)
+                    and isinstance(ret.value, ast.Call) and last_name(ret.value) in SAMPLERS]
+        for node in facts.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    reported = set()
+    for loader in facts.calls_named(*LOADERS):
+        given = keyword(loader, "sampler")
+        if not isinstance(given, ast.Call):
+            continue
+        samplers = [given] if last_name(given) in SAMPLERS else makers.get(
+            given.func.id if isinstance(given.func, ast.Name) else "", [])
+        for sampler in samplers:
+            shuffles = [keyword(sampler, "shuffle"), keyword(given, "shuffle")]
+            if any(isinstance(s, ast.Constant) and s.value is False for s in shuffles):
+                continue
+            dataset = _first_arg(loader) or _first_arg(given)
+            if EVAL_NAME.search(dataset) or sampler in reported or _loaders_read_once(facts, _names_of(facts, loader)):
+                continue
+            reported.add(sampler)
+            yield sampler, loader
+
+
+def _names_of(facts: ScriptFacts, call: ast.Call) -> set[str]:
+    """The variables assigned ``call`` (``loader = DataLoader(...)``)."""
+    return {name for name, values in facts.assigned.items() if call in values}
+
+
+def padded_eval_sampler(facts: ScriptFacts) -> Iterator[Finding]:
+    for name, sampler in facts.names_bound_to(*SAMPLERS).items():
+        if not is_eval(name, sampler):
+            continue
+        if is_true(keyword(sampler, "drop_last")):
+            if _remainder_loader(facts):
+                continue  # the dropped tail is evaluated apart: every sample once
+            why = ("drops the last samples so every rank gets as many: metrics leave some samples out and "
+                   "change with the number of processes")
+        else:
+            why = ("repeats samples so every rank gets as many: metrics count some samples twice and change "
+                   "with the number of processes")
+        yield Finding(
+            sampler.lineno, "padded-eval-sampler",
+            f"`{name}` shards evaluation data with DistributedSampler, which {why}",
+            "rt.loader(dataset, batch_size, exact=True) (every sample exactly once) and rt.gather(preds, labels)",
+        )

@@ -1,0 +1,52 @@
+"""The DistributedSampler rules of paratrain check on sampler shapes: a name bound to two samplers, and
+samplers made inside the DataLoader call or by a function of the file (each script written for the test)."""
+
+from __future__ import annotations
+
+from paratrain.diagnostics.check import check_source
+
+
+def rules(source: str) -> list[tuple[int, str]]:
+    return [(f.line, f.rule) for f in check_source(source)]
+
+
+def test_each_binding_of_a_sampler_name_needs_set_epoch():
+    source = """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
+dist.init_process_group("nccl")
+train_sampler = DistributedSampler(range(8))
+loader = DataLoader(range(8), sampler=train_sampler)
+train_sampler = DistributedSampler(range(16))
+loader = DataLoader(range(16), sampler=train_sampler)
+"""
+    assert rules(source) == [(5, "no-set-epoch"), (7, "no-set-epoch")]
+
+
+def test_a_sampler_made_by_a_helper_of_the_file_needs_set_epoch():
+    source = """\
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
+
+def data_sampler(dataset, shuffle, distributed):
+    if distributed:
+        return DistributedSampler(dataset, shuffle=shuffle)
+    return RandomSampler(dataset)
+
+def batches(loader):
+    while True:
+        for batch in loader:
+            yield batch
+
+dist.init_process_group("nccl")
+loader = DataLoader(range(8), sampler=data_sampler(range(8), shuffle=True, distributed=True))
+for step, batch in zip(range(100), batches(loader)):
+    pass
+"""
+    assert rules(source) == [(6, "no-set-epoch")]
+    assert rules(source.replace("shuffle=True, distributed", "shuffle=False, distributed")) == []
+    assert rules(source.replace("    pass\n", "    loader.sampler.set_epoch(step)\n")) == []
+    inline = source.replace("sampler=data_sampler(range(8), shuffle=True, distributed=True)",
+                            "sampler=DistributedSampler(range(8))")
+    assert rules(inline) == [(15, "no-set-epoch")]
