@@ -6,8 +6,9 @@ Each group trains ``EPOCHS`` epochs of a seeded order over ``SAMPLES`` rows in g
 processes appends one line per committed step to ``OUT/steps-<i>.jsonl`` (group rank 0; rank ``r``
 of a group of several: ``steps-<i>.<r>.jsonl``): its pid, the committed step, the epoch, the step's
 whole slice, its own part, the part's loss weight and the number of parts. ``FT_KILL_IN_ALLREDUCE=G:S``
-(``G:S:R``: group rank R) makes group G's rank 0 kill itself with SIGKILL inside the gradient
-all-reduce across groups of committed step S, once per run (a marker file in OUT).
+makes group G's rank 0 kill itself with SIGKILL inside the gradient all-reduce across groups of committed
+step S, once per run (a marker file in OUT); ``G:S:R``: its rank R, at the all-reduce, before its part is
+sent, so that the peers of its ring wait for it inside the collective.
 ``FT_STEP_SLEEP`` seconds between steps stretch the run until the harness is done (``OUT/harness-done``):
 the kills, and the relaunches after them, need time to land, however loaded the machine.
 """
@@ -80,13 +81,18 @@ def kill_in_allreduce(rt, out: Path) -> None:
     marker = out / "killed-in-allreduce"
     if not spec or marker.exists():
         return
-    group, step, rank = (list(map(int, spec.split(":"))) + [0])[:3]
+    numbers = list(map(int, spec.split(":")))
+    group, step, rank = (numbers + [0])[:3]
     if group != rt.strategy.group or rank != rt.strategy.group_rank:
         return
     manager = rt.strategy.manager
     issue = manager.allreduce
+    unsent = len(numbers) == 3  # G:S:R dies before its part is sent: its ring's peers cannot finish the step
 
     def allreduce_then_die(tensor, *args, **kwargs):
+        if unsent and manager.current_step() == step:
+            marker.write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
         work = issue(tensor, *args, **kwargs)  # the peers are in the collective with us now
         if manager.current_step() == step:
             marker.write_text(str(os.getpid()))
@@ -164,19 +170,21 @@ def kill_at_random(job, out: Path, victim: int, kills: int, rng, last_step: int,
     """SIGKILL the victim group's worker (its group rank ``rank``) ``kills`` times, each at a random moment 0.2–1.5 s after it
     committed a step under a pid not killed before, and wait until it is back (it committed under a
     new pid), then write ``OUT/harness-done``; no kill after committed step ``last_step``;
-    with ``wait_for_marker``, none before the victim killed itself inside the all-reduce; ``then`` runs
+    with ``wait_for_marker``, none before the victim killed itself inside the all-reduce, nor before a step it
+    committed after that; ``then`` runs
     before ``harness-done`` is written. Returns one record per kill (pid, the step it had reached)."""
-    done, killed_pids = [], set()
+    done, killed_pids, died_at = [], set(), 0.0
     marker = out / "killed-in-allreduce"
     deadline = time.monotonic() + guard_s
     while job.poll() is None and time.monotonic() < deadline:
         if marker.exists():
             killed_pids.add(int(marker.read_text() or 0))
+            died_at = marker.stat().st_mtime  # another rank of the group may have died: its whole life ended
         elif wait_for_marker:
             time.sleep(0.1)
             continue
         latest = records(out, victim, rank)[-1:] or [None]
-        if latest[0] is None or latest[0]["pid"] in killed_pids:
+        if latest[0] is None or latest[0]["pid"] in killed_pids or latest[0]["time"] <= died_at:
             time.sleep(0.1)
             continue
         if latest[0]["step"] >= last_step or len(done) == kills:
