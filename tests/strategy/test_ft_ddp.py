@@ -16,6 +16,7 @@ import signal
 import time
 
 import pytest
+import torch
 
 import paratrain as pt
 from paratrain.errors import ConfigError
@@ -98,6 +99,36 @@ def test_groups_of_two_processes_one_killed_restarts_whole_and_heals_while_the_o
     assert max(result["max_abs_diff"].values()) <= BOUND, result["max_abs_diff"]
 
 
+def _late_for_the_quorum() -> str:
+    """Group rank 1 is busy elsewhere past the quorum's and the probe's timeouts: rank 0's step names it."""
+    rt = pt.Runtime(strategy="ft-ddp", quorum_timeout=2, collective_timeout=2)
+    net, optimizer = rt.setup(ft_workers.model(), torch.optim.SGD(ft_workers.model().parameters(), lr=0.1))
+    train = rt.loader(ft_workers.Rows(), batch_size=8)
+    said = ""
+    if rt.rank == 0:
+        try:
+            next(iter(train))
+        except pt.DistributedError as exc:
+            said = f"{type(exc).__name__}: {exc}"
+    else:
+        time.sleep(6)  # past the quorum's 2 s and the probe's 2 s on rank 0
+    rt.strategy.close()
+    return said
+
+
+def test_a_rank_of_the_group_late_for_the_quorum_is_named(tmp_path):
+    from torchft._torchft import LighthouseServer
+
+    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1)
+    try:
+        said = pt.spawn(_late_for_the_quorum, nprocs=2, timeout=120,
+                        env={"TORCHFT_LIGHTHOUSE": "http://127.0.0.1:" + lighthouse.address().rsplit(":", 1)[1]})
+    finally:
+        lighthouse.shutdown()
+    assert said.startswith("CollectiveTimeoutError: replica group 0 at step 0: the quorum did not complete"), said
+    assert "rank(s) 1 did not arrive within 2s" in said, said
+
+
 def test_refusals_in_one_line(monkeypatch):
     monkeypatch.delenv("TORCHFT_LIGHTHOUSE", raising=False)
     with pytest.raises(ConfigError, match="needs a Lighthouse: set TORCHFT_LIGHTHOUSE"):
@@ -108,8 +139,6 @@ def test_refusals_in_one_line(monkeypatch):
     cls.check(2, cls.parse_options({}))  # a replica group of several processes
     with pytest.raises(ConfigError, match="heal_retries must be positive"):
         cls.parse_options({"heal_retries": 0})
-    import torch
-
     data = torch.utils.data.TensorDataset(torch.randn(8, 3), torch.zeros(8, dtype=torch.long))
     with pytest.raises(ConfigError, match=r"strategy='ft-ddp' does not run in pt.fit or paratrain train: .* own loop"):
         pt.fit(torch.nn.Linear(3, 2), data, data, strategy="ft-ddp", progress=False, tensorboard=False)

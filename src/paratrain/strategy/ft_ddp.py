@@ -48,7 +48,7 @@ import torch
 
 from paratrain import comm
 from paratrain.arguments import option, option_field
-from paratrain.errors import ConfigError, DistributedError, MissingDependencyError
+from paratrain.errors import CollectiveTimeoutError, ConfigError, DistributedError, MissingDependencyError
 from paratrain.strategy import register_strategy
 from paratrain.strategy.api import NOT_STEPPED, Strategy, StepResult, StrategyOptions
 
@@ -218,11 +218,13 @@ class FTDDPStrategy(Strategy):
 
         Raises:
             DistributedError: no quorum within ``quorum_timeout`` (names this group and the Lighthouse).
+            CollectiveTimeoutError: no quorum because ranks of this group did not ask for it (names them).
         """
         try:
             self.manager.start_quorum()
             rank, world = self.manager.participating_rank(), self.manager.num_participants()
         except Exception as exc:  # torchft raises plain RuntimeErrors from its Rust client
+            self._name_late_ranks("the quorum", exc)
             raise DistributedError(
                 f"replica group {self.group}: no quorum from the Lighthouse at {self.lighthouse} within "
                 f"{self.options.quorum_timeout:g} s ({_first_line(exc)}); is the Lighthouse alive?") from exc
@@ -263,12 +265,14 @@ class FTDDPStrategy(Strategy):
 
         Raises:
             DistributedError: this group failed ``heal_retries`` steps in a row (names it and the last error).
+            CollectiveTimeoutError: ranks of this group did not vote within ``collective_timeout`` (names them).
         """
         if not self.accumulation.should_step:
             return NOT_STEPPED
         try:
             committed = self.manager.should_commit()
         except Exception as exc:
+            self._name_late_ranks("the commit vote", exc)
             error = self.manager.errored()
             raise DistributedError(
                 f"replica group {self.group} failed {self.options.heal_retries + 1} steps in a row at step "
@@ -282,6 +286,19 @@ class FTDDPStrategy(Strategy):
         if self._slices is not None:
             self._slices.commit()
         return result
+
+    def _name_late_ranks(self, what: str, exc: BaseException) -> None:
+        """After the group's Manager server gave up on ``what`` (it waits for every rank of the group):
+        raise naming the ranks of the group that are not there, found by a barrier bounded by
+        ``collective_timeout``; return when they all are (the cause was elsewhere)."""
+        if self.group_size == 1:
+            return
+        try:
+            comm.barrier(timeout=self.options.collective_timeout, name=f"replica group {self.group}: {what}")
+        except CollectiveTimeoutError as late:
+            raise CollectiveTimeoutError(
+                f"replica group {self.group} at step {self.manager.current_step()}: {what} did not complete "
+                f"({_first_line(exc)[:120]}); {late}", late_ranks=late.late_ranks) from exc
 
     @property
     def committed_steps(self) -> int:
