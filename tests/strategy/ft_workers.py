@@ -134,7 +134,8 @@ def main(out: Path) -> None:
                 if pause and not (out / "harness-done").exists():
                     time.sleep(pause)
     state = {name: tensor.tolist() for name, tensor in rt.unwrap(net).state_dict().items()}
-    (out / _name("final", group, rank, ".json")).write_text(json.dumps({"state": state, "steps": rt.strategy.committed_steps}))
+    final = {"state": state, "steps": rt.strategy.committed_steps}
+    (out / _name("final", group, rank, ".json")).write_text(json.dumps(final))
     rt.close()
 
 
@@ -167,12 +168,12 @@ def records(out: Path, group: int, rank: int = 0) -> list[dict]:
 
 def kill_at_random(job, out: Path, victim: int, kills: int, rng, last_step: int, wait_for_marker: bool = False,
                    guard_s: float = 240.0, then: Callable[[], None] | None = None, rank: int = 0) -> list[dict]:
-    """SIGKILL the victim group's worker (its group rank ``rank``) ``kills`` times, each at a random moment 0.2–1.5 s after it
-    committed a step under a pid not killed before, and wait until it is back (it committed under a
-    new pid), then write ``OUT/harness-done``; no kill after committed step ``last_step``;
-    with ``wait_for_marker``, none before the victim killed itself inside the all-reduce, nor before a step it
-    committed after that; ``then`` runs
-    before ``harness-done`` is written. Returns one record per kill (pid, the step it had reached)."""
+    """SIGKILL the victim group's worker (its group rank ``rank``) ``kills`` times, each at a random moment
+    0.2–1.5 s after it committed a step under a pid not killed before, and wait until it is back (it
+    committed under a new pid), then write ``OUT/harness-done``; no kill after committed step ``last_step``;
+    with ``wait_for_marker``, none before the victim group killed itself at the all-reduce, nor before a step
+    it committed after that; ``then`` runs before ``harness-done`` is written. Returns one record per kill
+    (pid, the step it had reached)."""
     done, killed_pids, died_at = [], set(), 0.0
     marker = out / "killed-in-allreduce"
     deadline = time.monotonic() + guard_s

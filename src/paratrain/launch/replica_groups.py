@@ -3,8 +3,8 @@
 Per-step fault tolerance (``strategy="ft-ddp"``, torchft) needs, besides the workers, torchft's
 *Lighthouse*: the one server that tells every step which replica groups are alive. This module
 starts it, then one ``paratrain run`` (a torchrun agent, the job's other flags as given: its
-``--nproc-per-node K`` processes are the group) per replica group, with the environment torchft reads: ``TORCHFT_LIGHTHOUSE``, ``REPLICA_GROUP_ID``,
-``NUM_REPLICA_GROUPS``. Then it watches:
+``--nproc-per-node K`` processes are the group) per replica group, with the environment torchft
+reads: ``TORCHFT_LIGHTHOUSE``, ``REPLICA_GROUP_ID``, ``NUM_REPLICA_GROUPS``. Then it watches:
 
 * a group that exits with an error (its agent ends every process of the group when one dies) is
   started again whole (up to ``--replica-restarts`` times each); it

@@ -24,14 +24,15 @@ ended whole by its agent and started again whole by the launcher.
 
 The step, from the user's loop::
 
-    batch = next(loader)     # quorum (heals a joining group), then this group's part of the next slice
-    rt.backward(loss)        # loss × part·W/slice; all-reduce over the groups of this quorum
+    batch = next(loader)     # quorum (heals a joining group), then this process's part of the next slice
+    rt.backward(loss)        # loss × part·P/slice; inside the group, this rank's chunk across groups, inside
     rt.step(opt)             # commit?  yes: clip, step, cursor += slice   no: drop the gradients
 
 Bounded everywhere: the quorum waits ``quorum_timeout`` seconds, every collective, commit and
-healing transfer ``collective_timeout``, and a group that fails ``heal_retries`` steps in a row (it cannot
-heal, or its peers keep failing) stops with one line naming itself, so its launcher restarts it
-instead of it stalling the others.
+healing transfer ``collective_timeout``, a rank of the group that never reaches a quorum or a vote
+is named after a barrier of ``collective_timeout``, and a group that fails ``heal_retries`` steps in a
+row (it cannot heal, or its peers keep failing) stops with one line naming itself, so its launcher
+restarts it instead of it stalling the others.
 
 Not here: sharded models (FSDP over torchft needs reduce-scatter, which gloo lacks: NCCL only).
 """
@@ -51,6 +52,7 @@ from paratrain.arguments import option, option_field
 from paratrain.errors import CollectiveTimeoutError, ConfigError, DistributedError, MissingDependencyError
 from paratrain.strategy import register_strategy
 from paratrain.strategy.api import NOT_STEPPED, Strategy, StepResult, StrategyOptions
+from paratrain.strategy.weights import broadcast_module
 
 _NEEDS = ("torchft", "ft", "strategy 'ft-ddp'")  # module, paratrain extra, what needs it
 
@@ -193,9 +195,7 @@ class FTDDPStrategy(Strategy):
         for index, optimizer in enumerate(optimizers):
             self.heal_with(f"optimizer{index}", optimizer)
         self.heal_with("precision", self.precision)
-        if self.group_size > 1:  # the group starts from one set of weights (the rings then agree at step 0)
-            for tensor in module.state_dict().values():
-                torch.distributed.broadcast(tensor, src=0)
+        broadcast_module(module)  # the group starts from group rank 0's weights (the rings then agree at step 0)
         return _reporting_ddp()(self.manager, module)
 
     def training_loader(self, dataset: Any, batch_size: int, seed: int | None, options: dict[str, Any]) -> Any:
@@ -253,8 +253,8 @@ class FTDDPStrategy(Strategy):
             comm.get_logger().info(f"replica group(s) {', '.join(map(str, joined))} joined the quorum at step {step}")
 
     def backward(self, loss: torch.Tensor, model: torch.nn.Module | None = None) -> None:
-        """``loss × part·W/slice`` backward: the all-reduce's mean over the groups is then the
-        slice's mean gradient, however unevenly it split."""
+        """``loss × part·P/slice`` backward (``P`` processes in the step): the mean of the gradients over
+        the processes of every group is then the slice's mean gradient, however unevenly it split."""
         self.guard.check_backward()
         self.precision.backward(loss * self.loss_weight if self.loss_weight != 1.0 else loss)
 
