@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
 from paratrain.cli.main import main
+from tests.launch.probe import listening_sockets
 from tests.launch.processes import run_all
 from tests.support import EXAMPLES, ROOT, clean_env, paratrain_cmd
 
@@ -59,6 +61,8 @@ def test_legacy_script_runs_unchanged_with_the_flag_and_fails_clearly_without(tm
 def test_module_in_process_with_log_dir(tmp_path, monkeypatch, capfd):
     """The path `paratrain train` takes: main(["run", ..., "-m", module]) in this process."""
     monkeypatch.chdir(ROOT)  # workers import tests.launch.probe from the working directory, like python -m
+    # The launcher is this pytest worker: whatever an earlier test in it left listening is not this run's.
+    listening_before = set(listening_sockets(os.getpid()))
     code = main(
         [
             "run",
@@ -87,8 +91,9 @@ def test_module_in_process_with_log_dir(tmp_path, monkeypatch, capfd):
         env = report["env"]
         assert (env["OMP_NUM_THREADS"], env["PARATRAIN_BACKEND"], env["LOCAL_RANK"]) == ("1", "gloo", str(rank))
         assert env["GLOO_SOCKET_IFNAME"] == "lo" and env["MASTER_ADDR"] == "127.0.0.1"
-        # Nothing listens beyond loopback: neither the rendezvous store nor gloo's sockets.
-        assert report["listening"]["launcher"] == ["127.0.0.1"], report["listening"]
-        assert report["listening"]["worker"] == ["127.0.0.1"], report["listening"]
+        # Nothing listens beyond loopback: neither the rendezvous store (the launcher's) nor gloo's sockets.
+        launcher_opened = set(report["listening"]["launcher"]) - listening_before
+        assert launcher_opened and {socket.split()[0] for socket in launcher_opened} == {"127.0.0.1"}, report
+        assert {socket.split()[0] for socket in report["listening"]["worker"]} == {"127.0.0.1"}, report
     assert "[rank0]:PROBE" in console.out and "[rank1]:PROBE" in console.out  # tee: still on the console, tagged
     assert f"per-rank logs: {tmp_path}" in console.err

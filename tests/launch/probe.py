@@ -13,10 +13,10 @@ import psutil
 import paratrain as pt
 
 
-def listening_addresses(pid: int) -> list[str]:
-    return sorted(
-        {c.laddr.ip for c in psutil.Process(pid).net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
-    )
+def listening_sockets(pid: int) -> list[str]:
+    """Every ``address port`` the process listens on (TCP)."""
+    connections = psutil.Process(pid).net_connections(kind="tcp")
+    return sorted({f"{c.laddr.ip} {c.laddr.port}" for c in connections if c.status == psutil.CONN_LISTEN})
 
 
 def main() -> None:
@@ -41,7 +41,7 @@ def main() -> None:
                 )
             },
             # While the group is up: gloo's pair sockets (ours) and the rendezvous store (the launcher's).
-            "listening": {"worker": listening_addresses(os.getpid()), "launcher": listening_addresses(os.getppid())},
+            "listening": {"worker": listening_sockets(os.getpid()), "launcher": listening_sockets(os.getppid())},
         }
         print("PROBE " + json.dumps(report), flush=True)
         pt.barrier()  # keep every rank's sockets open until all have looked

@@ -21,6 +21,7 @@ import torch
 import paratrain as pt
 from paratrain.errors import ConfigError
 from tests.strategy import ft_workers
+from tests.launch.probe import listening_sockets
 from tests.support import free_port
 
 pytest.importorskip("torchft")
@@ -142,5 +143,7 @@ def test_refusals_in_one_line(monkeypatch):
     with pytest.raises(ConfigError, match=r"strategy='ft-ddp' does not run in pt.fit or paratrain train: .* own loop"):
         pt.fit(torch.nn.Linear(3, 2), data, data, strategy="ft-ddp", progress=False, tensorboard=False)
     monkeypatch.setenv("TORCHFT_LIGHTHOUSE", f"http://127.0.0.1:{free_port()}")
+    listening_before = set(listening_sockets(os.getpid()))
     with pytest.raises(pt.DistributedError, match=r"replica group 0 cannot reach the Lighthouse at http://127"):
         pt.Runtime(strategy="ft-ddp", collective_timeout=1)
+    assert set(listening_sockets(os.getpid())) <= listening_before  # the refused start left nothing listening

@@ -1,9 +1,8 @@
 """A rendezvous store that listens on 127.0.0.1 only, on a port the kernel picks.
 
-torch's TCPStore server always listens on every interface. For a one-node job we
-bind the listening socket ourselves to loopback and hand its file descriptor to a
-*multi-tenant* TCPStore in this (the launcher's) process. torch.distributed.run's
-static rendezvous then opens "its" store on the same port in the same process and
+torch's TCPStore server always listens on every interface. For a one-node job the
+launcher holds a *multi-tenant* store bound to loopback (:mod:`paratrain.store_server`)
+in its own process. torch.distributed.run's static rendezvous then opens "its" store on the same port in the same process and
 gets ours, and workers reach it as MASTER_ADDR=127.0.0.1. Two jobs on one machine
 never collide (the kernel hands out the port while we hold it, no pick-then-bind
 race) and nothing listens on public interfaces.
@@ -11,13 +10,9 @@ race) and nothing listens on public interfaces.
 
 from __future__ import annotations
 
-import socket
-from datetime import timedelta
-
-import torch.distributed as dist
-
 from paratrain.errors import ConfigError
 from paratrain.launch.network import LOOPBACK
+from paratrain.store_server import store_server
 
 
 class LoopbackStore:
@@ -32,27 +27,13 @@ class LoopbackStore:
     """
 
     def __init__(self, timeout_s: float = 600.0, port: int = 0):
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        # As TCPStore does: a port whose old connections sit in TIME_WAIT is reusable.
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            listener.bind((LOOPBACK, port))
+            self.store = store_server(LOOPBACK, port, timeout_s, multi_tenant=True)
         except OSError as exc:
-            listener.close()
             raise ConfigError(
                 f"port {port} on {LOOPBACK} is taken ({exc.strerror}); pick another --master-port or leave it out"
             ) from None
-        listener.listen(512)
-        self.port: int = listener.getsockname()[1]
-        self.store = dist.TCPStore(
-            LOOPBACK,
-            self.port,
-            is_master=True,
-            wait_for_workers=False,
-            timeout=timedelta(seconds=timeout_s),
-            multi_tenant=True,
-            master_listen_fd=listener.detach(),  # the store owns and closes it
-        )
+        self.port: int = self.store.port
 
     @property
     def address(self) -> str:

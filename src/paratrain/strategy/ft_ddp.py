@@ -41,9 +41,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 import torch
 
@@ -51,6 +53,7 @@ from paratrain import comm
 from paratrain.arguments import option, option_field
 from paratrain.errors import CollectiveTimeoutError, ConfigError, DistributedError, MissingDependencyError
 from paratrain.strategy import register_strategy
+from paratrain.store_server import store_server
 from paratrain.strategy.api import NOT_STEPPED, Strategy, StepResult, StrategyOptions
 from paratrain.strategy.weights import broadcast_module
 
@@ -63,6 +66,22 @@ LIGHTHOUSE_ENV, GROUP_ENV, GROUPS_ENV = "TORCHFT_LIGHTHOUSE", "REPLICA_GROUP_ID"
 def replica_group() -> int:
     """This process's replica group (``REPLICA_GROUP_ID``; 0 outside a fault-tolerant launch)."""
     return int(os.environ.get(GROUP_ENV, "0"))
+
+
+def _unreachable(url: str, timeout_s: float) -> str | None:
+    """Why a TCP connection to the Lighthouse at ``url`` (``http://HOST:PORT``) fails, or None."""
+    parsed = urlsplit(url)
+    try:
+        port = parsed.port
+    except ValueError:
+        port = None
+    if not parsed.hostname or port is None:
+        return f"{url!r} is not http://HOST:PORT"
+    try:
+        socket.create_connection((parsed.hostname, port), timeout=timeout_s).close()
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -114,7 +133,8 @@ class FTDDPStrategy(Strategy):
         which registers with the Lighthouse named by ``TORCHFT_LIGHTHOUSE``. Collective over the group.
 
         Raises:
-            ConfigError: ``TORCHFT_LIGHTHOUSE`` is not set.
+            ConfigError: ``TORCHFT_LIGHTHOUSE`` is not set, or ``MASTER_ADDR`` is not an address of this machine
+                (on every rank of the group).
             DistributedError: the Lighthouse cannot be reached within ``collective_timeout`` (on every
                 rank of the group).
             CollectiveTimeoutError: a rank of the group did not reach the Manager's start in time (names it).
@@ -137,12 +157,13 @@ class FTDDPStrategy(Strategy):
         if self.group_rank == 0:
             try:
                 port = self._start_manager(None)
-            except DistributedError as exc:
-                failure = str(exc)
+            except (ConfigError, DistributedError) as exc:
+                failure = (type(exc) is ConfigError, str(exc))
         comm.barrier(timeout=2 * o.collective_timeout + 5, name=f"replica group {self.group}: the start of its Manager")
         failure, port = comm.broadcast_object((failure, port))
         if failure is not None:
-            raise DistributedError(failure)
+            config, message = failure
+            raise (ConfigError if config else DistributedError)(message)
         if self.group_rank != 0:
             self._start_manager(port)
         self.loss_weight = 1.0
@@ -151,17 +172,31 @@ class FTDDPStrategy(Strategy):
         return self
 
     def _start_manager(self, store_port: int | None) -> int:
-        """This rank's Manager on the group's store (group rank 0 makes the store: ``store_port`` None);
-        returns the store's port."""
-        from torch.distributed import TCPStore
+        """This rank's Manager on the group's store; returns the store's port. Group rank 0 (``store_port``
+        None) first checks that the Lighthouse answers, then makes the store.
+
+        Raises:
+            ConfigError: the store cannot listen on ``MASTER_ADDR``.
+            DistributedError: the Lighthouse cannot be reached.
+        """
         from torchft import Manager, ProcessGroupGloo, ProcessGroupNCCL
 
         o = self.options
         timeout = timedelta(seconds=o.collective_timeout)
         # The group's own store: the rings of a quorum whose primary this group is rendezvous on it.
+        # It listens on the group's address only (127.0.0.1 on one machine), as the job's rendezvous does.
         host = os.environ.get("MASTER_ADDR", "127.0.0.1")
         if store_port is None:
-            self._store = TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timeout)
+            # Asked before torchft's Manager starts: its server binds every address first and, when the
+            # Lighthouse then cannot be reached, stays listening in this process.
+            unreachable = _unreachable(self.lighthouse, o.collective_timeout)
+            if unreachable:
+                raise self._lighthouse_error(unreachable)
+            try:
+                self._store = store_server(host, 0, o.collective_timeout)  # on the group's address only
+            except OSError as exc:
+                raise ConfigError(f"replica group {self.group} cannot listen on MASTER_ADDR={host} ({exc.strerror}); "
+                                  "set MASTER_ADDR to an address of this machine") from None
             store_port = self._store.port
         ring = ProcessGroupNCCL(timeout=timeout) if self.device.type == "cuda" else ProcessGroupGloo(timeout=timeout)
         try:
@@ -175,12 +210,15 @@ class FTDDPStrategy(Strategy):
                 lighthouse_addr=self.lighthouse, replica_id=f"group{self.group}", max_retries=o.heal_retries,
             )
         except RuntimeError as exc:  # torchft's Rust client: "failed to connect to … within timeout"
-            self._store = None  # its server listens on every address: a refused start must not leave it open
-            raise DistributedError(
-                f"replica group {self.group} cannot reach the Lighthouse at {self.lighthouse} within "
-                f"{o.collective_timeout:g} s ({_first_line(exc)[:120]}); check {LIGHTHOUSE_ENV}, or start the job "
-                "with paratrain run --fault-tolerance replicas") from exc
+            self._store = None  # a refused start leaves nothing listening in the process
+            raise self._lighthouse_error(_first_line(exc)[:120]) from exc
         return store_port
+
+    def _lighthouse_error(self, reason: str) -> DistributedError:
+        return DistributedError(
+            f"replica group {self.group} cannot reach the Lighthouse at {self.lighthouse} within "
+            f"{self.options.collective_timeout:g} s ({reason}); check {LIGHTHOUSE_ENV}, or start the job "
+            "with paratrain run --fault-tolerance replicas")
 
     # ---- what a healing group receives ----------------------------------------------------------
     def heal_with(self, key: str, stateful: Any) -> None:

@@ -1,11 +1,17 @@
-"""The hang watchdog through the real CLI: a rank that sleeps for good is named, with its frame."""
+"""The hang watchdog: through the real CLI a rank that sleeps for good is named, with its frame; its thread
+leaves no last resort armed once stopped."""
 
 from __future__ import annotations
 
+import faulthandler
 import re
 import subprocess
+import threading
 import time
 
+import torch.distributed as dist
+
+from paratrain.diagnostics.watchdog.thread import Watchdog
 from tests.launch.processes import HANG_GUARD_S
 from tests.support import ROOT, paratrain_cmd
 
@@ -30,3 +36,48 @@ def test_a_rank_sleeping_forever_is_named_with_its_frame_and_every_process_ends(
     # unless the launcher stops them first (the first rank to exit ends the job).
     assert "[rank1]:paratrain watchdog: rank 1: a stall was detected; this rank's threads:" in run.stdout + run.stderr
     assert re.search(r"\[rank1\]:\s+File \".*fit_script.py\", line \d+ in on_step_end", run.stderr), run.stderr[-3000:]
+
+
+class HeldStore:
+    """A real store whose calls can be held until released: a job store that stops answering for a while."""
+
+    def __init__(self):
+        self.store = dist.HashStore()
+        self.open = threading.Event()
+        self.open.set()
+        self.held = threading.Event()  # a call is waiting at the gate
+
+    def __getattr__(self, name):
+        method = getattr(self.store, name)
+
+        def call(*args):
+            if not self.open.is_set():
+                self.held.set()
+                self.open.wait(60)
+            return method(*args)
+
+        return call
+
+
+def test_a_watchdog_stopped_while_its_thread_waits_in_a_store_call_arms_no_hard_exit_afterwards(monkeypatch):
+    """The last resort (faulthandler's exit timer) must not outlive the watchdog: one left armed ends the
+    process that stopped the watchdog a stall timeout later."""
+    calls: list[str] = []
+    monkeypatch.setattr(faulthandler, "dump_traceback_later", lambda *args, **kwargs: calls.append("arm"))
+    monkeypatch.setattr(faulthandler, "cancel_dump_traceback_later", lambda: calls.append("cancel"))
+    store = HeldStore()
+    watchdog = Watchdog(stall_timeout=60, rank=0, world_size=1, poll=0.05, store=store).start()
+    deadline = time.monotonic() + 30
+    while "arm" not in calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "arm" in calls  # the thread publishes, armed
+    closed_at = len(calls)
+    store.open.clear()
+    assert store.held.wait(30)  # the thread now waits in a store call
+    # stop() joins the thread for poll + 5 s, cancels the timer, then publishes (held too): answer after that.
+    threading.Timer(watchdog.poll + 6, store.open.set).start()
+    watchdog.stop()
+    watchdog._thread.join(30)
+    assert not watchdog._thread.is_alive()
+    after = calls[closed_at:]
+    assert "cancel" in after and "arm" not in after[after.index("cancel"):], after
