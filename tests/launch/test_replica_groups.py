@@ -34,3 +34,26 @@ def test_the_first_line_of_a_process_is_waited_for_within_its_guard():
         for process in (talks, silent, gone):
             process.kill()
             process.wait()
+
+
+def test_a_group_shape_that_could_be_uneven_is_refused_in_one_line_before_anything_starts(tmp_path):
+    import subprocess
+
+    import pytest
+
+    from paratrain.errors import ConfigError
+    from paratrain.launch.replica_groups import check_group_shape
+    from tests.support import clean_env, paratrain_cmd
+
+    script = tmp_path / "train.py"
+    script.write_text("open(__file__ + '.ran', 'w').close()\n")
+    done = subprocess.run(paratrain_cmd("run", "--fault-tolerance", "replicas", "--replica-groups", "2", "--nnodes",
+                                        "1:2", "--nproc-per-node", "2", str(script)),
+                          env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--nnodes 1:2 lets a group grow and shrink" in lines[0], done.stderr
+    assert "Lighthouse" not in done.stdout + done.stderr and not (tmp_path / "train.py.ran").exists()
+    check_group_shape(1, 1)
+    with pytest.raises(ConfigError, match="runs each replica group on this node, got --nnodes 2"):
+        check_group_shape(2, 2)

@@ -2,10 +2,13 @@
 --fault-tolerance replicas … tests/strategy/ft_workers.py OUT``), and the uninterrupted reference.
 
 Each group trains ``EPOCHS`` epochs of a seeded order over ``SAMPLES`` rows in global batches of
-``GLOBAL``, checkpoints to ``OUT/group<i>`` every ``SAVE_EVERY`` committed steps, and appends one
-line per committed step to ``OUT/steps-<i>.jsonl``: its pid, the committed step, the epoch, the
-step's whole slice and its own part. ``FT_KILL_IN_ALLREDUCE=G:S`` makes group G kill itself with
-SIGKILL inside the gradient all-reduce of committed step S, once per run (a marker file in OUT).
+``GLOBAL``, checkpoints to ``OUT/group<i>`` every ``SAVE_EVERY`` committed steps, and each of its
+processes appends one line per committed step to ``OUT/steps-<i>.jsonl`` (group rank 0; rank ``r``
+of a group of several: ``steps-<i>.<r>.jsonl``): its pid, the committed step, the epoch, the step's
+whole slice, its own part, the part's loss weight and the number of parts. ``FT_KILL_IN_ALLREDUCE=G:S``
+makes group G's rank 0 kill itself with SIGKILL inside the gradient all-reduce across groups of committed
+step S, once per run (a marker file in OUT); ``G:S:R``: its rank R, at the all-reduce, before its part is
+sent, so that the peers of its ring wait for it inside the collective.
 ``FT_STEP_SLEEP`` seconds between steps stretch the run until the harness is done (``OUT/harness-done``):
 the kills, and the relaunches after them, need time to land, however loaded the machine.
 """
@@ -66,19 +69,30 @@ def reference(epochs: int = EPOCHS) -> dict[str, torch.Tensor]:
     return net.state_dict()
 
 
+def _name(stem: str, group: int, rank: int, suffix: str = "") -> str:
+    """``stem-<group><suffix>`` for group rank 0, ``stem-<group>.<rank><suffix>`` for the others."""
+    return f"{stem}-{group}{'' if rank == 0 else f'.{rank}'}{suffix}"
+
+
 def kill_in_allreduce(rt, out: Path) -> None:
-    """Group G of ``FT_KILL_IN_ALLREDUCE=G:S`` dies inside the all-reduce of step S (once)."""
+    """Rank R (default 0) of group G of ``FT_KILL_IN_ALLREDUCE=G:S[:R]`` dies inside the all-reduce across
+    groups of step S (once)."""
     spec = os.environ.get("FT_KILL_IN_ALLREDUCE", "")
     marker = out / "killed-in-allreduce"
     if not spec or marker.exists():
         return
-    group, step = map(int, spec.split(":"))
-    if group != rt.strategy.group:
+    numbers = list(map(int, spec.split(":")))
+    group, step, rank = (numbers + [0])[:3]
+    if group != rt.strategy.group or rank != rt.strategy.group_rank:
         return
     manager = rt.strategy.manager
     issue = manager.allreduce
+    unsent = len(numbers) == 3  # G:S:R dies before its part is sent: its ring's peers cannot finish the step
 
     def allreduce_then_die(tensor, *args, **kwargs):
+        if unsent and manager.current_step() == step:
+            marker.write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
         work = issue(tensor, *args, **kwargs)  # the peers are in the collective with us now
         if manager.current_step() == step:
             marker.write_text(str(os.getpid()))
@@ -93,8 +107,8 @@ def main(out: Path) -> None:
     import paratrain as pt
 
     rt = pt.Runtime(strategy="ft-ddp", seed=SEED)
-    group = rt.strategy.group
-    (out / f"pid-{group}").write_text(str(os.getpid()))  # for a harness that kills at random
+    group, rank = rt.strategy.group, rt.strategy.group_rank
+    (out / _name("pid", group, rank)).write_text(str(os.getpid()))  # for a harness that kills at random
     net = model()
     optimizer = torch.optim.SGD(net.parameters(), lr=LR)
     net, optimizer = rt.setup(net, optimizer)
@@ -103,23 +117,25 @@ def main(out: Path) -> None:
     ckpt.resume()
     kill_in_allreduce(rt, out)
     pause = float(os.environ.get("FT_STEP_SLEEP", "0"))
-    with open(out / f"steps-{group}.jsonl", "a") as log:
+    with open(out / _name("steps", group, rank, ".jsonl"), "a") as log:
         while train.epoch < int(os.environ.get("FT_EPOCHS", EPOCHS)):
             for x, y, ids in train:
-                whole, epoch = train.slices.next_slice(), train.epoch
+                whole, epoch, weight = train.slices.next_slice(), train.epoch, rt.strategy.loss_weight
                 loss = F.binary_cross_entropy_with_logits(net(x), y)
                 rt.backward(loss)
                 if rt.step(optimizer):
                     step = rt.strategy.committed_steps
                     log.write(json.dumps({"pid": os.getpid(), "step": step, "epoch": epoch, "slice": whole,
-                                          "part": ids.tolist(), "time": time.time()}) + "\n")
+                                          "part": ids.tolist(), "weight": weight, "parts": train.last_parts,
+                                          "time": time.time()}) + "\n")
                     log.flush()
                     if step % SAVE_EVERY == 0:
                         ckpt.save(step=step)
                 if pause and not (out / "harness-done").exists():
                     time.sleep(pause)
     state = {name: tensor.tolist() for name, tensor in rt.unwrap(net).state_dict().items()}
-    (out / f"final-{group}.json").write_text(json.dumps({"state": state, "steps": rt.strategy.committed_steps}))
+    final = {"state": state, "steps": rt.strategy.committed_steps}
+    (out / _name("final", group, rank, ".json")).write_text(json.dumps(final))
     rt.close()
 
 
@@ -129,44 +145,47 @@ if __name__ == "__main__":
 
 # ---- the harness: start a job, kill one group at random moments, read what happened ----------------
 
-def start_job(out: Path, groups: int, **env: str):
-    """``paratrain run --fault-tolerance replicas --replica-groups GROUPS`` of this file, output to OUT/job.log."""
+def start_job(out: Path, groups: int, nproc: int = 1, **env: str):
+    """``paratrain run --fault-tolerance replicas --replica-groups GROUPS --nproc-per-node NPROC`` of this
+    file, output to OUT/job.log."""
     import subprocess
 
     from tests.support import clean_env, paratrain_cmd
 
     log = open(out / "job.log", "w")
     argv = paratrain_cmd("run", "--fault-tolerance", "replicas", "--replica-groups", str(groups),
-                         "--nproc-per-node", "1", str(Path(__file__).resolve()), str(out))
+                         "--nproc-per-node", str(nproc), str(Path(__file__).resolve()), str(out))
     return subprocess.Popen(argv, env=clean_env(**env), stdout=log, stderr=subprocess.STDOUT,
                             cwd=Path(__file__).resolve().parents[2])
 
 
-def records(out: Path, group: int) -> list[dict]:
-    path = out / f"steps-{group}.jsonl"
+def records(out: Path, group: int, rank: int = 0) -> list[dict]:
+    path = out / _name("steps", group, rank, ".jsonl")
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
 
 
 def kill_at_random(job, out: Path, victim: int, kills: int, rng, last_step: int, wait_for_marker: bool = False,
-                   guard_s: float = 240.0, then: Callable[[], None] | None = None) -> list[dict]:
-    """SIGKILL the victim group's worker ``kills`` times, each at a random moment 0.2–1.5 s after it
-    committed a step under a pid not killed before, and wait until it is back (it committed under a
-    new pid), then write ``OUT/harness-done``; no kill after committed step ``last_step``;
-    with ``wait_for_marker``, none before the victim killed itself inside the all-reduce; ``then`` runs
-    before ``harness-done`` is written. Returns one record per kill (pid, the step it had reached)."""
-    done, killed_pids = [], set()
+                   guard_s: float = 240.0, then: Callable[[], None] | None = None, rank: int = 0) -> list[dict]:
+    """SIGKILL the victim group's worker (its group rank ``rank``) ``kills`` times, each at a random moment
+    0.2–1.5 s after it committed a step under a pid not killed before, and wait until it is back (it
+    committed under a new pid), then write ``OUT/harness-done``; no kill after committed step ``last_step``;
+    with ``wait_for_marker``, none before the victim group killed itself at the all-reduce, nor before a step
+    it committed after that; ``then`` runs before ``harness-done`` is written. Returns one record per kill
+    (pid, the step it had reached)."""
+    done, killed_pids, died_at = [], set(), 0.0
     marker = out / "killed-in-allreduce"
     deadline = time.monotonic() + guard_s
     while job.poll() is None and time.monotonic() < deadline:
         if marker.exists():
             killed_pids.add(int(marker.read_text() or 0))
+            died_at = marker.stat().st_mtime  # another rank of the group may have died: its whole life ended
         elif wait_for_marker:
             time.sleep(0.1)
             continue
-        latest = records(out, victim)[-1:] or [None]
-        if latest[0] is None or latest[0]["pid"] in killed_pids:
+        latest = records(out, victim, rank)[-1:] or [None]
+        if latest[0] is None or latest[0]["pid"] in killed_pids or latest[0]["time"] <= died_at:
             time.sleep(0.1)
             continue
         if latest[0]["step"] >= last_step or len(done) == kills:
@@ -185,34 +204,53 @@ def kill_at_random(job, out: Path, victim: int, kills: int, rng, last_step: int,
     return done
 
 
-def verify(out: Path, groups: int, epochs: int = EPOCHS) -> dict:
-    """What the logs say: pids per group, whether every epoch trained each sample exactly once, whether
-    all groups agree on each committed step's slice, and the final weights' distance to :func:`reference`."""
+def verify(out: Path, groups: int, epochs: int = EPOCHS, nproc: int = 1) -> dict:
+    """What the logs of ``groups`` groups of ``nproc`` processes say: pids per group (and per group rank),
+    whether every epoch trained each sample exactly once, whether all processes agree on each committed
+    step's slice, whether the parts of each step whose every process logged it are the slice, each sample
+    once (``parts_checked`` steps, ``parts_wrong``), and every process's final weights' distance to
+    :func:`reference` (keyed ``g`` for group rank 0, ``g.r`` for the others)."""
     per_step: dict[int, dict] = {}
     disagreements = 0
-    pids, first_steps = {}, {}
+    pids, rank_pids, first_steps = {}, {}, {}
+    parts: dict[int, dict[tuple[int, int], dict]] = {}
     for group in range(groups):
-        lines = records(out, group)
-        pids[group] = sorted({line["pid"] for line in lines})
-        first_steps[group] = [next(line["step"] for line in lines if line["pid"] == pid)
-                              for pid in dict.fromkeys(line["pid"] for line in lines)]
-        for line in lines:
-            seen = per_step.setdefault(line["step"], line)
-            disagreements += seen["slice"] != line["slice"] or seen["epoch"] != line["epoch"]
+        for rank in range(nproc):
+            lines = records(out, group, rank)
+            rank_pids[f"{group}.{rank}"] = sorted({line["pid"] for line in lines})
+            if rank == 0:
+                pids[group] = rank_pids[f"{group}.0"]
+                first_steps[group] = [next(line["step"] for line in lines if line["pid"] == pid)
+                                      for pid in dict.fromkeys(line["pid"] for line in lines)]
+            for line in lines:
+                seen = per_step.setdefault(line["step"], line)
+                disagreements += seen["slice"] != line["slice"] or seen["epoch"] != line["epoch"]
+                parts.setdefault(line["step"], {})[group, rank] = line  # a step replayed from disk: its last line
     trained: dict[int, list[int]] = {}
     for step in sorted(per_step):
         trained.setdefault(per_step[step]["epoch"], []).extend(per_step[step]["slice"])
     exactly_once = sorted(trained) == list(range(epochs)) and all(
         sorted(ids) == list(range(SAMPLES)) for ids in trained.values())
+    checked = wrong = 0
+    for step, lines in parts.items():
+        count = next(iter(lines.values()))["parts"]
+        if len(lines) != count or any(line["parts"] != count for line in lines.values()):
+            continue  # a process died between the commit and its line
+        checked += 1
+        ids = [i for line in lines.values() if line["weight"] for i in line["part"]]
+        wrong += sorted(ids) != sorted(per_step[step]["slice"])
     ref = reference(epochs)
     finals = {}
     for group in range(groups):
-        path = out / f"final-{group}.json"
-        if path.exists():
-            state = json.loads(path.read_text())["state"]
-            finals[group] = max(float((torch.tensor(state[k]) - ref[k]).abs().max()) for k in ref)
-    return {"pids": pids, "first_steps": first_steps, "steps": sorted(per_step), "exactly_once": exactly_once, "disagreements": disagreements,
-            "max_abs_diff": finals}
+        for rank in range(nproc):
+            path = out / _name("final", group, rank, ".json")
+            if path.exists():
+                state = json.loads(path.read_text())["state"]
+                finals[group if rank == 0 else f"{group}.{rank}"] = max(
+                    float((torch.tensor(state[k]) - ref[k]).abs().max()) for k in ref)
+    return {"pids": pids, "rank_pids": rank_pids, "first_steps": first_steps, "steps": sorted(per_step),
+            "exactly_once": exactly_once, "disagreements": disagreements, "parts_checked": checked,
+            "parts_wrong": wrong, "max_abs_diff": finals}
 
 
 def lighthouse_pid(supervisor: int) -> int | None:

@@ -5,7 +5,8 @@ Lighthouse is killed, and every group restarts from its disk checkpoint. Until t
 processes never restart (their pids); every epoch trains each sample exactly once (the committed slices'
 sample ids; a step replayed from disk trains the same slice); the final weights of every group equal one
 uninterrupted process's within 1e-6 (measured: about 6e-8, the slices split over 2 or 3 groups sum in
-another order). The ten-kill version: benchmarks/ft_kill_soak.py."""
+another order). The ten-kill version: benchmarks/ft_kill_soak.py. Then the same on 2 groups of 2 processes each,
+where one process of a group dies and its whole group restarts and heals."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import signal
 import time
 
 import pytest
+import torch
 
 import paratrain as pt
 from paratrain.errors import ConfigError
@@ -63,6 +65,70 @@ def test_survivors_never_stop_every_sample_trains_once_and_a_lost_lighthouse_res
     assert max(result["max_abs_diff"].values()) <= BOUND, result["max_abs_diff"]
 
 
+def test_groups_of_two_processes_one_killed_restarts_whole_and_heals_while_the_other_trains_on(tmp_path):
+    """2 groups of 2 processes. Group 1's rank 1 dies at its all-reduce across groups of step 5, before sending: group
+    0's rank 1 waits for it inside that all-reduce, which fails, and group 0's vote drops step 5 on both its ranks
+    (whatever its rank 0's all-reduce did) and trains it again alone. Later group 1's rank 0 (the one with the
+    group's Manager server) dies at a random moment once the group is back. Each time the group's agent ends the
+    group and the launcher starts both processes again, which heal from group 0's; group 0 keeps its two pids and
+    commits alone meanwhile (each step split over its 2 processes)."""
+    job = ft_workers.start_job(tmp_path, 2, nproc=2, FT_KILL_IN_ALLREDUCE="1:4:1", FT_STEP_SLEEP="0.6")
+    try:
+        kills = ft_workers.kill_at_random(job, tmp_path, victim=1, rank=0, kills=1, rng=random.Random(5),
+                                          last_step=70, wait_for_marker=True)
+        code = job.wait(timeout=300)  # a guard against a hang, not a time limit
+    finally:
+        if job.poll() is None:
+            job.kill()
+    log = (tmp_path / "job.log").read_text()
+    assert code == 0, log[-3000:]
+    assert (tmp_path / "killed-in-allreduce").exists(), "group 1's rank 1 never died inside the all-reduce"
+    assert len(kills) == 1, (kills, log[-3000:])
+    result = ft_workers.verify(tmp_path, 2, nproc=2)
+    pids = result["rank_pids"]
+    assert len(pids["0.0"]) == 1 and len(pids["0.1"]) == 1, pids  # the survivors never restarted
+    assert len(pids["1.0"]) == 3 and len(pids["1.1"]) == 3, pids  # the whole victim group, after each kill ...
+    assert all(first > 1 for first in result["first_steps"][1][1:]), result["first_steps"]  # ... healed
+    alone = [r["step"] for r in ft_workers.records(tmp_path, 0) if r["parts"] == 2]
+    assert 5 in alone and len(alone) >= 2, alone  # step 5 dropped and trained again alone; the same after the 2nd kill
+    assert "group(s) 1 left the quorum" in log
+    assert result["exactly_once"], result
+    assert result["disagreements"] == 0 and result["parts_wrong"] == 0, result
+    assert result["parts_checked"] >= len(result["steps"]) - 2, result  # every step but those a kill cut short
+    assert result["steps"] == list(range(1, ft_workers.EPOCHS * ft_workers.SAMPLES // ft_workers.GLOBAL + 1))
+    assert set(result["max_abs_diff"]) == {0, 1, "0.1", "1.1"}, result["max_abs_diff"]  # every process finished
+    assert max(result["max_abs_diff"].values()) <= BOUND, result["max_abs_diff"]
+
+
+def _late_for_the_quorum() -> str:
+    """Group rank 1 is busy elsewhere past the quorum's and the probe's timeouts: rank 0's step names it."""
+    rt = pt.Runtime(strategy="ft-ddp", quorum_timeout=1, collective_timeout=1)
+    train = rt.loader(ft_workers.Rows(), batch_size=8)
+    said = ""
+    if rt.rank == 0:
+        try:
+            next(iter(train))
+        except pt.DistributedError as exc:
+            said = f"{type(exc).__name__}: {exc}"
+    else:
+        time.sleep(4)  # past the quorum's 1 s and the probe's 1 s on rank 0
+    rt.strategy.close()
+    return said
+
+
+def test_a_rank_of_the_group_late_for_the_quorum_is_named(tmp_path):
+    from torchft._torchft import LighthouseServer
+
+    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1)
+    try:
+        said = pt.spawn(_late_for_the_quorum, nprocs=2, timeout=120,
+                        env={"TORCHFT_LIGHTHOUSE": "http://127.0.0.1:" + lighthouse.address().rsplit(":", 1)[1]})
+    finally:
+        lighthouse.shutdown()
+    assert said.startswith("CollectiveTimeoutError: replica group 0 at step 0: the quorum did not complete"), said
+    assert "rank(s) 1 did not arrive within 1s" in said, said
+
+
 def test_refusals_in_one_line(monkeypatch):
     monkeypatch.delenv("TORCHFT_LIGHTHOUSE", raising=False)
     with pytest.raises(ConfigError, match="needs a Lighthouse: set TORCHFT_LIGHTHOUSE"):
@@ -70,12 +136,9 @@ def test_refusals_in_one_line(monkeypatch):
     from paratrain.strategy import STRATEGIES
 
     cls = STRATEGIES["ft-ddp"]
-    with pytest.raises(ConfigError, match="runs one process per replica group, got 2"):
-        cls.check(2, cls.parse_options({}))
+    cls.check(2, cls.parse_options({}))  # a replica group of several processes
     with pytest.raises(ConfigError, match="heal_retries must be positive"):
         cls.parse_options({"heal_retries": 0})
-    import torch
-
     data = torch.utils.data.TensorDataset(torch.randn(8, 3), torch.zeros(8, dtype=torch.long))
     with pytest.raises(ConfigError, match=r"strategy='ft-ddp' does not run in pt.fit or paratrain train: .* own loop"):
         pt.fit(torch.nn.Linear(3, 2), data, data, strategy="ft-ddp", progress=False, tensorboard=False)

@@ -61,10 +61,11 @@ Elastic nodes (c10d rendezvous: any node may start first, 2 to 4 nodes):
     paratrain run --nnodes 2:4 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29400 --rdzv-id exp1 train.py
 
 Fault tolerance per step (strategy="ft-ddp", pip install 'paratrain[ft]'): torchft's
-Lighthouse and 3 replica groups of one process; a group that dies is started again
-and heals from a live one while the others train on (docs/fault-tolerance.md):
+Lighthouse and 3 replica groups of 2 processes each; a group that loses a process is
+started again, whole, and heals from a live one while the others train on
+(docs/fault-tolerance.md):
 
-    paratrain run --fault-tolerance replicas --replica-groups 3 --nproc-per-node 1 train.py
+    paratrain run --fault-tolerance replicas --replica-groups 3 --nproc-per-node 2 train.py
 
 SLURM (one launcher per node; nodes, node rank, master address and a port
 derived from the job id come from SLURM when the flags are not given):
@@ -338,8 +339,10 @@ def handler(args: argparse.Namespace) -> int:
     from paratrain.launch.config import LaunchConfig
 
     if args.fault_tolerance:
-        from paratrain.launch.replica_groups import ReplicaGroups, group_words
+        from paratrain.launch.replica_groups import ReplicaGroups, check_group_shape, group_words
 
+        config = LaunchConfig.from_args(args)
+        check_group_shape(config.min_nodes, config.max_nodes)
         return ReplicaGroups(group_words(sys.argv), args.replica_groups, args.replica_restarts).run()
     with ignoring_stale_launcher_variables("run", PARATRAIN_WORKER_VARIABLES):
         config = LaunchConfig.from_args(args)

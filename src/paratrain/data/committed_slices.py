@@ -7,9 +7,12 @@ of the epoch. The job walks one order instead:
    seeded with ``seed + epoch``), the same on every group;
 2. a *cursor* counts the samples of the epoch whose step committed; the next step trains
    ``order[cursor : cursor + global_batch]`` (the last one of an epoch may be shorter);
-3. the ``W`` groups taking part in that step split it into ``W`` contiguous parts whose sizes
-   differ by at most one; group ``r`` trains part ``r``, its loss weighted by
-   ``part × W / slice`` so that the mean over groups of the gradients is the slice's mean;
+3. the ``P`` processes taking part in that step (``W`` groups of ``K``: ``P = W·K``) split it
+   into ``P`` contiguous parts whose sizes differ by at most one; the process of part ``r``
+   (rank ``k`` of the ``w``-th group: ``r = w·K + k``) trains it, its loss weighted by
+   ``part × P / slice`` so that the mean over processes of the gradients is the slice's mean.
+   A part of no sample (a slice shorter than ``P``: the last of an epoch) trains the slice's
+   first sample with weight 0, so that every process runs the same forward and backward;
 4. the cursor moves only when the step commits. A dropped step (a group died inside it)
    leaves the cursor where it was: the next step trains the same slice, split over the
    groups of that moment.
@@ -68,18 +71,21 @@ class CommittedSlices:
         return self.order()[self.cursor:self.cursor + self.global_batch]
 
     def part(self, rank: int, world_size: int) -> tuple[list[int], float]:
-        """Group ``rank`` of ``world_size``'s contiguous part of the next slice, and its loss weight
-        ``part × world_size / slice`` (1.0 when the slice splits evenly).
+        """Part ``rank`` of ``world_size`` of the next slice (contiguous), and its loss weight
+        ``part × world_size / slice`` (1.0 when the slice splits evenly; 0.0 with the slice's first
+        sample for a part of none).
 
         Raises:
             DataError: ``rank`` outside ``0 … world_size - 1``.
         """
         if not 0 <= rank < world_size:
-            raise DataError(f"replica rank {rank} is outside the {world_size} groups of this step")
+            raise DataError(f"part {rank} is outside the {world_size} parts of this step")
         whole = self.next_slice()
         base, extra = divmod(len(whole), world_size)
         start = rank * base + min(rank, extra)
         size = base + (1 if rank < extra else 0)
+        if size == 0:
+            return whole[:1], 0.0
         return whole[start:start + size], size * world_size / len(whole)
 
     def commit(self) -> None:

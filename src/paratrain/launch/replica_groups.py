@@ -2,11 +2,12 @@
 
 Per-step fault tolerance (``strategy="ft-ddp"``, torchft) needs, besides the workers, torchft's
 *Lighthouse*: the one server that tells every step which replica groups are alive. This module
-starts it, then one ``paratrain run`` (a torchrun agent, the job's other flags as given) per
-replica group, with the environment torchft reads: ``TORCHFT_LIGHTHOUSE``, ``REPLICA_GROUP_ID``,
-``NUM_REPLICA_GROUPS``. Then it watches:
+starts it, then one ``paratrain run`` (a torchrun agent, the job's other flags as given: its
+``--nproc-per-node K`` processes are the group) per replica group, with the environment torchft
+reads: ``TORCHFT_LIGHTHOUSE``, ``REPLICA_GROUP_ID``, ``NUM_REPLICA_GROUPS``. Then it watches:
 
-* a group that exits with an error is started again (up to ``--replica-restarts`` times each); it
+* a group that exits with an error (its agent ends every process of the group when one dies) is
+  started again whole (up to ``--replica-restarts`` times each); it
   heals from a live group at its first step, and the others never stop;
 * a group that exits 0 finished the run; after that a failed group is not started again, and one
   still running ``FINISH_GRACE_S`` later is stopped (both could only train alone from their own
@@ -31,7 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from paratrain.errors import LaunchError
+from paratrain.errors import ConfigError, LaunchError
 
 #: How long the Lighthouse waits for a heartbeat before it drops a replica group from the quorum
 #: (torchft's default is 5 s: the pause of the survivors after a group dies), and for a group that
@@ -91,6 +92,22 @@ def _is_target(words: list[str], position: int) -> bool:
 #: ``paratrain run``'s flags that take no value (the word after one is the script).
 _SWITCHES = {"--standalone", "-m", "--module", "--no-python", "--no_python", "-v", "--verbose", "--run-path",
              "--run_path"}
+
+
+def check_group_shape(min_nodes: int, max_nodes: int) -> None:
+    """Refuse a group shape the replica groups cannot share, before anything starts: every group is one
+    ``paratrain run`` on this node, all of the same size (torchft pairs rank ``i`` of every group).
+
+    Raises:
+        ConfigError: a node range (groups whose size could change) or several nodes per group.
+    """
+    if min_nodes != max_nodes:
+        raise ConfigError(f"--fault-tolerance replicas needs replica groups of one fixed size, but --nnodes "
+                          f"{min_nodes}:{max_nodes} lets a group grow and shrink; give each group --nproc-per-node K "
+                          "processes on one node (a lost process restarts its whole group)")
+    if max_nodes != 1:
+        raise ConfigError(f"--fault-tolerance replicas runs each replica group on this node, got --nnodes {max_nodes}; "
+                          "give each group --nproc-per-node K processes (groups spanning nodes are not supported)")
 
 
 def _die_with_supervisor() -> None:  # runs in the child between fork and exec

@@ -1,29 +1,40 @@
 """Fault-tolerant data parallelism per step (torchft): replica groups that come and go while the
 survivors keep training.
 
-Each replica group is one process (one torchrun agent of ``paratrain run --fault-tolerance
-replicas``). Every step, torchft's ``Manager`` asks the Lighthouse which groups are alive (the
-*quorum*), reconfigures its gloo/NCCL process group over them, and a group that joins (a fresh
-start or a relaunch after a crash) first receives the weights, optimizer state and data cursor
-of a live group over HTTP (*healing*). The gradients go through torchft's DDP, whose all-reduce
-reports a failure (a peer died inside it) to the Manager instead of raising; the Manager then
-refuses to commit the step everywhere it failed, the optimizer does not step, and the next
-step — one quorum later, without the dead group — trains the same samples again
-(:mod:`paratrain.data.committed_slices`). Survivors never restart.
+A replica group is one torchrun agent of ``paratrain run --fault-tolerance replicas``: ``K``
+processes (``--nproc-per-node K``) joined by their own process group, the *group*. Each of them
+runs a torchft ``Manager``; group rank 0's also runs the group's Manager server, which speaks for
+the group to the Lighthouse. Every step the Lighthouse says which groups are alive (the
+*quorum*) and each group rank ``i`` joins a process group of its own over rank ``i`` of every
+group of the quorum, its *ring* (torchft's layout: store prefix ``…/<quorum>/<group rank>``). A
+group that joins (a fresh start or a relaunch after a crash) first receives, rank ``i`` from rank
+``i`` of a live group, the weights, optimizer state and data cursor over HTTP (*healing*).
+
+The gradients are reduced in two levels, as HSDP's are (torchft's layout is HSDP's: rank ``i`` of
+every group holds the same part): inside the group, an all-reduce (a plain process group: its
+members live and die together); across groups, group rank ``i`` all-reduces only the ``i``-th of
+``K`` chunks of each gradient bucket over its ring; a second all-reduce inside the group hands
+every rank the chunks of the others. Each rank sends ``1/K`` of the gradients across groups, the
+slow links of a job of many nodes. A ring whose peer died fails that rank's all-reduce; it is
+reported to the rank's Manager instead of raised, the group's commit vote (every rank must say
+yes) drops the step in the whole group, the optimizer does not step, and the next step — one
+quorum later, without the dead group — trains the same samples again
+(:mod:`paratrain.data.committed_slices`). Survivors never restart. A group whose process died is
+ended whole by its agent and started again whole by the launcher.
 
 The step, from the user's loop::
 
-    batch = next(loader)     # quorum (heals a joining group), then this group's part of the next slice
-    rt.backward(loss)        # loss × part·W/slice; all-reduce over the groups of this quorum
+    batch = next(loader)     # quorum (heals a joining group), then this process's part of the next slice
+    rt.backward(loss)        # loss × part·P/slice; inside the group, this rank's chunk across groups, inside
     rt.step(opt)             # commit?  yes: clip, step, cursor += slice   no: drop the gradients
 
 Bounded everywhere: the quorum waits ``quorum_timeout`` seconds, every collective, commit and
-healing transfer ``collective_timeout``, and a group that fails ``heal_retries`` steps in a row (it cannot
-heal, or its peers keep failing) stops with one line naming itself, so its launcher restarts it
-instead of it stalling the others.
+healing transfer ``collective_timeout``, a rank of the group that never reaches a quorum or a vote
+is named after a barrier of ``collective_timeout``, and a group that fails ``heal_retries`` steps in a
+row (it cannot heal, or its peers keep failing) stops with one line naming itself, so its launcher
+restarts it instead of it stalling the others.
 
-Not here: sharded models (FSDP over torchft needs reduce-scatter, which gloo lacks: NCCL only), and
-several processes per replica group.
+Not here: sharded models (FSDP over torchft needs reduce-scatter, which gloo lacks: NCCL only).
 """
 
 from __future__ import annotations
@@ -40,10 +51,11 @@ import torch
 
 from paratrain import comm
 from paratrain.arguments import option, option_field
-from paratrain.errors import ConfigError, DistributedError, MissingDependencyError
+from paratrain.errors import CollectiveTimeoutError, ConfigError, DistributedError, MissingDependencyError
 from paratrain.strategy import register_strategy
 from paratrain.store_server import store_server
 from paratrain.strategy.api import NOT_STEPPED, Strategy, StepResult, StrategyOptions
+from paratrain.strategy.weights import broadcast_module
 
 _NEEDS = ("torchft", "ft", "strategy 'ft-ddp'")  # module, paratrain extra, what needs it
 
@@ -108,67 +120,99 @@ class FTDDPStrategy(Strategy):
 
     @classmethod
     def check(cls, world_size, options, sync_batchnorm=False, compile=False) -> None:
-        """Raises:
-        MissingDependencyError: torchft is not installed.
-        ConfigError: more than one process in a replica group.
+        """Any number of processes per replica group (``world_size`` is the group's).
+
+        Raises:
+            MissingDependencyError: torchft is not installed.
         """
         if importlib.util.find_spec(_NEEDS[0]) is None:
             raise MissingDependencyError(*_NEEDS)
-        if world_size != 1:
-            raise ConfigError(
-                f"strategy 'ft-ddp' runs one process per replica group, got {world_size}; start groups with "
-                "paratrain run --fault-tolerance replicas --replica-groups N (and --nproc-per-node 1)")
 
     def connect(self, process, device, precision, sync_batchnorm=False, compile=False) -> FTDDPStrategy:
-        """Also starts this group's torchft ``Manager`` (its server registers with the Lighthouse
-        named by ``TORCHFT_LIGHTHOUSE``).
+        """Also starts this rank's torchft ``Manager``; group rank 0's runs the group's Manager server,
+        which registers with the Lighthouse named by ``TORCHFT_LIGHTHOUSE``. Collective over the group.
 
         Raises:
-            ConfigError: ``TORCHFT_LIGHTHOUSE`` is not set, or ``MASTER_ADDR`` is not an address of this machine.
-            DistributedError: the Lighthouse cannot be reached within ``collective_timeout``.
+            ConfigError: ``TORCHFT_LIGHTHOUSE`` is not set, or ``MASTER_ADDR`` is not an address of this machine
+                (on every rank of the group).
+            DistributedError: the Lighthouse cannot be reached within ``collective_timeout`` (on every
+                rank of the group).
+            CollectiveTimeoutError: a rank of the group did not reach the Manager's start in time (names it).
         """
         super().connect(process, device, precision, sync_batchnorm, compile)
         lighthouse = os.environ.get(LIGHTHOUSE_ENV)
         if not lighthouse:
             raise ConfigError(f"strategy 'ft-ddp' needs a Lighthouse: set {LIGHTHOUSE_ENV}=http://HOST:PORT, or start "
                               "the job with paratrain run --fault-tolerance replicas --replica-groups N")
-        from torchft import Manager, ProcessGroupGloo, ProcessGroupNCCL
-
         o = self.options
         self.group = replica_group()
         self.lighthouse = lighthouse
-        timeout = timedelta(seconds=o.collective_timeout)
-        # Asked before torchft's Manager starts: its server binds every address first and, when the
-        # Lighthouse then cannot be reached, stays listening in this process.
-        unreachable = _unreachable(lighthouse, o.collective_timeout)
-        if unreachable:
-            raise self._lighthouse_error(unreachable)
-        # The group's own store: peers of a quorum whose primary this group is rendezvous on it.
-        # It listens on the group's address only (127.0.0.1 on one machine), as the job's rendezvous does.
-        host = os.environ.get("MASTER_ADDR", "127.0.0.1")
-        try:
-            self._store = store_server(host, 0, o.collective_timeout)  # on the group's address only
-        except OSError as exc:
-            raise ConfigError(f"replica group {self.group} cannot listen on MASTER_ADDR={host} ({exc.strerror}); "
-                              "set MASTER_ADDR to an address of this machine") from None
-        group = ProcessGroupNCCL(timeout=timeout) if self.device.type == "cuda" else ProcessGroupGloo(timeout=timeout)
-        try:
-            self.manager = Manager(
-                pg=group, load_state_dict=None, state_dict=None, min_replica_size=o.min_replicas,
-                # The quorum is known before the forward: the data split needs the groups of this step,
-                # and a joining group heals before it trains (it then takes part in the same step).
-                use_async_quorum=False,
-                timeout=timeout, quorum_timeout=timedelta(seconds=o.quorum_timeout), connect_timeout=timeout,
-                rank=0, world_size=1, store_addr=host, store_port=self._store.port, lighthouse_addr=lighthouse,
-                replica_id=f"group{self.group}", max_retries=o.heal_retries,
-            )
-        except RuntimeError as exc:  # torchft's Rust client: "failed to connect to … within timeout"
-            self._store = None  # a refused start leaves nothing listening in the process
-            raise self._lighthouse_error(_first_line(exc)[:120]) from exc
+        self.group_rank, self.group_size = process.rank, process.world_size
+        self._store = None
+        self.manager = None
+        # Group rank 0 first: its Manager server writes its address into the group's store, where the
+        # other ranks' Managers read it. They wait in a barrier bounded by the server's own connect
+        # timeout, and learn the port — or rank 0's refusal, to raise the same line — from it.
+        failure, port = None, None
+        if self.group_rank == 0:
+            try:
+                port = self._start_manager(None)
+            except (ConfigError, DistributedError) as exc:
+                failure = (type(exc) is ConfigError, str(exc))
+        comm.barrier(timeout=2 * o.collective_timeout + 5, name=f"replica group {self.group}: the start of its Manager")
+        failure, port = comm.broadcast_object((failure, port))
+        if failure is not None:
+            config, message = failure
+            raise (ConfigError if config else DistributedError)(message)
+        if self.group_rank != 0:
+            self._start_manager(port)
         self.loss_weight = 1.0
         self._members: tuple[int, ...] = ()  # the groups of the last quorum
         self._slices = None  # the data cursor of the training loader, moved on commit
         return self
+
+    def _start_manager(self, store_port: int | None) -> int:
+        """This rank's Manager on the group's store; returns the store's port. Group rank 0 (``store_port``
+        None) first checks that the Lighthouse answers, then makes the store.
+
+        Raises:
+            ConfigError: the store cannot listen on ``MASTER_ADDR``.
+            DistributedError: the Lighthouse cannot be reached.
+        """
+        from torchft import Manager, ProcessGroupGloo, ProcessGroupNCCL
+
+        o = self.options
+        timeout = timedelta(seconds=o.collective_timeout)
+        # The group's own store: the rings of a quorum whose primary this group is rendezvous on it.
+        # It listens on the group's address only (127.0.0.1 on one machine), as the job's rendezvous does.
+        host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+        if store_port is None:
+            # Asked before torchft's Manager starts: its server binds every address first and, when the
+            # Lighthouse then cannot be reached, stays listening in this process.
+            unreachable = _unreachable(self.lighthouse, o.collective_timeout)
+            if unreachable:
+                raise self._lighthouse_error(unreachable)
+            try:
+                self._store = store_server(host, 0, o.collective_timeout)  # on the group's address only
+            except OSError as exc:
+                raise ConfigError(f"replica group {self.group} cannot listen on MASTER_ADDR={host} ({exc.strerror}); "
+                                  "set MASTER_ADDR to an address of this machine") from None
+            store_port = self._store.port
+        ring = ProcessGroupNCCL(timeout=timeout) if self.device.type == "cuda" else ProcessGroupGloo(timeout=timeout)
+        try:
+            self.manager = Manager(
+                pg=ring, load_state_dict=None, state_dict=None, min_replica_size=o.min_replicas,
+                # The quorum is known before the forward: the data split needs the groups of this step,
+                # and a joining group heals before it trains (it then takes part in the same step).
+                use_async_quorum=False,
+                timeout=timeout, quorum_timeout=timedelta(seconds=o.quorum_timeout), connect_timeout=timeout,
+                rank=self.group_rank, world_size=self.group_size, store_addr=host, store_port=store_port,
+                lighthouse_addr=self.lighthouse, replica_id=f"group{self.group}", max_retries=o.heal_retries,
+            )
+        except RuntimeError as exc:  # torchft's Rust client: "failed to connect to … within timeout"
+            self._store = None  # a refused start leaves nothing listening in the process
+            raise self._lighthouse_error(_first_line(exc)[:120]) from exc
+        return store_port
 
     def _lighthouse_error(self, reason: str) -> DistributedError:
         return DistributedError(
@@ -189,6 +233,7 @@ class FTDDPStrategy(Strategy):
         for index, optimizer in enumerate(optimizers):
             self.heal_with(f"optimizer{index}", optimizer)
         self.heal_with("precision", self.precision)
+        broadcast_module(module)  # the group starts from group rank 0's weights (the rings then agree at step 0)
         return _reporting_ddp()(self.manager, module)
 
     def training_loader(self, dataset: Any, batch_size: int, seed: int | None, options: dict[str, Any]) -> Any:
@@ -205,16 +250,19 @@ class FTDDPStrategy(Strategy):
 
     # ---- one step ---------------------------------------------------------------------------------
     def begin_step(self) -> tuple[int, int]:
-        """Wait for this step's quorum (a joining group heals here); returns ``(replica rank,
-        replicas)`` of this step.
+        """Wait for this step's quorum (a joining group heals here); returns ``(part, parts)``: which
+        of the step's ``groups × group size`` parts of the data this rank trains (group-major: the
+        parts of one group are next to each other).
 
         Raises:
             DistributedError: no quorum within ``quorum_timeout`` (names this group and the Lighthouse).
+            CollectiveTimeoutError: no quorum because ranks of this group did not ask for it (names them).
         """
         try:
             self.manager.start_quorum()
             rank, world = self.manager.participating_rank(), self.manager.num_participants()
         except Exception as exc:  # torchft raises plain RuntimeErrors from its Rust client
+            self._name_late_ranks("the quorum", exc)
             raise DistributedError(
                 f"replica group {self.group}: no quorum from the Lighthouse at {self.lighthouse} within "
                 f"{self.options.quorum_timeout:g} s ({_first_line(exc)}); is the Lighthouse alive?") from exc
@@ -222,15 +270,16 @@ class FTDDPStrategy(Strategy):
             raise DistributedError(f"replica group {self.group} is not part of the quorum of step "
                                    f"{self.manager.current_step()}")
         self._say_who_left()
-        return rank, world
+        return rank * self.group_size + self.group_rank, world * self.group_size
 
     def _say_who_left(self) -> None:
         """One line when groups leave the quorum (dead, or stuck: not at the step within the Lighthouse's
         join timeout) and when they join. The members are the group indices torchft gave the quorum's
-        process group (``replica_id`` ``group<i>`` → global rank ``i`` with one process per group)."""
-        members = tuple(getattr(self.manager._pg, "_global_ranks", None) or ())
+        ring (``replica_id`` ``group<g>`` → global rank ``g × group size + group rank``)."""
+        ranks = getattr(self.manager._pg, "_global_ranks", None) or ()
+        members = tuple((rank - self.group_rank) // self.group_size for rank in ranks)
         before, self._members = self._members, members
-        if not before or members == before:
+        if not before or members == before or self.group_rank != 0:
             return
         step = self.manager.current_step()
         left, joined = sorted(set(before) - set(members)), sorted(set(members) - set(before))
@@ -242,8 +291,8 @@ class FTDDPStrategy(Strategy):
             comm.get_logger().info(f"replica group(s) {', '.join(map(str, joined))} joined the quorum at step {step}")
 
     def backward(self, loss: torch.Tensor, model: torch.nn.Module | None = None) -> None:
-        """``loss × part·W/slice`` backward: the all-reduce's mean over the groups is then the
-        slice's mean gradient, however unevenly it split."""
+        """``loss × part·P/slice`` backward (``P`` processes in the step): the mean of the gradients over
+        the processes of every group is then the slice's mean gradient, however unevenly it split."""
         self.guard.check_backward()
         self.precision.backward(loss * self.loss_weight if self.loss_weight != 1.0 else loss)
 
@@ -254,12 +303,14 @@ class FTDDPStrategy(Strategy):
 
         Raises:
             DistributedError: this group failed ``heal_retries`` steps in a row (names it and the last error).
+            CollectiveTimeoutError: ranks of this group did not vote within ``collective_timeout`` (names them).
         """
         if not self.accumulation.should_step:
             return NOT_STEPPED
         try:
             committed = self.manager.should_commit()
         except Exception as exc:
+            self._name_late_ranks("the commit vote", exc)
             error = self.manager.errored()
             raise DistributedError(
                 f"replica group {self.group} failed {self.options.heal_retries + 1} steps in a row at step "
@@ -274,13 +325,23 @@ class FTDDPStrategy(Strategy):
             self._slices.commit()
         return result
 
+    def _name_late_ranks(self, what: str, exc: BaseException) -> None:
+        """After the group's Manager server gave up on ``what`` (it waits for every rank of the group):
+        raise naming the ranks of the group that are not there, found by a barrier bounded by
+        ``collective_timeout``; return when they all are (the cause was elsewhere)."""
+        if self.group_size == 1:
+            return
+        try:
+            comm.barrier(timeout=self.options.collective_timeout, name=f"replica group {self.group}: {what}")
+        except CollectiveTimeoutError as late:
+            raise CollectiveTimeoutError(
+                f"replica group {self.group} at step {self.manager.current_step()}: {what} did not complete "
+                f"({_first_line(exc)[:120]}); {late}", late_ranks=late.late_ranks) from exc
+
     @property
     def committed_steps(self) -> int:
         """Steps this job committed (the same on every live group; travels with healing)."""
         return self.manager.current_step()
-
-    def check_same_weights(self, model: torch.nn.Module, step: int | None = None) -> None:
-        """Nothing to compare inside a one-process group; groups agree through healing."""
 
     def unwrap_wrapper(self, model: torch.nn.Module) -> torch.nn.Module:
         return getattr(model, "module", model)
@@ -293,27 +354,48 @@ class FTDDPStrategy(Strategy):
         self.manager.load_state_dict(state["manager"])
 
     def close(self) -> None:
-        """Stop this group's Manager server (its peers see it leave at the next quorum)."""
+        """Stop this rank's Manager (group rank 0's server with it: the peers see the group leave at the next
+        quorum)."""
         manager, self.manager = getattr(self, "manager", None), None
         if manager is not None:
             manager.shutdown(wait=False)
 
 
 def _reporting_ddp() -> type:
-    """torchft's DDP whose gradient hook reports a failed all-reduce to the Manager instead of
-    handing DDP an unfinished future (torchft 0.2.0 returns ``None`` there when a peer dies
-    inside the all-reduce, and the survivor crashes in C++)."""
+    """torchft's DDP with the two-level gradient reduction of a replica group of several processes
+    (:mod:`this module <paratrain.strategy.ft_ddp>`), whose hook reports a failed all-reduce across
+    groups to the Manager instead of handing DDP an unfinished future (torchft 0.2.0 returns ``None``
+    there when a peer dies inside the all-reduce, and the survivor crashes in C++)."""
     from torchft.ddp import DistributedDataParallel
 
     class ReportingDistributedDataParallel(DistributedDataParallel):
         @staticmethod
         def _comm_hook(manager, bucket):
             buffer = bucket.buffer()
-            # wait() returns False and records the error on the Manager (should_commit → False); the
-            # buffer then holds garbage that the dropped step never applies.
-            manager.allreduce(buffer).wait()
+            size = comm.world_size()
+            if size == 1:
+                _across_groups(manager, buffer)
+            else:
+                # The group's mean, then this rank's chunk across groups, then every chunk to every rank.
+                # The collectives inside the group run whatever happened across: they keep the group's
+                # ranks in step, and a step with a failed chunk is dropped by the group's vote.
+                torch.distributed.all_reduce(buffer)
+                buffer.div_(size)
+                chunks = buffer.tensor_split(size)
+                _across_groups(manager, chunks[comm.rank()])
+                for index, chunk in enumerate(chunks):
+                    if index != comm.rank():
+                        chunk.zero_()
+                torch.distributed.all_reduce(buffer)
             done = torch.futures.Future()
             done.set_result(buffer)
             return done
 
     return ReportingDistributedDataParallel
+
+
+def _across_groups(manager: Any, tensor: torch.Tensor) -> None:
+    """Average ``tensor`` in place over this rank's ring. A failure (a peer died inside it) is recorded
+    on the Manager (its commit vote is then no) and leaves garbage that the dropped step never applies."""
+    if tensor.numel():  # the same on every group: their buckets have the same sizes
+        manager.allreduce(tensor).wait()

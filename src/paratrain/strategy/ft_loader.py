@@ -1,8 +1,8 @@
-"""The training loader of ``ft-ddp``: each batch is this group's part of the next committed slice.
+"""The training loader of ``ft-ddp``: each batch is this process's part of the next committed slice.
 
 Drawing a batch starts the step: it waits for the quorum (a joining group heals there and
-receives the data cursor with the weights), then splits the slice at the cursor over the groups
-of that quorum (:mod:`paratrain.data.committed_slices`). The cursor moves when ``rt.step``
+receives the data cursor with the weights), then splits the slice at the cursor over the processes
+of the groups of that quorum (:mod:`paratrain.data.committed_slices`). The cursor moves when ``rt.step``
 commits, so the loader draws lazily — no loader workers, nothing prefetched: a batch drawn
 ahead would belong to a quorum that may no longer exist.
 
@@ -29,12 +29,12 @@ if TYPE_CHECKING:
 
 
 class FTLoader:
-    """Batches of this replica group's part of each step's slice of one seeded order per epoch.
+    """Batches of this process's part of each step's slice of one seeded order per epoch.
 
     Args:
         strategy: the connected ``ft-ddp`` strategy (quorum, loss weight, commit).
         dataset: a map-style dataset, the same on every group.
-        batch_size: the global batch: samples per step over all groups.
+        batch_size: the global batch: samples per step over all processes of all groups.
         seed: the orders' seed (the Runtime's).
         shuffle: a new order every epoch (False: dataset order).
         collate_fn: builds a batch from a list of samples (torch's ``default_collate``).
@@ -55,8 +55,10 @@ class FTLoader:
         self.slices = CommittedSlices(len(dataset), batch_size, seed=seed, shuffle=shuffle)
         self.collate_fn = collate_fn or default_collate
         self.move_to_device = move_to_device
-        #: the dataset indices of the batch drawn last (this group's part of the step's slice).
+        #: the dataset indices of the batch drawn last (this process's part of the step's slice).
         self.last_indices: list[int] = []
+        #: the parts the step of the batch drawn last was split into (its processes).
+        self.last_parts = 0
 
     @property
     def epoch(self) -> int:
@@ -64,13 +66,13 @@ class FTLoader:
         return self.slices.epoch
 
     def __iter__(self) -> Iterator[Any]:
-        """Until the epoch's cursor reaches its end: quorum → this group's part → yield; then the next epoch."""
+        """Until the epoch's cursor reaches its end: quorum → this process's part → yield; then the next epoch."""
         while not self.slices.epoch_done:
-            rank, world = self.strategy.begin_step()
+            part, parts = self.strategy.begin_step()
             if self.slices.epoch_done:  # healed to the end of an epoch a live group just finished
                 break
-            indices, self.strategy.loss_weight = self.slices.part(rank, world)
-            self.last_indices = indices
+            indices, self.strategy.loss_weight = self.slices.part(part, parts)
+            self.last_indices, self.last_parts = indices, parts
             batch = self.collate_fn([self.dataset[i] for i in indices])
             yield move_to(batch, self.strategy.device) if self.move_to_device else batch
         self.slices.next_epoch()
