@@ -23,6 +23,7 @@ _GROUP_OF_FILE = {path: group for group, paths in SHARED_GROUPS.items() for path
 #: xdist would otherwise sort the groups by their number of tests.)
 LONGEST_FIRST = (
     "tests/loop/test_elastic_trajectory.py",  # 213
+    "tests/strategy/test_ft_ddp.py",  # ~180 (3 groups of 1 with four starts, 2 groups of 2, a late rank)
     "tests/diagnostics/watchdog/test_stall_positions.py",  # 130
     "tests/loop/test_run_directory.py",  # 121
     "tests/launch/test_torchrun_compat.py",  # 117
@@ -31,7 +32,6 @@ LONGEST_FIRST = (
     "tests/loop/test_rerun_soak.py",  # 84
     "tests/env/test_slurm.py",  # 84 with test_mpi.py (one group)
     "tests/bench/test_from_any_folder.py",  # 80
-    "tests/strategy/test_ft_ddp.py",  # ~100 (its job test: four starts of replica groups)
     "tests/strategy/test_hsdp.py",  # ~90 with the two-namespace parity and auto's two launchers
     "tests/diagnostics/test_stragglers.py",  # ~75 with the saturated link
     "tests/cli/test_train.py",  # 71
