@@ -8,16 +8,21 @@ import json
 import pytest
 
 from paratrain.cli.main import main
+from paratrain.loop.run_log import read_records
 
 SMALL = ["digits", "--limit-train", "64", "--limit-eval", "16"]
 
 
 def test_a_truncated_task_record_is_set_aside_and_the_checkpoints_resume(capsys, tmp_path):
-    # Before: "task.json is not a readable task record …; use another --out directory": every step unreachable.
+    # Before: "task.json is not a readable task record …; use another --out directory": every step unreachable;
+    # a byte of metrics.jsonl that is not UTF-8 stopped every rerun with a UnicodeDecodeError.
     out = tmp_path / "run"
     assert main(["train", *SMALL, "--max-steps", "2", "--out", str(out)]) == 0
     text = (out / "task.json").read_text()
     (out / "task.json").write_text(text[: len(text) // 2])
+    metrics = bytearray((out / "metrics.jsonl").read_bytes())
+    metrics[len(metrics) // 2] = 0xFF  # and one bad byte in metrics.jsonl: that line is skipped, the rest read
+    (out / "metrics.jsonl").write_bytes(bytes(metrics))
     capsys.readouterr()
     assert main(["train", *SMALL, "--max-steps", "3", "--out", str(out)]) == 0
     captured = capsys.readouterr()
@@ -27,6 +32,8 @@ def test_a_truncated_task_record_is_set_aside_and_the_checkpoints_resume(capsys,
     assert f"moved it to {aside[0]}" in captured.err
     assert "resumed from step 2" in captured.out + captured.err
     assert json.loads((out / "task.json").read_text())["task"] == "digits"
+    attempts = [r["attempt"] for r in read_records(out / "metrics.jsonl") if r["event"] == "attempt"]
+    assert attempts == [1, 2]
 
 
 def test_a_truncated_task_record_without_checkpoints_is_still_refused(capsys, tmp_path):
