@@ -95,3 +95,24 @@ def test_a_disk_that_fills_between_saves_is_one_line_from_the_metrics_file(tmp_p
                                "keep_last, or write checkpoints to a bigger disk; then run the same command to resume "
                                "from the newest checkpoint")
     log.close()  # nothing more to say, and no second error
+
+    # The rank's log file, written by every console line, is named the same way (it was an OSError raised
+    # from inside the trackers' own failure line: chained tracebacks).
+    log = RunLog(tmp_path, 0, tensorboard=False)
+    log._file = FullDisk()
+    with pytest.raises(CheckpointError, match=rf"^cannot write: {tmp_path / 'logs' / 'rank0.log'}: No space left"):
+        log.console("epoch 1")
+    log.close()
+
+
+def test_trackers_json_that_cannot_be_written_is_said_once_not_at_every_step(tmp_path, capsys):
+    from paratrain.loop.run_log import RunLog
+
+    (tmp_path / "trackers.json.tmp").mkdir()  # its every write fails (IsADirectoryError), as on a full disk
+    log = RunLog(tmp_path, 0, tensorboard=False, log_with=("csv",))
+    log.open_trackers(0, {})
+    for step in (1, 2, 3):
+        log.record("train", step, loss=1.0)
+    log.close()
+    said = [line for line in capsys.readouterr().out.splitlines() if "could not keep the trackers' run ids" in line]
+    assert len(said) == 1, said
