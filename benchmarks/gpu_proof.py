@@ -421,7 +421,8 @@ def same_weights(a: Path, b: Path) -> tuple[bool, str]:
 
 
 def check_own_loop(proof: Proof) -> None:
-    """An own loop on pt.Runtime: rt.loader (pinned host memory on CUDA), rt.backward, rt.step, with
+    """An own loop on pt.Runtime: rt.loader (batches on the device, copied from pinned host memory on
+    CUDA; a batch handed on the host fails the check), rt.backward, rt.step, with
     ``strategy="ddp"`` inside a process group of one that the script made first (NCCL on CUDA).
 
     One process started by ``paratrain train`` or ``paratrain run`` makes no process group, so DDP
@@ -471,6 +472,8 @@ def check_own_loop(proof: Proof) -> None:
         problems = [] if wrapped else [f"rt.setup did not wrap the model in DDP ({type(model).__name__})"]
         if not values[-1] < 0.5 * values[0]:
             problems.append(f"the loss fell from {values[0]:.3f} to {values[-1]:.3f} only")
+        if delivered_on != {rt.device.type}:  # rt.loader moves every batch to rt.device itself
+            problems.append(f"rt.loader handed batches on {', '.join(sorted(delivered_on))}, not on {rt.device.type}")
         if rt.device.type == "cuda" and False in pinned:
             problems.append("rt.loader handed unpinned host batches on CUDA")
         where = ("on the device" if delivered_on == {rt.device.type} else

@@ -22,21 +22,24 @@ def open_fd(path: Path | str, flags: int, mode: int = 0o644, error: type[Paratra
     """``os.open(path, flags)`` that refuses a symbolic link or anything but a regular file.
 
     Raises:
-        ``error`` (ConfigError by default): ``path`` is a link or not a regular file; names it and the fix.
+        ``error`` (ConfigError by default): ``path`` is a link or not a regular file (a FIFO, a socket, a
+            directory); names it and the fix.
         OSError: any other failure of the open.
     """
+    not_regular = error(f"{path} is not a regular file; paratrain writes and reads only regular files in a run "
+                        "directory: remove it (or use another directory)")
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise error(f"{path} is a symbolic link (to {os.readlink(path)}); paratrain never follows a link to "
                         "a file in a run directory: remove the link (or use another directory)") from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO without a reader, a socket; a directory
+            raise not_regular from None
         raise
-    kind = os.fstat(fd).st_mode
-    if not stat.S_ISREG(kind):
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise error(f"{path} is not a regular file; paratrain writes and reads only regular files in a run "
-                    "directory: remove it (or use another directory)")
+        raise not_regular
     os.set_blocking(fd, True)
     return fd
 

@@ -1,7 +1,9 @@
 """Plain torch.distributed scripts (nothing of paratrain) under ``paratrain run``: a restart after a
 killed worker meets on fresh keys and resumes, the restart is said in one line, every line has one
-rank tag, and two ranks that raise at once are each named with their own error."""
+rank tag, each rank computes on the CPUs the launcher's binding line names, and two ranks that raise at
+once are each named with their own error."""
 
+import os
 import re
 import subprocess
 
@@ -29,9 +31,19 @@ def test_a_killed_worker_restarts_the_group_and_the_run_ends_where_an_uninterrup
     assert "[rank1]:attempt 1 starts at step 8" in done.stdout
     # The first attempt's traceback (rank 0 lost its peer) carries the launcher's tag once.
     assert not re.search(r"^\[rank\d\]:\s*\[rank\d\]", done.stdout + done.stderr, re.MULTILINE)
-    assert _run(str(SCRIPTS / "plain_ddp.py"), str(whole), cwd=tmp_path).returncode == 0
+    plain = _run(str(SCRIPTS / "plain_ddp.py"), str(whole), cwd=tmp_path)
+    assert plain.returncode == 0
     resumed, uninterrupted = torch.load(killed / "final.pt"), torch.load(whole / "final.pt")
     assert all(torch.equal(resumed[name], uninterrupted[name]) for name in uninterrupted)
+    # The launcher's binding line is true of a script that only calls init_process_group: once it joined,
+    # each rank's main thread computes on CPUs of its own (before, only pt.Runtime bound them).
+    usable = os.sched_getaffinity(0)
+    bound = [set(map(int, (whole / f"cpus.{rank}").read_text().split())) for rank in (0, 1)]
+    if len(usable) >= 2:
+        assert "each CPU worker computes on CPUs of its own" in plain.stderr, plain.stderr[-2000:]
+        assert all(cpus and cpus < usable for cpus in bound) and not bound[0] & bound[1], bound
+    else:
+        assert bound == [usable, usable]
 
 
 def test_two_ranks_that_raise_at_once_are_each_named_with_their_own_error(tmp_path):

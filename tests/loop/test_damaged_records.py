@@ -8,16 +8,21 @@ import json
 import pytest
 
 from paratrain.cli.main import main
+from paratrain.loop.run_log import read_records
 
 SMALL = ["digits", "--limit-train", "64", "--limit-eval", "16"]
 
 
 def test_a_truncated_task_record_is_set_aside_and_the_checkpoints_resume(capsys, tmp_path):
-    # Before: "task.json is not a readable task record …; use another --out directory": every step unreachable.
+    # Before: "task.json is not a readable task record …; use another --out directory": every step unreachable;
+    # a byte of metrics.jsonl that is not UTF-8 stopped every rerun with a UnicodeDecodeError.
     out = tmp_path / "run"
     assert main(["train", *SMALL, "--max-steps", "2", "--out", str(out)]) == 0
     text = (out / "task.json").read_text()
     (out / "task.json").write_text(text[: len(text) // 2])
+    metrics = bytearray((out / "metrics.jsonl").read_bytes())
+    metrics[len(metrics) // 2] = 0xFF  # and one bad byte in metrics.jsonl: that line is skipped, the rest read
+    (out / "metrics.jsonl").write_bytes(bytes(metrics))
     capsys.readouterr()
     assert main(["train", *SMALL, "--max-steps", "3", "--out", str(out)]) == 0
     captured = capsys.readouterr()
@@ -27,6 +32,8 @@ def test_a_truncated_task_record_is_set_aside_and_the_checkpoints_resume(capsys,
     assert f"moved it to {aside[0]}" in captured.err
     assert "resumed from step 2" in captured.out + captured.err
     assert json.loads((out / "task.json").read_text())["task"] == "digits"
+    attempts = [r["attempt"] for r in read_records(out / "metrics.jsonl") if r["event"] == "attempt"]
+    assert attempts == [1, 2]
 
 
 def test_a_truncated_task_record_without_checkpoints_is_still_refused(capsys, tmp_path):
@@ -88,3 +95,24 @@ def test_a_disk_that_fills_between_saves_is_one_line_from_the_metrics_file(tmp_p
                                "keep_last, or write checkpoints to a bigger disk; then run the same command to resume "
                                "from the newest checkpoint")
     log.close()  # nothing more to say, and no second error
+
+    # The rank's log file, written by every console line, is named the same way (it was an OSError raised
+    # from inside the trackers' own failure line: chained tracebacks).
+    log = RunLog(tmp_path, 0, tensorboard=False)
+    log._file = FullDisk()
+    with pytest.raises(CheckpointError, match=rf"^cannot write: {tmp_path / 'logs' / 'rank0.log'}: No space left"):
+        log.console("epoch 1")
+    log.close()
+
+
+def test_trackers_json_that_cannot_be_written_is_said_once_not_at_every_step(tmp_path, capsys):
+    from paratrain.loop.run_log import RunLog
+
+    (tmp_path / "trackers.json.tmp").mkdir()  # its every write fails (IsADirectoryError), as on a full disk
+    log = RunLog(tmp_path, 0, tensorboard=False, log_with=("csv",))
+    log.open_trackers(0, {})
+    for step in (1, 2, 3):
+        log.record("train", step, loss=1.0)
+    log.close()
+    said = [line for line in capsys.readouterr().out.splitlines() if "could not keep the trackers' run ids" in line]
+    assert len(said) == 1, said

@@ -89,27 +89,45 @@ def check_options(task: Any, config: Any) -> None:
 REFUSED_ON_RESUME = ("metric", "seed")
 #: Fit options a resume applies from its step on, and names in one line: the learning rate and the
 #: schedule's shape (recomputed for the current step), the optimizer's weight decay, clipping, early
-#: stopping and the cadence of evaluations, saves, logs and checks.
+#: stopping, the cadence of evaluations, saves, logs and checks, and how the steps are computed (the
+#: precision, SyncBatchNorm, compile, TF32, the fused optimizer, the evaluation batch, loader workers,
+#: background saves, the stall timeout), each set up anew by the resumed run.
 APPLIED_ON_RESUME = ("lr", "weight_decay", "warmup", "schedule", "clip_norm", "patience", "eval_every",
                      "eval_per_epoch", "save_every", "save_every_minutes", "keep_last", "log_every",
-                     "check_sync_every", "on_nonfinite", "max_nonfinite_skips")
-RESUME_OPTIONS = REFUSED_ON_RESUME + APPLIED_ON_RESUME
+                     "check_sync_every", "on_nonfinite", "max_nonfinite_skips", "precision", "sync_batchnorm",
+                     "compile", "tf32", "fused_optimizer", "eval_batch_size", "num_workers", "background_save",
+                     "stall_timeout")
+#: The strategy named and each strategy option given (``--grad-compression``, ``--zero-stage``, …) are
+#: compared one by one too: a checkpoint loads into another strategy (resharded as needed), and the
+#: resumed run sets the strategy up anew, so each change is applied from the resume step and said.
+STRATEGY_OPTIONS = "strategy_options"
+RESUME_OPTIONS = REFUSED_ON_RESUME + APPLIED_ON_RESUME + ("strategy", STRATEGY_OPTIONS)
+_DEFAULT = "its default"  # what a strategy option not given before was
 
 
 def resume_options(config: Any) -> dict[str, Any]:
-    """The options of ``config`` that a checkpoint records for the next resume to compare."""
-    return {name: getattr(config, name) for name in RESUME_OPTIONS}
+    """The options of ``config`` that a checkpoint records for the next resume to compare (plain data)."""
+    found = {name: getattr(config, name) for name in RESUME_OPTIONS}
+    found[STRATEGY_OPTIONS] = dict(found[STRATEGY_OPTIONS] or {})
+    return found
 
 
 def changed_options(saved: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """``(name, saved value, this run's)`` for every option of :data:`APPLIED_ON_RESUME` that changed
-    (none when the checkpoint recorded no options)."""
-    return [(name, saved[name], now[name]) for name in APPLIED_ON_RESUME if name in saved and saved[name] != now.get(name)]
+    """``(name, saved value, this run's)`` for every option of :data:`APPLIED_ON_RESUME`, the strategy
+    and each strategy option that changed (none when the checkpoint recorded no options)."""
+    names = (*APPLIED_ON_RESUME, "strategy")
+    changes = [(name, saved[name], now.get(name)) for name in names if name in saved and saved[name] != now.get(name)]
+    if isinstance(saved.get(STRATEGY_OPTIONS), dict):
+        before, after = saved[STRATEGY_OPTIONS], now.get(STRATEGY_OPTIONS) or {}
+        changes += [(name, before.get(name, _DEFAULT), after.get(name, _DEFAULT)) for name in sorted({*before, *after})
+                    if before.get(name, _DEFAULT) != after.get(name, _DEFAULT)]
+    return changes
 
 
 def describe_changes(changes: list[tuple[str, Any, Any]], step: int) -> str:
     """The one line a resume says about the options it applies."""
-    listed = ", ".join(f"{option(name, new)} (was {old})" for name, old, new in changes)
+    listed = ", ".join(f"{option(name) if new is _DEFAULT else option(name, new)} (was {old})"
+                       + (" back to its default" if new is _DEFAULT else "") for name, old, new in changes)
     return f"resuming with {listed}: applied from step {step} on"
 
 

@@ -103,9 +103,17 @@ class RunLog:
             print(text, flush=True)
 
     def file(self, text: str) -> None:
-        """A line in this rank's own log file only."""
+        """A line in this rank's own log file only.
+
+        Raises:
+            CheckpointError: the line cannot be written (a full disk between saves): names the file and the fix.
+        """
         if self._file is not None:
-            self._file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} rank {self.rank}: {text}\n")
+            try:
+                self._file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} rank {self.rank}: {text}\n")
+            except OSError as exc:
+                handle, self._file = self._file, None
+                raise self._write_failed(exc, handle, self._out_dir / LOG_DIR / f"rank{self.rank}.log") from None
 
     def warning(self, text: str) -> None:
         """A warning from any rank: its log file and its stderr, tagged with the rank."""
@@ -121,21 +129,27 @@ class RunLog:
             line = {"event": event, "step": step, "time": round(time.time(), 3), **_plain(values)}
             try:
                 self._metrics.write(json.dumps(line, ensure_ascii=False) + "\n")
-            except OSError as exc:  # a full disk between saves: one line, not a traceback
-                from paratrain.checkpoint.files import describe_os_error
-                from paratrain.errors import CheckpointError
-
+            except OSError as exc:
                 metrics, self._metrics = self._metrics, None
-                with contextlib.suppress(OSError):
-                    metrics.close()
-                named = OSError(exc.errno, exc.strerror or str(exc), str(self._out_dir / METRICS_FILE))
-                raise CheckpointError(describe_os_error(named, "cannot write")
-                                      + "; then run the same command to resume from the newest checkpoint") from None
+                raise self._write_failed(exc, metrics, self._out_dir / METRICS_FILE) from None
         if event == "summary":
             self.trackers.summary(values, step)
             self._summarised = True
         else:
             self.trackers.log({f"{event}/{name}": value for name, value in values.items()}, step)
+
+    @staticmethod
+    def _write_failed(exc: OSError, handle: Any, path: Path) -> Exception:
+        """The one-line error for a file of the run that could not be written (a full disk between saves,
+        not a traceback); ``handle`` is closed quietly (its buffered line would fail again)."""
+        from paratrain.checkpoint.files import describe_os_error
+        from paratrain.errors import CheckpointError
+
+        with contextlib.suppress(OSError):
+            handle.close()
+        named = OSError(exc.errno, exc.strerror or str(exc), str(path))
+        return CheckpointError(describe_os_error(named, "cannot write")
+                               + "; then run the same command to resume from the newest checkpoint")
 
     def close(self) -> None:
         """Close the files and end the trackers' runs (failed, unless the summary was recorded)."""

@@ -62,6 +62,7 @@ class Trackers:
         self._config: dict[str, Any] | None = None
         self._pending = False
         self._state_written = False
+        self._state_failure_said = False  # a full disk fails every write: said once
 
     @property
     def active(self) -> tuple[str, ...]:
@@ -188,7 +189,9 @@ class Trackers:
             os.replace(hidden, self.directory / STATE_FILE)
             self._state_written = True
         except OSError as exc:
-            self._say(f"could not keep the trackers' run ids in {self.directory / STATE_FILE} ({_reason(exc)})")
+            if not self._state_failure_said:  # tried again at every log step; said once
+                self._state_failure_said = True
+                self._say(f"could not keep the trackers' run ids in {self.directory / STATE_FILE} ({_reason(exc)})")
 
 
 def _reason(exc: BaseException) -> str:

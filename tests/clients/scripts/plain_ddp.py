@@ -5,7 +5,8 @@ with torch.save and every rank resumes from it. Nothing of paratrain.
     python plain_ddp.py OUT [--steps N] [--save-every K] [--die-at STEP]
 
 ``--die-at STEP`` makes rank 1 kill itself with SIGKILL at that step of the first attempt.
-Rank 0 writes OUT/final.pt at the end.
+Rank 0 writes OUT/final.pt at the end; each rank writes OUT/cpus.RANK, the CPUs its main thread
+may use once it joined the group.
 """
 
 import argparse
@@ -26,6 +27,8 @@ args = parser.parse_args()
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
+with open(os.path.join(args.out, f"cpus.{rank}"), "w") as cpus:  # the CPUs this thread may compute on now
+    cpus.write(" ".join(map(str, sorted(os.sched_getaffinity(0)))))
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 torch.manual_seed(0)
 data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
