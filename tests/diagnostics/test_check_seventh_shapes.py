@@ -51,6 +51,10 @@ for step in range(3):
     assert rules(source) == []
     set_everywhere = source.replace("if rank == 0:\n    board", "if True:\n    board")
     assert rules(set_everywhere) == [(10, "print-on-every-rank")]
+    # compared, not tested for truth: the rank test of its binding is not read into the comparison
+    compared = source.replace('board = open("board.txt", "w")', 'board = "shared"').replace(
+        "if not board:", 'if not board == "shared":')
+    assert rules(compared) == [(10, "print-on-every-rank")]
 
 
 def test_a_parameter_reassigned_on_rank_zero_is_no_rank_test():

@@ -380,7 +380,7 @@ class ScriptFacts:
             values = [v for v in bound if not (isinstance(v, ast.Constant) and v.value in (False, None))]
             # `writer = None`, then `if rank == 0: writer = SummaryWriter()`: a name that is None except
             # where a rank test bound it is truthy on those ranks only (`if not writer: continue`).
-            unset = depth == 0 and len(values) < len(bound)
+            unset = depth == 0 and isinstance(test, (ast.Name, ast.Attribute)) and len(values) < len(bound)
             kinds = {self._test_kind(v, depth + 1) or (self._binding_guard(v) if unset else "") for v in values}
             if values and kinds == {"global"}:
                 return "global"
