@@ -12,11 +12,12 @@ import re
 from collections.abc import Iterator
 
 from paratrain.diagnostics.check_finding import Finding, Rule
+from paratrain.diagnostics.check_launch import deprecated_launcher, hardcoded_rendezvous, local_rank_argument
 from paratrain.diagnostics.check_samplers import (
     EVAL_NAME, LOADERS, SAMPLERS, is_eval, no_set_epoch, padded_eval_sampler, sampler_not_passed,
     shuffle_beside_sampler,
 )
-from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
+from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
 
 _WRAPPERS = ("DistributedDataParallel", "DDP", "DataParallel")
 _SEEDING = ("manual_seed", "seed_everything", "seed", "manual_seed_all")
@@ -27,203 +28,12 @@ _MODEL_CALL = re.compile(r"Sequential|from_pretrained|[A-Z]\w*(?:Net|Model|Class
 # environment (args.gpu) and calls `setup_for_distributed(is_master)`, which replaces builtins.print
 # on the other ranks.
 _ENV_INIT_HELPER = r"\binit_distributed_mode\("
-_PRINT_SILENCED = re.compile(rf"builtins\.print\s*=|__builtin__\.print\s*=|{_ENV_INIT_HELPER}|\bsetup_for_distributed\(")
+# `sys.stdout = open(os.devnull, "w")` (under a rank test) silences print, and logging to sys.stdout set up after it.
+_PRINT_SILENCED = re.compile(rf"builtins\.print\s*=|__builtin__\.print\s*=|{_ENV_INIT_HELPER}|\bsetup_for_distributed\("
+                             r"|sys\.stdout\s*=\s*open\(\s*os\.devnull")
 _PRINT_KEYWORDS = ("sep", "end", "file", "flush")
 # A value in an f-string that tells the ranks' lines apart (f"[GPU{rank}] …", f"[{os.getpid()}] …").
 _RANK_TAG = re.compile(r"\w*rank|gpu|gpu_id|getpid|device_id|\w*process_index", re.IGNORECASE)
-
-
-def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
-    for call in facts.calls_named("add_argument"):
-        flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-        flag = next((f for f in flags if f in ("--local_rank", "--local-rank")), None)
-        if flag is None:
-            continue
-        default = keyword(call, "default")
-        required = is_true(keyword(call, "required"))
-        if not required and (not _parsed_local_rank_read(facts) or _reads_local_rank_env(facts)):
-            # Kept only so that torch.distributed.launch's `--local_rank=N` does not stop argparse
-            # (DINO: "Please ignore and do not set this argument"): the flag is never read, or the
-            # script takes LOCAL_RANK from the environment, which torchrun sets.
-            continue
-        why = (
-            f"`{flag}` is required: torchrun and paratrain run pass LOCAL_RANK in the environment, not as an "
-            "argument, so argparse stops every process before it starts"
-            if required else
-            f"`{flag}` has no default: torchrun and paratrain run pass LOCAL_RANK in the environment, "
-            "not as an argument, so it is None in every process"
-            if default is None else
-            f"`{flag}` defaults to {ast.unparse(default)}: torchrun and paratrain run pass LOCAL_RANK in the "
-            "environment, not as an argument, so every process gets the default and uses the same device"
-        )
-        yield Finding(
-            call.lineno, "local-rank-argument", why,
-            "read int(os.environ['LOCAL_RANK']) (or pt.Runtime().local_rank); or keep the flag and start "
-            "the script with `paratrain run --legacy-local-rank`",
-        )
-
-
-def _parsed_local_rank_read(facts: ScriptFacts) -> bool:
-    """Some read of ``x.local_rank`` may see the parsed value: not one that follows, in the same function,
-    ``args.local_rank = local_rank`` (a worker started by ``mp.spawn`` storing its index over the flag's)."""
-    stores = [node for node in ast.walk(facts.tree)
-              if isinstance(node, ast.Attribute) and node.attr == "local_rank" and isinstance(node.ctx, ast.Store)]
-    return any(
-        not any(facts.scope(store) is facts.scope(read) and store.lineno < read.lineno for store in stores)
-        for read in facts.loaded_attrs.get("local_rank", [])
-    )
-
-
-def _reads_local_rank_env(facts: ScriptFacts) -> bool:
-    """``os.environ["LOCAL_RANK"]``, ``os.getenv("LOCAL_RANK")``, ``os.environ.get("LOCAL_RANK", …)``."""
-    return any(
-        isinstance(node, ast.Constant) and node.value == "LOCAL_RANK"
-        and (isinstance(facts.parents.get(node), ast.Subscript) or isinstance(facts.parents.get(node), ast.Call))
-        and re.search(r"environ|getenv", ast.unparse(facts.parents[node]))
-        for node in ast.walk(facts.tree)
-    ) and facts.mentions(r"environ|getenv")
-
-
-def deprecated_launcher(facts: ScriptFacts) -> Iterator[Finding]:
-    docstrings = facts.docstring_lines()  # "Before: python -m torch.distributed.launch …" is history
-    mentions = [
-        (number, line) for number, line in enumerate(facts.lines, start=1)
-        if number not in docstrings and "torch.distributed.launch" in line and "torch.distributed.launcher" not in line
-    ]
-    # A command that starts the script with it (a usage block) over prose, which may tell the old way apart.
-    commands = [(number, line) for number, line in mentions if re.search(r"-m\s+torch\.distributed\.launch\b", line)]
-    for number, _ in (commands or mentions)[:1]:
-        yield Finding(
-            number, "deprecated-launcher",
-            "torch.distributed.launch is deprecated: it passes --local_rank and is superseded by torchrun",
-            "paratrain run --nproc-per-node N script.py (torchrun's agent; --legacy-local-rank for old scripts)",
-        )
-
-
-_LITERAL_URL = re.compile(r"tcp://[^:/{}%\s]+:\d+$")
-_LOOPBACK = ("localhost", "127.0.0.1", "::1")
-
-
-def _environ_literals(facts: ScriptFacts) -> Iterator[tuple[ast.AST, str, str]]:
-    """``os.environ["MASTER_PORT"] = "12355"`` (and ``os.environ.update({...})``): the variable set to a literal."""
-    for node in ast.walk(facts.tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Constant, ast.JoinedStr)):
-            for target in node.targets:
-                if (isinstance(target, ast.Subscript) and ast.unparse(target.value).endswith("environ")
-                        and isinstance(target.slice, ast.Constant) and isinstance(node.value, ast.Constant)):
-                    yield node, str(target.slice.value), str(node.value.value)
-        elif isinstance(node, ast.Call) and last_name(node) == "update" and "environ" in ast.unparse(node.func):
-            for arg in node.args:
-                if isinstance(arg, ast.Dict):
-                    for key, value in zip(arg.keys, arg.values):
-                        if isinstance(key, ast.Constant) and isinstance(value, ast.Constant):
-                            yield node, str(key.value), str(value.value)
-
-
-def _default_only(facts: ScriptFacts, node: ast.AST, variable: str) -> bool:
-    """The value is set under an ``if`` that asks whether the variable is set (``if "MASTER_PORT" not in
-    os.environ:``, ``if not os.getenv("MASTER_ADDR"):``, the ``else:`` of ``elif "MASTER_PORT" in
-    os.environ: pass``): a default for an unset variable, like ``os.environ.setdefault``."""
-    parent = facts.parents.get(node)
-    while parent is not None:
-        if isinstance(parent, ast.If) and any(
-                isinstance(n, ast.Constant) and n.value == variable for n in ast.walk(parent.test)):
-            return True
-        parent = facts.parents.get(parent)
-    return False
-
-
-def hardcoded_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
-    # A whole literal URL only: "tcp://%s:%s" % (os.environ["MASTER_ADDR"], …) or
-    # f"tcp://127.0.0.1:{port}" take their address and port from the run.
-    for node in ast.walk(facts.tree):
-        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and _LITERAL_URL.match(node.value)
-                and not isinstance(facts.parents.get(node), ast.JoinedStr)):
-            yield Finding(
-                node.lineno, "hardcoded-rendezvous",
-                f"hard-coded rendezvous address {node.value!r}: the job breaks when the machine, its address "
-                "or the port changes, and a port left busy by another job stops it",
-                "init_process_group(backend) with the default env:// and start with paratrain run "
-                "(--master-addr/--master-port on several machines), or pt.Runtime()",
-            )
-    for node, variable, value in _environ_literals(facts):
-        if _default_only(facts, node, variable):
-            continue
-        if variable == "MASTER_PORT" or (variable == "MASTER_ADDR" and value not in _LOOPBACK):
-            what = ("a port left busy by another job (or a second run on the machine) stops the rendezvous"
-                    if variable == "MASTER_PORT" else
-                    "the job breaks when that machine or its address changes, and the launcher's own value is overwritten")
-            yield Finding(
-                node.lineno, "hardcoded-rendezvous",
-                f"os.environ[{variable!r}] is set to {value!r} in the code: {what}",
-                "leave MASTER_ADDR/MASTER_PORT to the launcher: paratrain run picks a free port on one machine and "
-                "takes --master-addr/--master-port on several (or os.environ.setdefault for a default)",
-            )
-    yield from _composed_url_defaults(facts)
-    for call in facts.calls_named("init_process_group"):
-        for name in ("world_size", "rank"):
-            value = keyword(call, name)
-            if isinstance(value, ast.Constant):
-                yield Finding(
-                    call.lineno, "hardcoded-rendezvous",
-                    f"init_process_group(..., {name}={value.value!r}) is fixed in the code: another number of "
-                    "processes or machines needs an edit, and a wrong value hangs the rendezvous",
-                    "leave rank and world_size out: the launcher's environment (RANK, WORLD_SIZE) gives them",
-                )
-
-
-def _argument_defaults(facts: ScriptFacts) -> dict[str, ast.Call]:
-    """``parser.add_argument("--ip", default="10.0.0.1")`` → {"ip": that call}: the options whose default
-    is a literal, by the name the parsed arguments carry."""
-    defaults = {}
-    for call in facts.calls_named("add_argument"):
-        options = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-        default = keyword(call, "default")
-        if options and isinstance(default, ast.Constant) and isinstance(default.value, (str, int)):
-            dest = keyword(call, "dest")
-            long = next((o for o in options if o.startswith("--")), options[0])
-            name = dest.value if isinstance(dest, ast.Constant) else long.lstrip("-").replace("-", "_")
-            defaults[name] = call
-    return defaults
-
-
-def _composed_url_defaults(facts: ScriptFacts) -> Iterator[Finding]:
-    """``init_method = "tcp://" + args.ip + ":" + args.port`` (or an f-string) whose parts are options with a
-    literal default (``--ip 10.24.0.5``, ``--port 23456``): the address or the port is fixed unless the
-    command line says otherwise, as a literal ``--dist-url`` default is. A loopback address is not."""
-    defaults = _argument_defaults(facts)
-    if not defaults:
-        return
-    reported = set()
-    for node in ast.walk(facts.tree):
-        if isinstance(node, ast.JoinedStr):
-            head = node.values[0] if node.values else None
-        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and not isinstance(
-                facts.parents.get(node), ast.BinOp):
-            head = node
-            while isinstance(head, ast.BinOp):
-                head = head.left
-        else:
-            continue
-        if not (isinstance(head, ast.Constant) and isinstance(head.value, str) and head.value.startswith("tcp://")):
-            continue
-        for part in ast.walk(node):
-            if not isinstance(part, (ast.Name, ast.Attribute)):
-                continue
-            option = defaults.get(part.attr if isinstance(part, ast.Attribute) else part.id)
-            if option is None or option.lineno in reported:
-                continue
-            value = keyword(option, "default").value
-            if isinstance(value, str) and value in _LOOPBACK:
-                continue
-            reported.add(option.lineno)
-            yield Finding(
-                option.lineno, "hardcoded-rendezvous",
-                f"the rendezvous address {ast.unparse(node)} takes this option's fixed default {value!r}: the job "
-                "breaks when the machine or its address changes, and a port left busy by another job stops it",
-                "init_process_group(backend) with the default env:// and start with paratrain run "
-                "(--master-addr/--master-port on several machines), or pt.Runtime()",
-            )
 
 
 def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
@@ -368,7 +178,9 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
         owner = call.func.value if isinstance(call.func, ast.Attribute) else None
         if owner is None or ast.unparse(owner) not in wrapped or facts.single_process(call):
             continue
-        if facts.inside(call, "save") or isinstance(facts.parents.get(call), ast.Dict) or _saved_later(facts, call):
+        parent = facts.parents.get(call)
+        held = parent if isinstance(parent, (ast.List, ast.Tuple)) else call  # `states = [model.state_dict(), ...]`
+        if facts.inside(call, "save") or isinstance(parent, ast.Dict) or _saved_later(facts, held):
             yield Finding(
                 call.lineno, "wrapped-state-dict",
                 f"`{ast.unparse(owner)}` is a DDP/DataParallel wrapper: its state_dict keys start with 'module.', "
@@ -378,9 +190,10 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
             )
 
 
-def _saved_later(facts: ScriptFacts, call: ast.Call) -> bool:
-    """``sd = model.state_dict()`` and later, in the same function, ``sd`` is a value of a dict or an
-    argument of ``save``: the state dict reaches the checkpoint under another name."""
+def _saved_later(facts: ScriptFacts, call: ast.expr) -> bool:
+    """``sd = model.state_dict()`` (or ``states = [model.state_dict(), …]``) and later, in the same function,
+    ``sd`` is a value of a dict or an argument of ``save``: the state dict reaches the checkpoint under
+    another name."""
     assign = facts.parents.get(call)
     if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)):
         return False
@@ -449,7 +262,10 @@ def model_before_seed(facts: ScriptFacts) -> Iterator[Finding]:
     builds = _model_builds(facts)
     seedings = _seedings(facts)
     for seeding in seedings:
-        earlier = [b for b in builds if facts.scope(b) is facts.scope(seeding) and b.lineno < seeding.lineno]
+        # A build after an earlier seeding in its function is seeded; a later seeding re-seeds what
+        # follows it (cleanrl seeds alike, builds the agent, then seeds again for the rollouts).
+        earlier = [b for b in builds if facts.scope(b) is facts.scope(seeding) and b.lineno < seeding.lineno
+                   and not any(facts.scope(s) is facts.scope(b) and s.lineno < b.lineno for s in seedings)]
         if earlier:
             yield Finding(
                 earlier[0].lineno, "model-before-seed",
@@ -574,8 +390,17 @@ def _sharded_eval_loaders(facts: ScriptFacts) -> list[str]:
     return loaders
 
 
+# A project's own helper named for what it does across processes (ResNeSt's `torch_dist_sum`,
+# `reduce_loss_dict`, `all_gather_list`): the counts are combined there.
+_REDUCING_HELPER = re.compile(
+    r"\w*(?:reduce|gather)\w*|\w*dist\w*_(?:sum|mean|avg)\w*|\w*(?:sum|mean|avg)_(?:over|across)_(?:ranks|processes)\w*",
+    re.IGNORECASE)
+
+
 def ungathered_metric(facts: ScriptFacts) -> Iterator[Finding]:
     if not facts.distributed or facts.calls_named(*_COLLECTIVES) or facts.mentions(r"torchmetrics|evaluate\.load"):
+        return
+    if any(_REDUCING_HELPER.fullmatch(last_name(call)) for call in facts.calls):
         return
     loaders = _sharded_eval_loaders(facts)
     if not loaders:

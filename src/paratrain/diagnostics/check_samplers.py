@@ -208,11 +208,7 @@ def _unnamed_samplers(facts: ScriptFacts) -> Iterator[tuple[ast.Call, ast.Call]]
     ``DataLoader(ds, sampler=DistributedSampler(ds))``, or by a function of this file that returns one,
     ``DataLoader(ds, sampler=data_sampler(ds, shuffle=True))``, whose loader is read more than once.
     Called only where the file has no ``.sampler.set_epoch(``."""
-    makers = {
-        node.name: [ret.value for ret in ast.walk(node) if isinstance(ret, ast.Return)
-                    and isinstance(ret.value, ast.Call) and last_name(ret.value) in SAMPLERS]
-        for node in facts.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    }
+    makers = _makers(facts)
     reported = set()
     for loader in facts.calls_named(*LOADERS):
         given = keyword(loader, "sampler")
@@ -236,10 +232,40 @@ def _names_of(facts: ScriptFacts, call: ast.Call) -> set[str]:
     return {name for name, values in facts.assigned.items() if call in values}
 
 
+def _makers(facts: ScriptFacts) -> dict[str, list[ast.Call]]:
+    """Functions of the file that return a DistributedSampler → the sampler calls they return."""
+    return {
+        node.name: [ret.value for ret in ast.walk(node) if isinstance(ret, ast.Return)
+                    and isinstance(ret.value, ast.Call) and last_name(ret.value) in SAMPLERS]
+        for node in facts.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+
+
+def _eval_samplers(facts: ScriptFacts) -> Iterator[tuple[str, ast.Call]]:
+    """(name, sampler) for each DistributedSampler over evaluation data: bound to a name, made inside a
+    DataLoader call (``valid_loader = DataLoader(valid, sampler=DistributedSampler(valid))``), or returned
+    by a function of the file (HRNet's ``test_sampler = get_sampler(test_dataset)``)."""
+    makers = _makers(facts)
+    seen = set()
+    made = [(name, call) for name, values in facts.assigned.items() for call in values if isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name) and makers.get(call.func.id)]
+    inline = [(" ".join(sorted(_names_of(facts, loader))) + " " + _first_arg(loader), keyword(loader, "sampler"))
+              for loader in facts.calls_named(*LOADERS) if isinstance(keyword(loader, "sampler"), ast.Call)]
+    candidates = list(facts.names_bound_to(*SAMPLERS).items()) + made + inline
+    for name, call in candidates:
+        samplers = [call] if last_name(call) in SAMPLERS else makers.get(
+            call.func.id if isinstance(call.func, ast.Name) else "", [])
+        for sampler in samplers:
+            if sampler not in seen and (is_eval(name, sampler) or is_eval(name, call)):
+                seen.add(sampler)
+                yield name.strip(), sampler
+
+
 def padded_eval_sampler(facts: ScriptFacts) -> Iterator[Finding]:
-    for name, sampler in facts.names_bound_to(*SAMPLERS).items():
-        if not is_eval(name, sampler):
-            continue
+    # A COCO evaluator keys detections by image id, so a padded duplicate is counted once (DETR).
+    if facts.mentions(r"CocoEvaluator|coco_evaluator"):
+        return
+    for name, sampler in _eval_samplers(facts):
         if is_true(keyword(sampler, "drop_last")):
             if _remainder_loader(facts):
                 continue  # the dropped tail is evaluated apart: every sample once

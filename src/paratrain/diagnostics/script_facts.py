@@ -50,7 +50,10 @@ _EXITS = ("exit", "quit", "_exit")
 _DEVICE_GUARD = re.compile(r"(?<![\w])(?:\w+\.)*(?:gpu|gpu_id|device_id)\s*(?:==|!=)\s*0\b")
 # A test that is true only in a single-process run: beside a rank test in an `or`, it still limits
 # the block to one process (`if world_size == 1 or rank == 0:`).
-_ONE_PROCESS_TEST = re.compile(r"^(?:\w+\.)*(?:world_size|get_world_size\(\))\s*(?:==|<=)\s*1$")
+_ONE_PROCESS_TEST = re.compile(
+    r"^(?:\w+\.)*(?:world_size|get_world_size\(\))\s*(?:==|<=)\s*1$"
+    # `local_rank == -1`: no launcher passed a local rank, so one process (`local_rank == -1 or get_rank() == 0`)
+    r"|^(?:\w+\.)*local_rank\s*==\s*-1$")
 # `rank % gpus_per_node == 0`: the first process of each machine, i.e. local rank 0.
 _PER_MACHINE = re.compile(r"\brank\s*%\s*[\w.]+\s*==\s*0")
 # Calls and wrappers that make a script multi-process. `launch` counts when it is not a function of
@@ -127,8 +130,10 @@ class ScriptFacts:
     loaded_attrs: dict[str, list[ast.Attribute]] = field(default_factory=dict)  # every read of `x.f`
     modules: dict[str, str] = field(default_factory=dict)  # "th" → "torch", "save" → "torch.save"
     rank_helpers: set[str] = field(default_factory=set)  # functions of this file that return a rank test
+    machine_helpers: set[str] = field(default_factory=set)  # ... that return `rank % gpus_per_node == 0`
     own_functions: set[str] = field(default_factory=set)  # names of the functions defined in this file
     _uses_of: dict[ast.AST, list[ast.expr]] = field(default_factory=dict, repr=False)
+    _binding_guards_asked: set[ast.AST] = field(default_factory=set, repr=False)
 
     @classmethod
     def read(cls, source: str) -> ScriptFacts:
@@ -164,13 +169,17 @@ class ScriptFacts:
                     facts.modules[alias.asname or alias.name] = f"{parent.module}.{alias.name}"
         facts.calls.sort(key=lambda call: (call.lineno, call.col_offset))
         facts.own_functions = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        returns = {
+            node.name: [ast.unparse(stmt.value) for stmt in node.body if isinstance(stmt, ast.Return) and stmt.value]
+            for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and len(node.body) <= 3
+        }
+        # semseg's `main_process()` returns `... args.rank % args.ngpus_per_node == 0`: the first process
+        # of each machine, a local-rank test whatever the function's name says.
+        facts.machine_helpers = {name for name, texts in returns.items() if any(_PER_MACHINE.search(t) for t in texts)}
         facts.rank_helpers = {
-            node.name for node in ast.walk(tree)
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and len(node.body) <= 3
-            and any(isinstance(stmt, ast.Return) and stmt.value is not None
-                    and _GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", ast.unparse(stmt.value)))
-                    and re.search(r"==\s*0|\bnot\b|is_main|master|primary|zero", ast.unparse(stmt.value))
-                    for stmt in node.body)
+            name for name, texts in returns.items() if name not in facts.machine_helpers
+            and any(_GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", text))
+                    and re.search(r"==\s*0|\bnot\b|is_main|master|primary|zero", text) for text in texts)
         }
         return facts
 
@@ -367,18 +376,34 @@ class ScriptFacts:
         (which only disables) left aside."""
         names = [node for node in ast.walk(test) if isinstance(node, (ast.Name, ast.Attribute))]
         for node in names:
-            values = [v for v in self.assigned.get(ast.unparse(node), [])
-                      if not (isinstance(v, ast.Constant) and v.value in (False, None))]
-            kinds = {self._test_kind(v, depth + 1) for v in values}
+            bound = self.assigned.get(ast.unparse(node), [])
+            values = [v for v in bound if not (isinstance(v, ast.Constant) and v.value in (False, None))]
+            # `writer = None`, then `if rank == 0: writer = SummaryWriter()`: a name that is None except
+            # where a rank test bound it is truthy on those ranks only (`if not writer: continue`).
+            unset = depth == 0 and isinstance(test, (ast.Name, ast.Attribute)) and len(values) < len(bound)
+            kinds = {self._test_kind(v, depth + 1) or (self._binding_guard(v) if unset else "") for v in values}
             if values and kinds == {"global"}:
                 return "global"
             if values and kinds <= {"global", "local"} and "local" in kinds:
                 return "local"
         return ""
 
+    def _binding_guard(self, value: ast.expr) -> str:
+        """The rank test over the assignment of ``value`` in its own function (callers not followed); ""
+        while that very question is being answered (``x = None; if x: x = f()`` asks it again)."""
+        if value in self._binding_guards_asked:
+            return ""
+        self._binding_guards_asked.add(value)
+        try:
+            return self._guard(value, {})
+        finally:
+            self._binding_guards_asked.discard(value)
+
     def _direct_test_kind(self, test: ast.expr) -> str:
         text = ast.unparse(test)
         called = {last_name(node) for node in ast.walk(test) if isinstance(node, ast.Call)}
+        if called & self.machine_helpers:
+            return "local"
         if called & self.rank_helpers:
             return "global"
         if _PER_MACHINE.search(text):
@@ -386,13 +411,26 @@ class ScriptFacts:
         device = _DEVICE_GUARD.search(text)
         if device:
             name = device.group(0).split("=")[0].rstrip("!= ").strip()
-            from_env = any(_LOCAL_GUARD.search(ast.unparse(v)) for v in self.assigned.get(name, []))
-            return "local" if from_env else "global"
+            values = self.assigned.get(name, [])
+            from_env = any(_LOCAL_GUARD.search(ast.unparse(v)) for v in values)
+            per_node = {name, *(ast.unparse(v) for v in values)} & self._node_offset_indices
+            return "local" if from_env or per_node else "global"
         if {ast.unparse(n) for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute))} & self._group_ranks:
             return "global"  # the value this process gave init_process_group as its rank, whatever its name
         if _GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", text)):
             return "global"
         return "local" if _LOCAL_GUARD.search(text) else ""
+
+    @cached_property
+    def _node_offset_indices(self) -> set[str]:
+        """Names added to a node's offset to make the rank (``rank = node_rank * ngpus_per_node + gpu``):
+        the index of the process on its machine, so ``gpu == 0`` is once per machine."""
+        return {
+            ast.unparse(side) for values in self.assigned.values() for value in values
+            if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add)
+            and any(isinstance(other, ast.BinOp) and isinstance(other.op, ast.Mult) for other in (value.left, value.right))
+            for side in (value.left, value.right) if isinstance(side, (ast.Name, ast.Attribute))
+        }
 
     @cached_property
     def _group_ranks(self) -> set[str]:
