@@ -147,3 +147,44 @@ def test_refusals_in_one_line(monkeypatch):
     with pytest.raises(pt.DistributedError, match=r"replica group 0 cannot reach the Lighthouse at http://127"):
         pt.Runtime(strategy="ft-ddp", collective_timeout=1)
     assert set(listening_sockets(os.getpid())) <= listening_before  # the refused start left nothing listening
+
+
+def test_two_nodes_one_lighthouse_a_killed_group_on_node_1_heals_while_node_0_trains_on(tmp_path, two_hosts):
+    """Two nodes (network namespaces joined by a veth pair), one launcher each, one group of one process per
+    node: node 0's launcher starts the Lighthouse on its address, node 1's waits for it; every address a group
+    dials on the other node (the Lighthouse, the store of the quorum's rings, the Manager and checkpoint servers
+    a healing group fetches from, gloo's sockets) is the veth pair's. Node 1's worker (group 1) is killed at a
+    random moment: node 0's group keeps its pid and commits alone, node 1's launcher starts its group again and
+    it heals across the pair; every epoch trains each sample once and both final weights match one process's."""
+    (ns0, _, addr0), (ns1, _, addr1) = two_hosts
+    epochs = 2
+    jobs = [ft_workers.start_job(tmp_path, 1, node=(["ip", "netns", "exec", ns], [
+        "--nnodes", "2", "--node-rank", str(rank), "--master-addr", addr0, "--master-port", "29500",
+        "--rdzv-timeout", "60"]), FT_STEP_SLEEP="0.4", FT_EPOCHS=str(epochs)) for rank, ns in enumerate((ns0, ns1))]
+    try:
+        kills = ft_workers.kill_at_random(jobs[1], tmp_path, victim=1, kills=1, rng=random.Random(11), last_step=25)
+        codes = [job.wait(timeout=300) for job in jobs]  # a guard against a hang, not a time limit
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                job.kill()
+    logs = [(tmp_path / f"job-{rank}.log").read_text() for rank in range(2)]
+    assert codes == [0, 0], [log[-3000:] for log in logs]
+    assert f"Lighthouse at http://{addr0}:29500; starting replica group 0 of 2 (node 0)" in logs[0], logs[0][-3000:]
+    assert f"Lighthouse at http://{addr0}:29500; starting replica group 1 of 2 (node 1)" in logs[1], logs[1][-3000:]
+    assert len(kills) == 1, (kills, logs[1][-3000:])
+    assert "replica group 1 exited with code" in logs[1] and "it heals from a live group" in logs[1], logs[1][-3000:]
+    result = ft_workers.verify(tmp_path, 2, epochs=epochs)
+    assert len(result["pids"][0]) == 1, result["pids"]  # node 0's group never restarted ...
+    after_kill = [r for r in ft_workers.records(tmp_path, 0) if r["time"] > kills[0]["time"]]
+    alone = [r["step"] for r in after_kill if r["parts"] == 1]
+    assert alone, after_kill[:5]  # ... and committed alone while node 1's group was down
+    assert len(result["pids"][1]) == 2 and result["first_steps"][1][1] > 1, result  # node 1's came back, healed
+    assert "group(s) 1 left the quorum" in logs[0]
+    assert result["exactly_once"] and result["disagreements"] == 0, result
+    assert result["steps"] == list(range(1, epochs * ft_workers.SAMPLES // ft_workers.GLOBAL + 1))
+    assert sorted(result["max_abs_diff"]) == [0, 1]
+    assert max(result["max_abs_diff"].values()) <= BOUND, result["max_abs_diff"]
+    print(f"node 0's pid {result['pids'][0]}; node 1's {result['pids'][1]} (first steps {result['first_steps'][1]}); "
+          f"kill -> next committed step {after_kill[0]['time'] - kills[0]['time']:.2f} s (step {after_kill[0]['step']}); "
+          f"max |w - reference| {result['max_abs_diff']}; node 1 at {addr1}")

@@ -339,11 +339,16 @@ def handler(args: argparse.Namespace) -> int:
     from paratrain.launch.config import LaunchConfig
 
     if args.fault_tolerance:
-        from paratrain.launch.replica_groups import ReplicaGroups, check_group_shape, group_words
+        from paratrain.launch.replica_groups import Nodes, ReplicaGroups, check_group_shape, group_words
 
         config = LaunchConfig.from_args(args)
-        check_group_shape(config.min_nodes, config.max_nodes)
-        return ReplicaGroups(group_words(sys.argv), args.replica_groups, args.replica_restarts).run()
+        check_group_shape(config.min_nodes, config.max_nodes, config.master_addr)
+        nodes = Nodes()
+        if config.multi_node:  # each group is a one-node run of its own; the node flags place the Lighthouse
+            config.validate()
+            nodes = Nodes(config.max_nodes, config.node_rank, config.master_addr, config.master_port,
+                          config.rdzv_timeout)
+        return ReplicaGroups(group_words(sys.argv), args.replica_groups, args.replica_restarts, nodes=nodes).run()
     with ignoring_stale_launcher_variables("run", PARATRAIN_WORKER_VARIABLES):
         config = LaunchConfig.from_args(args)
         config.validate()  # before torch is imported: a refused flag answers at once
