@@ -67,6 +67,12 @@ started again, whole, and heals from a live one while the others train on
 
     paratrain run --fault-tolerance replicas --replica-groups 3 --nproc-per-node 2 train.py
 
+On several nodes every node runs its groups against node 0's Lighthouse, which listens on
+--master-addr:--master-port (default 29500):
+
+    node0$ paratrain run --fault-tolerance replicas --replica-groups 2 --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 train.py
+    node1$ paratrain run --fault-tolerance replicas --replica-groups 2 --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 train.py
+
 SLURM (one launcher per node; nodes, node rank, master address and a port
 derived from the job id come from SLURM when the flags are not given):
 
