@@ -312,10 +312,13 @@ class ReplicaGroups:
         self.say(f"Lighthouse at {self.lighthouse_address}; starting {ids}")
         for group in self.groups:
             self.start_group(group)
-        lighthouse_losses = 0
+        lighthouse_losses, run_over = 0, False
         try:
             while True:
-                lost = self._lighthouse_lost()
+                lost = None if run_over else self._lighthouse_lost()
+                if lost is not None and self.nodes.rank > 0 and self._ended_with_the_run():
+                    run_over = True  # node 0 ended its Lighthouse because the run finished
+                    continue
                 if lost is not None:
                     lighthouse_losses += 1
                     if lighthouse_losses > LIGHTHOUSE_RESTARTS:
@@ -333,12 +336,44 @@ class ReplicaGroups:
                 if self._watch_groups():
                     break
                 time.sleep(POLL_S)
+            if self.nodes.count > 1 and self.lighthouse is not None and any(g.finished for g in self.groups):
+                self._linger()
         finally:
             self.stop_all()
             if self.lighthouse is not None and self.lighthouse.poll() is None:
                 self.lighthouse.terminate()
                 self.lighthouse.wait()
         return 0 if any(g.finished for g in self.groups) else 1
+
+    def _ended_with_the_run(self) -> bool:
+        """On a node other than 0 whose Lighthouse went away: whether it went because the run finished (a group
+        of this node finished, or ends with code 0 within ``STOP_GRACE_S``: its last step was the job's last)."""
+        deadline = time.monotonic() + STOP_GRACE_S
+        while True:
+            codes = [g.process.poll() if g.process is not None else None for g in self.groups]
+            if any(g.finished for g in self.groups) or 0 in codes:
+                return True
+            if time.monotonic() > deadline or all(g.process is None or code is not None
+                                                  for g, code in zip(self.groups, codes)):
+                return False
+            time.sleep(POLL_S)
+
+    def _linger(self) -> None:
+        """On node 0 of several, once its groups finished the run: keep the Lighthouse while groups of other
+        nodes are still connected to it (they end the same step and shut their Managers down), at most
+        ``FINISH_GRACE_S``: its end would tell their launchers that it was lost."""
+        import psutil
+
+        deadline = time.monotonic() + FINISH_GRACE_S
+        port = int(self.lighthouse_address.rsplit(":", 1)[1])
+        while time.monotonic() < deadline and self.lighthouse.poll() is None:
+            try:
+                connections = psutil.Process(self.lighthouse.pid).net_connections(kind="tcp")
+            except psutil.Error:
+                return
+            if not any(c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == port for c in connections):
+                return
+            time.sleep(POLL_S)
 
     def _start_or_wait_for_lighthouse(self) -> None:
         if self.nodes.rank == 0:
