@@ -6,7 +6,9 @@ processes never restart (their pids); every epoch trains each sample exactly onc
 sample ids; a step replayed from disk trains the same slice); the final weights of every group equal one
 uninterrupted process's within 1e-6 (measured: about 6e-8, the slices split over 2 or 3 groups sum in
 another order). The ten-kill version: benchmarks/ft_kill_soak.py. Then the same on 2 groups of 2 processes each,
-where one process of a group dies and its whole group restarts and heals."""
+where one process of a group dies and its whole group restarts and heals; and on two nodes (network namespaces),
+one launcher each against node 0's Lighthouse, where a group killed on node 1 heals across the nodes while node 0's
+trains on, and a lost Lighthouse restarts both nodes' groups from disk."""
 
 from __future__ import annotations
 
@@ -208,6 +210,8 @@ def test_two_nodes_one_lighthouse_a_killed_group_heals_across_nodes_a_lost_light
     after_loss = [r for r in ft_workers.records(tmp_path, 0) if r["time"] > lighthouse_lost[0]]
     print(f"pids: node 0 {result['pids'][0]}, node 1 {result['pids'][1]} (first steps {result['first_steps']}); "
           f"kill after step {kills[0]['after_step']} -> node 0's next committed step {after_kill[0]['step']} "
-          f"{after_kill[0]['time'] - kills[0]['time']:.2f} s later; Lighthouse lost -> next committed step "
+          f"{after_kill[0]['time'] - kills[0]['time']:.2f} s later; node 1's healed step "
+          f"{next(r['time'] for r in before[1] if r['pid'] == victim_pids[1]) - kills[0]['time']:.1f} s after the kill; "
+          f"Lighthouse lost -> next committed step "
           f"{after_loss[0]['time'] - lighthouse_lost[0]:.2f} s; max |w - reference| {result['max_abs_diff']}; "
           f"launchers ended {ended[0] - lighthouse_lost[0]:.1f} s and {ended[1] - lighthouse_lost[0]:.1f} s after it")
