@@ -170,6 +170,11 @@ def test_two_nodes_one_lighthouse_a_killed_group_heals_across_nodes_a_lost_light
     def kill_the_lighthouse():
         lighthouse_lost.append(time.time())
         os.kill(ft_workers.lighthouse_pid(jobs[0].pid), signal.SIGKILL)
+        # The steps stay slow until both groups trained again: neither finishes the run alone before the other is back.
+        guard = time.monotonic() + 120
+        while time.monotonic() < guard and not all(
+                any(r["time"] > lighthouse_lost[0] for r in ft_workers.records(tmp_path, g)) for g in range(2)):
+            time.sleep(0.2)
 
     try:
         kills = ft_workers.kill_at_random(jobs[1], tmp_path, victim=1, kills=1, rng=random.Random(11), last_step=25,
