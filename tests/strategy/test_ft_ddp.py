@@ -189,8 +189,8 @@ def test_two_nodes_one_lighthouse_a_killed_group_heals_across_nodes_a_lost_light
                 job.kill()
     logs = [(tmp_path / f"job-{rank}.log").read_text() for rank in range(2)]
     assert codes == [0, 0], [log[-3000:] for log in logs]
-    assert f"Lighthouse at http://{addr0}:29500; starting replica group 0 of 2 (node 0)" in logs[0], logs[0][-3000:]
-    assert f"Lighthouse at http://{addr0}:29500; starting replica group 1 of 2 (node 1)" in logs[1], logs[1][-3000:]
+    assert f"Lighthouse at http://{addr0}:29500; starting 1 replica group (0 of 2, node 0)" in logs[0], logs[0][-3000:]
+    assert f"Lighthouse at http://{addr0}:29500; starting 1 replica group (1 of 2, node 1)" in logs[1], logs[1][-3000:]
     assert len(kills) == 1 and lighthouse_lost, (kills, logs[1][-3000:])
     assert "replica group 1 exited with code" in logs[1] and "it heals from a live group" in logs[1], logs[1][-3000:]
     before = {g: [r for r in ft_workers.records(tmp_path, g) if r["time"] < lighthouse_lost[0]] for g in range(2)}

@@ -349,7 +349,7 @@ def handler(args: argparse.Namespace) -> int:
 
         config = LaunchConfig.from_args(args)
         check_group_shape(config.min_nodes, config.max_nodes, config.master_addr)
-        nodes = Nodes()
+        nodes = Nodes(port=config.master_port)  # one node: the Lighthouse's loopback port
         if config.multi_node:  # each group is a one-node run of its own; the node flags place the Lighthouse
             config.validate()
             nodes = Nodes(config.max_nodes, config.node_rank, config.master_addr, config.master_port,

@@ -305,10 +305,10 @@ class ReplicaGroups:
                 on a node other than 0, it did not answer within ``--rdzv-timeout``.
         """
         self._start_or_wait_for_lighthouse()
-        ids = f"{len(self.groups)} replica groups" if len(self.groups) > 1 else "replica group"
+        ids = f"{len(self.groups)} replica group{'s' if len(self.groups) > 1 else ''}"
         if self.nodes.count > 1:
-            ids += (f" {self.groups[0].index}-{self.groups[-1].index}" if len(self.groups) > 1
-                    else f" {self.groups[0].index}") + f" of {self.total_groups} (node {self.nodes.rank})"
+            first, last = self.groups[0].index, self.groups[-1].index
+            ids += f" ({first}{f'-{last}' if last != first else ''} of {self.total_groups}, node {self.nodes.rank})"
         self.say(f"Lighthouse at {self.lighthouse_address}; starting {ids}")
         for group in self.groups:
             self.start_group(group)
@@ -368,7 +368,10 @@ class ReplicaGroups:
         port = int(self.lighthouse_address.rsplit(":", 1)[1])
         while time.monotonic() < deadline and self.lighthouse.poll() is None:
             try:
-                connections = psutil.Process(self.lighthouse.pid).net_connections(kind="tcp")
+                process = psutil.Process(self.lighthouse.pid)
+                # net_connections since psutil 6.0; connections before (pyproject takes any psutil).
+                connections = getattr(process, "net_connections", None) or process.connections
+                connections = connections(kind="tcp")
             except psutil.Error:
                 return
             if not any(c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == port for c in connections):
