@@ -145,17 +145,20 @@ if __name__ == "__main__":
 
 # ---- the harness: start a job, kill one group at random moments, read what happened ----------------
 
-def start_job(out: Path, groups: int, nproc: int = 1, **env: str):
+def start_job(out: Path, groups: int, nproc: int = 1, node: tuple[list[str], list[str]] | None = None, **env: str):
     """``paratrain run --fault-tolerance replicas --replica-groups GROUPS --nproc-per-node NPROC`` of this
-    file, output to OUT/job.log."""
+    file, output to OUT/job.log; ``node``: (a command prefix such as ``ip netns exec NS``, the node flags
+    ``--nnodes M --node-rank R …``) for one node's launcher of a job of several, output to OUT/job-R.log."""
     import subprocess
 
     from tests.support import clean_env, paratrain_cmd
 
-    log = open(out / "job.log", "w")
-    argv = paratrain_cmd("run", "--fault-tolerance", "replicas", "--replica-groups", str(groups),
+    prefix, node_flags = node or ([], [])
+    rank = node_flags[node_flags.index("--node-rank") + 1] if "--node-rank" in node_flags else None
+    log = open(out / ("job.log" if rank is None else f"job-{rank}.log"), "w")
+    argv = paratrain_cmd("run", "--fault-tolerance", "replicas", "--replica-groups", str(groups), *node_flags,
                          "--nproc-per-node", str(nproc), str(Path(__file__).resolve()), str(out))
-    return subprocess.Popen(argv, env=clean_env(**env), stdout=log, stderr=subprocess.STDOUT,
+    return subprocess.Popen([*prefix, *argv], env=clean_env(**env), stdout=log, stderr=subprocess.STDOUT,
                             cwd=Path(__file__).resolve().parents[2])
 
 

@@ -6,7 +6,9 @@ processes never restart (their pids); every epoch trains each sample exactly onc
 sample ids; a step replayed from disk trains the same slice); the final weights of every group equal one
 uninterrupted process's within 1e-6 (measured: about 6e-8, the slices split over 2 or 3 groups sum in
 another order). The ten-kill version: benchmarks/ft_kill_soak.py. Then the same on 2 groups of 2 processes each,
-where one process of a group dies and its whole group restarts and heals."""
+where one process of a group dies and its whole group restarts and heals; and on two nodes (network namespaces),
+one launcher each against node 0's Lighthouse, where a group killed on node 1 heals across the nodes while node 0's
+trains on, and a lost Lighthouse restarts both nodes' groups from disk."""
 
 from __future__ import annotations
 
@@ -147,3 +149,74 @@ def test_refusals_in_one_line(monkeypatch):
     with pytest.raises(pt.DistributedError, match=r"replica group 0 cannot reach the Lighthouse at http://127"):
         pt.Runtime(strategy="ft-ddp", collective_timeout=1)
     assert set(listening_sockets(os.getpid())) <= listening_before  # the refused start left nothing listening
+
+
+def test_two_nodes_one_lighthouse_a_killed_group_heals_across_nodes_a_lost_lighthouse_restarts_both(tmp_path, two_hosts):
+    """Two nodes (network namespaces joined by a veth pair), one launcher each, one group of one process per
+    node: node 0's launcher starts the Lighthouse on its address, node 1's waits for it; every address a group
+    dials on the other node (the Lighthouse, the store of the quorum's rings, the Manager and checkpoint servers
+    a healing group fetches from, gloo's sockets) is the veth pair's. Node 1's worker (group 1) is killed at a
+    random moment: node 0's group keeps its pid and commits alone, node 1's launcher starts its group again and
+    it heals across the pair. Then node 0's Lighthouse is killed: each launcher says so in one line, and both
+    groups start again from their disk checkpoints. Every epoch trains each sample once (a step replayed from
+    disk, the same slice) and both final weights match one uninterrupted process's."""
+    (ns0, _, addr0), (ns1, _, _) = two_hosts
+    epochs = 2
+    jobs = [ft_workers.start_job(tmp_path, 1, node=(["ip", "netns", "exec", ns], [
+        "--nnodes", "2", "--node-rank", str(rank), "--master-addr", addr0, "--master-port", "29500",
+        "--rdzv-timeout", "60"]), FT_STEP_SLEEP="0.4", FT_EPOCHS=str(epochs)) for rank, ns in enumerate((ns0, ns1))]
+    lighthouse_lost = []
+
+    def kill_the_lighthouse():
+        lighthouse_lost.append(time.time())
+        os.kill(ft_workers.lighthouse_pid(jobs[0].pid), signal.SIGKILL)
+        # The steps stay slow until both groups trained again: neither finishes the run alone before the other is back.
+        guard = time.monotonic() + 120
+        while time.monotonic() < guard and not all(
+                any(r["time"] > lighthouse_lost[0] for r in ft_workers.records(tmp_path, g)) for g in range(2)):
+            time.sleep(0.2)
+
+    try:
+        kills = ft_workers.kill_at_random(jobs[1], tmp_path, victim=1, kills=1, rng=random.Random(11), last_step=25,
+                                          then=kill_the_lighthouse)
+        codes, ended = [], []
+        for job in jobs:
+            codes.append(job.wait(timeout=300))  # a guard against a hang, not a time limit
+            ended.append(time.time())
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                job.kill()
+    logs = [(tmp_path / f"job-{rank}.log").read_text() for rank in range(2)]
+    assert codes == [0, 0], [log[-3000:] for log in logs]
+    assert f"Lighthouse at http://{addr0}:29500; starting 1 replica group (0 of 2, node 0)" in logs[0], logs[0][-3000:]
+    assert f"Lighthouse at http://{addr0}:29500; starting 1 replica group (1 of 2, node 1)" in logs[1], logs[1][-3000:]
+    assert len(kills) == 1 and lighthouse_lost, (kills, logs[1][-3000:])
+    assert "replica group 1 exited with code" in logs[1] and "it heals from a live group" in logs[1], logs[1][-3000:]
+    before = {g: [r for r in ft_workers.records(tmp_path, g) if r["time"] < lighthouse_lost[0]] for g in range(2)}
+    assert len({r["pid"] for r in before[0]}) == 1, before[0]  # node 0's group never restarted ...
+    after_kill = [r for r in before[0] if r["time"] > kills[0]["time"]]
+    assert any(r["parts"] == 1 for r in after_kill), after_kill[:5]  # ... and committed alone meanwhile
+    victim_pids = list(dict.fromkeys(r["pid"] for r in before[1]))
+    assert len(victim_pids) == 2, victim_pids  # node 1's group came back ...
+    assert next(r["step"] for r in before[1] if r["pid"] == victim_pids[1]) > 1, before[1]  # ... and healed
+    assert "group(s) 1 left the quorum" in logs[0]
+    lost = [[line for line in log.splitlines() if "the Lighthouse" in line and "resume from their last disk" in line]
+            for log in logs]
+    assert [len(lines) for lines in lost] == [1, 1], lost
+    assert "Lighthouse exited (code -9): stopping every replica group of this node, starting it again" in lost[0][0]
+    assert f"Lighthouse at {addr0}:29500 stopped answering" in lost[1][0], lost
+    result = ft_workers.verify(tmp_path, 2, epochs=epochs)
+    assert [len(result["pids"][g]) for g in range(2)] == [2, 3], result["pids"]  # both started again from disk
+    assert result["exactly_once"] and result["disagreements"] == 0, result
+    assert result["steps"] == list(range(1, epochs * ft_workers.SAMPLES // ft_workers.GLOBAL + 1))
+    assert sorted(result["max_abs_diff"]) == [0, 1]
+    assert max(result["max_abs_diff"].values()) <= BOUND, result["max_abs_diff"]
+    after_loss = [r for r in ft_workers.records(tmp_path, 0) if r["time"] > lighthouse_lost[0]]
+    print(f"pids: node 0 {result['pids'][0]}, node 1 {result['pids'][1]} (first steps {result['first_steps']}); "
+          f"kill after step {kills[0]['after_step']} -> node 0's next committed step {after_kill[0]['step']} "
+          f"{after_kill[0]['time'] - kills[0]['time']:.2f} s later; node 1's healed step "
+          f"{next(r['time'] for r in before[1] if r['pid'] == victim_pids[1]) - kills[0]['time']:.1f} s after the kill; "
+          f"Lighthouse lost -> next committed step "
+          f"{after_loss[0]['time'] - lighthouse_lost[0]:.2f} s; max |w - reference| {result['max_abs_diff']}; "
+          f"launchers ended {ended[0] - lighthouse_lost[0]:.1f} s and {ended[1] - lighthouse_lost[0]:.1f} s after it")

@@ -67,6 +67,12 @@ started again, whole, and heals from a live one while the others train on
 
     paratrain run --fault-tolerance replicas --replica-groups 3 --nproc-per-node 2 train.py
 
+On several nodes every node runs its groups against node 0's Lighthouse, which listens on
+--master-addr:--master-port (default 29500):
+
+    node0$ paratrain run --fault-tolerance replicas --replica-groups 2 --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 train.py
+    node1$ paratrain run --fault-tolerance replicas --replica-groups 2 --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 train.py
+
 SLURM (one launcher per node; nodes, node rank, master address and a port
 derived from the job id come from SLURM when the flags are not given):
 
@@ -339,11 +345,16 @@ def handler(args: argparse.Namespace) -> int:
     from paratrain.launch.config import LaunchConfig
 
     if args.fault_tolerance:
-        from paratrain.launch.replica_groups import ReplicaGroups, check_group_shape, group_words
+        from paratrain.launch.replica_groups import Nodes, ReplicaGroups, check_group_shape, group_words
 
         config = LaunchConfig.from_args(args)
-        check_group_shape(config.min_nodes, config.max_nodes)
-        return ReplicaGroups(group_words(sys.argv), args.replica_groups, args.replica_restarts).run()
+        check_group_shape(config.min_nodes, config.max_nodes, config.master_addr)
+        nodes = Nodes(port=config.master_port)  # one node: the Lighthouse's loopback port
+        if config.multi_node:  # each group is a one-node run of its own; the node flags place the Lighthouse
+            config.validate()
+            nodes = Nodes(config.max_nodes, config.node_rank, config.master_addr, config.master_port,
+                          config.rdzv_timeout)
+        return ReplicaGroups(group_words(sys.argv), args.replica_groups, args.replica_restarts, nodes=nodes).run()
     with ignoring_stale_launcher_variables("run", PARATRAIN_WORKER_VARIABLES):
         config = LaunchConfig.from_args(args)
         config.validate()  # before torch is imported: a refused flag answers at once

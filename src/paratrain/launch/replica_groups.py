@@ -17,6 +17,15 @@ reads: ``TORCHFT_LIGHTHOUSE``, ``REPLICA_GROUP_ID``, ``NUM_REPLICA_GROUPS``. The
   the groups, which resume from their disk checkpoints (``pt.Checkpointer``; steps since the last
   checkpoint are trained again). One line says so.
 
+On several nodes (``--nnodes M --node-rank R --master-addr ADDR [--master-port P]``) every node's
+launcher runs its N groups (ids ``R × N + i`` of ``M × N``) against one Lighthouse, which node 0's
+launcher starts on ``ADDR:P`` (an address of node 0). The other nodes' launchers wait for it (bounded by
+``--rdzv-timeout``) and watch it: when it stops answering they stop their groups too, wait for it to come
+back and start them again, from disk, as node 0 does. Each group's store, Manager server and checkpoint
+server are advertised at the node's address that routes to ``ADDR`` (``PARATRAIN_FT_ADDRESS``), and its
+gloo/NCCL sockets use that interface: the other nodes' groups dial them. A node lost whole costs only
+its groups: the others go on, and its groups heal when its launcher is started again.
+
 Every process it starts is killed by the kernel if the supervisor dies (``PR_SET_PDEATHSIG``).
 """
 
@@ -26,6 +35,7 @@ import ctypes
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +43,7 @@ import time
 from dataclasses import dataclass, field
 
 from paratrain.errors import ConfigError, LaunchError
+from paratrain.launch import network
 
 #: How long the Lighthouse waits for a heartbeat before it drops a replica group from the quorum
 #: (torchft's default is 5 s: the pause of the survivors after a group dies), and for a group that
@@ -46,11 +57,20 @@ STOP_GRACE_S = 5.0
 #: step; a group still starting then could only train alone from its own state).
 FINISH_GRACE_S = 15.0
 POLL_S = 0.1
+#: On nodes other than 0: how often the Lighthouse is asked whether it still listens (a TCP connect), and
+#: how many refusals in a row count as its loss (node 0 restarts it within seconds, never faster than this).
+PROBE_S = 0.5
+PROBE_MISSES = 2
+#: The Lighthouse's port on node 0 when several nodes run and --master-port is not given.
+DEFAULT_LIGHTHOUSE_PORT = 29500
+#: The variable with the address the other nodes' groups reach this node's groups at (read by ft-ddp).
+ADDRESS_ENV = "PARATRAIN_FT_ADDRESS"
+SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 _LIGHTHOUSE = """\
 import signal, sys
 from torchft._torchft import LighthouseServer
-server = LighthouseServer(bind="127.0.0.1:0", min_replicas={min_replicas}, join_timeout_ms={join},
+server = LighthouseServer(bind="{bind}", min_replicas={min_replicas}, join_timeout_ms={join},
                           heartbeat_timeout_ms={heartbeat})
 print(server.address(), flush=True)
 signal.sigwait([signal.SIGTERM, signal.SIGINT])
@@ -59,11 +79,15 @@ server.shutdown()
 
 
 _FT_FLAGS = ("--fault-tolerance", "--replica-groups", "--replica-restarts")
+#: The job's node flags: they place the Lighthouse; each group is a one-node run of its own.
+_NODE_FLAGS = ("--nnodes", "--node-rank", "--node_rank", "--master-addr", "--master_addr", "--master-port",
+               "--master_port")
 
 
 def group_words(argv: list[str]) -> list[str]:
     """``paratrain run``'s words of ``argv`` (everything after ``run``) without the fault-tolerance
-    flags: what each replica group's launcher runs. The script's own arguments are kept as given."""
+    and node flags: what each replica group's launcher runs (one node, on its loopback). The script's own
+    arguments are kept as given."""
     words = argv[argv.index("run") + 1:]
     kept, skip = [], False
     for position, word in enumerate(words):
@@ -73,7 +97,7 @@ def group_words(argv: list[str]) -> list[str]:
         if not word.startswith("-") and _is_target(words, position):
             return kept + words[position:]
         name = word.split("=", 1)[0]
-        if name in _FT_FLAGS:
+        if name in _FT_FLAGS or name in _NODE_FLAGS:
             skip = "=" not in word
             continue
         kept.append(word)
@@ -94,20 +118,21 @@ _SWITCHES = {"--standalone", "-m", "--module", "--no-python", "--no_python", "-v
              "--run_path"}
 
 
-def check_group_shape(min_nodes: int, max_nodes: int) -> None:
-    """Refuse a group shape the replica groups cannot share, before anything starts: every group is one
-    ``paratrain run`` on this node, all of the same size (torchft pairs rank ``i`` of every group).
+def check_group_shape(min_nodes: int, max_nodes: int, master_addr: str | None = None) -> None:
+    """Refuse a job shape the replica groups cannot share, before anything starts: every group is one
+    ``paratrain run`` on one node, all of the same size (torchft pairs rank ``i`` of every group); on
+    several nodes, each node runs its own groups against node 0's Lighthouse at ``--master-addr``.
 
     Raises:
-        ConfigError: a node range (groups whose size could change) or several nodes per group.
+        ConfigError: a node range (groups whose size could change), or several nodes without ``--master-addr``.
     """
     if min_nodes != max_nodes:
         raise ConfigError(f"--fault-tolerance replicas needs replica groups of one fixed size, but --nnodes "
                           f"{min_nodes}:{max_nodes} lets a group grow and shrink; give each group --nproc-per-node K "
                           "processes on one node (a lost process restarts its whole group)")
-    if max_nodes != 1:
-        raise ConfigError(f"--fault-tolerance replicas runs each replica group on this node, got --nnodes {max_nodes}; "
-                          "give each group --nproc-per-node K processes (groups spanning nodes are not supported)")
+    if max_nodes > 1 and not master_addr:
+        raise ConfigError(f"--fault-tolerance replicas on --nnodes {max_nodes} needs --master-addr: an address of "
+                          "node 0, where its launcher starts the Lighthouse that every node's groups ask")
 
 
 def _die_with_supervisor() -> None:  # runs in the child between fork and exec
@@ -125,37 +150,76 @@ class Group:
     codes: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Nodes:
+    """Where this launcher sits in the job: ``count`` nodes, this one ``rank``; on several, node 0's
+    ``master_addr`` hosts the Lighthouse on ``port``, and the others wait ``wait_s`` for it."""
+
+    count: int = 1
+    rank: int = 0
+    master_addr: str | None = None
+    port: int | None = None
+    wait_s: float = 600.0
+
+
 class ReplicaGroups:
-    """The Lighthouse and ``groups`` agents of ``paratrain run`` running ``run_args``.
+    """The Lighthouse (on node 0) and this node's ``groups`` agents of ``paratrain run`` running ``run_args``.
 
     Args:
         run_args: ``paratrain run``'s words for one group (flags and script), without the
-            fault-tolerance flags.
-        groups: replica groups (at least 1).
+            fault-tolerance and node flags.
+        groups: replica groups on this node (at least 1).
         restarts: how many times each group may be started again after an error.
         min_replicas: fewest groups a quorum may hold.
+        nodes: the job's nodes and this one's place among them (default: one node).
+
+    Raises:
+        LaunchError: fewer than one group.
+        ConfigError: node 0 of several does not own ``master_addr``, or it does not resolve.
     """
 
-    def __init__(self, run_args: list[str], groups: int, restarts: int, min_replicas: int = 1):
+    def __init__(self, run_args: list[str], groups: int, restarts: int, min_replicas: int = 1,
+                 nodes: Nodes = Nodes()):
         if groups < 1:
             raise LaunchError(f"--replica-groups must be at least 1, got {groups}")
-        self.run_args, self.restarts, self.min_replicas = run_args, restarts, min_replicas
-        self.groups = [Group(index) for index in range(groups)]
+        self.run_args, self.restarts, self.min_replicas, self.nodes = run_args, restarts, min_replicas, nodes
+        self.groups = [Group(nodes.rank * groups + index) for index in range(groups)]
+        self.total_groups = nodes.count * groups
         self.lighthouse: subprocess.Popen | None = None
-        self.lighthouse_address = ""
         self.finished_at = 0.0
+        self.route: network.Interface | None = None
+        if nodes.count > 1:
+            if nodes.rank == 0:
+                network.require_own_address(nodes.master_addr)  # the Lighthouse listens there
+            ip = network.resolve(nodes.master_addr)
+            self.host, self.port = ip, nodes.port or DEFAULT_LIGHTHOUSE_PORT
+            self.route = network.interface_for(ip)  # what the other nodes' groups dial this node's groups at
+        else:
+            self.host, self.port = network.LOOPBACK, nodes.port or 0
+        self.lighthouse_address = "" if nodes.rank == 0 else self._url(self.port)
+
+    def _url(self, port: int) -> str:
+        return f"http://{f'[{self.host}]' if ':' in self.host else self.host}:{port}"
+
+    @property
+    def endpoint(self) -> str:
+        """The Lighthouse's ``HOST:PORT`` as the lines name it."""
+        return self.lighthouse_address.split("//", 1)[1]
 
     def say(self, message: str) -> None:
         print(f"paratrain run: {message}", file=sys.stderr, flush=True)
 
     # ---- the Lighthouse -------------------------------------------------------------------------------
     def start_lighthouse(self) -> None:
-        """Start it on a port the kernel picks; its first line is its address.
+        """Start it on the job's Lighthouse address (one node: a loopback port the kernel picks); its first
+        line is its address.
 
         Raises:
             LaunchError: it exited or printed nothing within the guard (names why, torchft missing included).
         """
-        code = _LIGHTHOUSE.format(min_replicas=self.min_replicas, join=JOIN_TIMEOUT_MS, heartbeat=HEARTBEAT_TIMEOUT_MS)
+        bind = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        code = _LIGHTHOUSE.format(bind=bind, min_replicas=self.min_replicas, join=JOIN_TIMEOUT_MS,
+                                  heartbeat=HEARTBEAT_TIMEOUT_MS)
         # Its log (a line per quorum) goes to a file: a pipe nobody reads would fill and stall it.
         log = tempfile.TemporaryFile(mode="w+")
         self.lighthouse = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=log, text=True,
@@ -165,7 +229,7 @@ class ReplicaGroups:
             self.lighthouse.kill()
             self.lighthouse.wait()
             raise LaunchError(f"the torchft Lighthouse printed no address within {LIGHTHOUSE_START_S:g} s; check "
-                              "that this host can listen on 127.0.0.1 and that torchft imports (pip install 'paratrain[ft]')")
+                              f"that this host can listen on {bind} and that torchft imports (pip install 'paratrain[ft]')")
         if not line.startswith("http"):
             try:
                 self.lighthouse.wait(timeout=LIGHTHOUSE_START_S)
@@ -174,14 +238,48 @@ class ReplicaGroups:
                 self.lighthouse.wait()
             log.seek(0)
             error = (log.read().strip().splitlines() or [line or "no output"])[-1]
-            raise LaunchError(f"the torchft Lighthouse did not start ({error}); pip install 'paratrain[ft]'")
-        # Its address names this host; the groups reach it on the loopback, where it listens.
-        self.lighthouse_address = "http://127.0.0.1:" + line.rsplit(":", 1)[1]
+            raise LaunchError(f"the torchft Lighthouse did not start on {bind} ({error}); pip install 'paratrain[ft]'"
+                              + ("" if self.nodes.count == 1 else ", or pick another --master-port"))
+        # Its address names this host; the groups reach it at the address it listens on.
+        self.lighthouse_address = self._url(int(line.rsplit(":", 1)[1]))
+
+    def wait_for_lighthouse(self) -> None:
+        """On a node other than 0: block until node 0's Lighthouse accepts connections.
+
+        Raises:
+            LaunchError: it did not within ``--rdzv-timeout`` (names its address).
+        """
+        deadline = time.monotonic() + self.nodes.wait_s
+        while (reason := _refused(self.host, self.port)) is not None:
+            if time.monotonic() > deadline:
+                raise LaunchError(
+                    f"the Lighthouse at {self.endpoint} (node 0) did not answer within {self.nodes.wait_s:g}s "
+                    f"({reason}); start node 0's paratrain run --fault-tolerance replicas with the same --master-addr "
+                    "and --master-port, and check the address, the port and the firewall (or raise --rdzv-timeout)")
+            time.sleep(PROBE_S)
+
+    def _lighthouse_lost(self) -> str | None:
+        """Why the Lighthouse is gone (node 0: its exit code; the others: it refused ``PROBE_MISSES`` probes
+        in a row), or None while it lives."""
+        if self.lighthouse is not None:
+            code = self.lighthouse.poll()
+            return None if code is None else f"exited (code {code})"
+        now = time.monotonic()
+        if now < self._next_probe:
+            return None
+        self._next_probe = now + PROBE_S
+        reason = _refused(self.host, self.port)
+        self._misses = 0 if reason is None else self._misses + 1
+        return f"at {self.endpoint} stopped answering ({reason})" if self._misses >= PROBE_MISSES else None
 
     # ---- the groups -------------------------------------------------------------------------------
     def start_group(self, group: Group) -> None:
         env = dict(os.environ, TORCHFT_LIGHTHOUSE=self.lighthouse_address, REPLICA_GROUP_ID=str(group.index),
-                   NUM_REPLICA_GROUPS=str(len(self.groups)))
+                   NUM_REPLICA_GROUPS=str(self.total_groups))
+        if self.route is not None:  # the other nodes' groups dial this group's store, servers and sockets here
+            env[ADDRESS_ENV] = self.route.address
+            for var in SOCKET_IFNAME_VARS:
+                env[var] = env.get(var) or self.route.name
         env.setdefault("RUST_LOG", "warn")  # torchft's own log: a few lines per step at its default, info
         group.process = subprocess.Popen([sys.executable, "-m", "paratrain", "run", *self.run_args], env=env,
                                          preexec_fn=_die_with_supervisor)
@@ -200,26 +298,37 @@ class ReplicaGroups:
                 process.wait()
 
     def run(self) -> int:
-        """Supervise until every group ended; returns 0 when the run finished (a group exited 0).
+        """Supervise until every group of this node ended; returns 0 when the run finished (a group exited 0).
 
         Raises:
-            LaunchError: the Lighthouse cannot start, or died more than ``LIGHTHOUSE_RESTARTS`` times.
+            LaunchError: the Lighthouse cannot start, or was lost more than ``LIGHTHOUSE_RESTARTS`` times;
+                on a node other than 0, it did not answer within ``--rdzv-timeout``.
         """
-        self.start_lighthouse()
-        self.say(f"Lighthouse at {self.lighthouse_address}; starting {len(self.groups)} replica groups")
+        self._start_or_wait_for_lighthouse()
+        ids = f"{len(self.groups)} replica group{'s' if len(self.groups) > 1 else ''}"
+        if self.nodes.count > 1:
+            first, last = self.groups[0].index, self.groups[-1].index
+            ids += f" ({first}{f'-{last}' if last != first else ''} of {self.total_groups}, node {self.nodes.rank})"
+        self.say(f"Lighthouse at {self.lighthouse_address}; starting {ids}")
         for group in self.groups:
             self.start_group(group)
-        lighthouse_losses = 0
+        lighthouse_losses, run_over = 0, False
         try:
             while True:
-                if self.lighthouse.poll() is not None:
+                lost = None if run_over else self._lighthouse_lost()
+                if lost is not None and self.nodes.rank > 0 and self._ended_with_the_run():
+                    run_over = True  # node 0 ended its Lighthouse because the run finished
+                    continue
+                if lost is not None:
                     lighthouse_losses += 1
                     if lighthouse_losses > LIGHTHOUSE_RESTARTS:
-                        raise LaunchError(f"the Lighthouse died {lighthouse_losses} times; giving up")
-                    self.say(f"the Lighthouse exited (code {self.lighthouse.returncode}): stopping every replica "
-                             "group, starting it again; the groups resume from their last disk checkpoint")
+                        raise LaunchError(f"the Lighthouse was lost {lighthouse_losses} times; giving up")
+                    self.say(f"the Lighthouse {lost}: stopping every replica group"
+                             + (" of this node" if self.nodes.count > 1 else "")
+                             + (", starting it again" if self.nodes.rank == 0 else ", waiting for it to come back")
+                             + "; the groups resume from their last disk checkpoint")
                     self.stop_all()
-                    self.start_lighthouse()
+                    self._start_or_wait_for_lighthouse()
                     for group in self.groups:
                         if not group.finished:
                             self.start_group(group)
@@ -227,12 +336,54 @@ class ReplicaGroups:
                 if self._watch_groups():
                     break
                 time.sleep(POLL_S)
+            if self.nodes.count > 1 and self.lighthouse is not None and any(g.finished for g in self.groups):
+                self._linger()
         finally:
             self.stop_all()
             if self.lighthouse is not None and self.lighthouse.poll() is None:
                 self.lighthouse.terminate()
                 self.lighthouse.wait()
         return 0 if any(g.finished for g in self.groups) else 1
+
+    def _ended_with_the_run(self) -> bool:
+        """On a node other than 0 whose Lighthouse went away: whether it went because the run finished (a group
+        of this node finished, or ends with code 0 within ``STOP_GRACE_S``: its last step was the job's last)."""
+        deadline = time.monotonic() + STOP_GRACE_S
+        while True:
+            codes = [g.process.poll() if g.process is not None else None for g in self.groups]
+            if any(g.finished for g in self.groups) or 0 in codes:
+                return True
+            if time.monotonic() > deadline or all(g.process is None or code is not None
+                                                  for g, code in zip(self.groups, codes)):
+                return False
+            time.sleep(POLL_S)
+
+    def _linger(self) -> None:
+        """On node 0 of several, once its groups finished the run: keep the Lighthouse while groups of other
+        nodes are still connected to it (they end the same step and shut their Managers down), at most
+        ``FINISH_GRACE_S``: its end would tell their launchers that it was lost."""
+        import psutil
+
+        deadline = time.monotonic() + FINISH_GRACE_S
+        port = int(self.lighthouse_address.rsplit(":", 1)[1])
+        while time.monotonic() < deadline and self.lighthouse.poll() is None:
+            try:
+                process = psutil.Process(self.lighthouse.pid)
+                # net_connections since psutil 6.0; connections before (pyproject takes any psutil).
+                connections = getattr(process, "net_connections", None) or process.connections
+                connections = connections(kind="tcp")
+            except psutil.Error:
+                return
+            if not any(c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == port for c in connections):
+                return
+            time.sleep(POLL_S)
+
+    def _start_or_wait_for_lighthouse(self) -> None:
+        if self.nodes.rank == 0:
+            self.start_lighthouse()
+        else:
+            self.wait_for_lighthouse()
+            self._next_probe, self._misses = 0.0, 0
 
     def _watch_groups(self) -> bool:
         """Restart failed groups; True when every group has ended for good."""
@@ -269,6 +420,15 @@ class ReplicaGroups:
                          f"({group.restarts}/{self.restarts}), it heals from a live group")
                 self.start_group(group)
         return all(g.process is None for g in self.groups)
+
+
+def _refused(host: str, port: int) -> str | None:
+    """Why a TCP connection to ``host:port`` fails, or None when it is accepted."""
+    try:
+        socket.create_connection((host, port), timeout=2.0).close()
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+    return None
 
 
 def _first_line(process: subprocess.Popen, timeout_s: float) -> str | None:

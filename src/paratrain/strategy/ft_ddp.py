@@ -61,6 +61,14 @@ _NEEDS = ("torchft", "ft", "strategy 'ft-ddp'")  # module, paratrain extra, what
 
 #: The environment ``paratrain run --fault-tolerance replicas`` gives every group (torchft's names).
 LIGHTHOUSE_ENV, GROUP_ENV, GROUPS_ENV = "TORCHFT_LIGHTHOUSE", "REPLICA_GROUP_ID", "NUM_REPLICA_GROUPS"
+#: The address of this node that the other groups reach (set by ``paratrain run --fault-tolerance replicas
+#: --nnodes M``: the one that routes to node 0); without it ``MASTER_ADDR``, the group's own (one node).
+ADDRESS_ENV = "PARATRAIN_FT_ADDRESS"
+
+
+def group_address() -> str:
+    """The address this group's store listens on and its Manager and checkpoint server advertise."""
+    return os.environ.get(ADDRESS_ENV) or os.environ.get("MASTER_ADDR") or "127.0.0.1"
 
 
 def replica_group() -> int:
@@ -133,8 +141,8 @@ class FTDDPStrategy(Strategy):
         which registers with the Lighthouse named by ``TORCHFT_LIGHTHOUSE``. Collective over the group.
 
         Raises:
-            ConfigError: ``TORCHFT_LIGHTHOUSE`` is not set, or ``MASTER_ADDR`` is not an address of this machine
-                (on every rank of the group).
+            ConfigError: ``TORCHFT_LIGHTHOUSE`` is not set, or the group's address (:func:`group_address`) is
+                not one of this machine (on every rank of the group).
             DistributedError: the Lighthouse cannot be reached within ``collective_timeout`` (on every
                 rank of the group).
             CollectiveTimeoutError: a rank of the group did not reach the Manager's start in time (names it).
@@ -176,7 +184,7 @@ class FTDDPStrategy(Strategy):
         None) first checks that the Lighthouse answers, then makes the store.
 
         Raises:
-            ConfigError: the store cannot listen on ``MASTER_ADDR``.
+            ConfigError: the store cannot listen on the group's address (:func:`group_address`).
             DistributedError: the Lighthouse cannot be reached.
         """
         from torchft import Manager, ProcessGroupGloo, ProcessGroupNCCL
@@ -184,8 +192,10 @@ class FTDDPStrategy(Strategy):
         o = self.options
         timeout = timedelta(seconds=o.collective_timeout)
         # The group's own store: the rings of a quorum whose primary this group is rendezvous on it.
-        # It listens on the group's address only (127.0.0.1 on one machine), as the job's rendezvous does.
-        host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+        # It listens on the group's address only (127.0.0.1 on one machine; on several, the address of
+        # this node that routes to node 0), and the Manager and checkpoint servers advertise the same
+        # address: torchft's default, the host name, may not resolve where the other groups run.
+        host = group_address()
         if store_port is None:
             # Asked before torchft's Manager starts: its server binds every address first and, when the
             # Lighthouse then cannot be reached, stays listening in this process.
@@ -195,8 +205,9 @@ class FTDDPStrategy(Strategy):
             try:
                 self._store = store_server(host, 0, o.collective_timeout)  # on the group's address only
             except OSError as exc:
-                raise ConfigError(f"replica group {self.group} cannot listen on MASTER_ADDR={host} ({exc.strerror}); "
-                                  "set MASTER_ADDR to an address of this machine") from None
+                variable = ADDRESS_ENV if os.environ.get(ADDRESS_ENV) else "MASTER_ADDR"
+                raise ConfigError(f"replica group {self.group} cannot listen on {variable}={host} ({exc.strerror}); "
+                                  f"set {variable} to an address of this machine") from None
             store_port = self._store.port
         ring = ProcessGroupNCCL(timeout=timeout) if self.device.type == "cuda" else ProcessGroupGloo(timeout=timeout)
         try:
@@ -208,6 +219,7 @@ class FTDDPStrategy(Strategy):
                 timeout=timeout, quorum_timeout=timedelta(seconds=o.quorum_timeout), connect_timeout=timeout,
                 rank=self.group_rank, world_size=self.group_size, store_addr=host, store_port=store_port,
                 lighthouse_addr=self.lighthouse, replica_id=f"group{self.group}", max_retries=o.heal_retries,
+                hostname=host, checkpoint_transport=_advertising_transport(host, timeout),
             )
         except RuntimeError as exc:  # torchft's Rust client: "failed to connect to … within timeout"
             self._store = None  # a refused start leaves nothing listening in the process
@@ -359,6 +371,21 @@ class FTDDPStrategy(Strategy):
         manager, self.manager = getattr(self, "manager", None), None
         if manager is not None:
             manager.shutdown(wait=False)
+
+
+def _advertising_transport(host: str, timeout: timedelta) -> Any:
+    """torchft's HTTP checkpoint transport (what a healing group fetches the weights from), advertising
+    ``host``: torchft 0.2.0's names ``socket.gethostname()``, which another node (or network namespace)
+    may not resolve to this one. It listens on every address, as torchft's does."""
+    from torchft.checkpointing.http_transport import HTTPTransport
+
+    shown = f"[{host}]" if ":" in host else host
+
+    class AdvertisingHTTPTransport(HTTPTransport):
+        def address(self) -> str:
+            return f"http://{shown}:{self._server.socket.getsockname()[1]}/checkpoint/"
+
+    return AdvertisingHTTPTransport(timeout=timeout, num_chunks=0)
 
 
 def _reporting_ddp() -> type:
