@@ -10,6 +10,12 @@ TensorBoard's ``purge_step``, the CSV file) can drop what a failed attempt logge
 resumed run continues from, and the redone steps replace it. The others are append-only (MLflow keeps
 every point it is sent, W&B refuses a step below its last one): the hub sends them each step once,
 so after a resume they get nothing until the steps the failed attempt already sent them are passed.
+
+"Sent" means *held*: a step counts as sent once the tracker has it, which for most trackers is when
+``log`` returns (MLflow's server answered, the file was written). W&B's service writes its run file only
+as the run ends (``holds_on_log = False``: a process killed with SIGKILL after six steps leaves an empty
+file), so its steps count as held once ``close`` returned; after an attempt that never closed it, the
+resumed run sends W&B every step from the resume step on, and W&B itself drops a step it already has.
 """
 
 from __future__ import annotations
@@ -43,8 +49,8 @@ class Tracker:
 
     Class attributes: ``name`` (what ``--log-with`` calls it), ``package`` (the module to import;
     ``None``: none), ``extra`` (``pip install 'paratrain[EXTRA]'``), ``has_artifacts`` (it stores
-    files: the final weights go there), ``rewinds`` (see the module docstring), ``files`` (the names it
-    writes in the run directory).
+    files: the final weights go there), ``rewinds`` and ``holds_on_log`` (see the module docstring),
+    ``files`` (the names it writes in the run directory).
     """
 
     name: ClassVar[str] = ""
@@ -52,6 +58,7 @@ class Tracker:
     extra: ClassVar[str | None] = None
     has_artifacts: ClassVar[bool] = False
     rewinds: ClassVar[bool] = False
+    holds_on_log: ClassVar[bool] = True  # a step logged is kept by the tracker once log() returns
     files: ClassVar[tuple[str, ...]] = ()  # what it writes directly in the run directory
 
     def open(self, run: RunInfo) -> str | None:

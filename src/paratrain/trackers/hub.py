@@ -11,11 +11,14 @@ training run nor stands between it and its checkpoints.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import signal
 import sys
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +61,7 @@ class Trackers:
         self._name = run_name or self.directory.resolve().name
         self._open: dict[str, Tracker] = {}
         self._skip_through: dict[str, int] = {}
+        self._sent_through: dict[str, int] = {}  # trackers that hold a step only once closed: the last step sent
         self._state: dict[str, dict[str, Any]] = {}
         self._config: dict[str, Any] | None = None
         self._pending = False
@@ -131,9 +135,16 @@ class Trackers:
             if step <= self._skip_through[name]:
                 continue  # sent by the failed attempt: an append-only tracker gets each step once
             if self._call(name, "logging", tracker.log, numbers, step):
-                entry = self._state[name]
-                entry["through"] = max(step, entry.get("through") or step)
+                if tracker.holds_on_log:
+                    self._hold(name, step)
+                else:
+                    self._sent_through[name] = max(step, self._sent_through.get(name, step))
         self._write_state()
+
+    def _hold(self, name: str, step: int) -> None:
+        """The tracker ``name`` holds every step through ``step`` (what a later attempt will not send again)."""
+        entry = self._state[name]
+        entry["through"] = max(step, entry.get("through") or step)
 
     def summary(self, values: dict[str, Any], step: int) -> None:
         """The run's closing numbers and words."""
@@ -149,10 +160,19 @@ class Trackers:
                 self._call(name, f"storing {Path(path).name}", tracker.artifact, Path(path))
 
     def close(self, failed: bool = False) -> None:
-        """End every tracker's run (``failed``: the training raised). Idempotent."""
-        for name, tracker in list(self._open.items()):
-            self._call(name, "closing", tracker.close, failed)
-        self._open.clear()
+        """End every tracker's run (``failed``: the training raised). Idempotent.
+
+        A SIGTERM or SIGINT that arrives meanwhile waits until the trackers are closed, then acts as it
+        would have: a failed rank is closing its trackers when the launcher stops the group, and W&B keeps
+        nothing of a run whose close was cut short."""
+        if not self._open:
+            return
+        with _stop_signals_deferred():
+            for name, tracker in list(self._open.items()):
+                if self._call(name, "closing", tracker.close, failed) and name in self._sent_through:
+                    self._hold(name, self._sent_through.pop(name))
+            self._write_state()
+            self._open.clear()
 
     def forget(self) -> None:
         """Let every tracker go without another write (its files lived in the run directory, which is gone:
@@ -192,6 +212,25 @@ class Trackers:
             if not self._state_failure_said:  # tried again at every log step; said once
                 self._state_failure_said = True
                 self._say(f"could not keep the trackers' run ids in {self.directory / STATE_FILE} ({_reason(exc)})")
+
+
+@contextlib.contextmanager
+def _stop_signals_deferred() -> Iterator[None]:
+    """SIGTERM and SIGINT are held while the block runs (main thread only), then raised again with the
+    handlers of before. (The launcher sends SIGKILL after its grace period: a block that hangs still ends.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {signum: signal.signal(signum, lambda signum, frame: received.append(signum))
+                for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+        for signum in dict.fromkeys(received):
+            signal.raise_signal(signum)
 
 
 def _reason(exc: BaseException) -> str:

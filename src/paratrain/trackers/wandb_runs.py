@@ -25,6 +25,7 @@ class WandbTracker(Tracker):
     package = "wandb"
     extra = "wandb"
     has_artifacts = True
+    holds_on_log = False  # its service writes the run file as the run ends, not at each log()
     files = ("wandb",)  # W&B's own folder under dir=
 
     def open(self, run: RunInfo) -> str | None:
