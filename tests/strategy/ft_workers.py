@@ -169,6 +169,21 @@ def records(out: Path, group: int, rank: int = 0) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
 
 
+def run_with_kills(job, out: Path, **kill_options) -> tuple[list, str]:
+    """:func:`kill_at_random` on the running ``job``, then its end (a guard of 300 s against a hang, not a time
+    limit; the job is killed if it is still running when anything failed). Returns the kills and the job's log,
+    once the job exited 0."""
+    try:
+        kills = kill_at_random(job, out, **kill_options)
+        code = job.wait(timeout=300)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    log = (out / "job.log").read_text()
+    assert code == 0, log[-3000:]
+    return kills, log
+
+
 def kill_at_random(job, out: Path, victim: int, kills: int, rng, last_step: int, wait_for_marker: bool = False,
                    guard_s: float = 240.0, then: Callable[[], None] | None = None, rank: int = 0) -> list[dict]:
     """SIGKILL the victim group's worker (its group rank ``rank``) ``kills`` times, each at a random moment
