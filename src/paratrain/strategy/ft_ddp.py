@@ -52,8 +52,8 @@ import torch
 from paratrain import comm
 from paratrain.arguments import option, option_field
 from paratrain.errors import CollectiveTimeoutError, ConfigError, DistributedError, MissingDependencyError
-from paratrain.strategy import register_strategy
 from paratrain.store_server import store_server
+from paratrain.strategy import register_strategy
 from paratrain.strategy.api import NOT_STEPPED, Strategy, StepResult, StrategyOptions
 from paratrain.strategy.weights import broadcast_module
 
