@@ -89,11 +89,12 @@ def check_options(task: Any, config: Any) -> None:
 REFUSED_ON_RESUME = ("metric", "seed")
 #: Fit options a resume applies from its step on, and names in one line: the learning rate and the
 #: schedule's shape (recomputed for the current step), the optimizer's weight decay, clipping, early
-#: stopping, the cadence of evaluations, saves, logs and checks, and how the steps are computed (the
-#: precision, SyncBatchNorm, compile, TF32, the fused optimizer, the evaluation batch, loader workers,
-#: background saves, the stall timeout), each set up anew by the resumed run.
+#: stopping, the cadence of evaluations, saves (``mtbf``: the failure rate ``save_every="auto"`` plans
+#: for), logs and checks, and how the steps are computed (the precision, SyncBatchNorm, compile, TF32,
+#: the fused optimizer, the evaluation batch, loader workers, background saves, the stall timeout),
+#: each set up anew by the resumed run.
 APPLIED_ON_RESUME = ("lr", "weight_decay", "warmup", "schedule", "clip_norm", "patience", "eval_every",
-                     "eval_per_epoch", "save_every", "save_every_minutes", "keep_last", "log_every",
+                     "eval_per_epoch", "save_every", "save_every_minutes", "mtbf", "keep_last", "log_every",
                      "check_sync_every", "on_nonfinite", "max_nonfinite_skips", "precision", "sync_batchnorm",
                      "compile", "tf32", "fused_optimizer", "eval_batch_size", "num_workers", "background_save",
                      "stall_timeout")
