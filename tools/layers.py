@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("metrics",),
     ("comm",),
     ("env",),
-    ("arguments", "errors", "no_follow", "seeding", "store_server", "warning_lines", "_version"),  # leaves
+    ("arguments", "errors", "no_follow", "replica_environ", "seeding", "store_server", "warning_lines", "_version"),  # leaves
 )
 
 #: ``(importing module, imported module) -> why`` for the upward imports that stay.

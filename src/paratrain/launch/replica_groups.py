@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 from paratrain.errors import ConfigError, LaunchError
 from paratrain.launch import network
+from paratrain.replica_environ import ADDRESS_ENV, GROUP_ENV, GROUPS_ENV, LIGHTHOUSE_ENV
 
 #: How long the Lighthouse waits for a heartbeat before it drops a replica group from the quorum
 #: (torchft's default is 5 s: the pause of the survivors after a group dies), and for a group that
@@ -63,8 +64,6 @@ PROBE_S = 0.5
 PROBE_MISSES = 2
 #: The Lighthouse's port on node 0 when several nodes run and --master-port is not given.
 DEFAULT_LIGHTHOUSE_PORT = 29500
-#: The variable with the address the other nodes' groups reach this node's groups at (read by ft-ddp).
-ADDRESS_ENV = "PARATRAIN_FT_ADDRESS"
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 _LIGHTHOUSE = """\
@@ -274,8 +273,8 @@ class ReplicaGroups:
 
     # ---- the groups -------------------------------------------------------------------------------
     def start_group(self, group: Group) -> None:
-        env = dict(os.environ, TORCHFT_LIGHTHOUSE=self.lighthouse_address, REPLICA_GROUP_ID=str(group.index),
-                   NUM_REPLICA_GROUPS=str(self.total_groups))
+        env = {**os.environ, LIGHTHOUSE_ENV: self.lighthouse_address, GROUP_ENV: str(group.index),
+               GROUPS_ENV: str(self.total_groups)}
         if self.route is not None:  # the other nodes' groups dial this group's store, servers and sockets here
             env[ADDRESS_ENV] = self.route.address
             for var in SOCKET_IFNAME_VARS:

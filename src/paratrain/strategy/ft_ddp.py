@@ -52,6 +52,7 @@ import torch
 from paratrain import comm
 from paratrain.arguments import option, option_field
 from paratrain.errors import CollectiveTimeoutError, ConfigError, DistributedError, MissingDependencyError
+from paratrain.replica_environ import ADDRESS_ENV, GROUP_ENV, LIGHTHOUSE_ENV
 from paratrain.store_server import store_server
 from paratrain.strategy import register_strategy
 from paratrain.strategy.api import NOT_STEPPED, Strategy, StepResult, StrategyOptions
@@ -59,11 +60,6 @@ from paratrain.strategy.weights import broadcast_module
 
 _NEEDS = ("torchft", "ft", "strategy 'ft-ddp'")  # module, paratrain extra, what needs it
 
-#: The environment ``paratrain run --fault-tolerance replicas`` gives every group (torchft's names).
-LIGHTHOUSE_ENV, GROUP_ENV, GROUPS_ENV = "TORCHFT_LIGHTHOUSE", "REPLICA_GROUP_ID", "NUM_REPLICA_GROUPS"
-#: The address of this node that the other groups reach (set by ``paratrain run --fault-tolerance replicas
-#: --nnodes M``: the one that routes to node 0); without it ``MASTER_ADDR``, the group's own (one node).
-ADDRESS_ENV = "PARATRAIN_FT_ADDRESS"
 
 
 def group_address() -> str:
