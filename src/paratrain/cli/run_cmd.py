@@ -345,7 +345,8 @@ def handler(args: argparse.Namespace) -> int:
     from paratrain.launch.config import LaunchConfig
 
     if args.fault_tolerance:
-        from paratrain.launch.replica_groups import Nodes, ReplicaGroups, check_group_shape, group_words
+        from paratrain.launch.replica_argv import check_group_shape, group_words
+        from paratrain.launch.replica_groups import Nodes, ReplicaGroups
 
         config = LaunchConfig.from_args(args)
         check_group_shape(config.min_nodes, config.max_nodes, config.master_addr)

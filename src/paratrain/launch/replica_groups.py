@@ -31,111 +31,27 @@ Every process it starts is killed by the kernel if the supervisor dies (``PR_SET
 
 from __future__ import annotations
 
-import ctypes
 import os
-import selectors
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 
-from paratrain.errors import ConfigError, LaunchError
+from paratrain.errors import LaunchError
 from paratrain.launch import network
+from paratrain.launch.lighthouse import Lighthouse, die_with_supervisor
 from paratrain.replica_environ import ADDRESS_ENV, GROUP_ENV, GROUPS_ENV, LIGHTHOUSE_ENV
 
-#: How long the Lighthouse waits for a heartbeat before it drops a replica group from the quorum
-#: (torchft's default is 5 s: the pause of the survivors after a group dies), and for a group that
-#: heartbeats but has not asked for a quorum yet (torchft's: 60 s).
-HEARTBEAT_TIMEOUT_MS = int(os.environ.get("PARATRAIN_FT_HEARTBEAT_TIMEOUT_MS", "2000"))
-JOIN_TIMEOUT_MS = int(os.environ.get("PARATRAIN_FT_JOIN_TIMEOUT_MS", "2000"))
-LIGHTHOUSE_START_S = 30.0  # a guard: the Lighthouse prints its address within a second
 LIGHTHOUSE_RESTARTS = 3
 STOP_GRACE_S = 5.0
 #: Once one group finished the run, how long the others have to finish theirs (they end the same
 #: step; a group still starting then could only train alone from its own state).
 FINISH_GRACE_S = 15.0
 POLL_S = 0.1
-#: On nodes other than 0: how often the Lighthouse is asked whether it still listens (a TCP connect), and
-#: how many refusals in a row count as its loss (node 0 restarts it within seconds, never faster than this).
-PROBE_S = 0.5
-PROBE_MISSES = 2
 #: The Lighthouse's port on node 0 when several nodes run and --master-port is not given.
 DEFAULT_LIGHTHOUSE_PORT = 29500
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
-
-_LIGHTHOUSE = """\
-import signal, sys
-from torchft._torchft import LighthouseServer
-server = LighthouseServer(bind="{bind}", min_replicas={min_replicas}, join_timeout_ms={join},
-                          heartbeat_timeout_ms={heartbeat})
-print(server.address(), flush=True)
-signal.sigwait([signal.SIGTERM, signal.SIGINT])
-server.shutdown()
-"""
-
-
-_FT_FLAGS = ("--fault-tolerance", "--replica-groups", "--replica-restarts")
-#: The job's node flags: they place the Lighthouse; each group is a one-node run of its own.
-_NODE_FLAGS = ("--nnodes", "--node-rank", "--node_rank", "--master-addr", "--master_addr", "--master-port",
-               "--master_port")
-
-
-def group_words(argv: list[str]) -> list[str]:
-    """``paratrain run``'s words of ``argv`` (everything after ``run``) without the fault-tolerance
-    and node flags: what each replica group's launcher runs (one node, on its loopback). The script's own
-    arguments are kept as given."""
-    words = argv[argv.index("run") + 1:]
-    kept, skip = [], False
-    for position, word in enumerate(words):
-        if skip:
-            skip = False
-            continue
-        if not word.startswith("-") and _is_target(words, position):
-            return kept + words[position:]
-        name = word.split("=", 1)[0]
-        if name in _FT_FLAGS or name in _NODE_FLAGS:
-            skip = "=" not in word
-            continue
-        kept.append(word)
-    return kept
-
-
-def _is_target(words: list[str], position: int) -> bool:
-    """Whether ``words[position]`` is the script (not a flag's value): a flag before it takes a value
-    unless it is one of run's switches."""
-    if position == 0:
-        return True
-    before = words[position - 1]
-    return not before.startswith("-") or "=" in before or before in _SWITCHES
-
-
-#: ``paratrain run``'s flags that take no value (the word after one is the script).
-_SWITCHES = {"--standalone", "-m", "--module", "--no-python", "--no_python", "-v", "--verbose", "--run-path",
-             "--run_path"}
-
-
-def check_group_shape(min_nodes: int, max_nodes: int, master_addr: str | None = None) -> None:
-    """Refuse a job shape the replica groups cannot share, before anything starts: every group is one
-    ``paratrain run`` on one node, all of the same size (torchft pairs rank ``i`` of every group); on
-    several nodes, each node runs its own groups against node 0's Lighthouse at ``--master-addr``.
-
-    Raises:
-        ConfigError: a node range (groups whose size could change), or several nodes without ``--master-addr``.
-    """
-    if min_nodes != max_nodes:
-        raise ConfigError(f"--fault-tolerance replicas needs replica groups of one fixed size, but --nnodes "
-                          f"{min_nodes}:{max_nodes} lets a group grow and shrink; give each group --nproc-per-node K "
-                          "processes on one node (a lost process restarts its whole group)")
-    if max_nodes > 1 and not master_addr:
-        raise ConfigError(f"--fault-tolerance replicas on --nnodes {max_nodes} needs --master-addr: an address of "
-                          "node 0, where its launcher starts the Lighthouse that every node's groups ask")
-
-
-def _die_with_supervisor() -> None:  # runs in the child between fork and exec
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 @dataclass
@@ -184,96 +100,24 @@ class ReplicaGroups:
         self.run_args, self.restarts, self.min_replicas, self.nodes = run_args, restarts, min_replicas, nodes
         self.groups = [Group(nodes.rank * groups + index) for index in range(groups)]
         self.total_groups = nodes.count * groups
-        self.lighthouse: subprocess.Popen | None = None
         self.finished_at = 0.0
         self.route: network.Interface | None = None
         if nodes.count > 1:
             if nodes.rank == 0:
                 network.require_own_address(nodes.master_addr)  # the Lighthouse listens there
             ip = network.resolve(nodes.master_addr)
-            self.host, self.port = ip, nodes.port or DEFAULT_LIGHTHOUSE_PORT
+            host, port = ip, nodes.port or DEFAULT_LIGHTHOUSE_PORT
             self.route = network.interface_for(ip)  # what the other nodes' groups dial this node's groups at
         else:
-            self.host, self.port = network.LOOPBACK, nodes.port or 0
-        self.lighthouse_address = "" if nodes.rank == 0 else self._url(self.port)
-
-    def _url(self, port: int) -> str:
-        return f"http://{f'[{self.host}]' if ':' in self.host else self.host}:{port}"
-
-    @property
-    def endpoint(self) -> str:
-        """The Lighthouse's ``HOST:PORT`` as the lines name it."""
-        return self.lighthouse_address.split("//", 1)[1]
+            host, port = network.LOOPBACK, nodes.port or 0
+        self.lighthouse = Lighthouse(host, port, own=nodes.rank == 0, min_replicas=min_replicas, wait_s=nodes.wait_s)
 
     def say(self, message: str) -> None:
         print(f"paratrain run: {message}", file=sys.stderr, flush=True)
 
-    # ---- the Lighthouse -------------------------------------------------------------------------------
-    def start_lighthouse(self) -> None:
-        """Start it on the job's Lighthouse address (one node: a loopback port the kernel picks); its first
-        line is its address.
-
-        Raises:
-            LaunchError: it exited or printed nothing within the guard (names why, torchft missing included).
-        """
-        bind = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-        code = _LIGHTHOUSE.format(bind=bind, min_replicas=self.min_replicas, join=JOIN_TIMEOUT_MS,
-                                  heartbeat=HEARTBEAT_TIMEOUT_MS)
-        # Its log (a line per quorum) goes to a file: a pipe nobody reads would fill and stall it.
-        log = tempfile.TemporaryFile(mode="w+")
-        self.lighthouse = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=log, text=True,
-                                           preexec_fn=_die_with_supervisor)
-        line = _first_line(self.lighthouse, LIGHTHOUSE_START_S)
-        if line is None:  # alive but silent: never wait for it without end
-            self.lighthouse.kill()
-            self.lighthouse.wait()
-            raise LaunchError(f"the torchft Lighthouse printed no address within {LIGHTHOUSE_START_S:g} s; check "
-                              f"that this host can listen on {bind} and that torchft imports (pip install 'paratrain[ft]')")
-        if not line.startswith("http"):
-            try:
-                self.lighthouse.wait(timeout=LIGHTHOUSE_START_S)
-            except subprocess.TimeoutExpired:
-                self.lighthouse.kill()
-                self.lighthouse.wait()
-            log.seek(0)
-            error = (log.read().strip().splitlines() or [line or "no output"])[-1]
-            raise LaunchError(f"the torchft Lighthouse did not start on {bind} ({error}); pip install 'paratrain[ft]'"
-                              + ("" if self.nodes.count == 1 else ", or pick another --master-port"))
-        # Its address names this host; the groups reach it at the address it listens on.
-        self.lighthouse_address = self._url(int(line.rsplit(":", 1)[1]))
-
-    def wait_for_lighthouse(self) -> None:
-        """On a node other than 0: block until node 0's Lighthouse accepts connections.
-
-        Raises:
-            LaunchError: it did not within ``--rdzv-timeout`` (names its address).
-        """
-        deadline = time.monotonic() + self.nodes.wait_s
-        while (reason := _refused(self.host, self.port)) is not None:
-            if time.monotonic() > deadline:
-                raise LaunchError(
-                    f"the Lighthouse at {self.endpoint} (node 0) did not answer within {self.nodes.wait_s:g}s "
-                    f"({reason}); start node 0's paratrain run --fault-tolerance replicas with the same --master-addr "
-                    "and --master-port, and check the address, the port and the firewall (or raise --rdzv-timeout)")
-            time.sleep(PROBE_S)
-
-    def _lighthouse_lost(self) -> str | None:
-        """Why the Lighthouse is gone (node 0: its exit code; the others: it refused ``PROBE_MISSES`` probes
-        in a row), or None while it lives."""
-        if self.lighthouse is not None:
-            code = self.lighthouse.poll()
-            return None if code is None else f"exited (code {code})"
-        now = time.monotonic()
-        if now < self._next_probe:
-            return None
-        self._next_probe = now + PROBE_S
-        reason = _refused(self.host, self.port)
-        self._misses = 0 if reason is None else self._misses + 1
-        return f"at {self.endpoint} stopped answering ({reason})" if self._misses >= PROBE_MISSES else None
-
     # ---- the groups -------------------------------------------------------------------------------
     def start_group(self, group: Group) -> None:
-        env = {**os.environ, LIGHTHOUSE_ENV: self.lighthouse_address, GROUP_ENV: str(group.index),
+        env = {**os.environ, LIGHTHOUSE_ENV: self.lighthouse.address, GROUP_ENV: str(group.index),
                GROUPS_ENV: str(self.total_groups)}
         if self.route is not None:  # the other nodes' groups dial this group's store, servers and sockets here
             env[ADDRESS_ENV] = self.route.address
@@ -281,7 +125,7 @@ class ReplicaGroups:
                 env[var] = env.get(var) or self.route.name
         env.setdefault("RUST_LOG", "warn")  # torchft's own log: a few lines per step at its default, info
         group.process = subprocess.Popen([sys.executable, "-m", "paratrain", "run", *self.run_args], env=env,
-                                         preexec_fn=_die_with_supervisor)
+                                         preexec_fn=die_with_supervisor)
 
     def stop_all(self) -> None:
         """SIGTERM every live agent (it stops its worker), SIGKILL what is left after the grace."""
@@ -303,18 +147,18 @@ class ReplicaGroups:
             LaunchError: the Lighthouse cannot start, or was lost more than ``LIGHTHOUSE_RESTARTS`` times;
                 on a node other than 0, it did not answer within ``--rdzv-timeout``.
         """
-        self._start_or_wait_for_lighthouse()
+        self.lighthouse.start_or_wait()
         ids = f"{len(self.groups)} replica group{'s' if len(self.groups) > 1 else ''}"
         if self.nodes.count > 1:
             first, last = self.groups[0].index, self.groups[-1].index
             ids += f" ({first}{f'-{last}' if last != first else ''} of {self.total_groups}, node {self.nodes.rank})"
-        self.say(f"Lighthouse at {self.lighthouse_address}; starting {ids}")
+        self.say(f"Lighthouse at {self.lighthouse.address}; starting {ids}")
         for group in self.groups:
             self.start_group(group)
         lighthouse_losses, run_over = 0, False
         try:
             while True:
-                lost = None if run_over else self._lighthouse_lost()
+                lost = None if run_over else self.lighthouse.lost()
                 if lost is not None and self.nodes.rank > 0 and self._ended_with_the_run():
                     run_over = True  # node 0 ended its Lighthouse because the run finished
                     continue
@@ -327,7 +171,7 @@ class ReplicaGroups:
                              + (", starting it again" if self.nodes.rank == 0 else ", waiting for it to come back")
                              + "; the groups resume from their last disk checkpoint")
                     self.stop_all()
-                    self._start_or_wait_for_lighthouse()
+                    self.lighthouse.start_or_wait()
                     for group in self.groups:
                         if not group.finished:
                             self.start_group(group)
@@ -335,13 +179,11 @@ class ReplicaGroups:
                 if self._watch_groups():
                     break
                 time.sleep(POLL_S)
-            if self.nodes.count > 1 and self.lighthouse is not None and any(g.finished for g in self.groups):
+            if self.nodes.count > 1 and self.lighthouse.own and any(g.finished for g in self.groups):
                 self._linger()
         finally:
             self.stop_all()
-            if self.lighthouse is not None and self.lighthouse.poll() is None:
-                self.lighthouse.terminate()
-                self.lighthouse.wait()
+            self.lighthouse.stop()
         return 0 if any(g.finished for g in self.groups) else 1
 
     def _ended_with_the_run(self) -> bool:
@@ -361,28 +203,9 @@ class ReplicaGroups:
         """On node 0 of several, once its groups finished the run: keep the Lighthouse while groups of other
         nodes are still connected to it (they end the same step and shut their Managers down), at most
         ``FINISH_GRACE_S``: its end would tell their launchers that it was lost."""
-        import psutil
-
         deadline = time.monotonic() + FINISH_GRACE_S
-        port = int(self.lighthouse_address.rsplit(":", 1)[1])
-        while time.monotonic() < deadline and self.lighthouse.poll() is None:
-            try:
-                process = psutil.Process(self.lighthouse.pid)
-                # net_connections since psutil 6.0; connections before (pyproject takes any psutil).
-                connections = getattr(process, "net_connections", None) or process.connections
-                connections = connections(kind="tcp")
-            except psutil.Error:
-                return
-            if not any(c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == port for c in connections):
-                return
+        while time.monotonic() < deadline and self.lighthouse.connected():
             time.sleep(POLL_S)
-
-    def _start_or_wait_for_lighthouse(self) -> None:
-        if self.nodes.rank == 0:
-            self.start_lighthouse()
-        else:
-            self.wait_for_lighthouse()
-            self._next_probe, self._misses = 0.0, 0
 
     def _watch_groups(self) -> bool:
         """Restart failed groups; True when every group has ended for good."""
@@ -419,31 +242,4 @@ class ReplicaGroups:
                          f"({group.restarts}/{self.restarts}), it heals from a live group")
                 self.start_group(group)
         return all(g.process is None for g in self.groups)
-
-
-def _refused(host: str, port: int) -> str | None:
-    """Why a TCP connection to ``host:port`` fails, or None when it is accepted."""
-    try:
-        socket.create_connection((host, port), timeout=2.0).close()
-    except OSError as exc:
-        return exc.strerror or str(exc) or type(exc).__name__
-    return None
-
-
-def _first_line(process: subprocess.Popen, timeout_s: float) -> str | None:
-    """``process``'s first line of output, stripped ("" when it exited first); None when it printed no whole
-    line within ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    received = b""
-    with selectors.DefaultSelector() as waiting:
-        waiting.register(process.stdout, selectors.EVENT_READ)
-        while b"\n" not in received:
-            left = deadline - time.monotonic()
-            if left <= 0 or not waiting.select(timeout=left):
-                return None
-            chunk = os.read(process.stdout.fileno(), 4096)
-            if not chunk:
-                break
-            received += chunk
-    return received.split(b"\n", 1)[0].decode(errors="replace").strip()
 
