@@ -10,12 +10,11 @@ group of the quorum, its *ring* (torchft's layout: store prefix ``…/<quorum>/<
 group that joins (a fresh start or a relaunch after a crash) first receives, rank ``i`` from rank
 ``i`` of a live group, the weights, optimizer state and data cursor over HTTP (*healing*).
 
-The gradients are reduced in two levels, as HSDP's are (torchft's layout is HSDP's: rank ``i`` of
-every group holds the same part): inside the group, an all-reduce (a plain process group: its
-members live and die together); across groups, group rank ``i`` all-reduces only the ``i``-th of
-``K`` chunks of each gradient bucket over its ring; a second all-reduce inside the group hands
-every rank the chunks of the others. Each rank sends ``1/K`` of the gradients across groups, the
-slow links of a job of many nodes. A ring whose peer died fails that rank's all-reduce; it is
+The gradients are reduced in two levels, as HSDP's are (:mod:`paratrain.strategy.ft_gradients`):
+inside the group, an all-reduce (a plain process group: its members live and die together); across
+groups, group rank ``i`` all-reduces only the ``i``-th of ``K`` chunks of each gradient bucket over its
+ring; a second all-reduce inside the group hands every rank the chunks of the others. Each rank sends
+``1/K`` of the gradients across groups, the slow links of a job of many nodes. A ring whose peer died fails that rank's all-reduce; it is
 reported to the rank's Manager instead of raised, the group's commit vote (every rank must say
 yes) drops the step in the whole group, the optimizer does not step, and the next step — one
 quorum later, without the dead group — trains the same samples again
@@ -56,10 +55,10 @@ from paratrain.replica_environ import ADDRESS_ENV, GROUP_ENV, LIGHTHOUSE_ENV
 from paratrain.store_server import store_server
 from paratrain.strategy import register_strategy
 from paratrain.strategy.api import NOT_STEPPED, Strategy, StepResult, StrategyOptions
+from paratrain.strategy.ft_gradients import reporting_ddp
 from paratrain.strategy.weights import broadcast_module
 
 _NEEDS = ("torchft", "ft", "strategy 'ft-ddp'")  # module, paratrain extra, what needs it
-
 
 
 def group_address() -> str:
@@ -242,7 +241,7 @@ class FTDDPStrategy(Strategy):
             self.heal_with(f"optimizer{index}", optimizer)
         self.heal_with("precision", self.precision)
         broadcast_module(module)  # the group starts from group rank 0's weights (the rings then agree at step 0)
-        return _reporting_ddp()(self.manager, module)
+        return reporting_ddp()(self.manager, module)
 
     def training_loader(self, dataset: Any, batch_size: int, seed: int | None, options: dict[str, Any]) -> Any:
         """A loader whose every batch is this group's part of the next committed slice
@@ -382,43 +381,3 @@ def _advertising_transport(host: str, timeout: timedelta) -> Any:
             return f"http://{shown}:{self._server.socket.getsockname()[1]}/checkpoint/"
 
     return AdvertisingHTTPTransport(timeout=timeout, num_chunks=0)
-
-
-def _reporting_ddp() -> type:
-    """torchft's DDP with the two-level gradient reduction of a replica group of several processes
-    (:mod:`this module <paratrain.strategy.ft_ddp>`), whose hook reports a failed all-reduce across
-    groups to the Manager instead of handing DDP an unfinished future (torchft 0.2.0 returns ``None``
-    there when a peer dies inside the all-reduce, and the survivor crashes in C++)."""
-    from torchft.ddp import DistributedDataParallel
-
-    class ReportingDistributedDataParallel(DistributedDataParallel):
-        @staticmethod
-        def _comm_hook(manager, bucket):
-            buffer = bucket.buffer()
-            size = comm.world_size()
-            if size == 1:
-                _across_groups(manager, buffer)
-            else:
-                # The group's mean, then this rank's chunk across groups, then every chunk to every rank.
-                # The collectives inside the group run whatever happened across: they keep the group's
-                # ranks in step, and a step with a failed chunk is dropped by the group's vote.
-                torch.distributed.all_reduce(buffer)
-                buffer.div_(size)
-                chunks = buffer.tensor_split(size)
-                _across_groups(manager, chunks[comm.rank()])
-                for index, chunk in enumerate(chunks):
-                    if index != comm.rank():
-                        chunk.zero_()
-                torch.distributed.all_reduce(buffer)
-            done = torch.futures.Future()
-            done.set_result(buffer)
-            return done
-
-    return ReportingDistributedDataParallel
-
-
-def _across_groups(manager: Any, tensor: torch.Tensor) -> None:
-    """Average ``tensor`` in place over this rank's ring. A failure (a peer died inside it) is recorded
-    on the Manager (its commit vote is then no) and leaves garbage that the dropped step never applies."""
-    if tensor.numel():  # the same on every group: their buckets have the same sizes
-        manager.allreduce(tensor).wait()
