@@ -57,6 +57,8 @@ def _parsed_local_rank_read(facts: ScriptFacts, dest: str = "local_rank") -> boo
     ``args.local_rank = local_rank`` (a worker started by ``mp.spawn`` storing its index over the flag's)."""
     stores = [node for node in ast.walk(facts.tree)
               if isinstance(node, ast.Attribute) and node.attr == dest and isinstance(node.ctx, ast.Store)]
+    if any(facts.in_launcher(store) for store in stores):
+        return False  # the script's own process starter sets each worker's value before it starts
     return any(
         not any(facts.scope(store) is facts.scope(read) and store.lineno < read.lineno for store in stores)
         for read in facts.loaded_attrs.get(dest, [])
@@ -151,6 +153,9 @@ def hardcoded_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
     yield from _composed_url_defaults(facts)
     yield from _environ_option_defaults(facts)
     for call in facts.calls_named("init_process_group"):
+        store = keyword(call, "store")
+        if isinstance(store, ast.Call) and last_name(store) == "HashStore":
+            continue  # a group of this one process on an in-process store: no address, no port, no peers
         for name in ("world_size", "rank"):
             value = keyword(call, name)
             if isinstance(value, ast.Constant):

@@ -17,7 +17,7 @@ from paratrain.diagnostics.check_samplers import (
     EVAL_NAME, LOADERS, SAMPLERS, is_eval, no_set_epoch, padded_eval_sampler, sampler_not_passed,
     shuffle_beside_sampler,
 )
-from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
+from paratrain.diagnostics.script_facts import ScriptFacts, returned_module, keyword, last_name
 
 _WRAPPERS = ("DistributedDataParallel", "DDP", "DataParallel")
 _SEEDING = ("manual_seed", "seed_everything", "seed", "manual_seed_all")
@@ -172,13 +172,64 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     )
 
 
+def own_subclasses(facts: ScriptFacts, *bases: str) -> set[str]:
+    """Classes of the script that derive from one of ``bases`` (directly or through each other):
+    ``class KeepAttrs(torch.nn.DataParallel)`` is a DataParallel."""
+    classes = [node for node in ast.walk(facts.tree) if isinstance(node, ast.ClassDef)]
+    found: set[str] = set()
+    while True:
+        more = {cls.name for cls in classes if cls.name not in found
+                and any(last_name(base) in bases or last_name(base) in found for base in cls.bases)}
+        if not more:
+            return found
+        found |= more
+
+
+def _holder(node: ast.expr) -> str:
+    """How a module is held, for matching a binding with a use: ``nets[key]`` and ``nets[k]`` (an entry
+    picked by a loop variable) are one holder, ``nets[*]``; a constant key keeps its value."""
+    if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
+        return f"{ast.unparse(node.value)}[*]"
+    return ast.unparse(node)
+
+
+# Names of what Accelerate's `prepare` hands back that is a model (its optimizers, schedulers and loaders
+# give their own state dicts without a prefix).
+_MODEL_NAME = re.compile(r"model|net|module|encoder|decoder|generator|discriminator|transformer", re.IGNORECASE)
+
+
+def _wrapper_holders(facts: ScriptFacts) -> set[str]:
+    """Everything that holds a DDP/DataParallel wrapper: names bound to one (``facts.names_bound_to``),
+    entries of a dict or list assigned one (``nets[key] = DataParallel(nets[key])``), and a model handed
+    back by ``accelerator.prepare`` (DistributedDataParallel in a multi-process run)."""
+    wrappers = (*_WRAPPERS, *own_subclasses(facts, *_WRAPPERS))
+    held = set(facts.names_bound_to(*wrappers))
+    accelerators = set(facts.names_bound_to("Accelerator"))
+    for node in ast.walk(facts.tree):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call)):
+            continue
+        target, value = node.targets[0], node.value
+        if isinstance(target, ast.Subscript) and last_name(value) in wrappers:
+            held.add(_holder(target))
+        prepared = (last_name(value) == "prepare" and isinstance(value.func, ast.Attribute)
+                    and ast.unparse(value.func.value) in accelerators)
+        if not prepared:
+            continue
+        targets = target.elts if isinstance(target, ast.Tuple) else [target]
+        if len(targets) == len(value.args):
+            held.update(_holder(t) for t, arg in zip(targets, value.args) if _MODEL_NAME.search(ast.unparse(arg)))
+    return held
+
+
 def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
-    wrapped = set(facts.names_bound_to(*_WRAPPERS))
+    wrapped = _wrapper_holders(facts)
     for call in facts.calls_named("state_dict"):
         owner = call.func.value if isinstance(call.func, ast.Attribute) else None
-        if owner is None or ast.unparse(owner) not in wrapped or facts.single_process(call):
+        if owner is None or _holder(owner) not in wrapped or facts.single_process(call) or _rebound(facts, owner, call):
             continue
         parent = facts.parents.get(call)
+        if isinstance(parent, (ast.DictComp, ast.ListComp)):  # `{key: nets[key].state_dict() for key in nets}`
+            call, parent = parent, facts.parents.get(parent)
         held = parent if isinstance(parent, (ast.List, ast.Tuple)) else call  # `states = [model.state_dict(), ...]`
         if facts.inside(call, "save") or isinstance(parent, ast.Dict) or _saved_later(facts, held):
             yield Finding(
@@ -188,6 +239,24 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
                 f"save {ast.unparse(owner)}.module.state_dict(); with paratrain, pt.Checkpointer or "
                 "`paratrain ckpt export` (no prefixes)",
             )
+
+
+def _rebound(facts: ScriptFacts, owner: ast.expr, call: ast.Call) -> bool:
+    """The last assignment of ``owner`` before ``call`` in the call's own function gives it another object
+    (``inner_model = accelerator.unwrap_model(model.inner_model)`` in a save helper): not a wrapper, and not
+    made from ``owner`` itself (``model = model.to(device)`` keeps it)."""
+    holder = _holder(owner)
+    before = [node for node in ast.walk(facts.scope(call))
+              if isinstance(node, ast.Assign) and facts.scope(node) is facts.scope(call) and node.lineno < call.lineno
+              and any(_holder(t) == holder for target in node.targets
+                      for t in (target.elts if isinstance(target, ast.Tuple) else [target]))]
+    if not before:
+        return False
+    value = max(before, key=lambda node: node.lineno).value
+    if isinstance(value, ast.Call) and last_name(returned_module(value)) in (*_WRAPPERS, "prepare"):
+        return False
+    return not any(isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and _holder(node) == holder
+                   for node in ast.walk(value))
 
 
 def _saved_later(facts: ScriptFacts, call: ast.expr) -> bool:
@@ -206,7 +275,8 @@ def _saved_later(facts: ScriptFacts, call: ast.expr) -> bool:
 
 
 def batchnorm_without_syncbn(facts: ScriptFacts) -> Iterator[Finding]:
-    wraps = facts.calls_named(*_WRAPPERS[:2]) or (facts.calls_named("Fabric", "Accelerator") and facts.calls_named("setup", "prepare"))
+    wraps = (facts.calls_named(*_WRAPPERS[:2]) or facts.lightning_on_several_devices()
+             or (facts.calls_named("Fabric", "Accelerator") and facts.calls_named("setup", "prepare")))
     if not wraps or facts.mentions(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn"):
         return
     norms = [call for call in facts.calls if re.fullmatch(r"BatchNorm[123]d", last_name(call))]
@@ -291,10 +361,22 @@ def model_before_seed(facts: ScriptFacts) -> Iterator[Finding]:
             return
 
 
+def _replications(facts: ScriptFacts) -> list[ast.Call]:
+    """torch's ``replicate(module, device_ids)``, DataParallel's scheme written out (with ``parallel_apply``):
+    the first in each function."""
+    first: dict[ast.AST, ast.Call] = {}
+    for call in facts.calls_named("replicate"):
+        if "torch.nn.parallel" in facts.full_name(call) or facts.full_name(call).startswith("nn.parallel"):
+            first.setdefault(facts.scope(call), call)
+    return list(first.values())
+
+
 def data_parallel(facts: ScriptFacts) -> Iterator[Finding]:
     functional = [call for call in facts.calls_named("data_parallel")  # nn.parallel.data_parallel(module, x, ids)
                   if facts.full_name(call).endswith("parallel.data_parallel")]
-    for call in sorted(facts.calls_named("DataParallel") + functional, key=lambda c: c.lineno):
+    own = own_subclasses(facts, "DataParallel")  # `class KeepAttrs(nn.DataParallel)`
+    for call in sorted(facts.calls_named("DataParallel", *own) + functional + _replications(facts),
+                       key=lambda c: c.lineno):
         yield Finding(
             call.lineno, "data-parallel",
             "nn.DataParallel drives every GPU from one process with threads: the GIL, a model copy per step "
@@ -350,10 +432,24 @@ def _rank_chosen(facts: ScriptFacts, setup: ast.Call) -> bool:
                for name in names for value in facts.assigned.get(name, []))
 
 
+def _loguru_loggers(facts: ScriptFacts) -> set[str]:
+    """``from loguru import logger``: its default sink writes DEBUG and up to stderr in every process, until
+    the script removes it (``logger.remove()``: then it chooses the sinks, which this reading does not follow)
+    or adds a sink under a rank test."""
+    names = {name for name, module in facts.modules.items() if module == "loguru.logger"}
+    sinks = [call for call in facts.calls_named("remove", "add", "configure")
+             if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in names]
+    if any(last_name(call) in ("remove", "configure") or _rank_chosen(facts, call) for call in sinks):
+        return set()
+    if any(_LOGGER_HELPER.fullmatch(last_name(call)) and last_name(call) != "getLogger" for call in facts.calls):
+        return set()  # a logger helper (YOLOX's `setup_logger(distributed_rank=rank)`) may choose the sinks by rank
+    return names
+
+
 def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     if not facts.distributed or facts.mentions(_PRINT_SILENCED.pattern):
         return
-    loggers = _loggers(facts)
+    loggers = (_loggers(facts) or set()) | _loguru_loggers(facts)
     if not loggers:
         return
     logs = [
@@ -364,7 +460,7 @@ def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     yield from _first_of(
         logs, "log-on-every-rank", "logging writes on every rank: each message appears once per process, interleaved",
         "set the level by rank once: logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING) "
-        "(or pt.print for messages on rank 0)",
+        "(loguru: logger.remove(), then logger.add(sys.stderr) on rank 0 only; or pt.print for messages on rank 0)",
     )
 
 

@@ -39,7 +39,8 @@ _DISTRIBUTED_TEST = re.compile(
     r"|is_dist_avail_and_initialized\(\))$|world_size\s*>\s*1$")
 # Calls that start the ranks from a parent process: `mp.spawn(main_worker, …)`, detectron2's
 # `launch(main, …)`, `start_processes(fn, …)`, Fabric's `fabric.launch()`.
-_LAUNCHERS = ("spawn", "launch", "start_processes")
+# `Process(target=worker, …).start()`: a script that starts its own processes (one per GPU) is their launcher.
+_LAUNCHERS = ("spawn", "launch", "start_processes", "Process")
 # submitit's executors start `tasks_per_node` copies of what `executor.submit(fn)` is handed, on a cluster.
 _JOB_EXECUTORS = ("AutoExecutor", "SlurmExecutor")
 # Ends a block before anything after it runs.
@@ -101,7 +102,7 @@ def callee_names(call: ast.Call) -> set[str]:
 _SAME_MODULE = ("to", "cuda", "cpu", "half", "float", "double", "bfloat16", "train", "eval", "requires_grad_")
 
 
-def _returned_module(value: ast.expr) -> ast.expr:
+def returned_module(value: ast.expr) -> ast.expr:
     """``Wrapper(model).to(device).train()`` → ``Wrapper(model)``; any other value as it is."""
     while (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
            and value.func.attr in _SAME_MODULE and isinstance(value.func.value, ast.Call)):
@@ -201,7 +202,7 @@ class ScriptFacts:
         bound = {}
         for name, values in self.assigned.items():
             # `sampler = DistributedSampler(ds) if distributed else None` binds the call too
-            choices = [_returned_module(c) for v in values
+            choices = [returned_module(c) for v in values
                        for c in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
             calls = [v for v in choices if isinstance(v, ast.Call) and last_name(v) in callee_names]
             if calls:
@@ -236,6 +237,10 @@ class ScriptFacts:
             isinstance(node, ast.If) and _RANK_ZERO_TEST.search(ast.unparse(node.test)) and self._direct_test_kind(node.test)
             for node in ast.walk(self.tree)
         )
+
+    def lightning_on_several_devices(self) -> bool:
+        """A Lightning Trainer of this file may start a process per device."""
+        return any(self._lightning_on_several_devices(call) for call in self.calls)
 
     def _lightning_on_several_devices(self, call: ast.Call) -> bool:
         """``pl.Trainer(devices=4, strategy="ddp")``, ``Trainer.from_argparse_args(args)``: a Lightning
@@ -299,6 +304,8 @@ class ScriptFacts:
             if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
                     _RANK_ZERO_DECORATOR.match(ast.unparse(d)) for d in parent.decorator_list):
                 return "global"
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and self._lightning_per_machine(parent):
+                local = True
             if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 callers = callers_guards.get(parent, "")
                 if callers == "global":
@@ -306,6 +313,13 @@ class ScriptFacts:
                 local = local or callers == "local"
             child, parent = parent, self.parents.get(parent)
         return "local" if local else ""
+
+    def _lightning_per_machine(self, function: ast.AST) -> bool:
+        """``prepare_data`` of a LightningDataModule or LightningModule: Lightning runs it on the first process
+        of each machine (``prepare_data_per_node``), the other hooks on every process."""
+        owner = self.parents.get(function)
+        return (function.name == "prepare_data" and isinstance(owner, ast.ClassDef)
+                and any(re.search(r"Lightning(?:Data)?Module$", ast.unparse(base)) for base in owner.bases))
 
     def _single_process_branch(self, test: ast.expr, in_else: bool) -> bool:
         """The branch runs when the job is not distributed: ``else:`` of ``if ddp:``, body of ``if not ddp:``."""
