@@ -147,3 +147,17 @@ if accelerator.is_main_process:
     assert (9, "wrapped-state-dict") in rules(source)
     unwrapped = source.replace("model.state_dict()", "accelerator.unwrap_model(model).state_dict()")
     assert "wrapped-state-dict" not in {rule for _, rule in rules(unwrapped)}
+
+
+def test_a_script_that_takes_local_rank_runs_on_several_processes():
+    source = """\
+import argparse
+from loguru import logger
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, help="set by the launcher")
+args = parser.parse_args()
+logger.info(f"arguments: {args}")
+"""
+    assert (7, "log-on-every-rank") in rules(source)
+    assert not rules(source.replace('parser.add_argument("--local_rank", type=int, help="set by the launcher")\n', ""))

@@ -233,6 +233,9 @@ class ScriptFacts:
             for call in self.calls
         ) or self.mentions(
             r"environ(?:\.get\(|\[)\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)[\"']|getenv\(\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)"
+        ) or any(  # `--local_rank`, the flag torch.distributed.launch and deepspeed hand each process they start
+            call.args and isinstance(call.args[0], ast.Constant) and call.args[0].value in ("--local_rank", "--local-rank")
+            for call in self.calls_named("add_argument")
         ) or any(  # a branch for rank 0 (`if training_args.local_rank in [-1, 0]:`): its author runs it on several
             isinstance(node, ast.If) and _RANK_ZERO_TEST.search(ast.unparse(node.test)) and self._direct_test_kind(node.test)
             for node in ast.walk(self.tree)
