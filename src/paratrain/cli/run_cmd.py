@@ -314,6 +314,14 @@ def register(subparsers) -> argparse.ArgumentParser:
         "torchrun: 1 for any failure, as torchrun",
     )
     work.add_argument(
+        "--warm-workers",
+        action="store_true",
+        default=None,
+        help="keep a pool on each node that imported torch once and fork every worker from it: a restart of the "
+        "group skips torch's imports (docs/goodput.md, section Warm workers); the workers torch's agent starts stay "
+        "torchrun's, and one the pool cannot take starts cold, said in one line",
+    )
+    work.add_argument(
         "-v", "--verbose", action="store_true", help="show torch elastic's own log lines and the torchrun argv"
     )
 
