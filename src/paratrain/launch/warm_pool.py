@@ -56,6 +56,7 @@ STOP_TIMEOUT_S = 5.0
 #: How long the pool waits for a connected worker's request before dropping it.
 REQUEST_TIMEOUT_S = 10.0
 SOCKET_NAME = "pool.sock"
+MAX_SOCKET_PATH = 100
 
 
 class WarmPool:
@@ -66,6 +67,9 @@ class WarmPool:
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self.environ = None if environ is None else dict(environ)
         self.folder = tempfile.mkdtemp(prefix="paratrain-warm-")
+        if len(os.path.join(self.folder, SOCKET_NAME)) > MAX_SOCKET_PATH:  # a long TMPDIR: sun_path is 108 bytes
+            os.rmdir(self.folder)
+            self.folder = tempfile.mkdtemp(prefix="paratrain-warm-", dir="/tmp")
         self.path = os.path.join(self.folder, SOCKET_NAME)
         self.process: subprocess.Popen | None = None
         self._control: int | None = None
