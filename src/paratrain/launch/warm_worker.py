@@ -15,7 +15,9 @@ makes the interpreter state a cold start of that process would have had:
 * generators seeded at import from the operating system's entropy are seeded again (numpy's global
   one), as each cold process seeds its own; torch's thread count follows ``OMP_NUM_THREADS`` if the
   worker's differs from the pool's;
-* the goodput ledger counts this worker's start-up from the waiting process's start, not the fork.
+* the goodput ledger counts this worker's start-up from the waiting process's start, not the fork;
+* what a worker's parent proves (the launcher holds the run directory's lock for it) the pool's parent proves
+  (:func:`paratrain.env.torchelastic.parent_launcher`).
 
 Then the script runs as ``__main__`` (``python script.py``: its code in a fresh ``__main__`` module,
 ``__file__`` absolute; ``-m``: :func:`runpy._run_module_as_main`, what ``python -m`` runs). An uncaught
@@ -48,8 +50,10 @@ def become(request: Any) -> int:
     if cpus and cpus != os.sched_getaffinity(0):
         os.sched_setaffinity(0, cpus)
     _reseed()
+    from paratrain.env import torchelastic
     from paratrain.goodput import ledger
 
+    torchelastic.warm_pool_pid = request.pool_pid  # its parent, the launcher's child (a run lock's holder is above it)
     ledger.worker_started = ledger.process_start_time(request.waiting_pid)
     _own_frames_from(sys.modules.get("__main__"))
     from paratrain.launch import worker_site
