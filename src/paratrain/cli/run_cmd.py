@@ -120,6 +120,13 @@ Restarts and preemption:
   --max-restarts R     torch's agent restarts the whole group up to R times when a
                        worker dies; paratrain train / pt.fit / Checkpointer.resume()
                        continue from the newest complete checkpoint
+  --warm-workers       a pool on each node imports torch once (started before the
+                       workers, ended with the launcher) and every worker is forked
+                       from it: a restart skips torch's imports. The workers torch's
+                       agent starts are torchrun's (same argv, pids, logs, exit codes
+                       and signals); each hands its streams to the pool's child and
+                       waits. A worker the pool cannot take starts cold, said in one
+                       line. Not with --no-python or --numa-binding
   SIGTERM              (scancel, Kubernetes eviction, kill) to the launcher or the
                        workers: pt.fit / paratrain train finish the step, save, and
                        exit with code 75 (EX_TEMPFAIL, "preempted"); rerun to resume
