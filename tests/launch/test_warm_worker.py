@@ -2,7 +2,8 @@
 restarts in warm workers (forked by the pool: torch imported before the script's first line, in both attempts)
 and ends with the same weights, bit for bit, as a cold run's; each warm worker starts as the cold one does (the
 script's folder first on sys.path, ``__main__`` with an absolute ``__file__``, ``-u``'s unbuffered streams on the
-agent's log files)."""
+agent's log files); ``paratrain train`` runs in warm workers, which write into the run directory their launcher
+locked for them."""
 
 from __future__ import annotations
 
@@ -50,3 +51,15 @@ def test_a_killed_warm_worker_restarts_warm_and_the_run_ends_with_the_cold_runs_
             assert {k: started[k] for k in SAME_AS_COLD} == {k: reference[k] for k in SAME_AS_COLD}
     resumed, uninterrupted = torch.load(warm / "final.pt"), torch.load(cold / "final.pt")
     assert all(torch.equal(resumed[name], uninterrupted[name]) for name in uninterrupted)
+
+
+def test_paratrain_train_in_warm_workers_writes_into_the_run_directory_its_launcher_locked(tmp_path):
+    """The launcher holds ``--out``'s lock for its workers; a warm worker's parent is the pool, whose parent is that
+    launcher."""
+    out = tmp_path / "run"
+    done = subprocess.run(paratrain_cmd("train", "digits", "--nproc-per-node", "2", "--warm-workers", "--max-steps", "3",
+                                        "--limit-train", "32", "--limit-eval", "16", "--batch-size", "4",
+                                        "--no-tensorboard", "--no-progress", "--out", str(out)),
+                          cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "starts cold" not in done.stderr and (out / "summary.json").is_file()
