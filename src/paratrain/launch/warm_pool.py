@@ -40,7 +40,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from paratrain.launch.worker_site.warm_client import POOL_VAR, receive_message, send_message, target
 
@@ -87,8 +86,8 @@ class WarmPool:
             read_end, self._control = os.pipe()
             try:
                 self.process = subprocess.Popen(
-                    [sys.executable, "-u", "-m", "paratrain.launch.warm_pool", str(listener.fileno()), str(read_end),
-                     str(os.getpid())],
+                    [sys.executable, "-u", "-m", "paratrain.launch.warm_pool", str(listener.fileno()),
+                     str(read_end), str(os.getpid())],
                     pass_fds=(listener.fileno(), read_end), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     env=self.environ, start_new_session=True,  # a Ctrl-C on the terminal reaches the launcher, not the pool
                 )
@@ -208,6 +207,7 @@ class Pool:
             return None
         child = os.fork()
         if child == 0:
+            connection.close()  # the waiting process's end stays the pool's: its close is what kills the child
             return self.in_child(Request(message, streams, pid, os.getppid(), self.environ))
         _close_all(streams)
         pidfd = os.pidfd_open(child)

@@ -63,6 +63,9 @@ def become(request: Any) -> int:
     sys.argv = list(message["argv"])
     sys.orig_argv = list(message["orig_argv"])
     sys.path[:] = list(message["path"])
+    import importlib
+
+    importlib.invalidate_caches()  # files written since the pool started are found, as by a new interpreter
     if not sys.flags.safe_path:
         sys.path.insert(0, os.getcwd() if kind == "module" else os.path.dirname(os.path.realpath(name)))
     main = types.ModuleType("__main__")

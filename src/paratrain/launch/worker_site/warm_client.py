@@ -22,6 +22,7 @@ Only the standard library is imported here: this runs at interpreter start, befo
 from __future__ import annotations
 
 import array
+import io
 import json
 import os
 import signal
@@ -62,7 +63,8 @@ def receive_message(sock: socket.socket, max_fds: int = 0) -> tuple[dict | None,
     fds: list[int] = []
     data = b""
     while len(data) < _HEADER.size:
-        chunk, ancillary, _, _ = sock.recvmsg(_HEADER.size - len(data), socket.CMSG_SPACE(4 * max_fds) if max_fds else 0)
+        room = socket.CMSG_SPACE(4 * max_fds) if max_fds else 0
+        chunk, ancillary, _, _ = sock.recvmsg(_HEADER.size - len(data), room)
         for level, kind, payload in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 received = array.array("i")
@@ -122,7 +124,7 @@ def _stream(stream) -> dict | None:
     try:
         return {"encoding": stream.encoding, "errors": stream.errors, "line_buffering": stream.line_buffering,
                 "write_through": stream.write_through,
-                "buffered": not isinstance(getattr(stream, "buffer", None), __import__("io").FileIO)}
+                "buffered": not isinstance(getattr(stream, "buffer", None), io.FileIO)}
     except (AttributeError, ValueError):
         return None
 
