@@ -1,5 +1,5 @@
 """The warm pool's lifetimes and what passes through it, one ``paratrain run --warm-workers`` job of 2 processes
-and four attempts: the agent's worker SIGKILLed (the agent's last resort) takes the pool's child with it; the
+and five attempts: the agent's worker SIGKILLed (the agent's last resort) takes the pool's child with it; the
 child's exit code (3) and its death by a signal (SIGSEGV) are the worker's, in the launcher's restart lines; the
 launcher SIGKILLed leaves no pool, no child and no worker behind."""
 
@@ -60,7 +60,8 @@ def _agents_worker(launcher: psutil.Process, rank: int) -> psutil.Process:
 
 def test_kills_exit_codes_and_signals_pass_through_the_pool_and_nothing_outlives_the_launcher(tmp_path):
     launcher = subprocess.Popen(
-        paratrain_cmd("run", "--nproc-per-node", "2", "--max-restarts", "3", "--warm-workers", str(SCRIPT),
+        paratrain_cmd("run", "--nproc-per-node", "2", "--max-restarts", "4", "--warm-workers",
+                      "--log-dir", str(tmp_path / "logs"), str(SCRIPT),
                       str(tmp_path), "failures"),
         cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -69,7 +70,7 @@ def test_kills_exit_codes_and_signals_pass_through_the_pool_and_nothing_outlives
         assert first["torch_before"] and pool != launcher.pid
         os.kill(_agents_worker(psutil.Process(launcher.pid), 1).pid, signal.SIGKILL)
         assert _gone([first["pid"]]) == [], "the pool's child outlived the worker torch's agent started"
-        last = [_started(tmp_path, 3, rank) for rank in (0, 1)]
+        last = [_started(tmp_path, 4, rank) for rank in (0, 1)]
         assert all(started["ppid"] == pool for started in last)  # one pool served every attempt
         thins = psutil.Process(launcher.pid).children()
         folder = Path(_agents_worker(psutil.Process(launcher.pid), 0).environ()[POOL_VAR]).parent
@@ -83,9 +84,13 @@ def test_kills_exit_codes_and_signals_pass_through_the_pool_and_nothing_outlives
             launcher.kill()
             launcher.communicate()
     restarts = [line for line in stderr.splitlines() if "restarting the group" in line]
-    assert len(restarts) == 3, stderr[-3000:]
-    for line, how, attempt in zip(restarts, ("was killed by SIGKILL", "exited with code 3", "was killed by SIGSEGV"),
-                                  (2, 3, 4)):
-        assert re.match(rf"paratrain run: rank 1 \(local rank 1, host \S+, pid \d+\) {how} .*attempt {attempt} of 4",
+    assert len(restarts) == 4, stderr[-3000:]
+    hows = ("was killed by SIGKILL", "exited with code 3", "exited with code 1 after ValueError: bad input 7",
+            "was killed by SIGSEGV")
+    for line, how, attempt in zip(restarts, hows, (2, 3, 4, 5)):
+        assert re.match(rf"paratrain run: rank 1 \(local rank 1, host \S+, pid \d+\) {how} .*attempt {attempt} of 5",
                         line), line
+    # The child wrote torch elastic's error file of the process the agent started.
+    error_files = list((tmp_path / "logs").glob("*/attempt_2/1/error.json"))
+    assert len(error_files) == 1 and "bad input 7" in error_files[0].read_text()
     assert "starts cold" not in stderr

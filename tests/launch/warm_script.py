@@ -7,7 +7,8 @@ It writes ``OUT/started.<attempt>.<rank>.json`` first: its pid and parent's, the
 was imported before its first line (a warm worker's pool imported it), and what Python set up for it.
 ``train`` then runs ``tests/clients/scripts/plain_ddp.py`` (kills rank 1 at ``--die-at``). ``failures``: rank 0
 sleeps until stopped; rank 1 waits to be SIGKILLed from outside in attempt 0, exits with code 3 in attempt 1,
-kills itself with SIGSEGV in attempt 2 and waits again in attempt 3.
+raises ValueError through torch's ``record`` in attempt 2, kills itself with SIGSEGV in attempt 3 and waits again
+in attempt 4.
 """
 
 import json
@@ -41,6 +42,15 @@ elif rank == 1 and attempt == 1:
     time.sleep(0.5)
     sys.exit(3)
 elif rank == 1 and attempt == 2:
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    @record  # into torch elastic's error file, which the launcher reads
+    def fail():
+        time.sleep(0.5)
+        raise ValueError("bad input 7")
+
+    fail()
+elif rank == 1 and attempt == 3:
     time.sleep(0.5)
     os.kill(os.getpid(), signal.SIGSEGV)
 else:

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from paratrain.launch.worker_site.warm_client import POOL_VAR, receive_message, send_message, target
 
-#: What a worker imports that the pool imports for it; a module missing here (an optional extra) is skipped.
+#: What a worker imports that the pool imports for it; one that fails to import here is skipped (the worker meets it).
 PRELOADED = (
     "torch", "torch.distributed", "torch._dynamo", "torch.optim", "torch.nn.parallel", "torch.utils.data",
     "torch.distributed.checkpoint", "torch.distributed.elastic.multiprocessing.errors",
@@ -139,7 +139,7 @@ def preload() -> str | None:
     for name in PRELOADED:
         try:
             importlib.import_module(name)
-        except ImportError:
+        except Exception:  # noqa: BLE001 (an optional extra, a broken one: the worker imports it, or fails, itself)
             continue
     if threading.active_count() != 1:
         return f"importing torch started threads ({', '.join(t.name for t in threading.enumerate())})"
