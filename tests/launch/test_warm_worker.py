@@ -12,6 +12,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import psutil
 import torch
 
 from tests.support import ROOT, clean_env, paratrain_cmd
@@ -40,6 +41,8 @@ def test_a_killed_warm_worker_restarts_warm_and_the_run_ends_with_the_cold_runs_
                      r"restarting the group: attempt 2 of 2", done.stderr), done.stderr[-3000:]
     assert "starts cold" not in done.stderr
     assert "[rank1]:attempt 1 starts at step 8" in done.stdout
+    pool = _started(warm, 1, 0)["ppid"]
+    assert not psutil.pid_exists(pool), "the warm pool outlived its launcher's normal end"
     plain = _run(cold)
     assert plain.returncode == 0, plain.stderr[-3000:]
     for attempt in (0, 1):

@@ -89,7 +89,8 @@ class WarmPool:
                     [sys.executable, "-u", "-m", "paratrain.launch.warm_pool", str(listener.fileno()),
                      str(read_end), str(os.getpid())],
                     pass_fds=(listener.fileno(), read_end), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                    env=self.environ, start_new_session=True,  # a Ctrl-C on the terminal reaches the launcher, not the pool
+                    env=self.environ,
+                    start_new_session=True,  # a Ctrl-C on the terminal reaches the launcher, not the pool
                 )
             finally:
                 os.close(read_end)

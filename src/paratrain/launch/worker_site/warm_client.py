@@ -179,18 +179,18 @@ def run_in_pool(path: str) -> str:
             answer, _ = receive_message(sock)
         except TimeoutError:
             return _give_up(sock, previous, pending, f"did not answer within {ANSWER_TIMEOUT_S:g} s")
-        except (OSError, ValueError) as exc:
-            return _give_up(sock, previous, pending, f"failed ({exc})")
-        if answer is None or "pid" not in answer:
+        except Exception as exc:  # noqa: BLE001 (any failure here leaves the cold start, never a stuck handler)
+            return _give_up(sock, previous, pending, f"failed ({type(exc).__name__}: {exc})")
+        if answer is None or not isinstance(answer.get("pid"), int):
             reason = (answer or {}).get("refused") or "closed the connection"
             return _give_up(sock, previous, pending, f"refused this worker: {reason}")
-        child[0] = int(answer["pid"])
+        child[0] = answer["pid"]
         for number in pending:
             _signal_group(child[0], number)
         sock.settimeout(None)  # the child runs as long as the job: the agent watches this process meanwhile
         try:
             status, _ = receive_message(sock)
-        except (OSError, ValueError):
+        except Exception:  # noqa: BLE001 (the pool is gone: said below)
             status = None
     finally:
         sock.close()
@@ -223,9 +223,10 @@ def _signal_group(pid: int, number: int) -> None:
 
 
 def _exit_as(status: dict) -> None:
-    """End this process as the child ended: the same exit code, or the same signal."""
+    """End this process as the child ended: the same exit code, or the same signal. Never returns (the
+    script ran in the child: whatever happens here, this process must not run it again)."""
     number = status.get("signal")
-    if number:
+    if isinstance(number, int) and number > 0:
         import resource
 
         try:
@@ -236,5 +237,6 @@ def _exit_as(status: dict) -> None:
             os.kill(os.getpid(), number)
         except (OSError, ValueError):
             pass
-        os._exit(128 + int(number))
-    os._exit(int(status.get("exit", 1)))
+        os._exit(128 + number)
+    code = status.get("exit")
+    os._exit(code if isinstance(code, int) and 0 <= code < 256 else 1)
