@@ -104,6 +104,8 @@ Environment for the workers, besides torchrun's (what you set yourself wins):
   NCCL_SOCKET_IFNAME   same
   PARATRAIN_LAUNCHER_PID  the launcher's pid: a worker ends when its launcher is killed
   PARATRAIN_STALL_TIMEOUT --stall-timeout, for the workers' watchdog
+  PARATRAIN_WARM_POOL  --warm-workers: the warm pool's socket, where each worker
+                       torch's agent starts hands itself over
   TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE  [rank${rank}]: with tagged output (torch's own
                        variable; it tells a worker its lines are tagged already)
   PARATRAIN_PROGRESS_TTY  the terminal rank 0 draws its progress bar on (tagged output
