@@ -8,6 +8,7 @@ other weights), ``failed`` (the launcher exited non-zero), ``hung`` (still runni
 ``--guard`` seconds: every wait of an attempt must end), or ``ended before the kill``.
 
     python benchmarks/restart_soak.py --trials 20 --seed 1
+    python benchmarks/restart_soak.py --trials 10 --seed 1 --warm-workers   # the killed jobs in warm workers
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "clients" / "scripts" / "plain_ddp.py"
 
 
-def launch(out: Path, restarts: int) -> subprocess.Popen:
+def launch(out: Path, restarts: int, warm: bool = False) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "paratrain", "run", "--nproc-per-node", "2", "--max-restarts", str(restarts),
-           str(SCRIPT), str(out), "--steps", "48"]
+           *(["--warm-workers"] if warm else []), str(SCRIPT), str(out), "--steps", "48"]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
@@ -57,10 +58,11 @@ def weights(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path, weights_only=True)
 
 
-def trial(rng: random.Random, reference: dict[str, torch.Tensor], wall_s: float, guard_s: float) -> str:
+def trial(rng: random.Random, reference: dict[str, torch.Tensor], wall_s: float, guard_s: float,
+          warm: bool = False) -> str:
     with tempfile.TemporaryDirectory(prefix="restart-soak-") as folder:
         out = Path(folder)
-        launcher = launch(out, restarts=1)
+        launcher = launch(out, restarts=1, warm=warm)
         kill_at = time.monotonic() + rng.uniform(0.3, 0.95) * wall_s
         killed, victim = False, None
         while launcher.poll() is None and not killed:
@@ -93,6 +95,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--guard", type=float, default=300.0, help="seconds after which a trial counts as hung")
+    parser.add_argument("--warm-workers", action="store_true",
+                        help="the killed jobs run with paratrain run --warm-workers (the reference runs cold)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="restart-soak-ref-") as folder:
         started = time.monotonic()
@@ -105,7 +109,7 @@ def main() -> None:
     rng = random.Random(args.seed)
     counts: collections.Counter[str] = collections.Counter()
     for number in range(1, args.trials + 1):
-        outcome = trial(rng, reference, wall_s, args.guard)
+        outcome = trial(rng, reference, wall_s, args.guard, args.warm_workers)
         counts[outcome] += 1
         print(f"trial {number}: {outcome}", flush=True)
     print("; ".join(f"{name}: {count}" for name, count in sorted(counts.items())))

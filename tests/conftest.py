@@ -39,6 +39,7 @@ LONGEST_FIRST = (
     "tests/launch/test_elastic_rejoin.py",  # 66
     "tests/loop/test_nonfinite.py",  # 62
     "tests/diagnostics/test_auto_resume.py",  # 57
+    "tests/launch/test_warm_worker.py",  # ~53 (a warm job with a restart, a cold one, paratrain train warm)
     "tests/strategy/test_setup_guard.py",  # 54
     "tests/diagnostics/test_hostile_inputs.py",  # 54
     "tests/diagnostics/test_two_hosts.py",  # 52
@@ -52,6 +53,7 @@ LONGEST_FIRST = (
     "tests/loop/test_fit_own_model.py",  # 34
     "tests/cli/test_predict.py",  # 32
     "tests/loop/test_fit_seed.py",  # 32
+    "tests/launch/test_warm_pool.py",  # ~18 to 30 (one warm job, four attempts)
     "tests/checkpoint/test_async_shards.py",  # ~40
     "tests/diagnostics/test_preemption.py",  # 28
     "tests/strategy/test_fast_defaults_multi.py",  # 27

@@ -88,13 +88,15 @@ def test_every_process_flag_reaches_the_launcher_as_run_reads_it():
              "--max-restarts": "2", "--threads-per-proc": "1", "--cpu-binding": "none", "--rdzv-backend": "c10d", "--rdzv-endpoint": "127.0.0.1:29556",
              "--rdzv-id": "job7", "--rdzv-timeout": "90", "--rdzv-last-call": "5", "--backend": "gloo",
              "--log-dir": "logs", "--output": "raw", "--local-ranks-filter": "0"}
-    assert sorted(given) == sorted(RUN_FLAGS)
-    train = build_parser().parse_args(["train", "digits", "--nproc-per-node", "2", *[w for kv in given.items() for w in kv]])
+    switches = ("--warm-workers",)  # flags without a value
+    assert sorted([*given, *switches]) == sorted(RUN_FLAGS)
+    train = build_parser().parse_args(["train", "digits", "--nproc-per-node", "2", *[w for kv in given.items() for w in kv],
+                                       *switches])
     config = LaunchConfig.from_args(build_parser().parse_args([*run_words(train), "-m", "paratrain.cli.workers.train"]), environ={})
     assert (config.min_nodes, config.max_nodes, config.max_restarts, config.threads_per_proc) == (1, 2, 2, 1)
     assert (config.rdzv_backend, config.rdzv_id, config.rdzv_timeout, config.rdzv_last_call) == ("c10d", "job7", 90, 5)
     assert (config.backend, config.log_dir, config.output, config.local_ranks_filter) == ("gloo", "logs", "raw", (0,))
-    assert config.cpu_binding == "none"
+    assert config.cpu_binding == "none" and config.warm_workers
 
 
 def test_same_command_resumes_and_fresh_moves_the_old_run_aside(tmp_path, capsys):

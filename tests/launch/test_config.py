@@ -177,6 +177,8 @@ def test_a_slurm_step_with_several_tasks_per_node_runs_when_the_flags_say_what_t
         (["--stall-timeout", "-1", ALLREDUCE], "--stall-timeout -1 must be a finite number of seconds, or 0 to turn the watchdog off"),
         (["--stall-timeout", "nan", ALLREDUCE], "--stall-timeout nan must be"),
         (["--backend", "mpi", ALLREDUCE], "backend 'mpi' is not one of"),
+        (["--warm-workers", "--no-python", "true"], "--warm-workers forks Python workers .* --no-python"),
+        (["--warm-workers", "--numa-binding", "node", ALLREDUCE], "--warm-workers forks the workers from one pool"),
     ],
 )
 def test_validate_refuses_with_one_line(argv, message):

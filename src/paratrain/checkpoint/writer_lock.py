@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from paratrain.env.torchelastic import parent_launcher
 from paratrain.errors import ParatrainError, RunDirectoryBusyError
 from paratrain.no_follow import open_fd
 
@@ -174,7 +175,8 @@ class WriterLock:
 
 def held_by_launcher(directory: str | Path) -> bool:
     """True when this process's launcher holds the lock on ``directory`` for it: ``PARATRAIN_RUN_LOCK``
-    names it, and its lock file is locked by this process's parent. The variable alone proves nothing:
+    names it, and its lock file is locked by this process's parent (a warm worker: the pool's parent,
+    :func:`~paratrain.env.torchelastic.parent_launcher`). The variable alone proves nothing:
     leaked into a shell (or a script's environment), it would let a second run write into a live one."""
     held = os.environ.get(HELD_BY_LAUNCHER_ENV)
     if not held or Path(held).resolve() != Path(directory).resolve():
@@ -188,7 +190,7 @@ def held_by_launcher(directory: str | Path) -> bool:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:  # locked: by our launcher only if the file names it
             holder = Holder.read(_read_all(fd))
-            return holder is not None and holder.pid == os.getppid()
+            return holder is not None and holder.pid == parent_launcher()
         fcntl.flock(fd, fcntl.LOCK_UN)
         return False  # nobody holds it: the variable is stale
     finally:

@@ -104,6 +104,8 @@ Environment for the workers, besides torchrun's (what you set yourself wins):
   NCCL_SOCKET_IFNAME   same
   PARATRAIN_LAUNCHER_PID  the launcher's pid: a worker ends when its launcher is killed
   PARATRAIN_STALL_TIMEOUT --stall-timeout, for the workers' watchdog
+  PARATRAIN_WARM_POOL  --warm-workers: the warm pool's socket, where each worker
+                       torch's agent starts hands itself over
   TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE  [rank${rank}]: with tagged output (torch's own
                        variable; it tells a worker its lines are tagged already)
   PARATRAIN_PROGRESS_TTY  the terminal rank 0 draws its progress bar on (tagged output
@@ -120,6 +122,13 @@ Restarts and preemption:
   --max-restarts R     torch's agent restarts the whole group up to R times when a
                        worker dies; paratrain train / pt.fit / Checkpointer.resume()
                        continue from the newest complete checkpoint
+  --warm-workers       a pool on each node imports torch once (started before the
+                       workers, ended with the launcher) and every worker is forked
+                       from it: a restart skips torch's imports. The workers torch's
+                       agent starts are torchrun's (same argv, pids, logs, exit codes
+                       and signals); each hands its streams to the pool's child and
+                       waits. A worker the pool cannot take starts cold, said in one
+                       line. Not with --no-python or --numa-binding
   SIGTERM              (scancel, Kubernetes eviction, kill) to the launcher or the
                        workers: pt.fit / paratrain train finish the step, save, and
                        exit with code 75 (EX_TEMPFAIL, "preempted"); rerun to resume
@@ -312,6 +321,14 @@ def register(subparsers) -> argparse.ArgumentParser:
         metavar="paratrain|torchrun",
         help="paratrain (default): the failed worker's own code, 128+N for a signal, 75 preempted, 124 stalled; "
         "torchrun: 1 for any failure, as torchrun",
+    )
+    work.add_argument(
+        "--warm-workers",
+        action="store_true",
+        default=None,
+        help="keep a pool on each node that imported torch once and fork every worker from it: a restart of the "
+        "group skips torch's imports (docs/goodput.md, section Warm workers); the workers torch's agent starts stay "
+        "torchrun's, and one the pool cannot take starts cold, said in one line",
     )
     work.add_argument(
         "-v", "--verbose", action="store_true", help="show torch elastic's own log lines and the torchrun argv"

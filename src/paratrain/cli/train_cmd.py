@@ -65,7 +65,7 @@ Surviving failures:
 RUN_FLAGS = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--max-restarts", "--threads-per-proc",
              "--cpu-binding",
              "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--rdzv-timeout", "--rdzv-last-call", "--backend",
-             "--log-dir", "--output", "--local-ranks-filter")
+             "--log-dir", "--output", "--local-ranks-filter", "--warm-workers")
 
 
 def _dest(flag: str) -> str:
@@ -135,8 +135,11 @@ def _add_arguments_when_used(parser: argparse.ArgumentParser) -> None:
 def _add_process_arguments(parser: argparse.ArgumentParser) -> None:
     launch = parser.add_argument_group("processes (passed to paratrain run)")
     launch.add_argument("--nproc-per-node", default="1", metavar="N|auto", help="processes on this node (default 1)")
-    for flag, metavar, text, choices in _run_flags():
-        launch.add_argument(flag, metavar=metavar, help=text, choices=choices)
+    for flag, metavar, text, choices, switch in _run_flags():
+        if switch:
+            launch.add_argument(flag, action="store_true", default=None, help=text)
+        else:
+            launch.add_argument(flag, metavar=metavar, help=text, choices=choices)
     launch.add_argument("--list", action="store_true", help="list the tasks and exit")
 
 
@@ -265,15 +268,17 @@ def _workers_share(lock):
             os.environ[HELD_BY_LAUNCHER_ENV] = before
 
 
-def _run_flags() -> list[tuple[str, str | None, str | None, list | None]]:
-    """(flag, metavar, help, choices) of each :data:`RUN_FLAGS` entry, as ``paratrain run`` defines it."""
+def _run_flags() -> list[tuple[str, str | None, str | None, list | None, bool]]:
+    """(flag, metavar, help, choices, switch: takes no value) of each :data:`RUN_FLAGS` entry, as
+    ``paratrain run`` defines it."""
     from paratrain.cli import run_cmd
 
     run_parser = run_cmd.register(argparse.ArgumentParser().add_subparsers())
     actions = {flag: action for action in run_parser._actions for flag in action.option_strings}  # argparse has no public list
     text = {"--max-restarts": "restart the workers up to R times when one dies; each restart resumes from the "
                               "newest complete checkpoint (default 0)"}
-    return [(flag, actions[flag].metavar, text.get(flag, actions[flag].help), actions[flag].choices) for flag in RUN_FLAGS]
+    return [(flag, actions[flag].metavar, text.get(flag, actions[flag].help), actions[flag].choices,
+             actions[flag].nargs == 0) for flag in RUN_FLAGS]
 
 
 def run_words(args: argparse.Namespace) -> list[str]:
@@ -281,7 +286,9 @@ def run_words(args: argparse.Namespace) -> list[str]:
     words = ["run", "--nproc-per-node", str(args.nproc_per_node)]
     for flag in RUN_FLAGS:
         value = getattr(args, _dest(flag))
-        if value is not None:
+        if value is True:
+            words.append(flag)
+        elif value is not None:
             words += [flag, str(value)]
     return words
 

@@ -12,8 +12,11 @@ import threading
 import traceback
 import types
 
-# Frames of these files are the machinery around the user's code, not where it stopped.
-_MACHINERY = ("/threading.py", "/paratrain/diagnostics/")
+# Frames of these files are the machinery around the user's code, not where it stopped: threads, paratrain's
+# diagnostics, runpy (python -m), and in a warm worker the pool that forked it and ran the script
+# (launch/warm_pool.py, warm_worker.py).
+_MACHINERY = ("/threading.py", "/paratrain/diagnostics/", "<frozen runpy>", "/paratrain/launch/warm_pool.py",
+              "/paratrain/launch/warm_worker.py")
 # An innermost frame in these files waits for other ranks: torch.distributed's collectives,
 # stores and FSDP's all-gathers, or the autograd engine, where DDP's reducer waits for the
 # gradient all-reduce (a backward that lasts a whole stall timeout is that wait, not arithmetic).
@@ -84,7 +87,7 @@ def _waits(filename: str, line: int | None) -> bool:
 
 
 def _machinery(filename: str) -> bool:
-    return filename.endswith("/threading.py") or "/paratrain/diagnostics/" in filename
+    return filename.endswith(_MACHINERY[0]) or any(part in filename for part in _MACHINERY[1:])
 
 
 _DUMP_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.+)$')

@@ -17,6 +17,27 @@ LAUNCHER_PID_VAR = "PARATRAIN_LAUNCHER_PID"
 #: How long leaving a process group waits, with the GIL released, for gloo's threads to let go of finished
 #: collectives (runtime/process_group.destroy_process_group; plain scripts' too, launch/worker_site/plain_scripts.py).
 GLOO_DRAIN_S = 0.05
+#: In a worker that the launcher's warm pool forked (``paratrain run --warm-workers``): the pool's pid. The
+#: pool's parent is the launcher, which a cold worker has for its own parent (see :func:`parent_launcher`).
+warm_pool_pid: int | None = None
+
+
+def parent_launcher() -> int:
+    """The launcher above this process, as the process tree shows it: its parent, or for a worker the warm pool
+    forked (:data:`warm_pool_pid`), the pool's parent. What proves a worker was started by the launcher that
+    holds something for it (a variable alone could have leaked from elsewhere)."""
+    import os
+
+    parent = os.getppid()
+    if warm_pool_pid is None or parent != warm_pool_pid:
+        return parent
+    try:
+        with open(f"/proc/{parent}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])  # field 4: ppid
+    except (OSError, ValueError, IndexError):
+        return parent
+
+
 # Set by pt.spawn in its workers. Under either launcher a Runtime starts its hang watchdog.
 SPAWNED_VAR = "PARATRAIN_SPAWNED"
 

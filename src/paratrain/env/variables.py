@@ -33,7 +33,8 @@ TORCHRUN_WORKER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SI
 #: What paratrain's launchers export to their workers only (env/torchelastic.py, launch/spawn.py,
 #: launch/worker_site, checkpoint/writer_lock.py).
 PARATRAIN_WORKER_VARIABLES = ("PARATRAIN_LAUNCHER_PID", "PARATRAIN_SPAWNED", "PARATRAIN_SPAWN_PARENT",
-                              "PARATRAIN_RUN_LOCK", "PARATRAIN_STACKS_DIR", "PARATRAIN_PROGRESS_TTY")
+                              "PARATRAIN_RUN_LOCK", "PARATRAIN_STACKS_DIR", "PARATRAIN_PROGRESS_TTY",
+                              "PARATRAIN_WARM_POOL")  # launch/worker_site/warm_client.POOL_VAR
 
 
 def _seconds(positive: bool) -> Callable[[str], float]:

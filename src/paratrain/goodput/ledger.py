@@ -57,12 +57,23 @@ def process_start_time(pid: int | str = "self") -> float | None:
         return None
 
 
+#: When the worker process torch's agent started began, where this process is not that one: a warm
+#: worker (``paratrain run --warm-workers``), forked by the pool for the process the agent started, sets
+#: that process's start here, so its start-up is counted from the same moment as a cold worker's.
+worker_started: float | None = None
+
+
+def worker_start_time() -> float | None:
+    """When this worker started: :data:`worker_started`, else this process's start."""
+    return worker_started or process_start_time()
+
+
 def launch_time() -> float:
-    """The launcher's start (``PARATRAIN_LAUNCH_TIME``), else this process's start, else now."""
+    """The launcher's start (``PARATRAIN_LAUNCH_TIME``), else this worker's start, else now."""
     try:
         return float(os.environ[LAUNCH_TIME_ENV])
     except (KeyError, ValueError):
-        return process_start_time() or time.time()
+        return worker_start_time() or time.time()
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -122,7 +133,7 @@ class Ledger:
         prev_end = max(times) if times else None
         self.prev_max_step = max((int(r.get("step") or 0) for r in previous if r.get("event") == "ledger"), default=0)
         launch = launch_time()
-        origin = launch if prev_end is None or launch > prev_end else (process_start_time() or launch)
+        origin = launch if prev_end is None or launch > prev_end else (worker_start_time() or launch)
         if prev_end is not None:
             origin = max(origin, prev_end)
         now = time.time()
@@ -142,7 +153,7 @@ class Ledger:
         self._open = True
         self._worth = False  # something of this attempt is worth a record (see _write)
         self._write({"event": "attempt", "attempt": self.attempt, "time": now, "origin": self.origin,
-                     "launch": launch, "process_start": process_start_time(), "pid": os.getpid(),
+                     "launch": launch, "process_start": worker_start_time(), "pid": os.getpid(),
                      "prev_end": prev_end, "prev_max_step": self.prev_max_step})
 
     # ---- boundaries --------------------------------------------------------------------------

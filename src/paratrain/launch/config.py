@@ -80,6 +80,7 @@ class LaunchConfig:
     exit_codes: str = "paratrain"  # one of EXIT_CODE_MODES
     restarts_by_default: bool = False  # max_restarts is DEFAULT_ELASTIC_RESTARTS because --nnodes was a range
     torch_flags: tuple[str, ...] = ()  # torchrun flags passed as given (torchrun_flags.PASSED_THROUGH)
+    warm_workers: bool = False  # a warm pool on this node forks the workers (launch/warm_pool.py)
 
     @property
     def prefixed_output(self) -> bool:
@@ -191,6 +192,7 @@ class LaunchConfig:
             exit_codes=getattr(args, "exit_codes", None) or "paratrain",
             restarts_by_default=restarts_by_default,
             torch_flags=torchrun_flags.torch_words(args),
+            warm_workers=bool(getattr(args, "warm_workers", None)),
         )
 
     # ---- checking ---------------------------------------------------------------------
@@ -276,6 +278,12 @@ class LaunchConfig:
             raise ConfigError(f"--stall-timeout {self.stall_timeout:g} must be a finite number of seconds, or 0 to turn the watchdog off")
         if self.threads_per_proc is not None and self.threads_per_proc < 1:
             raise ConfigError(f"--threads-per-proc {self.threads_per_proc} must be at least 1")
+        if self.warm_workers and self.no_python:
+            raise ConfigError("--warm-workers forks Python workers from a pool that imported torch; --no-python runs "
+                              "an executable: drop one of them")
+        if self.warm_workers and any(word.startswith(("--numa-binding", "--numa_binding")) for word in self.torch_flags):
+            raise ConfigError("--warm-workers forks the workers from one pool, which --numa-binding's numactl cannot "
+                              "bind per worker: drop one of them")
         if self.legacy_local_rank is not None and self.legacy_local_rank not in LEGACY_CHOICES:
             raise ConfigError(
                 f"--legacy-local-rank {self.legacy_local_rank!r} is not one of {', '.join(LEGACY_CHOICES)}"

@@ -279,6 +279,10 @@ def launch(config: LaunchConfig) -> int:
         stack.enter_context(scoped_environ(env))
         # Read into the config already; torch would read it again and turn our one-node store into its own.
         os.environ.pop("PET_STANDALONE", None)
+        if config.warm_workers:  # started with the workers' environment; the workers get its socket
+            from paratrain.launch.warm_pool import WarmPool
+
+            os.environ.update(stack.enter_context(WarmPool()).env)
         stack.enter_context(torch_log_level(logging.INFO if config.verbose else logging.CRITICAL))
         oom_kills_before = oom_kill_count()
         console_tee.install()  # --tee writes a line in parts behind separate tags otherwise

@@ -12,20 +12,23 @@ in the collective (:mod:`paratrain.diagnostics.failure_report`). A script that i
 its own SIGTERM handler (``pt.fit``'s preemption) replaces this one. paratrain's own warnings
 (a checkpoint loaded at another world size, …) print as one line, as under ``paratrain train``.
 A script that makes its process group itself gets what ``pt.Runtime`` would give it
-(:mod:`paratrain.launch.worker_site.plain_scripts`).
+(:mod:`paratrain.launch.worker_site.plain_scripts`). With ``--warm-workers`` a worker the agent started
+hands itself to the launcher's warm pool instead of importing anything more
+(:mod:`paratrain.launch.worker_site.warm_client`), and exits as the pool's child did; where the pool cannot
+take it, it says why in one line and starts cold.
 
 Python imports only the first ``sitecustomize`` on the path: the next one (a
 distribution's, a virtual environment's) is run after this.
 """
 
-import faulthandler
 import importlib.machinery
 import importlib.util
 import os
-import signal
 import sys
 
 _LAUNCHER = os.environ.get("PARATRAIN_LAUNCHER_PID", "")  # env/torchelastic.py's LAUNCHER_PID_VAR
+_WARM_POOL = os.environ.get("PARATRAIN_WARM_POOL")  # launch/worker_site/warm_client.py's POOL_VAR
+_RANK = os.environ.get("RANK")
 
 if _LAUNCHER.isdigit():
     try:  # os, signal, ctypes only: no torch at interpreter start
@@ -35,15 +38,22 @@ if _LAUNCHER.isdigit():
     except ImportError:
         pass
 
-_STACKS_DIR = os.environ.get("PARATRAIN_STACKS_DIR")
-_RANK = os.environ.get("RANK")
-
-if _STACKS_DIR and _RANK is not None:
+if _WARM_POOL and _RANK is not None and _LAUNCHER.isdigit() and os.getppid() == int(_LAUNCHER):
+    # A worker torch's agent started (not a process a worker started): the warm pool's child runs it.
     try:
-        _stacks = open(os.path.join(_STACKS_DIR, f"rank{int(_RANK)}.txt"), "w")  # noqa: SIM115 (kept open)
-        faulthandler.register(signal.SIGTERM, file=_stacks, all_threads=True, chain=True)
-    except (OSError, ValueError, RuntimeError):
-        pass  # no stacks at stop for this worker; nothing else changes
+        from paratrain.launch.worker_site import warm_client
+
+        _reason = warm_client.run_in_pool(_WARM_POOL)  # returns only when the pool cannot
+        print(f"paratrain run: the warm worker pool {_reason}; rank {_RANK} starts cold", file=sys.stderr, flush=True)
+    except ImportError:
+        pass
+
+try:  # os and faulthandler: no torch at interpreter start
+    from paratrain.launch.worker_site import register_stacks_at_stop
+
+    register_stacks_at_stop(os.environ)
+except ImportError:
+    pass
 
 try:  # only sys, warnings and an import hook: no torch import at interpreter start
     from paratrain import warning_lines
