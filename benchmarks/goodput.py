@@ -13,9 +13,10 @@ step, and the seconds per step with saves against without (throughput cost).
 ``--part soak``: digits for ``--soak-steps`` steps under failures injected at random (exponential gaps of mean
 ``--mtbf`` seconds; a worker SIGKILLed — the agent restarts the group —, the whole job SIGKILLed, or SIGTERM —
 save, exit 75 —; after the job ended, the same command again), for each configuration: foreground saves every
-``--fixed`` steps, background saves every ``--fixed`` steps, and ``--save-every auto --mtbf``. Per configuration:
-the outside clock, the ledger's wall time and categories, goodput (ledger) and goodput by the outside clock,
-failures, and whether the final weights equal those of an uninterrupted run bit for bit.
+``--fixed`` steps, background saves every ``--fixed`` steps, and ``--save-every auto --mtbf`` (``--configs
+auto-warm``: the last with ``--warm-workers``, restarts that fork workers from a pool that imported torch once).
+Per configuration: the outside clock, the ledger's wall time and categories, goodput (ledger) and goodput by the
+outside clock, failures, and whether the final weights equal those of an uninterrupted run bit for bit.
 
 ``--part startup``: a digits job of 2 processes restarted ``--rounds`` times (each run of the command resumes from
 the newest checkpoint), its start-up from the launch to the first step split into parts (the launcher, python,
@@ -396,8 +397,10 @@ def part_soak(args: argparse.Namespace, workdir: Path) -> list[str]:
     ideal = time.time() - started
     configs = [("foreground, every %d" % args.fixed, ["--save-every", str(args.fixed), "--no-background-save"]),
                ("background, every %d" % args.fixed, ["--save-every", str(args.fixed)]),
-               ("background, auto", ["--save-every", "auto", "--mtbf", str(args.mtbf)])]
-    configs = [config for config, key in zip(configs, ("foreground", "background", "auto")) if key in args.configs]
+               ("background, auto", ["--save-every", "auto", "--mtbf", str(args.mtbf)]),
+               ("background, auto, warm workers", ["--save-every", "auto", "--mtbf", str(args.mtbf), "--warm-workers"])]
+    configs = [config for config, key in zip(configs, ("foreground", "background", "auto", "auto-warm"))
+               if key in args.configs]
     rows = []
     for index, (name, flags) in enumerate(configs):
         out = workdir / f"soak-{index}"
@@ -444,7 +447,8 @@ def main() -> int:
     parser.add_argument("--fixed", type=int, default=360, help="the fixed interval of the first two configurations "
                         "(the fit loop also saves at every epoch's end: 360 steps here)")
     parser.add_argument("--configs", default="foreground,background,auto", help="--part soak: which configurations "
-                        "(comma-separated: foreground and background at --fixed, auto)")
+                        "(comma-separated: foreground and background at --fixed, auto, auto-warm: auto with "
+                        "--warm-workers)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", default=None, help="a folder to keep the runs in (default: a temporary one)")
     args = parser.parse_args()
