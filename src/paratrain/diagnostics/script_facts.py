@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from paratrain.diagnostics.imported_names import ImportedNames
+
 # An `if` that limits a block to one process: the global rank or a main-process helper.
 _GLOBAL_GUARD = re.compile(
     r"(?<![\w.])(?:\w+\.)*(?:rank|global_rank|get_rank|RANK|is_main\w*|is_master\w*|master_process|is_rank_zero"
@@ -54,6 +56,8 @@ _ONE_PROCESS_TEST = re.compile(
     r"^(?:\w+\.)*(?:world_size|get_world_size\(\))\s*(?:==|<=)\s*1$"
     # `local_rank == -1`: no launcher passed a local rank, so one process (`local_rank == -1 or get_rank() == 0`)
     r"|^(?:\w+\.)*local_rank\s*==\s*-1$")
+# `local_rank >= 0`, `local_rank != -1`: a launcher passed a local rank, so every process of a distributed run.
+_EVERY_RANK_OF_A_RUN = re.compile(r"(?:\w+\.)*local_rank\s*(?:>=\s*0|>\s*-1|!=\s*-1)")
 # `rank % gpus_per_node == 0`: the first process of each machine, i.e. local rank 0.
 _PER_MACHINE = re.compile(r"\brank\s*%\s*[\w.]+\s*==\s*0")
 # Calls and wrappers that make a script multi-process. `launch` counts when it is not a function of
@@ -109,6 +113,20 @@ def _returned_module(value: ast.expr) -> ast.expr:
     return value
 
 
+def returned_test_kind(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    """``"global"`` for a short function returning a rank-0 test (``def is_primary(args): return args.rank == 0``),
+    ``"local"`` for one returning a once-per-machine test, else ``""``."""
+    if len(function.body) > 3:
+        return ""
+    texts = [ast.unparse(stmt.value) for stmt in function.body if isinstance(stmt, ast.Return) and stmt.value]
+    # semseg's `main_process()` returns `... args.rank % args.ngpus_per_node == 0`: the first process
+    # of each machine, a local-rank test whatever the function's name says.
+    if any(_PER_MACHINE.search(text) for text in texts):
+        return "local"
+    return "global" if any(_GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", text))
+                           and re.search(r"==\s*0|\bnot\b|is_main|master|primary|zero", text) for text in texts) else ""
+
+
 def keyword(call: ast.Call, name: str) -> ast.expr | None:
     return next((kw.value for kw in call.keywords if kw.arg == name), None)
 
@@ -132,6 +150,7 @@ class ScriptFacts:
     rank_helpers: set[str] = field(default_factory=set)  # functions of this file that return a rank test
     machine_helpers: set[str] = field(default_factory=set)  # ... that return `rank % gpus_per_node == 0`
     own_functions: set[str] = field(default_factory=set)  # names of the functions defined in this file
+    imported: ImportedNames = field(default_factory=ImportedNames)  # what its project's imported functions do
     _uses_of: dict[ast.AST, list[ast.expr]] = field(default_factory=dict, repr=False)
     _binding_guards_asked: set[ast.AST] = field(default_factory=set, repr=False)
 
@@ -147,6 +166,11 @@ class ScriptFacts:
                 tree = ast.parse(source, feature_version=(3, 6))
             except SyntaxError:
                 raise error from None
+        return cls.of_tree(tree, source)
+
+    @classmethod
+    def of_tree(cls, tree: ast.Module, source: str) -> ScriptFacts:
+        """The facts of an already parsed module (``source``, its text, for the line-based questions)."""
         facts = cls(tree=tree, lines=source.splitlines())
         for parent in ast.walk(tree):
             for child in ast.iter_child_nodes(parent):
@@ -168,20 +192,19 @@ class ScriptFacts:
                 for alias in parent.names:
                     facts.modules[alias.asname or alias.name] = f"{parent.module}.{alias.name}"
         facts.calls.sort(key=lambda call: (call.lineno, call.col_offset))
-        facts.own_functions = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        returns = {
-            node.name: [ast.unparse(stmt.value) for stmt in node.body if isinstance(stmt, ast.Return) and stmt.value]
-            for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and len(node.body) <= 3
-        }
-        # semseg's `main_process()` returns `... args.rank % args.ngpus_per_node == 0`: the first process
-        # of each machine, a local-rank test whatever the function's name says.
-        facts.machine_helpers = {name for name, texts in returns.items() if any(_PER_MACHINE.search(t) for t in texts)}
-        facts.rank_helpers = {
-            name for name, texts in returns.items() if name not in facts.machine_helpers
-            and any(_GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", text))
-                    and re.search(r"==\s*0|\bnot\b|is_main|master|primary|zero", text) for text in texts)
-        }
+        functions = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        facts.own_functions = {function.name for function in functions}
+        kinds = {function.name: returned_test_kind(function) for function in functions}
+        facts.machine_helpers = {name for name, kind in kinds.items() if kind == "local"}
+        facts.rank_helpers = {name for name, kind in kinds.items() if kind == "global"}
         return facts
+
+    def learn(self, imported: ImportedNames) -> None:
+        """Take in what the functions the script imports from its project do (read from their files): their
+        rank tests count as the file's own helpers'. Called before any question is asked."""
+        self.imported = imported
+        self.rank_helpers |= {name.rpartition(".")[2] for name in imported.rank_tests}
+        self.machine_helpers |= {name.rpartition(".")[2] for name in imported.machine_tests}
 
     # ---- questions the rules ask ---------------------------------------------------------------
     def full_name(self, node: ast.AST) -> str:
@@ -279,6 +302,11 @@ class ScriptFacts:
                 if kind != table[function]:
                     table[function], changed = kind, True
         return table
+
+    def guard_in_function(self, node: ast.AST) -> str:
+        """:meth:`guard` within ``node``'s own function only, its callers left aside (a helper of another
+        file, called from the script, is asked how it guards itself)."""
+        return self._guard(node, {})
 
     def _guard(self, node: ast.AST, callers_guards: dict[ast.AST, str]) -> str:
         local = False
@@ -419,6 +447,8 @@ class ScriptFacts:
             return "global"  # the value this process gave init_process_group as its rank, whatever its name
         if _GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", text)):
             return "global"
+        if _EVERY_RANK_OF_A_RUN.fullmatch(text):
+            return ""  # `local_rank >= 0`: true on every rank of a distributed run, a device choice
         return "local" if _LOCAL_GUARD.search(text) else ""
 
     @cached_property
