@@ -24,6 +24,7 @@ class ImportedNames:
     rank_aware_loggers: set[str] = field(default_factory=set)  # choose a level or handler by rank
     unguarded_savers: set[str] = field(default_factory=set)  # torch.save with no rank test of their own
     wrapper_makers: set[str] = field(default_factory=set)  # return a DistributedDataParallel/DataParallel module
+    joins_process_group: bool = False  # a called function calls init_process_group or wraps in DDP
     print_replaced: bool = False  # a called function replaces builtins.print (or stdout)
     reads_local_rank_env: bool = False  # a called function (or an imported module's import) reads LOCAL_RANK
     attributes_read: set[str] = field(default_factory=set)  # `x.attr` a called function reads before setting it

@@ -24,11 +24,15 @@ from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_test_kind
 
 _SAMPLERS = ("DistributedSampler",)
+_GROUP_CALLS = ("init_process_group", "DistributedDataParallel")
 _LOG_SETUPS = ("basicConfig", "setLevel", "addHandler", "StreamHandler", "set_verbosity", "disable")
 _VERBOSE_LEVEL = re.compile(r"\b(?:INFO|DEBUG|NOTSET)\b|^(?:10|20)$")
 _RANK_WORD = re.compile(r"rank|main|master|process_index|primary")
 _PRINT_TARGETS = ("builtins.print", "__builtin__.print", "sys.stdout")
 _HOPS = 2  # calls followed inside the project from a function the script calls
+# A function longer than this is a program's body (a `train()`), not a helper: not read, which keeps a
+# check within its time on projects of large files.
+_LONGEST = 200
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
@@ -47,10 +51,9 @@ class _Reader:
         callees = {ImportedNames.callee(call) for call in facts.calls if isinstance(call.func, (ast.Name, ast.Attribute))}
         for callee in sorted(callees):
             found = self.imports.function(callee)
-            if found is None:
+            if found is None or _too_long(found[1]):
                 continue
-            module, function = found
-            self._learn(names, callee, module, function, self.facts_of(module))
+            self._learn(names, callee, *found)
         # A module's own statements run when it is imported (`args.gpu = int(os.environ["LOCAL_RANK"])` at its top).
         names.reads_local_rank_env |= any(
             _reads_local_rank_env(stmt) for module in self.imports.modules() for stmt in module.tree.body
@@ -62,7 +65,7 @@ class _Reader:
             self._facts[module.path] = ScriptFacts.of_tree(module.tree, module.source)
         return self._facts[module.path]
 
-    def _learn(self, names: ImportedNames, callee: str, module: Module, function: _Function, mf: ScriptFacts) -> None:
+    def _learn(self, names: ImportedNames, callee: str, module: Module, function: _Function) -> None:
         names.read.add(callee)
         kind = returned_test_kind(function)
         if kind == "global":
@@ -74,14 +77,22 @@ class _Reader:
             names.sampler_makers[callee] = samplers
         if _returned_calls(function, WRAPPERS):
             names.wrapper_makers.add(callee)
-        if self._unguarded_saver(function, mf):
+        if self._unguarded_saver(module, function):
             names.unguarded_savers.add(callee)
-        logger = self._logger_kind(module, function, mf, 0)
+        logger = self._logger_kind(module, function, 0)
         if logger == "rank":
             names.rank_aware_loggers.add(callee)
         elif logger is not None:
             names.every_rank_loggers[callee] = logger[1]
-        for reached_module, reached in self._reached(module, function):
+        for _, reached in self._reached(module, function):
+            # fairseq's `call_main(cfg, main)` reaches `distributed_init`, which sets the root logger's level
+            # by rank (`if is_master(...): setLevel(INFO) else: setLevel(WARNING)`) before `main` logs
+            setups = [node for node in ast.walk(reached) if isinstance(node, ast.Call) and last_name(node) in _LOG_SETUPS]
+            if setups and _chooses_by_rank(reached, setups):
+                names.rank_aware_loggers.add(callee)
+            # XLM's `init_distributed_mode(params)` makes the process group in slurm.py: the script is distributed
+            names.joins_process_group |= any(isinstance(node, ast.Call) and last_name(node) in _GROUP_CALLS
+                                             for node in ast.walk(reached))
             names.print_replaced |= any(
                 isinstance(node, ast.Assign) and any(ast.unparse(t) in _PRINT_TARGETS for t in node.targets)
                 for node in ast.walk(reached))
@@ -99,7 +110,7 @@ class _Reader:
                     if not isinstance(call.func, (ast.Name, ast.Attribute)):
                         continue
                     found = self._in_module(owner, ast.unparse(call.func))
-                    if found is not None and id(found[1]) not in seen:
+                    if found is not None and id(found[1]) not in seen and not _too_long(found[1]):
                         seen.add(id(found[1]))
                         following.append(found)
             reached += following
@@ -113,19 +124,20 @@ class _Reader:
                 return module, stmt
         return self.imports.function(callee, within=module)
 
-    @staticmethod
-    def _unguarded_saver(function: _Function, mf: ScriptFacts) -> bool:
+    def _unguarded_saver(self, module: Module, function: _Function) -> bool:
         """``torch.save`` in the body, each with no rank test around it there, into a path that does not
         name the rank; not decorated (a decorator may run it on rank 0 only, as ResNeSt's ``@master_only``)."""
         if function.decorator_list:
             return False
-        saves = [node for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) == "save"
-                 and mf.full_name(node) == "torch.save"]
+        saves = [node for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) == "save"]
+        if not saves:
+            return False
+        mf = self.facts_of(module)  # the module's reading, made only for a function that saves
+        saves = [save for save in saves if mf.full_name(save) == "torch.save"]
         return bool(saves) and not any(mf.guard_in_function(save) or _under_rank_test(function, save)
                                        or path_names_rank(mf, save) or _in_memory(function, save) for save in saves)
 
-    def _logger_kind(self, module: Module, function: _Function, mf: ScriptFacts, depth: int
-                     ) -> str | tuple[str, int | None] | None:
+    def _logger_kind(self, module: Module, function: _Function, depth: int) -> str | tuple[str, int | None] | None:
         """``"rank"`` when the function chooses a logging level or handler by rank; ``("every", index)`` when
         it sets a verbose level (INFO, DEBUG) and adds a console handler with no rank test, or returns the
         logger of such a function of the project (``index``: where that logger is in the tuple it returns,
@@ -149,10 +161,14 @@ class _Reader:
                 if not (isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute))):
                     continue
                 found = self._in_module(module, ast.unparse(value.func))
-                kind = None if found is None else self._logger_kind(found[0], found[1], self.facts_of(found[0]), depth + 1)
+                kind = None if found is None or _too_long(found[1]) else self._logger_kind(*found, depth + 1)
                 if kind == "rank" or (kind is not None and kind[1] is None):
                     return kind if kind == "rank" else ("every", None)
         return None
+
+
+def _too_long(function: _Function) -> bool:
+    return (function.end_lineno or function.lineno) - function.lineno > _LONGEST
 
 
 def _returned_calls(function: _Function, names: tuple[str, ...]) -> list[ast.Call]:

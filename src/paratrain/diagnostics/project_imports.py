@@ -11,8 +11,9 @@ outside the project is read, so torch, the standard library and site-packages ne
 name is taken from the project only when the script's own directory holds it (where Python would find it first).
 
 Bounded so that a check stays well under a second: modules imported by the script and the modules those
-import (two levels), at most ``MAX_MODULES`` files of at most ``MAX_BYTES`` each. A module that cannot be
-read or parsed is left out, silently: what it would have told is then not known, and the rules stay quiet.
+import (two levels), at most ``MAX_MODULES`` files of at most ``MAX_BYTES`` each and ``MAX_TOTAL_BYTES`` in
+all. A module that cannot be read or parsed is left out, silently: what it would have told is then not
+known, and the rules stay quiet.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ _ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 _LEVELS_WITHOUT_ROOT = 3  # directories above the script searched when no marker names the project's root
 MAX_DEPTH = 2  # the script's imports, and theirs
 MAX_MODULES = 30
-MAX_BYTES = 400_000
+MAX_BYTES = 200_000
+MAX_TOTAL_BYTES = 1_500_000
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ class ProjectImports:
                 break
             self._search.append(directory)
         self._parsed: dict[Path, Module | None] = {}
+        self._bytes = 0
+        self._script_tree = tree
         self._bindings = {self.script: self._bind(tree, self.script.parent)}
 
     # ---- what the checks ask --------------------------------------------------------------------
@@ -118,7 +122,9 @@ class ProjectImports:
             return None
         module = None
         try:
-            if path.stat().st_size <= MAX_BYTES:
+            size = path.stat().st_size
+            if size <= MAX_BYTES and self._bytes + size <= MAX_TOTAL_BYTES:
+                self._bytes += size
                 source = path.read_bytes().decode("utf-8", "replace")
                 module = Module(path, source, ast.parse(source), depth)
         except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
@@ -128,9 +134,10 @@ class ProjectImports:
 
     def _bind(self, tree: ast.Module, directory: Path) -> dict[str, Path | tuple[Path, str]]:
         """Every name the module's imports bind to a file of the project: a module's path, or (path, name)
-        for a name imported from one. Imports inside functions count (a script importing where it uses)."""
+        for a name imported from one. In the script, imports inside functions count too (a script importing
+        where it uses); in the modules it imports, those at their top (under ``if``/``try`` too)."""
         bound: dict[str, Path | tuple[Path, str]] = {}
-        for node in ast.walk(tree):
+        for node in (ast.walk(tree) if directory == self.script.parent and tree is self._script_tree else _top_level(tree)):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     path = self._find(alias.name, directory, 0)
@@ -175,6 +182,18 @@ class ProjectImports:
         for _ in range(level - 1):
             base = base.parent
         return base if base == self._search[-1] or self._search[-1] in base.parents else None
+
+
+def _top_level(tree: ast.Module) -> list[ast.stmt]:
+    """The module's statements outside functions and classes, those in ``if``/``try`` blocks included."""
+    found, pending = [], list(tree.body)
+    while pending:
+        stmt = pending.pop()
+        found.append(stmt)
+        if isinstance(stmt, (ast.If, ast.Try)):
+            pending += stmt.body + stmt.orelse + getattr(stmt, "finalbody", []) + [
+                s for handler in getattr(stmt, "handlers", []) for s in handler.body]
+    return found
 
 
 def _module_file(place: Path, parts: list[str]) -> Path | None:

@@ -243,7 +243,7 @@ class ScriptFacts:
     def distributed(self) -> bool:
         """The script starts or joins several processes (DDP, a sampler, spawn, Horovod, Fabric, a Lightning
         Trainer on several devices, a torch.distributed collective, …), reads the launcher's WORLD_SIZE / LOCAL_RANK (an HF Trainer
-        script run by torchrun), or branches on a rank."""
+        script run by torchrun), calls a function of its project that makes the process group, or branches on a rank."""
         own = self.own_functions
         return any(
             callee_names(call) & DISTRIBUTED_MARKERS and self.full_name(call).partition(".")[0] not in _TRACKERS
@@ -255,7 +255,8 @@ class ScriptFacts:
             for call in self.calls
         ) or self.mentions(
             r"environ(?:\.get\(|\[)\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)[\"']|getenv\(\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)"
-        ) or any(  # a branch for rank 0 (`if training_args.local_rank in [-1, 0]:`): its author runs it on several
+        ) or self.imported.joins_process_group or any(
+            # a branch for rank 0 (`if training_args.local_rank in [-1, 0]:`): its author runs it on several
             isinstance(node, ast.If) and _RANK_ZERO_TEST.search(ast.unparse(node.test)) and self._direct_test_kind(node.test)
             for node in ast.walk(self.tree)
         )
