@@ -36,9 +36,10 @@ _RANK_ZERO_TEST = re.compile(
     r"|(?<![\w])(?:\w+\.)*(?:is_world_process_zero|is_global_zero|is_main_process|is_local_main_process)\b")
 _LOCAL_GUARD = re.compile(r"local_rank|LOCAL_RANK|local_process_index|is_local_\w*")
 # An `if` that tells a multi-process run from a single-process one: its `else:` runs on one process.
+# llama-recipes' `train_config.enable_fsdp` is its one switch to several processes (no DDP mode beside it).
 _DISTRIBUTED_TEST = re.compile(
     r"^(?:\w+\.)*(?:ddp|distributed|is_distributed|use_ddp|multiprocessing_distributed|is_initialized\(\)"
-    r"|is_dist_avail_and_initialized\(\))$|world_size\s*>\s*1$")
+    r"|is_dist_avail_and_initialized\(\)|enable_fsdp)$|world_size\s*>\s*1$")
 # Calls that start the ranks from a parent process: `mp.spawn(main_worker, …)`, detectron2's
 # `launch(main, …)`, `start_processes(fn, …)`, Fabric's `fabric.launch()`.
 _LAUNCHERS = ("spawn", "launch", "start_processes")
