@@ -9,6 +9,8 @@ root: in the script's directory, then in each directory above it up to the proje
 holding ``.git``, ``pyproject.toml``, ``setup.py`` or ``setup.cfg``; without one, a few levels up). Nothing
 outside the project is read, so torch, the standard library and site-packages never are; a standard-library
 name is taken from the project only when the script's own directory holds it (where Python would find it first).
+Directories the script puts on ``sys.path`` itself, or through a module it imports for that (HRNet's
+``import _init_paths``), are searched too (:mod:`paratrain.diagnostics.sys_path`).
 
 Bounded so that a check stays well under a second: modules imported by the script and the modules those
 import (two levels), at most ``MAX_MODULES`` files of at most ``MAX_BYTES`` each and ``MAX_TOTAL_BYTES`` in
@@ -22,6 +24,8 @@ import ast
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from paratrain.diagnostics.sys_path import added_directories
 
 _ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 _LEVELS_WITHOUT_ROOT = 3  # directories above the script searched when no marker names the project's root
@@ -66,7 +70,13 @@ class ProjectImports:
         self._parsed: dict[Path, Module | None] = {}
         self._bytes = 0
         self._script_tree = tree
+        self._first = {self.script.parent}  # searched before the standard library
         self._bindings = {self.script: self._bind(tree, self.script.parent)}
+        added = self._added_directories(tree)
+        if added:
+            self._search[1:1] = added
+            self._first.update(added)
+            self._bindings = {self.script: self._bind(tree, self.script.parent)}
 
     # ---- what the checks ask --------------------------------------------------------------------
     def function(self, dotted: str, within: Module | None = None) -> tuple[Module, ast.FunctionDef] | None:
@@ -96,6 +106,18 @@ class ProjectImports:
         return [module for module in self._parsed.values() if module is not None]
 
     # ---- resolving ------------------------------------------------------------------------------
+    def _added_directories(self, tree: ast.Module) -> list[Path]:
+        """Project directories that the script, or a module it imports for that (HRNet's ``import
+        _init_paths``), puts on ``sys.path`` at its top level."""
+        found = added_directories(tree, self.script)
+        for bound in self._bindings[self.script].values():
+            module = self._module(bound if isinstance(bound, Path) else bound[0], 1)
+            if module is not None and "sys.path" in module.source:
+                found += added_directories(module.tree, module.path)
+        root = self._search[-1]
+        return [d for d in dict.fromkeys(found) if d.is_absolute() and (d == root or root in d.parents)
+                and d not in self._search]
+
     def _bindings_of(self, source: Path, module: Module | None) -> dict[str, Path | tuple[Path, str]]:
         if source not in self._bindings:
             self._bindings[source] = self._bind(module.tree, source.parent) if module is not None else {}
@@ -164,7 +186,7 @@ class ProjectImports:
             base = self._package_base(directory, level)
             return None if base is None else _module_file(base, parts)
         for place in self._search:
-            if place != self.script.parent and parts[0] in sys.stdlib_module_names:
+            if place not in self._first and parts[0] in sys.stdlib_module_names:
                 return None
             found = _module_file(place, parts)
             if found is not None:
