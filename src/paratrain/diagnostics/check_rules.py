@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from paratrain.diagnostics.check_finding import Finding, Rule
 from paratrain.diagnostics.check_launch import deprecated_launcher, hardcoded_rendezvous, local_rank_argument
 from paratrain.diagnostics.check_samplers import (
-    EVAL_NAME, LOADERS, SAMPLERS, is_eval, no_set_epoch, padded_eval_sampler, sampler_not_passed,
-    shuffle_beside_sampler,
+    EVAL_NAME, LOADERS, SAMPLERS, imported_sampler_bindings, is_eval, no_set_epoch, padded_eval_sampler,
+    sampler_not_passed, shuffle_beside_sampler,
 )
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
 
@@ -409,7 +409,8 @@ _REPORTS = ("print", "info", "log", "log_dict", "add_scalar")
 def _sharded_eval_loaders(facts: ScriptFacts) -> list[str]:
     """Evaluation loaders whose data each rank sees a part of: built on an evaluation DistributedSampler,
     or handed to ``accelerator.prepare`` / ``fabric.setup_dataloaders``."""
-    samplers = {name for name, call in facts.names_bound_to(*SAMPLERS).items() if is_eval(name, call)}
+    samplers = {name for name, call in [*facts.names_bound_to(*SAMPLERS).items(), *imported_sampler_bindings(facts)]
+                if is_eval(name, call)}
     loaders = [name for name, call in facts.names_bound_to(*LOADERS).items()
                if keyword(call, "sampler") is not None and ast.unparse(keyword(call, "sampler")) in samplers]
     for call in facts.calls_named("prepare", "setup_dataloaders"):

@@ -180,7 +180,7 @@ def shuffle_beside_sampler(facts: ScriptFacts) -> Iterator[Finding]:
 def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
     if facts.mentions(r"\.sampler\.set_epoch\("):
         return
-    for name, sampler in facts.bindings(*SAMPLERS) + _imported_bindings(facts):
+    for name, sampler in facts.bindings(*SAMPLERS) + imported_sampler_bindings(facts):
         shuffle = keyword(sampler, "shuffle")
         if is_eval(name, sampler) or (isinstance(shuffle, ast.Constant) and shuffle.value is False):
             continue  # evaluation order does not matter
@@ -254,7 +254,7 @@ def _in_script(facts: ScriptFacts, sampler: ast.Call, call: ast.Call) -> ast.Cal
                     lineno=call.lineno, col_offset=call.col_offset)
 
 
-def _imported_bindings(facts: ScriptFacts) -> list[tuple[str, ast.Call]]:
+def imported_sampler_bindings(facts: ScriptFacts) -> list[tuple[str, ast.Call]]:
     """(name, sampler) for each assignment of a call to a project function of another file that returns a
     DistributedSampler (the sampler read as that call, see ``_in_script``)."""
     makers = facts.imported.sampler_makers

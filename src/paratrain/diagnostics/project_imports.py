@@ -176,7 +176,18 @@ class ProjectImports:
                         self._find_package(directory, node.level))
                     if path is not None and alias.name != "*":
                         bound[alias.asname or alias.name] = (path, alias.name)
+                    elif path is not None and tree is self._script_tree:
+                        bound.update(self._star(path))  # `from core.utils.distributed import *`
         return bound
+
+    def _star(self, path: Path) -> dict[str, tuple[Path, str]]:
+        """What ``from module import *`` binds of a module of the project: the public functions it defines."""
+        module = self._module(path, 1)
+        if module is None:
+            return {}
+        names = [stmt.name for stmt in module.tree.body if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and not stmt.name.startswith("_")]
+        return {name: (path, name) for name in names}
 
     def _find(self, dotted: str, directory: Path, level: int) -> Path | None:
         """The file of module ``dotted``: relative to ``directory`` for a relative import, else in the
