@@ -21,7 +21,7 @@ from pathlib import Path
 from paratrain.diagnostics.check_rules import WRAPPERS, path_names_rank
 from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.project_imports import Module, ProjectImports
-from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_test_kind
+from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
 
 _SAMPLERS = ("DistributedSampler",)
 _GROUP_CALLS = ("init_process_group", "DistributedDataParallel")
@@ -179,18 +179,10 @@ def _returned_calls(function: _Function, names: tuple[str, ...]) -> list[ast.Cal
         values = _assigned_in(function, ret.value.id) if isinstance(ret.value, ast.Name) else [ret.value]
         for value in values:
             for choice in ((value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,)):
-                choice = _unchained(choice)
+                choice = returned_module(choice)
                 if isinstance(choice, ast.Call) and last_name(choice) in names:
                     found.append(choice)
     return found
-
-
-def _unchained(value: ast.expr) -> ast.expr:
-    """``DDP(model).to(device)`` → ``DDP(model)``."""
-    while (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
-           and isinstance(value.func.value, ast.Call) and value.func.attr in ("to", "cuda", "train", "eval")):
-        value = value.func.value
-    return value
 
 
 def _assigned_in(function: _Function, name: str) -> list[ast.expr]:
