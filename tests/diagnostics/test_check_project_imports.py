@@ -125,15 +125,18 @@ def test_a_logger_helper_is_read_for_its_level_and_console_handler(tmp_path):
 def test_a_save_helper_of_another_file_is_reported_where_the_script_calls_it(tmp_path):
     script = project(tmp_path, {
         "train.py": script_text("""\
-            from ckpt import save_checkpoint, save_on_main
+            from ckpt import save_checkpoint, save_on_main, save_rank_file, copy_in_memory
             dist.init_process_group("gloo")
             state = {"step": 1}
             save_checkpoint(state, "last.pt")
             save_on_main(state, "main.pt")
             if dist.get_rank() == 0:
                 save_checkpoint(state, "best.pt")
+            save_rank_file(state, "shard", str(dist.get_rank()))
+            copy_in_memory(state)
             """),
         "ckpt.py": """\
+            import io
             import torch
             import torch.distributed as dist
 
@@ -143,6 +146,15 @@ def test_a_save_helper_of_another_file_is_reported_where_the_script_calls_it(tmp
             def save_on_main(state, path):
                 if dist.get_rank() == 0:
                     torch.save(state, path)
+
+            def save_rank_file(state, prefix, rank_str):
+                path = f"{prefix}.rank_{rank_str}.pt"
+                torch.save(state, path)
+
+            def copy_in_memory(state):
+                buffer = io.BytesIO()
+                torch.save(state, buffer)
+                return buffer
             """,
     })
     findings = check_file(script)

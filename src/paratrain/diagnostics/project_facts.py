@@ -135,7 +135,8 @@ class _Reader:
         mf = self.facts_of(module)  # the module's reading, made only for a function that saves
         saves = [save for save in saves if mf.full_name(save) == "torch.save"]
         return bool(saves) and not any(mf.guard_in_function(save) or _under_rank_test(function, save)
-                                       or path_names_rank(mf, save) or _in_memory(function, save) for save in saves)
+                                       or path_names_rank(mf, save) or _per_rank_path(function, save)
+                                       or _in_memory(function, save) for save in saves)
 
     def _logger_kind(self, module: Module, function: _Function, depth: int) -> str | tuple[str, int | None] | None:
         """``"rank"`` when the function chooses a logging level or handler by rank; ``("every", index)`` when
@@ -214,6 +215,17 @@ def _under_rank_test(function: _Function, node: ast.AST) -> bool:
                 test.lineno < node.lineno and any(isinstance(n, ast.Return) for n in ast.walk(test))):
             return True
     return False
+
+
+def _per_rank_path(function: _Function, save: ast.Call) -> bool:
+    """The file's path names a rank, written or through what its names were assigned in the function
+    (Megatron's ``path = os.path.join(path, f"{prefix}.rank_{rank_str}")``): a file per rank."""
+    target = save.args[1] if len(save.args) > 1 else keyword(save, "f")
+    if target is None:
+        return False
+    names = {node.id for node in ast.walk(target) if isinstance(node, ast.Name)}
+    texts = [ast.unparse(target)] + [ast.unparse(v) for name in names for v in _assigned_in(function, name)]
+    return any("rank" in text.lower() for text in texts)
 
 
 def _in_memory(function: _Function, save: ast.Call) -> bool:
