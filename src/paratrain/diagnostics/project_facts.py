@@ -8,7 +8,8 @@ the project is read with the same reading as the script (a :class:`ScriptFacts` 
 rules ask of a function of the script itself: does it return a rank test, a DistributedSampler, a DDP
 wrapper; does it call ``torch.save`` with no rank test of its own; does it give the logger an INFO level and
 a console handler on every rank, or choose them by rank; does it replace ``builtins.print``; does it read
-``--local_rank`` or ``LOCAL_RANK``. Only what its body shows counts: a decorated saver (the decorator may
+``--local_rank`` or ``LOCAL_RANK``; does it make the process group. The functions it calls in turn are
+followed two calls deep for the last four. Only what its body shows counts: a decorated saver (the decorator may
 test the rank), a tuple of wrappers, a level from a variable, are unknowns, and unknowns are left out.
 """
 
@@ -42,11 +43,14 @@ def read_project_facts(facts: ScriptFacts, script: Path) -> ImportedNames:
 
 
 class _Reader:
+    """One script's reading of its project: each module's :class:`ScriptFacts` made once, when first needed."""
+
     def __init__(self, imports: ProjectImports) -> None:
         self.imports = imports
-        self._facts: dict[Path, ScriptFacts | None] = {}
+        self._facts: dict[Path, ScriptFacts] = {}
 
     def read(self, facts: ScriptFacts) -> ImportedNames:
+        """What every call of the script to a project function tells (keyed by the callee as written)."""
         names = ImportedNames()
         callees = {ImportedNames.callee(call) for call in facts.calls if isinstance(call.func, (ast.Name, ast.Attribute))}
         for callee in sorted(callees):
