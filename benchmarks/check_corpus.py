@@ -12,7 +12,8 @@ a row with verdict ``clean`` only names a file of the corpus that has no pitfall
 
 The scripts themselves are not kept here. ``--repos DIR`` holds one entry per repository,
 named ``owner+name``: a bare git directory (or one with the git directory in ``repo/``)
-read at the labelled commit, or a plain folder of files at their paths. ``--fetch`` first
+read at the labelled commit (its files written once under ``--trees``, so that ``check`` reads the
+script in its project and follows its imports), or a plain folder of files at their paths. ``--fetch`` first
 brings every labelled commit that DIR lacks from GitHub (a shallow fetch of that commit only).
 
 Six corpora: ``check_corpus_labels.csv`` (the default, 25 files the rules were first fitted to),
@@ -47,14 +48,19 @@ import hashlib
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from paratrain.diagnostics.check import check_source
+from paratrain.diagnostics.check import check_file
 
 LABELS = Path(__file__).with_name("check_corpus_labels.csv")
+# The files of a project that check reads beside the script: its modules and what marks its root.
+_PROJECT_FILES = (b".py", b"pyproject.toml", b"setup.cfg")
+# Where the labelled commits' trees are written, outside the repository.
+TREES = Path(tempfile.gettempdir()) / "paratrain-check-trees"
 HALVES = ("all", "tuned", "held-out")
 
 
@@ -83,20 +89,52 @@ def read_labels(path: Path) -> dict[ScriptFile, dict[tuple[int, str], bool]]:
     return corpus
 
 
-def read_source(repos: Path, script: ScriptFile) -> str:
-    """The file at the labelled commit (git) or as it lies in a plain folder."""
+def script_path(repos: Path, script: ScriptFile, trees: Path) -> Path:
+    """The file on disk beside the rest of its project, so that ``check`` can follow its imports: for a git
+    directory, the tree at the labelled commit written once under ``trees/owner+name@commit`` (its Python
+    files and packaging files, with an empty ``.git`` marking the root as a checkout's would); a plain
+    folder as it lies."""
     base = repos / script.repository.replace("/", "+")
     for git_dir in (base / "repo", base):
         if (git_dir / "HEAD").is_file() and (git_dir / "objects").is_dir():
-            shown = subprocess.run(["git", f"--git-dir={git_dir}", "show", f"{script.commit}:{script.path}"],
-                                   capture_output=True, text=True, check=False)
-            if shown.returncode != 0:
-                raise SystemExit(f"{git_dir}: no {script.path} at {script.commit[:12]}: {shown.stderr.strip()}")
-            return shown.stdout
+            tree = trees / f"{base.name}@{script.commit}"
+            if not (tree / ".complete").is_file():
+                _write_tree(git_dir, script.commit, tree)
+            path = tree / script.path
+            if not path.is_file():
+                raise SystemExit(f"{git_dir}: no {script.path} at {script.commit[:12]}")
+            return path
     plain = base / script.path
     if not plain.is_file():
         raise SystemExit(f"{plain} not found; fetch {script.repository} into {repos} first")
-    return plain.read_text(encoding="utf-8")
+    return plain
+
+
+def _write_tree(git_dir: Path, commit: str, tree: Path) -> None:
+    """The commit's Python and packaging files (``git ls-tree``, then their blobs through one
+    ``git cat-file --batch``), written under ``tree``."""
+    git = ["git", f"--git-dir={git_dir}"]
+    listed = subprocess.run([*git, "ls-tree", "-r", "-z", commit], capture_output=True, check=False)
+    if listed.returncode != 0:
+        raise SystemExit(f"{git_dir}: cannot list {commit[:12]}: {listed.stderr.decode().strip()}")
+    wanted = []  # (blob, path)
+    for entry in listed.stdout.split(b"\0"):
+        meta, _, name = entry.partition(b"\t")
+        parts = meta.split()
+        if len(parts) == 3 and parts[1] == b"blob" and name.endswith(_PROJECT_FILES):
+            wanted.append((parts[2].decode(), name.decode("utf-8", "surrogateescape")))
+    blobs = subprocess.run([*git, "cat-file", "--batch"], input="".join(f"{blob}\n" for blob, _ in wanted).encode(),
+                           capture_output=True, check=True).stdout
+    offset = 0
+    for _, name in wanted:
+        header_end = blobs.index(b"\n", offset)
+        size = int(blobs[offset:header_end].split()[2])
+        target = tree / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(blobs[header_end + 1:header_end + 1 + size])
+        offset = header_end + 1 + size + 1  # the blob, then a newline
+    (tree / ".git").mkdir(parents=True, exist_ok=True)
+    (tree / ".complete").touch()
 
 
 def fetch(repos: Path, scripts: list[ScriptFile]) -> None:
@@ -118,7 +156,7 @@ class CheckTooSlow(Exception):
     """``check`` ran past the per-file CPU limit."""
 
 
-def _check_within(source: str, path: str, limit_s: float) -> set[tuple[int, str]]:
+def _check_within(path: Path, limit_s: float) -> set[tuple[int, str]]:
     """The findings of ``check`` on one file; raises CheckTooSlow past ``limit_s`` seconds of CPU time
     (a rule that never finishes is a result to report, not a reason to stop scoring)."""
     def too_slow(*_: object) -> None:
@@ -127,7 +165,7 @@ def _check_within(source: str, path: str, limit_s: float) -> set[tuple[int, str]
     previous = signal.signal(signal.SIGVTALRM, too_slow)
     signal.setitimer(signal.ITIMER_VIRTUAL, limit_s)
     try:
-        return {(f.line, f.rule) for f in check_source(source, path)}
+        return {(f.line, f.rule) for f in check_file(path)}
     finally:
         signal.setitimer(signal.ITIMER_VIRTUAL, 0)
         signal.signal(signal.SIGVTALRM, previous)
@@ -135,15 +173,18 @@ def _check_within(source: str, path: str, limit_s: float) -> set[tuple[int, str]
 
 @dataclass
 class Timing:
-    """The slowest ``check`` of the run and the files it raised on."""
+    """The slowest ``check`` of the run and the files it raised on. Both clocks: on a shared machine the
+    wall clock counts the other processes' turns, the CPU time (what ``--limit-s`` bounds) does not."""
 
     slowest_s: float = 0.0
     slowest: str = ""
+    slowest_cpu_s: float = 0.0
+    slowest_cpu: str = ""
     crashed: list[str] | None = None
 
 
 def score(repos: Path, labels_path: Path, half: str = "all", get: bool = False,
-          timing: Timing | None = None, limit_s: float = 60.0) -> tuple[list[tuple[ScriptFile, list[str]]], dict[str, Counter]]:
+          timing: Timing | None = None, limit_s: float = 60.0, trees: Path = TREES) -> tuple[list[tuple[ScriptFile, list[str]]], dict[str, Counter]]:
     """Per file the findings with their verdicts; per rule the counts tp / fp / fn / unlabelled.
     ``timing`` (when given) collects the slowest file and the files ``check`` raised on or did not
     finish within ``limit_s`` seconds of CPU time."""
@@ -156,16 +197,18 @@ def score(repos: Path, labels_path: Path, half: str = "all", get: bool = False,
     if get:
         fetch(repos, list(corpus))
     for script, labels in corpus.items():
-        source = read_source(repos, script)
-        started = time.perf_counter()
+        path = script_path(repos, script, trees)
+        started, started_cpu = time.perf_counter(), time.process_time()
         try:
-            findings = _check_within(source, script.path, limit_s)
+            findings = _check_within(path, limit_s)
         except Exception as exc:  # a crash is a result here: name the file, keep scoring the others
             timing.crashed.append(f"{script.repository} {script.path}: {type(exc).__name__}: {exc}")
             findings = set()
-        elapsed = time.perf_counter() - started
+        elapsed, elapsed_cpu = time.perf_counter() - started, time.process_time() - started_cpu
         if elapsed > timing.slowest_s:
             timing.slowest_s, timing.slowest = elapsed, f"{script.repository} {script.path}"
+        if elapsed_cpu > timing.slowest_cpu_s:
+            timing.slowest_cpu_s, timing.slowest_cpu = elapsed_cpu, f"{script.repository} {script.path}"
         marks = []
         for line, rule in sorted(findings):
             verdict = labels.get((line, rule))
@@ -194,9 +237,12 @@ def main() -> int:
     parser.add_argument("--fetch", action="store_true", help="fetch the labelled commits missing from --repos first")
     parser.add_argument("--limit-s", type=float, default=60.0,
                         help="CPU seconds check may take on one file before it counts as a crash (default: %(default)s)")
+    parser.add_argument("--trees", type=Path, default=TREES,
+                        help="where each labelled commit's files are written once, for check to read the script's "
+                             "project beside it (default: %(default)s)")
     args = parser.parse_args()
     timing = Timing()
-    rows, per_rule = score(args.repos, args.labels, args.half, args.fetch, timing, args.limit_s)
+    rows, per_rule = score(args.repos, args.labels, args.half, args.fetch, timing, args.limit_s, args.trees)
     sep = " | " if args.markdown else "  "
     print(f"| repository | path | findings (✓ right, ✗ wrong) |\n|---|---|---|" if args.markdown else "findings per file:")
     for script, marks in rows:
@@ -216,7 +262,8 @@ def main() -> int:
     found = total["tp"] + total["fp"] + total["unlabelled"]
     print(f"\n{len(rows)} files, {found} findings: precision {_ratio(total['tp'], found)}, "
           f"recall {_ratio(total['tp'], total['tp'] + total['fn'])}, {total['unlabelled']} unlabelled")
-    print(f"slowest check: {timing.slowest_s:.2f} s ({timing.slowest}); crashed on {len(timing.crashed)} files"
+    print(f"slowest check: {timing.slowest_s:.2f} s ({timing.slowest}), {timing.slowest_cpu_s:.2f} s of CPU "
+          f"({timing.slowest_cpu}); crashed on {len(timing.crashed)} files"
           + "".join(f"\n  {crash}" for crash in timing.crashed))
     return 0 if found == total["tp"] and not total["fn"] and not timing.crashed else 1
 

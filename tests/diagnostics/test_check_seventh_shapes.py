@@ -4,7 +4,8 @@ Each script here is written for the test (docs/check_corpus.md, "A seventh corpu
 model is built, a name that is set only on rank 0, `local_rank == -1` beside a rank test, a helper that
 returns a per-machine test, a spawn index offset by the node, a project's reduce helper, stdout sent to
 /dev/null, evaluation samplers made inline or by a helper, a COCO evaluator, a port option handed to
-MASTER_PORT, state dicts saved in a list and a local-rank flag stored under another name.
+MASTER_PORT, state dicts saved in a list, a local-rank flag stored under another name, and `local_rank >= 0` (true
+on every rank of a launched run, not once per machine).
 """
 
 from __future__ import annotations
@@ -250,3 +251,21 @@ dist.init_process_group("nccl")
     assert rules(source) == [(5, "local-rank-argument")]
     never_read = source.replace("torch.cuda.set_device(args.rank)\n", "")
     assert rules(never_read) == []
+
+
+def test_a_local_rank_that_a_launcher_passed_is_every_rank_of_the_run():
+    source = """\
+import logging
+import torch.distributed as dist
+
+logging.basicConfig(level=logging.INFO)
+logger = logging.getLogger(__name__)
+
+def main(args):
+    if args.local_rank >= 0:
+        dist.init_process_group("nccl")
+        logger.info("joined")
+    if args.local_rank == 0:
+        logger.info("first of the machine")
+"""
+    assert rules(source) == [(10, "log-on-every-rank")]

@@ -34,7 +34,9 @@ Scripts on Fabric, Accelerate, DeepSpeed or detectron2's launch count as
 multi-process; their own print/save helpers are rank-aware. Code under a rank
 test (also a helper of the file returning one), in the single-process branch
 of `if distributed:`, in a launcher's parent, or in a function the script never
-calls is not reported.
+calls is not reported. Functions the script imports from its own project (its
+folder and those above it up to the project's root) are read in their files:
+a save_checkpoint, logger or rank helper there counts as the script's own.
 
 Examples:
   paratrain check train.py

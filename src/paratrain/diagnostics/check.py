@@ -5,7 +5,8 @@
         print(format_finding("train.py", finding))
 
 Each finding names the line, why it is wrong in a multi-process job and the fix
-(rules in :mod:`paratrain.diagnostics.check_rules`). A line ending in
+(rules in :mod:`paratrain.diagnostics.check_rules`). Given a path, ``check`` also reads the functions the
+script imports from its own project (``from utils import save_checkpoint``) in their files. A line ending in
 ``# paratrain: ignore`` (all rules) or ``# paratrain: ignore[rule-a, rule-b]`` is skipped.
 """
 
@@ -15,14 +16,17 @@ import re
 from pathlib import Path
 
 from paratrain.diagnostics.check_rules import RULES, Finding
+from paratrain.diagnostics.project_facts import read_project_facts
 from paratrain.diagnostics.script_facts import ScriptFacts
 from paratrain.errors import ConfigError
 
 _IGNORE = re.compile(r"#\s*paratrain:\s*ignore(?:\[([\w\s,-]+)\])?")
 
 
-def check_source(source: str, filename: str = "<script>") -> list[Finding]:
-    """Every finding of every rule, in line order.
+def check_source(source: str, filename: str = "<script>", script: Path | None = None) -> list[Finding]:
+    """Every finding of every rule, in line order. With ``script`` (the file's path), the functions it
+    imports from its own project are read in their files too (:mod:`paratrain.diagnostics.project_facts`);
+    findings are still the script's lines only.
 
     Raises:
         ConfigError: the source is not valid Python (names the file and line).
@@ -32,12 +36,14 @@ def check_source(source: str, filename: str = "<script>") -> list[Finding]:
         facts = ScriptFacts.read(source)
     except SyntaxError as exc:
         raise ConfigError(f"{filename}:{exc.lineno}: not valid Python ({exc.msg}); fix the syntax first") from None
+    if script is not None:
+        facts.learn(read_project_facts(facts, script))
     findings = [finding for rule in RULES for finding in rule(facts)]
     return sorted((f for f in findings if not _ignored(facts.lines, f)), key=lambda f: (f.line, f.rule))
 
 
 def check_file(path: str | Path) -> list[Finding]:
-    """:func:`check_source` of a file.
+    """:func:`check_source` of a file, reading the modules of its project that it imports.
 
     Raises:
         ConfigError: the file is missing, unreadable or not Python.
@@ -49,7 +55,7 @@ def check_file(path: str | Path) -> list[Finding]:
         source = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {path} ({exc}); pass a UTF-8 Python file") from None
-    return check_source(source, str(path))
+    return check_source(source, str(path), path)
 
 
 def format_finding(filename: str, finding: Finding) -> str:

@@ -21,10 +21,13 @@ def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
             continue
         default = keyword(call, "default")
         required = is_true(keyword(call, "required"))
-        if not required and (not _parsed_local_rank_read(facts, _dest(call, flags)) or _reads_local_rank_env(facts)):
+        dest = _dest(call, flags)
+        read = _parsed_local_rank_read(facts, dest) or dest in facts.imported.attributes_read
+        if not required and (not read or _reads_local_rank_env(facts) or facts.imported.reads_local_rank_env):
             # Kept only so that torch.distributed.launch's `--local_rank=N` does not stop argparse
             # (DINO: "Please ignore and do not set this argument"): the flag is never read, or the
-            # script takes LOCAL_RANK from the environment, which torchrun sets.
+            # script takes LOCAL_RANK from the environment, which torchrun sets (or a function of its
+            # project that it calls does: XLM's `init_distributed_mode(params)` reads the flag in slurm.py).
             continue
         why = (
             f"`{flag}` is required: torchrun and paratrain run pass LOCAL_RANK in the environment, not as an "

@@ -14,23 +14,22 @@ from collections.abc import Iterator
 from paratrain.diagnostics.check_finding import Finding, Rule
 from paratrain.diagnostics.check_launch import deprecated_launcher, hardcoded_rendezvous, local_rank_argument
 from paratrain.diagnostics.check_samplers import (
-    EVAL_NAME, LOADERS, SAMPLERS, is_eval, no_set_epoch, padded_eval_sampler, sampler_not_passed,
-    shuffle_beside_sampler,
+    EVAL_NAME, LOADERS, SAMPLERS, imported_sampler_bindings, is_eval, no_set_epoch, padded_eval_sampler,
+    sampler_not_passed, shuffle_beside_sampler,
 )
-from paratrain.diagnostics.script_facts import ScriptFacts, returned_module, keyword, last_name
+from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module
 
-_WRAPPERS = ("DistributedDataParallel", "DDP", "DataParallel")
+WRAPPERS = ("DistributedDataParallel", "DDP", "DataParallel")
 _SEEDING = ("manual_seed", "seed_everything", "seed", "manual_seed_all")
 _MODEL_CALL = re.compile(r"Sequential|from_pretrained|[A-Z]\w*(?:Net|Model|Classifier|ForSequenceClassification)")
 
 
 # DeiT/DINO/MAE/DETR's shared `utils.init_distributed_mode(args)` reads RANK/LOCAL_RANK from the
 # environment (args.gpu) and calls `setup_for_distributed(is_master)`, which replaces builtins.print
-# on the other ranks.
-_ENV_INIT_HELPER = r"\binit_distributed_mode\("
+# on the other ranks: taken on its name where its file was not read.
+_PRINT_SILENCING_HELPERS = ("init_distributed_mode", "setup_for_distributed")
 # `sys.stdout = open(os.devnull, "w")` (under a rank test) silences print, and logging to sys.stdout set up after it.
-_PRINT_SILENCED = re.compile(rf"builtins\.print\s*=|__builtin__\.print\s*=|{_ENV_INIT_HELPER}|\bsetup_for_distributed\("
-                             r"|sys\.stdout\s*=\s*open\(\s*os\.devnull")
+_PRINT_SILENCED = re.compile(r"builtins\.print\s*=|__builtin__\.print\s*=|sys\.stdout\s*=\s*open\(\s*os\.devnull")
 _PRINT_KEYWORDS = ("sep", "end", "file", "flush")
 # A value in an f-string that tells the ranks' lines apart (f"[GPU{rank}] …", f"[{os.getpid()}] …").
 _RANK_TAG = re.compile(r"\w*rank|gpu|gpu_id|getpid|device_id|\w*process_index", re.IGNORECASE)
@@ -39,11 +38,15 @@ _RANK_TAG = re.compile(r"\w*rank|gpu|gpu_id|getpid|device_id|\w*process_index", 
 def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     if not facts.distributed:
         return
-    for call in facts.calls_named("save"):
-        if facts.full_name(call) != "torch.save":  # `import torch as th; th.save(...)` counts, `fabric.save` does not
+    # `import torch as th; th.save(...)` counts, `fabric.save` does not; nor does a helper of the project
+    # that saves under a rank test of its own.
+    savers = set(facts.imported.unguarded_savers)
+    for call in facts.calls:
+        helper = facts.imported.callee(call) in savers
+        if not helper and not (last_name(call) == "save" and facts.full_name(call) == "torch.save"):
             continue
         guard = facts.guard(call)
-        if guard == "global" or facts.in_launcher(call) or _path_names_rank(facts, call):
+        if guard == "global" or facts.in_launcher(call) or (not helper and path_names_rank(facts, call)):
             continue
         mesh = _mesh_dims_at_zero(facts, call)
         if mesh >= {"replicate", "shard"}:  # rank 0 of its replica in the first replica: one rank
@@ -56,6 +59,8 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
             "torch.save runs on every rank: all processes write the same file at once (a torn or "
             "clobbered checkpoint)"
         )
+        if helper:  # the project's `save_checkpoint(...)`, read in its own file
+            why = f"`{facts.imported.callee(call)}` calls torch.save with no rank test of its own; " + why
         yield Finding(call.lineno, "save-on-every-rank", why,
                       _MESH_FIX if mesh else
                       "save under `if dist.get_rank() == 0:` (pt.is_main()), or use pt.Checkpointer, which "
@@ -102,7 +107,7 @@ def _mesh_dim(call: ast.Call) -> str:
     return named.value if isinstance(named, ast.Constant) and isinstance(named.value, str) else ""
 
 
-def _path_names_rank(facts: ScriptFacts, call: ast.Call) -> bool:
+def path_names_rank(facts: ScriptFacts, call: ast.Call) -> bool:
     """``torch.save(state, f"ckpt_rank{rank}.pt")``, or a path (or a name in it) assigned so: each rank writes a
     file of its own (a shard, its own queue), so saving on every rank is the point."""
     path = call.args[1] if len(call.args) >= 2 else next((k.value for k in call.keywords if k.arg == "f"), None)
@@ -157,8 +162,15 @@ def _print_replaced(facts: ScriptFacts) -> bool:
                for call in facts.calls_named("print") if isinstance(call.func, ast.Name) for kw in call.keywords)
 
 
+def _print_silenced(facts: ScriptFacts) -> bool:
+    """The script, or a function of its project that it calls, replaces builtins.print or stdout."""
+    imported = facts.imported
+    return imported.print_replaced or facts.mentions(_PRINT_SILENCED.pattern) or any(
+        imported.callee(call) not in imported.read for call in facts.calls_named(*_PRINT_SILENCING_HELPERS))
+
+
 def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
-    if not facts.distributed or facts.mentions(_PRINT_SILENCED.pattern) or _print_replaced(facts):
+    if not facts.distributed or _print_silenced(facts) or _print_replaced(facts):
         return
     prints = [
         call for call in facts.calls_named("print")
@@ -198,11 +210,19 @@ def _holder(node: ast.expr) -> str:
 _MODEL_NAME = re.compile(r"model|net|module|encoder|decoder|generator|discriminator|transformer", re.IGNORECASE)
 
 
+def _wrapper_makers(facts: ScriptFacts) -> tuple[str, ...]:
+    """Callees that give a DDP/DataParallel wrapper: torch's, the script's own subclasses, a function of the
+    project that returns one (``model = get_model(conf, local_rank=rank)``), Accelerate's ``prepare``."""
+    makers = {name.rpartition(".")[2] for name in facts.imported.wrapper_makers}
+    return (*WRAPPERS, *own_subclasses(facts, *WRAPPERS), *makers, "prepare")
+
+
 def _wrapper_holders(facts: ScriptFacts) -> set[str]:
-    """Everything that holds a DDP/DataParallel wrapper: names bound to one (``facts.names_bound_to``),
-    entries of a dict or list assigned one (``nets[key] = DataParallel(nets[key])``), and a model handed
-    back by ``accelerator.prepare`` (DistributedDataParallel in a multi-process run)."""
-    wrappers = (*_WRAPPERS, *own_subclasses(facts, *_WRAPPERS))
+    """Everything that holds a DDP/DataParallel wrapper: names bound to one, or to what a function of the
+    project that returns one gives (``facts.names_bound_to``); entries of a dict or list assigned one
+    (``nets[key] = DataParallel(nets[key])``); a model handed back by ``accelerator.prepare``
+    (DistributedDataParallel in a multi-process run)."""
+    wrappers = tuple(maker for maker in _wrapper_makers(facts) if maker != "prepare")  # Accelerate's: below
     held = set(facts.names_bound_to(*wrappers))
     accelerators = set(facts.names_bound_to("Accelerator"))
     for node in ast.walk(facts.tree):
@@ -222,10 +242,11 @@ def _wrapper_holders(facts: ScriptFacts) -> set[str]:
 
 
 def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
-    wrapped = _wrapper_holders(facts)
+    wrapped, makers = _wrapper_holders(facts), _wrapper_makers(facts)
     for call in facts.calls_named("state_dict"):
         owner = call.func.value if isinstance(call.func, ast.Attribute) else None
-        if owner is None or _holder(owner) not in wrapped or facts.single_process(call) or _rebound(facts, owner, call):
+        if (owner is None or _holder(owner) not in wrapped or facts.single_process(call)
+                or _rebound(facts, owner, call, makers)):
             continue
         parent = facts.parents.get(call)
         if isinstance(parent, (ast.DictComp, ast.ListComp)):  # `{key: nets[key].state_dict() for key in nets}`
@@ -241,7 +262,7 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
             )
 
 
-def _rebound(facts: ScriptFacts, owner: ast.expr, call: ast.Call) -> bool:
+def _rebound(facts: ScriptFacts, owner: ast.expr, call: ast.Call, makers: tuple[str, ...]) -> bool:
     """The last assignment of ``owner`` before ``call`` in the call's own function gives it another object
     (``inner_model = accelerator.unwrap_model(model.inner_model)`` in a save helper): not a wrapper, and not
     made from ``owner`` itself (``model = model.to(device)`` keeps it)."""
@@ -253,7 +274,7 @@ def _rebound(facts: ScriptFacts, owner: ast.expr, call: ast.Call) -> bool:
     if not before:
         return False
     value = max(before, key=lambda node: node.lineno).value
-    if isinstance(value, ast.Call) and last_name(returned_module(value)) in (*_WRAPPERS, "prepare"):
+    if isinstance(value, ast.Call) and last_name(returned_module(value)) in makers:
         return False
     return not any(isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and _holder(node) == holder
                    for node in ast.walk(value))
@@ -275,7 +296,7 @@ def _saved_later(facts: ScriptFacts, call: ast.expr) -> bool:
 
 
 def batchnorm_without_syncbn(facts: ScriptFacts) -> Iterator[Finding]:
-    wraps = (facts.calls_named(*_WRAPPERS[:2]) or facts.lightning_on_several_devices()
+    wraps = (facts.calls_named(*WRAPPERS[:2]) or facts.lightning_on_several_devices()
              or (facts.calls_named("Fabric", "Accelerator") and facts.calls_named("setup", "prepare")))
     if not wraps or facts.mentions(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn"):
         return
@@ -396,26 +417,40 @@ _LOGGER_HELPER = re.compile(r"(?:setup|init|create|get|make)_?log\w*|setup_loggi
 
 
 def _loggers(facts: ScriptFacts) -> set[str] | None:
-    """Names of the stdlib loggers the script writes to (``logging`` itself, ``logging.getLogger(...)``);
-    None when the script's logging is rank-aware or made somewhere this reading cannot see."""
+    """Names of the stdlib loggers the script writes to (``logging`` itself, ``logging.getLogger(...)``, what a
+    project's helper that sets INFO and a console handler on every rank returns); None when the script's
+    logging is rank-aware or made somewhere this reading cannot see."""
     if facts.mentions(_RANK_AWARE_LOG_SETUP.pattern):
         return None
+    imported = facts.imported
+    if any(imported.callee(call) in imported.rank_aware_loggers for call in facts.calls):
+        return None
+    helpers = [call for call in facts.calls if imported.callee(call) in imported.every_rank_loggers]
     setups = facts.calls_named(*_LOG_SETUP_CALLS)
     if any(_rank_chosen(facts, call) for call in setups):
         return None
     # Without a visible level of INFO or lower, info() is dropped (the default level is WARNING), or
     # the handlers are set up in another file this reading cannot see.
-    if not any(re.search(r"INFO|DEBUG|NOTSET|\b(?:10|20)\b", ast.unparse(call)) for call in setups):
+    if not helpers and not any(re.search(r"INFO|DEBUG|NOTSET|\b(?:10|20)\b", ast.unparse(call)) for call in setups):
         return None
-    # A logger helper of the project or of a library, called anywhere (`logger = get_logger(...)`, or
-    # detectron2's `setup_logger()` on its own line): it may choose handlers by rank (accelerate's and
-    # detectron2's do), where this reading cannot see.
-    if any(_LOGGER_HELPER.fullmatch(last_name(call)) and last_name(call) != "getLogger" for call in facts.calls):
+    # A logger helper of a library or of the project, called anywhere (`logger = get_logger(...)`, or
+    # detectron2's `setup_logger()` on its own line), that was not read as one for every rank: it may
+    # choose handlers by rank (accelerate's and detectron2's do), where this reading cannot see.
+    if any(_LOGGER_HELPER.fullmatch(last_name(call)) and last_name(call) != "getLogger" and call not in helpers
+           for call in facts.calls):
         return None
     names = {"logging"} if facts.modules.get("logging") == "logging" else set()
     for name, values in facts.assigned.items():
         names.update(name for value in values
-                     if isinstance(value, ast.Call) and facts.full_name(value) == "logging.getLogger")
+                     if isinstance(value, ast.Call) and facts.full_name(value) == "logging.getLogger"
+                     or value in helpers and imported.every_rank_loggers[imported.callee(value)] is None)
+    for call in helpers:  # `logger, out_dir, tb_dir = create_logger(...)` (HRNet)
+        index = imported.every_rank_loggers[imported.callee(call)]
+        assign = facts.parents.get(call)
+        if index is not None and index >= 0 and isinstance(assign, ast.Assign) and isinstance(assign.targets[0], ast.Tuple):
+            items = assign.targets[0].elts
+            if index < len(items) and isinstance(items[index], (ast.Name, ast.Attribute)):
+                names.add(ast.unparse(items[index]))
     return names
 
 
@@ -447,7 +482,7 @@ def _loguru_loggers(facts: ScriptFacts) -> set[str]:
 
 
 def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
-    if not facts.distributed or facts.mentions(_PRINT_SILENCED.pattern):
+    if not facts.distributed or _print_silenced(facts):
         return
     loggers = (_loggers(facts) or set()) | _loguru_loggers(facts)
     if not loggers:
@@ -477,7 +512,8 @@ _REPORTS = ("print", "info", "log", "log_dict", "add_scalar")
 def _sharded_eval_loaders(facts: ScriptFacts) -> list[str]:
     """Evaluation loaders whose data each rank sees a part of: built on an evaluation DistributedSampler,
     or handed to ``accelerator.prepare`` / ``fabric.setup_dataloaders``."""
-    samplers = {name for name, call in facts.names_bound_to(*SAMPLERS).items() if is_eval(name, call)}
+    samplers = {name for name, call in [*facts.names_bound_to(*SAMPLERS).items(), *imported_sampler_bindings(facts)]
+                if is_eval(name, call)}
     loaders = [name for name, call in facts.names_bound_to(*LOADERS).items()
                if keyword(call, "sampler") is not None and ast.unparse(keyword(call, "sampler")) in samplers]
     for call in facts.calls_named("prepare", "setup_dataloaders"):

@@ -180,7 +180,7 @@ def shuffle_beside_sampler(facts: ScriptFacts) -> Iterator[Finding]:
 def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
     if facts.mentions(r"\.sampler\.set_epoch\("):
         return
-    for name, sampler in facts.bindings(*SAMPLERS):
+    for name, sampler in facts.bindings(*SAMPLERS) + imported_sampler_bindings(facts):
         shuffle = keyword(sampler, "shuffle")
         if is_eval(name, sampler) or (isinstance(shuffle, ast.Constant) and shuffle.value is False):
             continue  # evaluation order does not matter
@@ -214,9 +214,8 @@ def _unnamed_samplers(facts: ScriptFacts) -> Iterator[tuple[ast.Call, ast.Call]]
         given = keyword(loader, "sampler")
         if not isinstance(given, ast.Call):
             continue
-        samplers = [given] if last_name(given) in SAMPLERS else makers.get(
-            given.func.id if isinstance(given.func, ast.Name) else "", [])
-        for sampler in samplers:
+        samplers = [given] if last_name(given) in SAMPLERS else makers.get(ast.unparse(given.func), [])
+        for sampler in (_in_script(facts, sampler, given) for sampler in samplers):
             shuffles = [keyword(sampler, "shuffle"), keyword(given, "shuffle")]
             if any(isinstance(s, ast.Constant) and s.value is False for s in shuffles):
                 continue
@@ -233,31 +232,58 @@ def _names_of(facts: ScriptFacts, call: ast.Call) -> set[str]:
 
 
 def _makers(facts: ScriptFacts) -> dict[str, list[ast.Call]]:
-    """Functions of the file that return a DistributedSampler → the sampler calls they return."""
-    return {
+    """Functions of the file, and of its project that it calls, that return a DistributedSampler (by the name
+    the file calls them) → the sampler calls they return."""
+    own = {
         node.name: [ret.value for ret in ast.walk(node) if isinstance(ret, ast.Return)
                     and isinstance(ret.value, ast.Call) and last_name(ret.value) in SAMPLERS]
         for node in facts.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
+    return {**own, **facts.imported.sampler_makers}
+
+
+def _in_script(facts: ScriptFacts, sampler: ast.Call, call: ast.Call) -> ast.Call:
+    """Where a sampler is reported: itself when the file makes it, else the file's ``call`` of the project
+    function whose own file makes it (vq-vae-2's ``dist.data_sampler(dataset, shuffle=True, …)``), read
+    for the keywords that call passes when the sampler's own are not constants."""
+    if sampler in facts.parents:
+        return sampler
+    fixed = [kw for kw in sampler.keywords if kw.arg in ("shuffle", "drop_last") and isinstance(kw.value, ast.Constant)]
+    return ast.Call(func=call.func, args=call.args, keywords=fixed + [kw for kw in call.keywords
+                                                                      if kw.arg not in {k.arg for k in fixed}],
+                    lineno=call.lineno, col_offset=call.col_offset)
+
+
+def imported_sampler_bindings(facts: ScriptFacts) -> list[tuple[str, ast.Call]]:
+    """(name, sampler) for each assignment of a call to a project function of another file that returns a
+    DistributedSampler (the sampler read as that call, see ``_in_script``)."""
+    makers = facts.imported.sampler_makers
+    bound = facts.bindings(*{maker.rpartition(".")[2] for maker in makers})
+    return [(name, _in_script(facts, makers[ast.unparse(call.func)][0], call))
+            for name, call in bound if ast.unparse(call.func) in makers]
 
 
 def _eval_samplers(facts: ScriptFacts) -> Iterator[tuple[str, ast.Call]]:
     """(name, sampler) for each DistributedSampler over evaluation data: bound to a name, made inside a
     DataLoader call (``valid_loader = DataLoader(valid, sampler=DistributedSampler(valid))``), or returned
-    by a function of the file (HRNet's ``test_sampler = get_sampler(test_dataset)``)."""
+    by a function of the file or of its project (HRNet's ``test_sampler = get_sampler(test_dataset)``)."""
     makers = _makers(facts)
     seen = set()
     made = [(name, call) for name, values in facts.assigned.items() for call in values if isinstance(call, ast.Call)
-            and isinstance(call.func, ast.Name) and makers.get(call.func.id)]
+            and makers.get(ast.unparse(call.func))]
     inline = [(" ".join(sorted(_names_of(facts, loader))) + " " + _first_arg(loader), keyword(loader, "sampler"))
               for loader in facts.calls_named(*LOADERS) if isinstance(keyword(loader, "sampler"), ast.Call)]
     candidates = list(facts.names_bound_to(*SAMPLERS).items()) + made + inline
     for name, call in candidates:
-        samplers = [call] if last_name(call) in SAMPLERS else makers.get(
-            call.func.id if isinstance(call.func, ast.Name) else "", [])
-        for sampler in samplers:
-            if sampler not in seen and (is_eval(name, sampler) or is_eval(name, call)):
-                seen.add(sampler)
+        samplers = [call] if last_name(call) in SAMPLERS else makers.get(ast.unparse(call.func), [])
+        for made in samplers:
+            elsewhere = made not in facts.parents  # made in another file: reported at this file's call
+            if elsewhere and any(kw.arg == "drop_last" and not isinstance(kw.value, ast.Constant) for kw in made.keywords):
+                continue  # pads or drops as its caller there says: unknown here
+            key = (made, call) if elsewhere else made
+            sampler = _in_script(facts, made, call)
+            if key not in seen and (is_eval(name, sampler) or is_eval(name, call)):
+                seen.add(key)
                 yield name.strip(), sampler
 
 

@@ -1,0 +1,35 @@
+"""What the functions a script imports from its own project are known to do, as the pitfall rules ask it.
+
+Filled by :mod:`paratrain.diagnostics.project_facts` when ``paratrain check`` is given the script's path; empty
+for a source read alone. Each fact is keyed by the callee as the script writes it (``save_model``,
+``dist.data_sampler``), and holds only what the other file proves: an unknown is no entry, so the rules stay
+quiet about it.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ImportedNames:
+    read: set[str] = field(default_factory=set)  # every callee found and read in the project
+    rank_tests: set[str] = field(default_factory=set)  # return a rank-0 test (`get_rank() == 0`)
+    machine_tests: set[str] = field(default_factory=set)  # return a once-per-machine test (`rank % gpus == 0`)
+    # → the DistributedSampler calls they return, in their own module (read for shuffle=/drop_last=)
+    sampler_makers: dict[str, list[ast.Call]] = field(default_factory=dict)
+    # → None when the logger is what they return, i: the i-th item of the tuple they return
+    every_rank_loggers: dict[str, int | None] = field(default_factory=dict)  # INFO and a console handler, any rank
+    rank_aware_loggers: set[str] = field(default_factory=set)  # choose a level or handler by rank
+    unguarded_savers: set[str] = field(default_factory=set)  # torch.save with no rank test of their own
+    wrapper_makers: set[str] = field(default_factory=set)  # return a DistributedDataParallel/DataParallel module
+    joins_process_group: bool = False  # a called function calls init_process_group or wraps in DDP
+    print_replaced: bool = False  # a called function replaces builtins.print (or stdout)
+    reads_local_rank_env: bool = False  # a called function (or an imported module's import) reads LOCAL_RANK
+    attributes_read: set[str] = field(default_factory=set)  # `x.attr` a called function reads before setting it
+
+    @staticmethod
+    def callee(call: ast.Call) -> str:
+        """The key of a call: its function as written (``dist.data_sampler``)."""
+        return ast.unparse(call.func)

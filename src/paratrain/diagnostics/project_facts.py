@@ -1,0 +1,300 @@
+"""What the functions a script calls from its own project do, read from their files for the pitfall rules.
+
+    facts = ScriptFacts.read(source)
+    facts.learn(read_project_facts(facts, Path("train.py")))
+
+Each function the script calls that :class:`~paratrain.diagnostics.project_imports.ProjectImports` finds in
+the project is read with the same reading as the script (a :class:`ScriptFacts` of its module), for what the
+rules ask of a function of the script itself: does it return a rank test, a DistributedSampler, a DDP
+wrapper; does it call ``torch.save`` with no rank test of its own; does it give the logger an INFO level and
+a console handler on every rank, or choose them by rank; does it replace ``builtins.print``; does it read
+``--local_rank`` or ``LOCAL_RANK``; does it make the process group. The functions it calls in turn are
+followed two calls deep for the last four. Only what its body shows counts: a decorated saver (the decorator may
+test the rank), a tuple of wrappers, a level from a variable, are unknowns, and unknowns are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from paratrain.diagnostics.check_rules import WRAPPERS, path_names_rank
+from paratrain.diagnostics.imported_names import ImportedNames
+from paratrain.diagnostics.project_imports import Module, ProjectImports
+from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
+
+_SAMPLERS = ("DistributedSampler",)
+_GROUP_CALLS = ("init_process_group", "DistributedDataParallel")
+_LOG_SETUPS = ("basicConfig", "setLevel", "addHandler", "StreamHandler", "set_verbosity", "disable")
+_VERBOSE_LEVEL = re.compile(r"\b(?:INFO|DEBUG|NOTSET)\b|^(?:10|20)$")
+_RANK_WORD = re.compile(r"rank|main|master|process_index|primary")
+_PRINT_TARGETS = ("builtins.print", "__builtin__.print", "sys.stdout")
+_HOPS = 2  # calls followed inside the project from a function the script calls
+# A function longer than this is a program's body (a `train()`), not a helper: not read, which keeps a
+# check within its time on projects of large files.
+_LONGEST = 200
+_Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def read_project_facts(facts: ScriptFacts, script: Path) -> ImportedNames:
+    """The facts about every project function ``facts``'s script calls (see the module's docstring)."""
+    return _Reader(ProjectImports(script, facts.tree)).read(facts)
+
+
+class _Reader:
+    """One script's reading of its project: each module's :class:`ScriptFacts` made once, when first needed."""
+
+    def __init__(self, imports: ProjectImports) -> None:
+        self.imports = imports
+        self._facts: dict[Path, ScriptFacts] = {}
+
+    def read(self, facts: ScriptFacts) -> ImportedNames:
+        """What every call of the script to a project function tells (keyed by the callee as written)."""
+        names = ImportedNames()
+        callees = {ImportedNames.callee(call) for call in facts.calls if isinstance(call.func, (ast.Name, ast.Attribute))}
+        for callee in sorted(callees):
+            found = self.imports.function(callee)
+            if found is None or _too_long(found[1]):
+                continue
+            self._learn(names, callee, *found)
+        # A module's own statements run when it is imported (`args.gpu = int(os.environ["LOCAL_RANK"])` at its top).
+        names.reads_local_rank_env |= any(
+            _reads_local_rank_env(stmt) for module in self.imports.modules() for stmt in module.tree.body
+            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
+        return names
+
+    def facts_of(self, module: Module) -> ScriptFacts:
+        if module.path not in self._facts:
+            self._facts[module.path] = ScriptFacts.of_tree(module.tree, module.source)
+        return self._facts[module.path]
+
+    def _learn(self, names: ImportedNames, callee: str, module: Module, function: _Function) -> None:
+        names.read.add(callee)
+        kind = returned_test_kind(function)
+        if kind == "global":
+            names.rank_tests.add(callee)
+        elif kind == "local":
+            names.machine_tests.add(callee)
+        samplers = _returned_calls(function, _SAMPLERS)
+        if samplers:
+            names.sampler_makers[callee] = samplers
+        if _returned_calls(function, WRAPPERS):
+            names.wrapper_makers.add(callee)
+        if self._unguarded_saver(module, function):
+            names.unguarded_savers.add(callee)
+        logger = self._logger_kind(module, function, 0)
+        if logger == "rank":
+            names.rank_aware_loggers.add(callee)
+        elif logger is not None:
+            names.every_rank_loggers[callee] = logger[1]
+        for _, reached in self._reached(module, function):
+            # fairseq's `call_main(cfg, main)` reaches `distributed_init`, which sets the root logger's level
+            # by rank (`if is_master(...): setLevel(INFO) else: setLevel(WARNING)`) before `main` logs
+            setups = [node for node in ast.walk(reached) if isinstance(node, ast.Call) and last_name(node) in _LOG_SETUPS]
+            if setups and _chooses_by_rank(reached, setups):
+                names.rank_aware_loggers.add(callee)
+            # XLM's `init_distributed_mode(params)` makes the process group in slurm.py: the script is distributed
+            names.joins_process_group |= any(isinstance(node, ast.Call) and last_name(node) in _GROUP_CALLS
+                                             for node in ast.walk(reached))
+            names.print_replaced |= any(
+                isinstance(node, ast.Assign) and any(ast.unparse(t) in _PRINT_TARGETS for t in node.targets)
+                for node in ast.walk(reached))
+            names.reads_local_rank_env |= _reads_local_rank_env(reached)
+            names.attributes_read |= _attributes_read_before_set(reached)
+
+    def _reached(self, module: Module, function: _Function) -> list[tuple[Module, _Function]]:
+        """``function`` and the project functions it calls, followed ``_HOPS`` calls deep."""
+        seen = {id(function)}
+        reached, frontier = [(module, function)], [(module, function)]
+        for _ in range(_HOPS):
+            following = []
+            for owner, body in frontier:
+                for call in (n for n in ast.walk(body) if isinstance(n, ast.Call)):
+                    if not isinstance(call.func, (ast.Name, ast.Attribute)):
+                        continue
+                    found = self._in_module(owner, ast.unparse(call.func))
+                    if found is not None and id(found[1]) not in seen and not _too_long(found[1]):
+                        seen.add(id(found[1]))
+                        following.append(found)
+            reached += following
+            frontier = following
+        return reached
+
+    def _in_module(self, module: Module, callee: str) -> tuple[Module, _Function] | None:
+        """A function of ``module`` itself, or one it imports from the project."""
+        for stmt in module.tree.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == callee:
+                return module, stmt
+        return self.imports.function(callee, within=module)
+
+    def _unguarded_saver(self, module: Module, function: _Function) -> bool:
+        """``torch.save`` in the body, each with no rank test around it there, into a path that does not
+        name the rank; not decorated (a decorator may run it on rank 0 only, as ResNeSt's ``@master_only``)."""
+        if function.decorator_list:
+            return False
+        saves = [node for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) == "save"]
+        if not saves:
+            return False
+        mf = self.facts_of(module)  # the module's reading, made only for a function that saves
+        saves = [save for save in saves if mf.full_name(save) == "torch.save"]
+        return bool(saves) and not any(mf.guard_in_function(save) or _under_rank_test(function, save)
+                                       or path_names_rank(mf, save) or _per_rank_path(function, save)
+                                       or _in_memory(function, save) for save in saves)
+
+    def _logger_kind(self, module: Module, function: _Function, depth: int) -> str | tuple[str, int | None] | None:
+        """``"rank"`` when the function chooses a logging level or handler by rank; ``("every", index)`` when
+        it sets a verbose level (INFO, DEBUG) and adds a console handler with no rank test, or returns the
+        logger of such a function of the project (``index``: where that logger is in the tuple it returns,
+        None for the value itself); None otherwise."""
+        if not _makes_logger(function):
+            return None
+        setups = [node for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) in _LOG_SETUPS]
+        if _chooses_by_rank(function, setups):
+            return "rank"
+        console = any(last_name(s) == "StreamHandler" and _to_console(s) for s in setups) or any(
+            last_name(s) == "basicConfig" and keyword(s, "filename") is None and keyword(s, "handlers") is None
+            for s in setups)
+        verbose = any(_verbose_level(function, s) for s in setups if last_name(s) in ("setLevel", "basicConfig"))
+        if console and verbose:
+            return "every", _returned_index(function)
+        if depth >= 1:
+            return None
+        # `logger = create_logger(...)`, then `return logger` (XLM's initialize_exp): the helper's logger.
+        for ret in (n for n in ast.walk(function) if isinstance(n, ast.Return) and isinstance(n.value, ast.Name)):
+            for value in _assigned_in(function, ret.value.id):
+                if not (isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute))):
+                    continue
+                found = self._in_module(module, ast.unparse(value.func))
+                kind = None if found is None or _too_long(found[1]) else self._logger_kind(*found, depth + 1)
+                if kind == "rank" or (kind is not None and kind[1] is None):
+                    return kind if kind == "rank" else ("every", None)
+        return None
+
+
+def _too_long(function: _Function) -> bool:
+    return (function.end_lineno or function.lineno) - function.lineno > _LONGEST
+
+
+def _returned_calls(function: _Function, names: tuple[str, ...]) -> list[ast.Call]:
+    """Calls to ``names`` the function returns: directly, or through a name it assigned one to
+    (``model = DDP(model)`` in one branch, ``return model``); not inside a tuple."""
+    found = []
+    for ret in (n for n in ast.walk(function) if isinstance(n, ast.Return) and n.value is not None):
+        values = _assigned_in(function, ret.value.id) if isinstance(ret.value, ast.Name) else [ret.value]
+        for value in values:
+            for choice in ((value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,)):
+                choice = returned_module(choice)
+                if isinstance(choice, ast.Call) and last_name(choice) in names:
+                    found.append(choice)
+    return found
+
+
+def _assigned_in(function: _Function, name: str) -> list[ast.expr]:
+    return [node.value for node in ast.walk(function) if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)]
+
+
+def _chooses_by_rank(function: _Function, setups: list[ast.Call]) -> bool:
+    """A level or handler depends on the rank: a rank in a setup call (``setLevel(INFO if rank == 0 else
+    WARN)``), a test of a rank around one (``if dist_rank == 0: logger.addHandler(console)``), or an early
+    return on a rank before them (``if distributed_rank > 0: return logger``). A test that only names a file
+    per rank (``if rank > 0: filepath = f"{filepath}-{rank}"``) leaves the console as it is."""
+    console = [s for s in setups if "FileHandler" not in ast.unparse(s)
+               and not any("FileHandler" in ast.unparse(v) for n in ast.walk(s) if isinstance(n, ast.Name)
+                           for v in _assigned_in(function, n.id))]
+    if any(_RANK_WORD.search(ast.unparse(setup)) for setup in console):
+        return True
+    for test in (node for node in ast.walk(function) if isinstance(node, ast.If) and _RANK_WORD.search(ast.unparse(node.test))):
+        inside = {id(node) for node in ast.walk(test)}
+        if any(id(setup) in inside for setup in console) or any(isinstance(node, ast.Return) for node in ast.walk(test)):
+            return True
+    return False
+
+
+def _under_rank_test(function: _Function, node: ast.AST) -> bool:
+    """An ``if`` naming a rank (``if dist_rank == 0:``) holds ``node``, or returns before it."""
+    for test in (n for n in ast.walk(function) if isinstance(n, ast.If) and _RANK_WORD.search(ast.unparse(n.test))):
+        if any(n is node for n in ast.walk(test)) or (
+                test.lineno < node.lineno and any(isinstance(n, ast.Return) for n in ast.walk(test))):
+            return True
+    return False
+
+
+def _per_rank_path(function: _Function, save: ast.Call) -> bool:
+    """The file's path names a rank, written or through what its names were assigned in the function
+    (Megatron's ``path = os.path.join(path, f"{prefix}.rank_{rank_str}")``): a file per rank."""
+    target = save.args[1] if len(save.args) > 1 else keyword(save, "f")
+    if target is None:
+        return False
+    names = {node.id for node in ast.walk(target) if isinstance(node, ast.Name)}
+    texts = [ast.unparse(target)] + [ast.unparse(v) for name in names for v in _assigned_in(function, name)]
+    return any("rank" in text.lower() for text in texts)
+
+
+def _in_memory(function: _Function, save: ast.Call) -> bool:
+    """``torch.save(obj, buffer)`` with ``buffer = io.BytesIO()``: a copy in memory, no file (DeiT's EMA load)."""
+    target = save.args[1] if len(save.args) > 1 else keyword(save, "f")
+    return isinstance(target, ast.Name) and any(
+        isinstance(v, ast.Call) and last_name(v) == "BytesIO" for v in _assigned_in(function, target.id))
+
+
+def _makes_logger(function: _Function) -> bool:
+    """Named for logging (``setup_logger``, ``get_logger``) or returning a logger (``return logger``,
+    ``return logger, out_dir``): a helper whose logging set-up is its job, not a whole training run's."""
+    returned = [node.value for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None]
+    names = [item for value in returned for item in (value.elts if isinstance(value, ast.Tuple) else [value])]
+    return "log" in function.name.lower() or any(isinstance(n, ast.Name) and "log" in n.id.lower() for n in names)
+
+
+def _to_console(handler: ast.Call) -> bool:
+    """``StreamHandler()``, ``StreamHandler(sys.stdout)``, ``StreamHandler(stream=sys.stderr)``."""
+    given = handler.args[:1] + [kw.value for kw in handler.keywords if kw.arg == "stream"]
+    return all(re.fullmatch(r"(?:sys\.)?std(?:out|err)", ast.unparse(value)) for value in given)
+
+
+def _verbose_level(function: _Function, setup: ast.Call) -> bool:
+    """The level set is INFO or lower: written so, or a parameter of the function defaulting to it
+    (``def get_logger(name, level=logging.DEBUG)``)."""
+    level = setup.args[0] if last_name(setup) == "setLevel" and setup.args else keyword(setup, "level")
+    if level is None:
+        return False
+    if isinstance(level, ast.Name):
+        arguments = function.args
+        positional = arguments.posonlyargs + arguments.args
+        defaults = dict(zip([a.arg for a in positional][len(positional) - len(arguments.defaults):], arguments.defaults))
+        defaults.update({a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None})
+        level = defaults.get(level.id, level)
+    return bool(_VERBOSE_LEVEL.search(ast.unparse(level)))
+
+
+def _returned_index(function: _Function) -> int | None:
+    """Where the logger is in what the function returns: None for the value itself (or nothing), the index
+    of the item named like a logger in a returned tuple (HRNet's ``return logger, out_dir, tb_dir``)."""
+    for ret in (n for n in ast.walk(function) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)):
+        for index, item in enumerate(ret.value.elts):
+            if isinstance(item, ast.Name) and "log" in item.id.lower():
+                return index
+        return -1  # a tuple without a logger in it: nothing to follow
+    return None
+
+
+def _reads_local_rank_env(node: ast.AST) -> bool:
+    """``os.environ["LOCAL_RANK"]``, ``os.getenv("LOCAL_RANK")``, ``os.environ.get("LOCAL_RANK")`` within ``node``."""
+    return any(
+        isinstance(sub, (ast.Subscript, ast.Call)) and any(
+            isinstance(arg, ast.Constant) and arg.value == "LOCAL_RANK"
+            for arg in ([sub.slice] if isinstance(sub, ast.Subscript) else sub.args[:1]))
+        and re.search(r"environ|getenv", ast.unparse(sub.value if isinstance(sub, ast.Subscript) else sub.func))
+        for sub in ast.walk(node))
+
+
+def _attributes_read_before_set(function: _Function) -> set[str]:
+    """Attributes the function reads (``params.local_rank``) where no earlier line of it set them: it sees the
+    value it was given."""
+    stores = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            stores[node.attr] = min(stores.get(node.attr, node.lineno), node.lineno)
+    return {node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and isinstance(node.ctx, ast.Load) and node.lineno <= stores.get(node.attr, node.lineno)}

@@ -1,0 +1,324 @@
+"""Which processes run a statement of a script: the rank tests, early exits and one-process branches around it.
+
+A statement counts as "rank 0 only" (``"global"``) when an enclosing ``if`` tests a rank (``rank == 0``,
+``is_main()``, ``dist.get_rank() == 0``…), when the other ranks left its block before it (``if not is_main():
+return``), when it sits in the ``else:`` of a test for a distributed run (``if args.distributed: … else:``), or
+when it sits in a function of the file whose every call site is so guarded (calls followed within the file,
+methods by their name: ``self._save_checkpoint()`` under ``if self.gpu_id == 0:`` guards the ``torch.save``
+inside it). ``"local"`` is once per machine (``local_rank == 0``, ``rank % gpus_per_node == 0``). Helpers of the
+file, or of its project, that return a rank test (``def is_primary(args): return args.rank == 0``) count as
+rank tests. :class:`RankGuards` is a part of :class:`~paratrain.diagnostics.script_facts.ScriptFacts`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import cached_property
+
+from paratrain.diagnostics.call_names import last_name
+
+# An `if` that limits a block to one process: the global rank or a main-process helper.
+_GLOBAL_GUARD = re.compile(
+    r"(?<![\w.])(?:\w+\.)*(?:rank|global_rank|get_rank|RANK|is_main\w*|is_master\w*|master_process|is_rank_zero"
+    r"|is_primary\w*|is_root\w*|is_global_zero|is_world_process_zero|main_process|rank_?0|rank_zero\w*)\b")
+# A comparison with rank 0 (not `local_rank > -1`, which only picks a device), or a library's
+# main-process predicate (`trainer.is_world_process_zero()`, `accelerator.is_main_process`).
+RANK_ZERO_TEST = re.compile(
+    r"(?:==|!=)\s*0\b|\bin\s*[\[(]\s*-1\s*,\s*0\s*[\])]"
+    r"|(?<![\w])(?:\w+\.)*(?:is_world_process_zero|is_global_zero|is_main_process|is_local_main_process)\b")
+_LOCAL_GUARD = re.compile(r"local_rank|LOCAL_RANK|local_process_index|is_local_\w*")
+# An `if` that tells a multi-process run from a single-process one: its `else:` runs on one process.
+# llama-recipes' `train_config.enable_fsdp` is its one switch to several processes (no DDP mode beside it).
+_DISTRIBUTED_TEST = re.compile(
+    r"^(?:\w+\.)*(?:ddp|distributed|is_distributed|use_ddp|multiprocessing_distributed|is_initialized\(\)"
+    r"|is_dist_avail_and_initialized\(\)|enable_fsdp)$|world_size\s*>\s*1$")
+# The device index a process was started on (`gpu`, `gpu_id`, `device_id`): `mp.spawn` hands each
+# process its rank on the one machine, so the tutorials (pytorch/examples' ddp-tutorial-series) test
+# it as their rank 0; read as a global guard unless the file assigns it from LOCAL_RANK.
+_DEVICE_GUARD = re.compile(r"(?<![\w])(?:\w+\.)*(?:gpu|gpu_id|device_id)\s*(?:==|!=)\s*0\b")
+# A test that is true only in a single-process run: beside a rank test in an `or`, it still limits
+# the block to one process (`if world_size == 1 or rank == 0:`).
+_ONE_PROCESS_TEST = re.compile(
+    r"^(?:\w+\.)*(?:world_size|get_world_size\(\))\s*(?:==|<=)\s*1$"
+    # `local_rank == -1`: no launcher passed a local rank, so one process (`local_rank == -1 or get_rank() == 0`)
+    r"|^(?:\w+\.)*local_rank\s*==\s*-1$")
+# `local_rank >= 0`, `local_rank != -1`: a launcher passed a local rank, so every process of a distributed run.
+_EVERY_RANK_OF_A_RUN = re.compile(r"(?:\w+\.)*local_rank\s*(?:>=\s*0|>\s*-1|!=\s*-1)")
+# `rank % gpus_per_node == 0`: the first process of each machine, i.e. local rank 0.
+_PER_MACHINE = re.compile(r"\brank\s*%\s*[\w.]+\s*==\s*0")
+# Lightning's decorator: the function runs on global rank 0 only.
+_RANK_ZERO_DECORATOR = re.compile(r"(?:\w+\.)*rank_zero_only$")
+
+
+def returned_test_kind(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    """``"global"`` for a short function returning a rank-0 test (``def is_primary(args): return args.rank == 0``),
+    ``"local"`` for one returning a once-per-machine test, else ``""``."""
+    if len(function.body) > 3:
+        return ""
+    texts = [ast.unparse(stmt.value) for stmt in function.body if isinstance(stmt, ast.Return) and stmt.value]
+    # semseg's `main_process()` returns `... args.rank % args.ngpus_per_node == 0`: the first process
+    # of each machine, a local-rank test whatever the function's name says.
+    if any(_PER_MACHINE.search(text) for text in texts):
+        return "local"
+    return "global" if any(_GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", text))
+                           and re.search(r"==\s*0|\bnot\b|is_main|master|primary|zero", text) for text in texts) else ""
+
+
+class RankGuards:
+    """The guard questions of :class:`~paratrain.diagnostics.script_facts.ScriptFacts` (its parents, calls,
+    assignments and helpers)."""
+
+    def guard(self, node: ast.AST) -> str:
+        """``"global"`` under a rank-0 test, ``"local"`` under a local-rank test only, else ``""``.
+
+        A function of this file counts as guarded when every use of its name is a call under
+        such a test (and it is used at all): one passed as a callback, or never called here,
+        may run anywhere.
+        """
+        return self._guard(node, self._callers_guards)
+
+    @cached_property
+    def _callers_guards(self) -> dict[ast.AST, str]:
+        """The guard over every caller of each function of the file, read for all functions at once.
+
+        Following calls one path at a time costs time exponential in the number of methods that call
+        each other (a trainer class of a few dozen). Here every function starts unguarded and takes the
+        guard of its callers until nothing changes; a guard only grows ("" → "local" → "global"), so
+        each changes at most twice and the rounds end. A function reached only through a cycle of
+        calls stays unguarded.
+        """
+        functions = [node for node in ast.walk(self.tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        table = dict.fromkeys(functions, "")
+        changed = True
+        while changed:
+            changed = False
+            for function in functions:
+                kind = self._callers_guard(function, table)
+                if kind != table[function]:
+                    table[function], changed = kind, True
+        return table
+
+    def guard_in_function(self, node: ast.AST) -> str:
+        """:meth:`guard` within ``node``'s own function only, its callers left aside (a helper of another
+        file, called from the script, is asked how it guards itself)."""
+        return self._guard(node, {})
+
+    def _guard(self, node: ast.AST, callers_guards: dict[ast.AST, str]) -> str:
+        local = False
+        child, parent = node, self.parents.get(node)
+        while parent is not None:
+            if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
+                in_else = child in parent.orelse if isinstance(parent, ast.If) else child is parent.orelse
+                if self._single_process_branch(parent.test, in_else):
+                    return "global"
+                kind = self._test_kind(parent.test)  # either branch: `if rank != 0: … else: save()`
+                if kind == "global":
+                    return "global"
+                local = local or kind == "local"
+            exits = self._early_exit_kind(parent, child)
+            if exits == "global":
+                return "global"
+            local = local or exits == "local"
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                    _RANK_ZERO_DECORATOR.match(ast.unparse(d)) for d in parent.decorator_list):
+                return "global"
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and self._lightning_per_machine(parent):
+                local = True
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                callers = callers_guards.get(parent, "")
+                if callers == "global":
+                    return "global"
+                local = local or callers == "local"
+            child, parent = parent, self.parents.get(parent)
+        return "local" if local else ""
+
+    def _lightning_per_machine(self, function: ast.AST) -> bool:
+        """``prepare_data`` of a LightningDataModule or LightningModule: Lightning runs it on the first process
+        of each machine (``prepare_data_per_node``), the other hooks on every process."""
+        owner = self.parents.get(function)
+        return (function.name == "prepare_data" and isinstance(owner, ast.ClassDef)
+                and any(re.search(r"Lightning(?:Data)?Module$", ast.unparse(base)) for base in owner.bases))
+
+    def _single_process_branch(self, test: ast.expr, in_else: bool) -> bool:
+        """The branch runs when the job is not distributed: ``else:`` of ``if ddp:``, body of ``if not ddp:``."""
+        negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+        text = ast.unparse(test.operand if negated else test)
+        return bool(_DISTRIBUTED_TEST.search(text)) and in_else != negated
+
+    def single_process(self, node: ast.AST) -> bool:
+        """``node`` sits in the branch a run without ``torch.distributed`` takes (``else:`` of ``if ddp:``)."""
+        child, parent = node, self.parents.get(node)
+        while parent is not None:
+            if isinstance(parent, ast.If) and child is not parent.test and self._single_process_branch(
+                    parent.test, child in parent.orelse):
+                return True
+            child, parent = parent, self.parents.get(parent)
+        return False
+
+    def _early_exit_kind(self, block_owner: ast.AST, child: ast.AST) -> str:
+        """``if not is_main(): return`` (or ``if rank != 0: return``) before ``child`` in the same body:
+        what follows runs on rank 0 only."""
+        body = getattr(block_owner, "body", None)
+        if not isinstance(body, list) or child not in body:
+            return ""
+        kind = ""
+        for stmt in body[:body.index(child)]:
+            if not (isinstance(stmt, ast.If) and stmt.body and isinstance(stmt.body[-1], (ast.Return, ast.Continue))
+                    and not stmt.orelse):
+                continue
+            test = stmt.test
+            text = ast.unparse(test)
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                found = self._test_kind(test.operand)
+            elif re.search(r"!=\s*0\b|>\s*0\b", text):
+                found = self._test_kind(test)
+            else:
+                continue
+            if found == "global":
+                return "global"
+            kind = kind or found
+        return kind
+
+    def _test_kind(self, test: ast.expr, _depth: int = 0) -> str:
+        if isinstance(test, ast.BoolOp):
+            return self._bool_test_kind(test, _depth)
+        kind = self._direct_test_kind(test)
+        if kind or _depth >= 2:
+            return kind
+        return self._stored_test_kind(test, _depth)
+
+    def _bool_test_kind(self, test: ast.BoolOp, depth: int) -> str:
+        """``a and b`` holds where both do: one rank test among them limits the block. ``a or b`` holds
+        where either does: a rank test only when every part is one (``is_global_zero or "stage_3" in
+        strategy`` runs on every rank with ZeRO-3), a test for a single-process run counting as one
+        (``not args.distributed or rank == 0``)."""
+        if isinstance(test.op, ast.And):
+            kinds = {self._test_kind(value, depth) for value in test.values}
+            return "global" if "global" in kinds else "local" if "local" in kinds else ""
+        kinds = {
+            "global" if self._single_process_branch(value, in_else=False)
+            or _ONE_PROCESS_TEST.search(ast.unparse(value)) else self._test_kind(value, depth)
+            for value in test.values
+        }
+        return "global" if kinds == {"global"} else "local" if kinds <= {"global", "local"} else ""
+
+    def _stored_test_kind(self, test: ast.expr, depth: int) -> str:
+        """A rank test kept in a variable (``save_logs = args.save_logs and is_master(args)``, then
+        ``if save_logs:``): the kind of what every assignment stores, a constant ``False``/``None``
+        (which only disables) left aside."""
+        names = [node for node in ast.walk(test) if isinstance(node, (ast.Name, ast.Attribute))]
+        for node in names:
+            bound = self.assigned.get(ast.unparse(node), [])
+            values = [v for v in bound if not (isinstance(v, ast.Constant) and v.value in (False, None))]
+            # `writer = None`, then `if rank == 0: writer = SummaryWriter()`: a name that is None except
+            # where a rank test bound it is truthy on those ranks only (`if not writer: continue`).
+            unset = depth == 0 and isinstance(test, (ast.Name, ast.Attribute)) and len(values) < len(bound)
+            kinds = {self._test_kind(v, depth + 1) or (self._binding_guard(v) if unset else "") for v in values}
+            if values and kinds == {"global"}:
+                return "global"
+            if values and kinds <= {"global", "local"} and "local" in kinds:
+                return "local"
+        return ""
+
+    def _binding_guard(self, value: ast.expr) -> str:
+        """The rank test over the assignment of ``value`` in its own function (callers not followed); ""
+        while that very question is being answered (``x = None; if x: x = f()`` asks it again)."""
+        if value in self._binding_guards_asked:
+            return ""
+        self._binding_guards_asked.add(value)
+        try:
+            return self._guard(value, {})
+        finally:
+            self._binding_guards_asked.discard(value)
+
+    def _direct_test_kind(self, test: ast.expr) -> str:
+        text = ast.unparse(test)
+        called = {last_name(node) for node in ast.walk(test) if isinstance(node, ast.Call)}
+        if called & self.machine_helpers:
+            return "local"
+        if called & self.rank_helpers:
+            return "global"
+        if _PER_MACHINE.search(text):
+            return "local"
+        device = _DEVICE_GUARD.search(text)
+        if device:
+            name = device.group(0).split("=")[0].rstrip("!= ").strip()
+            values = self.assigned.get(name, [])
+            from_env = any(_LOCAL_GUARD.search(ast.unparse(v)) for v in values)
+            per_node = {name, *(ast.unparse(v) for v in values)} & self._node_offset_indices
+            return "local" if from_env or per_node else "global"
+        if {ast.unparse(n) for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute))} & self._group_ranks:
+            return "global"  # the value this process gave init_process_group as its rank, whatever its name
+        if _GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", text)):
+            return "global"
+        if _EVERY_RANK_OF_A_RUN.fullmatch(text):
+            return ""  # `local_rank >= 0`: true on every rank of a distributed run, a device choice
+        return "local" if _LOCAL_GUARD.search(text) else ""
+
+    @cached_property
+    def _node_offset_indices(self) -> set[str]:
+        """Names added to a node's offset to make the rank (``rank = node_rank * ngpus_per_node + gpu``):
+        the index of the process on its machine, so ``gpu == 0`` is once per machine."""
+        return {
+            ast.unparse(side) for values in self.assigned.values() for value in values
+            if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add)
+            and any(isinstance(other, ast.BinOp) and isinstance(other.op, ast.Mult) for other in (value.left, value.right))
+            for side in (value.left, value.right) if isinstance(side, (ast.Name, ast.Attribute))
+        }
+
+    @cached_property
+    def _group_ranks(self) -> set[str]:
+        """Names holding the rank handed to ``init_process_group(rank=...)`` (``rank=local_rank`` with
+        ``args.local_rank = local_rank``): the process's global rank, even when named ``local_rank``
+        (one machine, a process per GPU)."""
+        ranks = {ast.unparse(kw.value) for call in self.calls_named("init_process_group") for kw in call.keywords
+                 if kw.arg == "rank" and isinstance(kw.value, (ast.Name, ast.Attribute))}
+        return ranks | {name for name, values in self.assigned.items()
+                        if values and all(ast.unparse(v) in ranks for v in values)}
+
+    def _callers_guard(self, function: ast.FunctionDef | ast.AsyncFunctionDef, callers_guards: dict[ast.AST, str]) -> str:
+        """The weakest guard over every use of ``function``'s name in this file (methods: ``x.name``),
+        with ``callers_guards`` standing for the guards of the functions those uses sit in."""
+        uses = self._uses(function)
+        if not uses:
+            # A script (it has a __main__ entry point) that never uses one of its own functions never
+            # runs it; a module's functions are called from other files.
+            top_level = self.parents.get(function) is self.tree
+            return "global" if top_level and self.main_block() is not None and not function.decorator_list else ""
+        kinds = set()
+        for use in uses:
+            call = self.parents.get(use)
+            if not (isinstance(call, ast.Call) and call.func is use):
+                return ""  # handed on (a callback, mp.spawn's target): runs where the receiver decides
+            kinds.add(self._guard(call, callers_guards))
+        if kinds == {"global"}:
+            return "global"
+        return "local" if "" not in kinds else ""
+
+    def _uses(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
+        """Every read of ``function``'s name in this file: ``f`` for a function, ``x.f`` for a method where
+        ``x`` may be an instance of its class (kept per function: guards ask for it again and again)."""
+        if function not in self._uses_of:
+            owner = self.parents.get(function)
+            self._uses_of[function] = (
+                [use for use in self.loaded_attrs.get(function.name, []) if self._may_be_instance(use.value, owner)]
+                if isinstance(owner, ast.ClassDef) else self.loaded_names.get(function.name, []))
+        return self._uses_of[function]
+
+    def _may_be_instance(self, receiver: ast.expr, cls: ast.ClassDef) -> bool:
+        """``receiver.method`` may call ``cls``'s method: ``self``/``cls`` inside that class (or one naming it as
+        a base), a name assigned ``Cls(...)``, or a receiver of unknown origin (a parameter). Not an imported
+        module (``torch.save``) nor a name bound to another call (``self.accelerator = Accelerator()``)."""
+        text = ast.unparse(receiver)
+        if text in ("self", "cls"):
+            enclosing = self.parents.get(receiver)
+            while enclosing is not None and not isinstance(enclosing, ast.ClassDef):
+                enclosing = self.parents.get(enclosing)
+            return enclosing is not None and (enclosing is cls or cls.name in {last_name(b) for b in enclosing.bases})
+        if text.partition(".")[0] in self.modules:
+            return False
+        values = self.assigned.get(text, [])
+        if not values:
+            return True
+        return any(not isinstance(v, ast.Call) or last_name(v) == cls.name for v in values)
