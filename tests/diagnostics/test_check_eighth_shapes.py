@@ -161,3 +161,108 @@ logger.info(f"arguments: {args}")
 """
     assert (7, "log-on-every-rank") in rules(source)
     assert not rules(source.replace('parser.add_argument("--local_rank", type=int, help="set by the launcher")\n', ""))
+
+
+# ---- causes in another file of the project (check given the script's path) ------------------------------
+def project_rules(root, files: dict[str, str]) -> list[tuple[int, str]]:
+    """Write a project (the first file is the script) and check the script at its path."""
+    import textwrap
+
+    from paratrain.diagnostics.check import check_file
+
+    (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    for name, text in files.items():
+        (root / name).write_text(textwrap.dedent(text))
+    return [(f.line, f.rule) for f in check_file(root / next(iter(files)))]
+
+
+def test_a_module_that_replaces_print_when_imported_quiets_the_print_rule(tmp_path):
+    files = {
+        "train.py": """\
+            import torch.distributed as dist
+            import dist_utils
+            dist.init_process_group("gloo")
+            print("every rank?")
+            """,
+        "dist_utils.py": """\
+            import builtins
+            import torch.distributed as dist
+            _print = builtins.print
+
+            def rank0_print(*args, **kwargs):
+                if not dist.is_initialized() or dist.get_rank() == 0:
+                    _print(*args, **kwargs)
+
+            builtins.print = rank0_print
+            """,
+    }
+    assert "print-on-every-rank" not in {rule for _, rule in project_rules(tmp_path, files)}
+    files["dist_utils.py"] = files["dist_utils.py"].replace("builtins.print = rank0_print", "")
+    assert (4, "print-on-every-rank") in project_rules(tmp_path, files)
+
+
+def test_local_rank_among_the_variables_a_project_helper_reads_from_the_environment(tmp_path):
+    files = {
+        "train.py": """\
+            import argparse
+            import torch
+            import launch_env
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=-1)
+            args = parser.parse_args()
+            launch_env.init(local_rank=args.local_rank)
+            """,
+        "launch_env.py": """\
+            import os
+            import torch.distributed as dist
+
+            def env2int(names, default=-1):
+                for name in names:
+                    if name in os.environ:
+                        return int(os.environ[name])
+                return default
+
+            def init(local_rank=-1):
+                if local_rank == -1:
+                    local_rank = env2int(["OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"], 0)
+                dist.init_process_group("gloo")
+                return local_rank
+            """,
+    }
+    assert "local-rank-argument" not in {rule for _, rule in project_rules(tmp_path, files)}
+    files["launch_env.py"] = files["launch_env.py"].replace('"LOCAL_RANK"', '"SLOT"')
+    assert (5, "local-rank-argument") in project_rules(tmp_path, files)
+
+
+def test_a_log_formatter_that_writes_the_rank_tells_the_ranks_lines_apart(tmp_path):
+    files = {
+        "train.py": """\
+            import logging
+            import torch.distributed as dist
+            from log_setup import init_logger
+            dist.init_process_group("gloo")
+            init_logger()
+            logger = logging.getLogger()
+            logger.info("starting")
+            """,
+        "log_setup.py": """\
+            import logging
+            import sys
+            import torch.distributed as dist
+
+            class RankFormatter(logging.Formatter):
+                def format(self, record):
+                    return f"{dist.get_rank()}: {record.getMessage()}"
+
+            def init_logger():
+                logger = logging.getLogger()
+                logger.setLevel(logging.INFO)
+                handler = logging.StreamHandler(sys.stdout)
+                handler.setFormatter(RankFormatter())
+                logger.addHandler(handler)
+                return logger
+            """,
+    }
+    assert "log-on-every-rank" not in {rule for _, rule in project_rules(tmp_path, files)}
+    files["log_setup.py"] = files["log_setup.py"].replace("RankFormatter()", "logging.Formatter()")
+    assert (7, "log-on-every-rank") in project_rules(tmp_path, files)

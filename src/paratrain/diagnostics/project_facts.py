@@ -58,10 +58,12 @@ class _Reader:
             if found is None or _too_long(found[1]):
                 continue
             self._learn(names, callee, *found)
-        # A module's own statements run when it is imported (`args.gpu = int(os.environ["LOCAL_RANK"])` at its top).
-        names.reads_local_rank_env |= any(
-            _reads_local_rank_env(stmt) for module in self.imports.modules() for stmt in module.tree.body
-            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
+        # A module's own statements run when it is imported (`args.gpu = int(os.environ["LOCAL_RANK"])` at its
+        # top; DLRM's extend_distributed sets `builtins.print = rank0_print` there).
+        imported = [stmt for module in self.imports.modules() for stmt in module.tree.body
+                    if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        names.reads_local_rank_env |= any(_reads_local_rank_env(stmt) for stmt in imported)
+        names.print_replaced |= any(_replaces_print(stmt) for stmt in imported)
         return names
 
     def facts_of(self, module: Module) -> ScriptFacts:
@@ -97,9 +99,7 @@ class _Reader:
             # XLM's `init_distributed_mode(params)` makes the process group in slurm.py: the script is distributed
             names.joins_process_group |= any(isinstance(node, ast.Call) and last_name(node) in _GROUP_CALLS
                                              for node in ast.walk(reached))
-            names.print_replaced |= any(
-                isinstance(node, ast.Assign) and any(ast.unparse(t) in _PRINT_TARGETS for t in node.targets)
-                for node in ast.walk(reached))
+            names.print_replaced |= _replaces_print(reached)
             names.reads_local_rank_env |= _reads_local_rank_env(reached)
             names.attributes_read |= _attributes_read_before_set(reached)
 
@@ -150,7 +150,7 @@ class _Reader:
         if not _makes_logger(function):
             return None
         setups = [node for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) in _LOG_SETUPS]
-        if _chooses_by_rank(function, setups):
+        if _chooses_by_rank(function, setups) or _tags_the_rank(module, function):
             return "rank"
         console = any(last_name(s) == "StreamHandler" and _to_console(s) for s in setups) or any(
             last_name(s) == "basicConfig" and keyword(s, "filename") is None and keyword(s, "handlers") is None
@@ -210,6 +210,19 @@ def _chooses_by_rank(function: _Function, setups: list[ast.Call]) -> bool:
         if any(id(setup) in inside for setup in console) or any(isinstance(node, ast.Return) for node in ast.walk(test)):
             return True
     return False
+
+
+def _tags_the_rank(module: Module, function: _Function) -> bool:
+    """The handlers' formatter writes the rank on every line: a format string naming it
+    (``Formatter("%(asctime)s [rank {rank}] %(message)s")``), or a ``logging.Formatter`` subclass of the
+    module that reads it (lingua's ``LogFormatter``): one line per rank, told apart on purpose."""
+    formatters = [node.args[0] for node in ast.walk(function) if isinstance(node, ast.Call)
+                  and last_name(node) == "setFormatter" and node.args]
+    tagging = {cls.name for cls in ast.walk(module.tree) if isinstance(cls, ast.ClassDef)
+               and any(last_name(base) == "Formatter" for base in cls.bases) and "rank" in ast.unparse(cls).lower()}
+    made = [value for f in formatters for value in ([f] if not isinstance(f, ast.Name) else _assigned_in(function, f.id))]
+    return any(isinstance(value, ast.Call) and (last_name(value) in tagging or (
+        last_name(value) == "Formatter" and "rank" in ast.unparse(value).lower())) for value in made)
 
 
 def _under_rank_test(function: _Function, node: ast.AST) -> bool:
@@ -279,13 +292,25 @@ def _returned_index(function: _Function) -> int | None:
     return None
 
 
+def _replaces_print(node: ast.AST) -> bool:
+    """``builtins.print = …`` (or ``sys.stdout = …``) within ``node``."""
+    return any(isinstance(sub, ast.Assign) and any(ast.unparse(t) in _PRINT_TARGETS for t in sub.targets)
+               for sub in ast.walk(node))
+
+
 def _reads_local_rank_env(node: ast.AST) -> bool:
-    """``os.environ["LOCAL_RANK"]``, ``os.getenv("LOCAL_RANK")``, ``os.environ.get("LOCAL_RANK")`` within ``node``."""
+    """``os.environ["LOCAL_RANK"]``, ``os.getenv("LOCAL_RANK")``, ``os.environ.get("LOCAL_RANK")`` within ``node``;
+    or ``LOCAL_RANK`` among the names a helper named for the environment tries in turn (DLRM's
+    ``env2int(["MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", …, "LOCAL_RANK"], -1)``)."""
     return any(
         isinstance(sub, (ast.Subscript, ast.Call)) and any(
             isinstance(arg, ast.Constant) and arg.value == "LOCAL_RANK"
             for arg in ([sub.slice] if isinstance(sub, ast.Subscript) else sub.args[:1]))
         and re.search(r"environ|getenv", ast.unparse(sub.value if isinstance(sub, ast.Subscript) else sub.func))
+        or isinstance(sub, ast.Call) and re.search(r"env", last_name(sub), re.IGNORECASE) and any(
+            isinstance(arg, (ast.List, ast.Tuple)) and any(
+                isinstance(item, ast.Constant) and item.value == "LOCAL_RANK" for item in arg.elts)
+            for arg in sub.args)
         for sub in ast.walk(node))
 
 
