@@ -1,4 +1,6 @@
-"""The pitfalls ``paratrain check`` looks for: one function per rule, each yielding findings.
+"""The pitfalls ``paratrain check`` looks for: one function per rule, each yielding findings (``RULES``; the
+output, wrapper, sampler and launch rules live in ``check_output``, ``check_wrappers``, ``check_samplers`` and
+``check_launch``).
 
 Every rule is the mistake of a real, widely copied tutorial: a finding says where, why it
 is wrong in a multi-process job, and the fix. Rules stay quiet when unsure: a missed
@@ -13,26 +15,16 @@ from collections.abc import Iterator
 
 from paratrain.diagnostics.check_finding import Finding, Rule
 from paratrain.diagnostics.check_launch import deprecated_launcher, hardcoded_rendezvous, local_rank_argument
+from paratrain.diagnostics.check_output import RANK_TAG, log_on_every_rank, print_on_every_rank
 from paratrain.diagnostics.check_samplers import (
     EVAL_NAME, LOADERS, SAMPLERS, imported_sampler_bindings, is_eval, no_set_epoch, padded_eval_sampler,
     sampler_not_passed, shuffle_beside_sampler,
 )
-from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module
+from paratrain.diagnostics.check_wrappers import batchnorm_without_syncbn, data_parallel, wrapped_state_dict
+from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
 
-WRAPPERS = ("DistributedDataParallel", "DDP", "DataParallel")
 _SEEDING = ("manual_seed", "seed_everything", "seed", "manual_seed_all")
 _MODEL_CALL = re.compile(r"Sequential|from_pretrained|[A-Z]\w*(?:Net|Model|Classifier|ForSequenceClassification)")
-
-
-# DeiT/DINO/MAE/DETR's shared `utils.init_distributed_mode(args)` reads RANK/LOCAL_RANK from the
-# environment (args.gpu) and calls `setup_for_distributed(is_master)`, which replaces builtins.print
-# on the other ranks: taken on its name where its file was not read.
-_PRINT_SILENCING_HELPERS = ("init_distributed_mode", "setup_for_distributed")
-# `sys.stdout = open(os.devnull, "w")` (under a rank test) silences print, and logging to sys.stdout set up after it.
-_PRINT_SILENCED = re.compile(r"builtins\.print\s*=|__builtin__\.print\s*=|sys\.stdout\s*=\s*open\(\s*os\.devnull")
-_PRINT_KEYWORDS = ("sep", "end", "file", "flush")
-# A value in an f-string that tells the ranks' lines apart (f"[GPU{rank}] …", f"[{os.getpid()}] …").
-_RANK_TAG = re.compile(r"\w*rank|gpu|gpu_id|getpid|device_id|\w*process_index", re.IGNORECASE)
 
 
 def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
@@ -117,198 +109,10 @@ def path_names_rank(facts: ScriptFacts, call: ast.Call) -> bool:
     candidates = [path] + [value for node in ast.walk(path) if isinstance(node, (ast.Name, ast.Attribute))
                            for value in facts.assigned.get(ast.unparse(node), [])]
     return any(
-        _RANK_TAG.fullmatch(last_name(node))
+        RANK_TAG.fullmatch(last_name(node))
         for candidate in candidates for node in ast.walk(candidate)
         if isinstance(node, (ast.Name, ast.Attribute, ast.Call)) and node is not path
     )
-
-
-def _first_of(calls: list[ast.Call], rule: str, why: str, fix: str) -> Iterator[Finding]:
-    """One finding at the first of ``calls`` that names the lines of the others."""
-    if calls:
-        others = ", ".join(str(call.lineno) for call in calls[1:])
-        yield Finding(calls[0].lineno, rule, why + (f" (also lines {others})" if others else ""), fix)
-
-
-def _interpolated(arg: ast.expr) -> list[ast.expr]:
-    """The values a printed argument puts into the text: an f-string's fields, ``"…".format(x)``'s and
-    ``"…" % x``'s operands, or the argument itself (``print("rank", rank)``); a plain string has none."""
-    if isinstance(arg, ast.Constant):
-        return []
-    if isinstance(arg, ast.JoinedStr):
-        return [value.value for value in arg.values if isinstance(value, ast.FormattedValue)]
-    if (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "format"
-            and isinstance(arg.func.value, ast.Constant)):
-        return [*arg.args, *(kw.value for kw in arg.keywords)]
-    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Mod) and isinstance(arg.left, ast.Constant):
-        return [arg.right]
-    return [arg]
-
-
-def _rank_tagged(call: ast.Call) -> bool:
-    """The printed text names its process (f"[GPU{rank}] …", f"{rank + 1}/{world_size}",
-    ``"Use GPU: {}".format(gpu)``, ``print("rank", rank)``): one line per rank is the point."""
-    return any(
-        isinstance(name, (ast.Name, ast.Attribute, ast.Call)) and _RANK_TAG.fullmatch(last_name(name))
-        for arg in call.args for value in _interpolated(arg) for name in ast.walk(value)
-    )
-
-
-def _print_replaced(facts: ScriptFacts) -> bool:
-    """A ``print(..., force=True)`` (or any keyword builtins.print does not take) only runs once the
-    project has replaced builtins.print, as DeiT's ``setup_for_distributed`` does to quiet the other
-    ranks; the call would raise TypeError otherwise."""
-    return any(kw.arg is not None and kw.arg not in _PRINT_KEYWORDS
-               for call in facts.calls_named("print") if isinstance(call.func, ast.Name) for kw in call.keywords)
-
-
-def _print_silenced(facts: ScriptFacts) -> bool:
-    """The script, or a function of its project that it calls, replaces builtins.print or stdout."""
-    imported = facts.imported
-    return imported.print_replaced or facts.mentions(_PRINT_SILENCED.pattern) or any(
-        imported.callee(call) not in imported.read for call in facts.calls_named(*_PRINT_SILENCING_HELPERS))
-
-
-def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
-    if not facts.distributed or _print_silenced(facts) or _print_replaced(facts):
-        return
-    prints = [
-        call for call in facts.calls_named("print")
-        if isinstance(call.func, ast.Name) and not facts.guard(call) and not facts.in_launcher(call)
-        and not _rank_tagged(call)
-    ]
-    yield from _first_of(
-        prints, "print-on-every-rank", "print runs on every rank: each line appears once per process, interleaved",
-        "pt.print(...) or `if dist.get_rank() == 0:` for messages; gather values first "
-        "(pt.all_reduce) when every rank's number matters",
-    )
-
-
-def own_subclasses(facts: ScriptFacts, *bases: str) -> set[str]:
-    """Classes of the script that derive from one of ``bases`` (directly or through each other):
-    ``class KeepAttrs(torch.nn.DataParallel)`` is a DataParallel."""
-    classes = [node for node in ast.walk(facts.tree) if isinstance(node, ast.ClassDef)]
-    found: set[str] = set()
-    while True:
-        more = {cls.name for cls in classes if cls.name not in found
-                and any(last_name(base) in bases or last_name(base) in found for base in cls.bases)}
-        if not more:
-            return found
-        found |= more
-
-
-def _holder(node: ast.expr) -> str:
-    """How a module is held, for matching a binding with a use: ``nets[key]`` and ``nets[k]`` (an entry
-    picked by a loop variable) are one holder, ``nets[*]``; a constant key keeps its value."""
-    if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
-        return f"{ast.unparse(node.value)}[*]"
-    return ast.unparse(node)
-
-
-# Names of what Accelerate's `prepare` hands back that is a model (its optimizers, schedulers and loaders
-# give their own state dicts without a prefix).
-_MODEL_NAME = re.compile(r"model|net|module|encoder|decoder|generator|discriminator|transformer", re.IGNORECASE)
-
-
-def _wrapper_makers(facts: ScriptFacts) -> tuple[str, ...]:
-    """Callees that give a DDP/DataParallel wrapper: torch's, the script's own subclasses, a function of the
-    project that returns one (``model = get_model(conf, local_rank=rank)``), Accelerate's ``prepare``."""
-    makers = {name.rpartition(".")[2] for name in facts.imported.wrapper_makers}
-    return (*WRAPPERS, *own_subclasses(facts, *WRAPPERS), *makers, "prepare")
-
-
-def _wrapper_holders(facts: ScriptFacts) -> set[str]:
-    """Everything that holds a DDP/DataParallel wrapper: names bound to one, or to what a function of the
-    project that returns one gives (``facts.names_bound_to``); entries of a dict or list assigned one
-    (``nets[key] = DataParallel(nets[key])``); a model handed back by ``accelerator.prepare``
-    (DistributedDataParallel in a multi-process run)."""
-    wrappers = tuple(maker for maker in _wrapper_makers(facts) if maker != "prepare")  # Accelerate's: below
-    held = set(facts.names_bound_to(*wrappers))
-    accelerators = set(facts.names_bound_to("Accelerator"))
-    for node in ast.walk(facts.tree):
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call)):
-            continue
-        target, value = node.targets[0], node.value
-        if isinstance(target, ast.Subscript) and last_name(value) in wrappers:
-            held.add(_holder(target))
-        prepared = (last_name(value) == "prepare" and isinstance(value.func, ast.Attribute)
-                    and ast.unparse(value.func.value) in accelerators)
-        if not prepared:
-            continue
-        targets = target.elts if isinstance(target, ast.Tuple) else [target]
-        if len(targets) == len(value.args):
-            held.update(_holder(t) for t, arg in zip(targets, value.args) if _MODEL_NAME.search(ast.unparse(arg)))
-    return held
-
-
-def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
-    wrapped, makers = _wrapper_holders(facts), _wrapper_makers(facts)
-    for call in facts.calls_named("state_dict"):
-        owner = call.func.value if isinstance(call.func, ast.Attribute) else None
-        if (owner is None or _holder(owner) not in wrapped or facts.single_process(call)
-                or _rebound(facts, owner, call, makers)):
-            continue
-        parent = facts.parents.get(call)
-        if isinstance(parent, (ast.DictComp, ast.ListComp)):  # `{key: nets[key].state_dict() for key in nets}`
-            call, parent = parent, facts.parents.get(parent)
-        held = parent if isinstance(parent, (ast.List, ast.Tuple)) else call  # `states = [model.state_dict(), ...]`
-        if facts.inside(call, "save") or isinstance(parent, ast.Dict) or _saved_later(facts, held):
-            yield Finding(
-                call.lineno, "wrapped-state-dict",
-                f"`{ast.unparse(owner)}` is a DDP/DataParallel wrapper: its state_dict keys start with 'module.', "
-                "so the checkpoint loads only into a wrapped model (tutorials strip the prefix by hand)",
-                f"save {ast.unparse(owner)}.module.state_dict(); with paratrain, pt.Checkpointer or "
-                "`paratrain ckpt export` (no prefixes)",
-            )
-
-
-def _rebound(facts: ScriptFacts, owner: ast.expr, call: ast.Call, makers: tuple[str, ...]) -> bool:
-    """The last assignment of ``owner`` before ``call`` in the call's own function gives it another object
-    (``inner_model = accelerator.unwrap_model(model.inner_model)`` in a save helper): not a wrapper, and not
-    made from ``owner`` itself (``model = model.to(device)`` keeps it)."""
-    holder = _holder(owner)
-    before = [node for node in ast.walk(facts.scope(call))
-              if isinstance(node, ast.Assign) and facts.scope(node) is facts.scope(call) and node.lineno < call.lineno
-              and any(_holder(t) == holder for target in node.targets
-                      for t in (target.elts if isinstance(target, ast.Tuple) else [target]))]
-    if not before:
-        return False
-    value = max(before, key=lambda node: node.lineno).value
-    if isinstance(value, ast.Call) and last_name(returned_module(value)) in makers:
-        return False
-    return not any(isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and _holder(node) == holder
-                   for node in ast.walk(value))
-
-
-def _saved_later(facts: ScriptFacts, call: ast.expr) -> bool:
-    """``sd = model.state_dict()`` (or ``states = [model.state_dict(), …]``) and later, in the same function,
-    ``sd`` is a value of a dict or an argument of ``save``: the state dict reaches the checkpoint under
-    another name."""
-    assign = facts.parents.get(call)
-    if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)):
-        return False
-    name = assign.targets[0].id
-    return any(
-        facts.scope(read) is facts.scope(call) and read.lineno > call.lineno
-        and (isinstance(facts.parents.get(read), ast.Dict) or facts.inside(read, "save") is not None)
-        for read in facts.loaded_names.get(name, [])
-    )
-
-
-def batchnorm_without_syncbn(facts: ScriptFacts) -> Iterator[Finding]:
-    wraps = (facts.calls_named(*WRAPPERS[:2]) or facts.lightning_on_several_devices()
-             or (facts.calls_named("Fabric", "Accelerator") and facts.calls_named("setup", "prepare")))
-    if not wraps or facts.mentions(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn"):
-        return
-    norms = [call for call in facts.calls if re.fullmatch(r"BatchNorm[123]d", last_name(call))]
-    if norms:
-        yield Finding(
-            norms[0].lineno, "batchnorm-without-syncbn",
-            "BatchNorm in a DistributedDataParallel model normalises with each process's own small batch: "
-            "statistics differ per rank and running stats drift apart",
-            "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP, or "
-            "pt.Runtime(sync_batchnorm=True)",
-        )
 
 
 def _seedings(facts: ScriptFacts) -> list[ast.Call]:
@@ -380,123 +184,6 @@ def model_before_seed(facts: ScriptFacts) -> Iterator[Finding]:
                 f"pt.seed_everything({ast.unparse(seed)}) before building the model (or pt.Runtime(seed=...))",
             )
             return
-
-
-def _replications(facts: ScriptFacts) -> list[ast.Call]:
-    """torch's ``replicate(module, device_ids)``, DataParallel's scheme written out (with ``parallel_apply``):
-    the first in each function."""
-    first: dict[ast.AST, ast.Call] = {}
-    for call in facts.calls_named("replicate"):
-        if "torch.nn.parallel" in facts.full_name(call) or facts.full_name(call).startswith("nn.parallel"):
-            first.setdefault(facts.scope(call), call)
-    return list(first.values())
-
-
-def data_parallel(facts: ScriptFacts) -> Iterator[Finding]:
-    functional = [call for call in facts.calls_named("data_parallel")  # nn.parallel.data_parallel(module, x, ids)
-                  if facts.full_name(call).endswith("parallel.data_parallel")]
-    own = own_subclasses(facts, "DataParallel")  # `class KeepAttrs(nn.DataParallel)`
-    for call in sorted(facts.calls_named("DataParallel", *own) + functional + _replications(facts),
-                       key=lambda c: c.lineno):
-        yield Finding(
-            call.lineno, "data-parallel",
-            "nn.DataParallel drives every GPU from one process with threads: the GIL, a model copy per step "
-            "and outputs gathered on GPU 0 make it slower than DistributedDataParallel even on one machine",
-            "one process per GPU: paratrain run --nproc-per-node N script.py, with "
-            "pt.Runtime(strategy='ddp') and rt.setup(model, optimizer)",
-        )
-
-
-# ---- logging on every rank ----------------------------------------------------------------------
-# A logging setup that already tells the ranks apart: a level or handler chosen by rank (HF's
-# `training_args.get_process_log_level()`, `setLevel(INFO if is_main else WARN)`), a logger made by a
-# helper that takes the rank (Swin's `create_logger(dist_rank=…)`, detectron2's `setup_logger`).
-_RANK_AWARE_LOG_SETUP = re.compile(r"get_process_log_level|should_log")
-_LOG_SETUP_CALLS = ("basicConfig", "setLevel", "set_verbosity", "addHandler", "disable")
-_LOGGER_HELPER = re.compile(r"(?:setup|init|create|get|make)_?log\w*|setup_logging|\w*_logger", re.IGNORECASE)
-
-
-def _loggers(facts: ScriptFacts) -> set[str] | None:
-    """Names of the stdlib loggers the script writes to (``logging`` itself, ``logging.getLogger(...)``, what a
-    project's helper that sets INFO and a console handler on every rank returns); None when the script's
-    logging is rank-aware or made somewhere this reading cannot see."""
-    if facts.mentions(_RANK_AWARE_LOG_SETUP.pattern):
-        return None
-    imported = facts.imported
-    if any(imported.callee(call) in imported.rank_aware_loggers for call in facts.calls):
-        return None
-    helpers = [call for call in facts.calls if imported.callee(call) in imported.every_rank_loggers]
-    setups = facts.calls_named(*_LOG_SETUP_CALLS)
-    if any(_rank_chosen(facts, call) for call in setups):
-        return None
-    # Without a visible level of INFO or lower, info() is dropped (the default level is WARNING), or
-    # the handlers are set up in another file this reading cannot see.
-    if not helpers and not any(re.search(r"INFO|DEBUG|NOTSET|\b(?:10|20)\b", ast.unparse(call)) for call in setups):
-        return None
-    # A logger helper of a library or of the project, called anywhere (`logger = get_logger(...)`, or
-    # detectron2's `setup_logger()` on its own line), that was not read as one for every rank: it may
-    # choose handlers by rank (accelerate's and detectron2's do), where this reading cannot see.
-    if any(_LOGGER_HELPER.fullmatch(last_name(call)) and last_name(call) != "getLogger" and call not in helpers
-           for call in facts.calls):
-        return None
-    names = {"logging"} if facts.modules.get("logging") == "logging" else set()
-    for name, values in facts.assigned.items():
-        names.update(name for value in values
-                     if isinstance(value, ast.Call) and facts.full_name(value) == "logging.getLogger"
-                     or value in helpers and imported.every_rank_loggers[imported.callee(value)] is None)
-    for call in helpers:  # `logger, out_dir, tb_dir = create_logger(...)` (HRNet)
-        index = imported.every_rank_loggers[imported.callee(call)]
-        assign = facts.parents.get(call)
-        if index is not None and index >= 0 and isinstance(assign, ast.Assign) and isinstance(assign.targets[0], ast.Tuple):
-            items = assign.targets[0].elts
-            if index < len(items) and isinstance(items[index], (ast.Name, ast.Attribute)):
-                names.add(ast.unparse(items[index]))
-    return names
-
-
-def _rank_chosen(facts: ScriptFacts, setup: ast.Call) -> bool:
-    """The level (or handler) of this setup call depends on the rank: a rank in the call
-    (``setLevel(INFO if rank == 0 else WARN)``), the call under a rank test (``if rank == 0:
-    logger.setLevel(INFO) else: logger.setLevel(ERROR)``), or a name it reads that is assigned so
-    (``if rank == 0: level = INFO``)."""
-    rank = re.compile(r"rank|main|master|process_index|primary")
-    if rank.search(ast.unparse(setup)) or facts.guard(setup):
-        return True
-    names = {node.id for node in ast.walk(setup) if isinstance(node, ast.Name)}
-    return any(rank.search(ast.unparse(value)) or facts.guard(value)
-               for name in names for value in facts.assigned.get(name, []))
-
-
-def _loguru_loggers(facts: ScriptFacts) -> set[str]:
-    """``from loguru import logger``: its default sink writes DEBUG and up to stderr in every process, until
-    the script removes it (``logger.remove()``: then it chooses the sinks, which this reading does not follow)
-    or adds a sink under a rank test."""
-    names = {name for name, module in facts.modules.items() if module == "loguru.logger"}
-    sinks = [call for call in facts.calls_named("remove", "add", "configure")
-             if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in names]
-    if any(last_name(call) in ("remove", "configure") or _rank_chosen(facts, call) for call in sinks):
-        return set()
-    if any(_LOGGER_HELPER.fullmatch(last_name(call)) and last_name(call) != "getLogger" for call in facts.calls):
-        return set()  # a logger helper (YOLOX's `setup_logger(distributed_rank=rank)`) may choose the sinks by rank
-    return names
-
-
-def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
-    if not facts.distributed or _print_silenced(facts):
-        return
-    loggers = (_loggers(facts) or set()) | _loguru_loggers(facts)
-    if not loggers:
-        return
-    logs = [
-        call for call in facts.calls_named("info", "debug")
-        if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in loggers
-        and not facts.guard(call) and not facts.in_launcher(call) and not _rank_tagged(call)
-    ]
-    yield from _first_of(
-        logs, "log-on-every-rank", "logging writes on every rank: each message appears once per process, interleaved",
-        "set the level by rank once: logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING) "
-        "(loguru: logger.remove(), then logger.add(sys.stderr) on rank 0 only; or pt.print for messages on rank 0)",
-    )
 
 
 # ---- an evaluation metric that each rank computes on its own shard ------------------------------

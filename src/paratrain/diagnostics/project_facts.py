@@ -19,7 +19,8 @@ import ast
 import re
 from pathlib import Path
 
-from paratrain.diagnostics.check_rules import WRAPPERS, path_names_rank
+from paratrain.diagnostics.check_rules import path_names_rank
+from paratrain.diagnostics.check_wrappers import WRAPPERS
 from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind

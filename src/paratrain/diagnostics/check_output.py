@@ -1,0 +1,178 @@
+"""``paratrain check``'s rules for output on every rank: ``print`` and logging, each line once per process.
+
+Quiet where the script (or a function of its project it calls) already tells the ranks apart: print
+replaced on the other ranks, stdout sent to /dev/null, a level or handler chosen by rank, a line that
+names its process.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from paratrain.diagnostics.check_finding import Finding
+from paratrain.diagnostics.script_facts import ScriptFacts, last_name
+
+# DeiT/DINO/MAE/DETR's shared `utils.init_distributed_mode(args)` reads RANK/LOCAL_RANK from the
+# environment (args.gpu) and calls `setup_for_distributed(is_master)`, which replaces builtins.print
+# on the other ranks: taken on its name where its file was not read.
+_PRINT_SILENCING_HELPERS = ("init_distributed_mode", "setup_for_distributed")
+# `sys.stdout = open(os.devnull, "w")` (under a rank test) silences print, and logging to sys.stdout set up after it.
+_PRINT_SILENCED = re.compile(r"builtins\.print\s*=|__builtin__\.print\s*=|sys\.stdout\s*=\s*open\(\s*os\.devnull")
+_PRINT_KEYWORDS = ("sep", "end", "file", "flush")
+# A value in an f-string that tells the ranks' lines apart (f"[GPU{rank}] …", f"[{os.getpid()}] …").
+RANK_TAG = re.compile(r"\w*rank|gpu|gpu_id|getpid|device_id|\w*process_index", re.IGNORECASE)
+
+
+def _first_of(calls: list[ast.Call], rule: str, why: str, fix: str) -> Iterator[Finding]:
+    """One finding at the first of ``calls`` that names the lines of the others."""
+    if calls:
+        others = ", ".join(str(call.lineno) for call in calls[1:])
+        yield Finding(calls[0].lineno, rule, why + (f" (also lines {others})" if others else ""), fix)
+
+
+def _interpolated(arg: ast.expr) -> list[ast.expr]:
+    """The values a printed argument puts into the text: an f-string's fields, ``"…".format(x)``'s and
+    ``"…" % x``'s operands, or the argument itself (``print("rank", rank)``); a plain string has none."""
+    if isinstance(arg, ast.Constant):
+        return []
+    if isinstance(arg, ast.JoinedStr):
+        return [value.value for value in arg.values if isinstance(value, ast.FormattedValue)]
+    if (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "format"
+            and isinstance(arg.func.value, ast.Constant)):
+        return [*arg.args, *(kw.value for kw in arg.keywords)]
+    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Mod) and isinstance(arg.left, ast.Constant):
+        return [arg.right]
+    return [arg]
+
+
+def _rank_tagged(call: ast.Call) -> bool:
+    """The printed text names its process (f"[GPU{rank}] …", f"{rank + 1}/{world_size}",
+    ``"Use GPU: {}".format(gpu)``, ``print("rank", rank)``): one line per rank is the point."""
+    return any(
+        isinstance(name, (ast.Name, ast.Attribute, ast.Call)) and RANK_TAG.fullmatch(last_name(name))
+        for arg in call.args for value in _interpolated(arg) for name in ast.walk(value)
+    )
+
+
+def _print_replaced(facts: ScriptFacts) -> bool:
+    """A ``print(..., force=True)`` (or any keyword builtins.print does not take) only runs once the
+    project has replaced builtins.print, as DeiT's ``setup_for_distributed`` does to quiet the other
+    ranks; the call would raise TypeError otherwise."""
+    return any(kw.arg is not None and kw.arg not in _PRINT_KEYWORDS
+               for call in facts.calls_named("print") if isinstance(call.func, ast.Name) for kw in call.keywords)
+
+
+def _print_silenced(facts: ScriptFacts) -> bool:
+    """The script, or a function of its project that it calls, replaces builtins.print or stdout."""
+    imported = facts.imported
+    return imported.print_replaced or facts.mentions(_PRINT_SILENCED.pattern) or any(
+        imported.callee(call) not in imported.read for call in facts.calls_named(*_PRINT_SILENCING_HELPERS))
+
+
+def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
+    if not facts.distributed or _print_silenced(facts) or _print_replaced(facts):
+        return
+    prints = [
+        call for call in facts.calls_named("print")
+        if isinstance(call.func, ast.Name) and not facts.guard(call) and not facts.in_launcher(call)
+        and not _rank_tagged(call)
+    ]
+    yield from _first_of(
+        prints, "print-on-every-rank", "print runs on every rank: each line appears once per process, interleaved",
+        "pt.print(...) or `if dist.get_rank() == 0:` for messages; gather values first "
+        "(pt.all_reduce) when every rank's number matters",
+    )
+
+
+# ---- logging on every rank ----------------------------------------------------------------------
+# A logging setup that already tells the ranks apart: a level or handler chosen by rank (HF's
+# `training_args.get_process_log_level()`, `setLevel(INFO if is_main else WARN)`), a logger made by a
+# helper that takes the rank (Swin's `create_logger(dist_rank=…)`, detectron2's `setup_logger`).
+_RANK_AWARE_LOG_SETUP = re.compile(r"get_process_log_level|should_log")
+_LOG_SETUP_CALLS = ("basicConfig", "setLevel", "set_verbosity", "addHandler", "disable")
+_LOGGER_HELPER = re.compile(r"(?:setup|init|create|get|make)_?log\w*|setup_logging|\w*_logger", re.IGNORECASE)
+
+
+def _loggers(facts: ScriptFacts) -> set[str] | None:
+    """Names of the stdlib loggers the script writes to (``logging`` itself, ``logging.getLogger(...)``, what a
+    project's helper that sets INFO and a console handler on every rank returns); None when the script's
+    logging is rank-aware or made somewhere this reading cannot see."""
+    if facts.mentions(_RANK_AWARE_LOG_SETUP.pattern):
+        return None
+    imported = facts.imported
+    if any(imported.callee(call) in imported.rank_aware_loggers for call in facts.calls):
+        return None
+    helpers = [call for call in facts.calls if imported.callee(call) in imported.every_rank_loggers]
+    setups = facts.calls_named(*_LOG_SETUP_CALLS)
+    if any(_rank_chosen(facts, call) for call in setups):
+        return None
+    # Without a visible level of INFO or lower, info() is dropped (the default level is WARNING), or
+    # the handlers are set up in another file this reading cannot see.
+    if not helpers and not any(re.search(r"INFO|DEBUG|NOTSET|\b(?:10|20)\b", ast.unparse(call)) for call in setups):
+        return None
+    # A logger helper of a library or of the project, called anywhere (`logger = get_logger(...)`, or
+    # detectron2's `setup_logger()` on its own line), that was not read as one for every rank: it may
+    # choose handlers by rank (accelerate's and detectron2's do), where this reading cannot see.
+    if any(_LOGGER_HELPER.fullmatch(last_name(call)) and last_name(call) != "getLogger" and call not in helpers
+           for call in facts.calls):
+        return None
+    names = {"logging"} if facts.modules.get("logging") == "logging" else set()
+    for name, values in facts.assigned.items():
+        names.update(name for value in values
+                     if isinstance(value, ast.Call) and facts.full_name(value) == "logging.getLogger"
+                     or value in helpers and imported.every_rank_loggers[imported.callee(value)] is None)
+    for call in helpers:  # `logger, out_dir, tb_dir = create_logger(...)` (HRNet)
+        index = imported.every_rank_loggers[imported.callee(call)]
+        assign = facts.parents.get(call)
+        if index is not None and index >= 0 and isinstance(assign, ast.Assign) and isinstance(assign.targets[0], ast.Tuple):
+            items = assign.targets[0].elts
+            if index < len(items) and isinstance(items[index], (ast.Name, ast.Attribute)):
+                names.add(ast.unparse(items[index]))
+    return names
+
+
+def _rank_chosen(facts: ScriptFacts, setup: ast.Call) -> bool:
+    """The level (or handler) of this setup call depends on the rank: a rank in the call
+    (``setLevel(INFO if rank == 0 else WARN)``), the call under a rank test (``if rank == 0:
+    logger.setLevel(INFO) else: logger.setLevel(ERROR)``), or a name it reads that is assigned so
+    (``if rank == 0: level = INFO``)."""
+    rank = re.compile(r"rank|main|master|process_index|primary")
+    if rank.search(ast.unparse(setup)) or facts.guard(setup):
+        return True
+    names = {node.id for node in ast.walk(setup) if isinstance(node, ast.Name)}
+    return any(rank.search(ast.unparse(value)) or facts.guard(value)
+               for name in names for value in facts.assigned.get(name, []))
+
+
+def _loguru_loggers(facts: ScriptFacts) -> set[str]:
+    """``from loguru import logger``: its default sink writes DEBUG and up to stderr in every process, until
+    the script removes it (``logger.remove()``: then it chooses the sinks, which this reading does not follow)
+    or adds a sink under a rank test."""
+    names = {name for name, module in facts.modules.items() if module == "loguru.logger"}
+    sinks = [call for call in facts.calls_named("remove", "add", "configure")
+             if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in names]
+    if any(last_name(call) in ("remove", "configure") or _rank_chosen(facts, call) for call in sinks):
+        return set()
+    if any(_LOGGER_HELPER.fullmatch(last_name(call)) and last_name(call) != "getLogger" for call in facts.calls):
+        return set()  # a logger helper (YOLOX's `setup_logger(distributed_rank=rank)`) may choose the sinks by rank
+    return names
+
+
+def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
+    if not facts.distributed or _print_silenced(facts):
+        return
+    loggers = (_loggers(facts) or set()) | _loguru_loggers(facts)
+    if not loggers:
+        return
+    logs = [
+        call for call in facts.calls_named("info", "debug")
+        if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in loggers
+        and not facts.guard(call) and not facts.in_launcher(call) and not _rank_tagged(call)
+    ]
+    yield from _first_of(
+        logs, "log-on-every-rank", "logging writes on every rank: each message appears once per process, interleaved",
+        "set the level by rank once: logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING) "
+        "(loguru: logger.remove(), then logger.add(sys.stderr) on rank 0 only; or pt.print for messages on rank 0)",
+    )

@@ -1,0 +1,169 @@
+"""``paratrain check``'s rules for the model's wrapper: DataParallel, a wrapper's state dict, BatchNorm under DDP.
+
+What holds a DDP/DataParallel wrapper is read from the script and its project: torch's classes and the
+script's own subclasses, a function of the project that returns one, a dict entry assigned one,
+Accelerate's ``prepare``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from paratrain.diagnostics.check_finding import Finding
+from paratrain.diagnostics.script_facts import ScriptFacts, last_name, returned_module
+
+WRAPPERS = ("DistributedDataParallel", "DDP", "DataParallel")
+
+
+def own_subclasses(facts: ScriptFacts, *bases: str) -> set[str]:
+    """Classes of the script that derive from one of ``bases`` (directly or through each other):
+    ``class KeepAttrs(torch.nn.DataParallel)`` is a DataParallel."""
+    classes = [node for node in ast.walk(facts.tree) if isinstance(node, ast.ClassDef)]
+    found: set[str] = set()
+    while True:
+        more = {cls.name for cls in classes if cls.name not in found
+                and any(last_name(base) in bases or last_name(base) in found for base in cls.bases)}
+        if not more:
+            return found
+        found |= more
+
+
+def _holder(node: ast.expr) -> str:
+    """How a module is held, for matching a binding with a use: ``nets[key]`` and ``nets[k]`` (an entry
+    picked by a loop variable) are one holder, ``nets[*]``; a constant key keeps its value."""
+    if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
+        return f"{ast.unparse(node.value)}[*]"
+    return ast.unparse(node)
+
+
+# Names of what Accelerate's `prepare` hands back that is a model (its optimizers, schedulers and loaders
+# give their own state dicts without a prefix).
+_MODEL_NAME = re.compile(r"model|net|module|encoder|decoder|generator|discriminator|transformer", re.IGNORECASE)
+
+
+def _wrapper_makers(facts: ScriptFacts) -> tuple[str, ...]:
+    """Callees that give a DDP/DataParallel wrapper: torch's, the script's own subclasses, a function of the
+    project that returns one (``model = get_model(conf, local_rank=rank)``), Accelerate's ``prepare``."""
+    makers = {name.rpartition(".")[2] for name in facts.imported.wrapper_makers}
+    return (*WRAPPERS, *own_subclasses(facts, *WRAPPERS), *makers, "prepare")
+
+
+def _wrapper_holders(facts: ScriptFacts) -> set[str]:
+    """Everything that holds a DDP/DataParallel wrapper: names bound to one, or to what a function of the
+    project that returns one gives (``facts.names_bound_to``); entries of a dict or list assigned one
+    (``nets[key] = DataParallel(nets[key])``); a model handed back by ``accelerator.prepare``
+    (DistributedDataParallel in a multi-process run)."""
+    wrappers = tuple(maker for maker in _wrapper_makers(facts) if maker != "prepare")  # Accelerate's: below
+    held = set(facts.names_bound_to(*wrappers))
+    accelerators = set(facts.names_bound_to("Accelerator"))
+    for node in ast.walk(facts.tree):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call)):
+            continue
+        target, value = node.targets[0], node.value
+        if isinstance(target, ast.Subscript) and last_name(value) in wrappers:
+            held.add(_holder(target))
+        prepared = (last_name(value) == "prepare" and isinstance(value.func, ast.Attribute)
+                    and ast.unparse(value.func.value) in accelerators)
+        if not prepared:
+            continue
+        targets = target.elts if isinstance(target, ast.Tuple) else [target]
+        if len(targets) == len(value.args):
+            held.update(_holder(t) for t, arg in zip(targets, value.args) if _MODEL_NAME.search(ast.unparse(arg)))
+    return held
+
+
+def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
+    wrapped, makers = _wrapper_holders(facts), _wrapper_makers(facts)
+    for call in facts.calls_named("state_dict"):
+        owner = call.func.value if isinstance(call.func, ast.Attribute) else None
+        if (owner is None or _holder(owner) not in wrapped or facts.single_process(call)
+                or _rebound(facts, owner, call, makers)):
+            continue
+        parent = facts.parents.get(call)
+        if isinstance(parent, (ast.DictComp, ast.ListComp)):  # `{key: nets[key].state_dict() for key in nets}`
+            call, parent = parent, facts.parents.get(parent)
+        held = parent if isinstance(parent, (ast.List, ast.Tuple)) else call  # `states = [model.state_dict(), ...]`
+        if facts.inside(call, "save") or isinstance(parent, ast.Dict) or _saved_later(facts, held):
+            yield Finding(
+                call.lineno, "wrapped-state-dict",
+                f"`{ast.unparse(owner)}` is a DDP/DataParallel wrapper: its state_dict keys start with 'module.', "
+                "so the checkpoint loads only into a wrapped model (tutorials strip the prefix by hand)",
+                f"save {ast.unparse(owner)}.module.state_dict(); with paratrain, pt.Checkpointer or "
+                "`paratrain ckpt export` (no prefixes)",
+            )
+
+
+def _rebound(facts: ScriptFacts, owner: ast.expr, call: ast.Call, makers: tuple[str, ...]) -> bool:
+    """The last assignment of ``owner`` before ``call`` in the call's own function gives it another object
+    (``inner_model = accelerator.unwrap_model(model.inner_model)`` in a save helper): not a wrapper, and not
+    made from ``owner`` itself (``model = model.to(device)`` keeps it)."""
+    holder = _holder(owner)
+    before = [node for node in ast.walk(facts.scope(call))
+              if isinstance(node, ast.Assign) and facts.scope(node) is facts.scope(call) and node.lineno < call.lineno
+              and any(_holder(t) == holder for target in node.targets
+                      for t in (target.elts if isinstance(target, ast.Tuple) else [target]))]
+    if not before:
+        return False
+    value = max(before, key=lambda node: node.lineno).value
+    if isinstance(value, ast.Call) and last_name(returned_module(value)) in makers:
+        return False
+    return not any(isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and _holder(node) == holder
+                   for node in ast.walk(value))
+
+
+def _saved_later(facts: ScriptFacts, call: ast.expr) -> bool:
+    """``sd = model.state_dict()`` (or ``states = [model.state_dict(), …]``) and later, in the same function,
+    ``sd`` is a value of a dict or an argument of ``save``: the state dict reaches the checkpoint under
+    another name."""
+    assign = facts.parents.get(call)
+    if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)):
+        return False
+    name = assign.targets[0].id
+    return any(
+        facts.scope(read) is facts.scope(call) and read.lineno > call.lineno
+        and (isinstance(facts.parents.get(read), ast.Dict) or facts.inside(read, "save") is not None)
+        for read in facts.loaded_names.get(name, [])
+    )
+
+
+def batchnorm_without_syncbn(facts: ScriptFacts) -> Iterator[Finding]:
+    wraps = (facts.calls_named(*WRAPPERS[:2]) or facts.lightning_on_several_devices()
+             or (facts.calls_named("Fabric", "Accelerator") and facts.calls_named("setup", "prepare")))
+    if not wraps or facts.mentions(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn"):
+        return
+    norms = [call for call in facts.calls if re.fullmatch(r"BatchNorm[123]d", last_name(call))]
+    if norms:
+        yield Finding(
+            norms[0].lineno, "batchnorm-without-syncbn",
+            "BatchNorm in a DistributedDataParallel model normalises with each process's own small batch: "
+            "statistics differ per rank and running stats drift apart",
+            "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP, or "
+            "pt.Runtime(sync_batchnorm=True)",
+        )
+
+
+def _replications(facts: ScriptFacts) -> list[ast.Call]:
+    """torch's ``replicate(module, device_ids)``, DataParallel's scheme written out (with ``parallel_apply``):
+    the first in each function."""
+    first: dict[ast.AST, ast.Call] = {}
+    for call in facts.calls_named("replicate"):
+        if "torch.nn.parallel" in facts.full_name(call) or facts.full_name(call).startswith("nn.parallel"):
+            first.setdefault(facts.scope(call), call)
+    return list(first.values())
+
+
+def data_parallel(facts: ScriptFacts) -> Iterator[Finding]:
+    functional = [call for call in facts.calls_named("data_parallel")  # nn.parallel.data_parallel(module, x, ids)
+                  if facts.full_name(call).endswith("parallel.data_parallel")]
+    own = own_subclasses(facts, "DataParallel")  # `class KeepAttrs(nn.DataParallel)`
+    for call in sorted(facts.calls_named("DataParallel", *own) + functional + _replications(facts),
+                       key=lambda c: c.lineno):
+        yield Finding(
+            call.lineno, "data-parallel",
+            "nn.DataParallel drives every GPU from one process with threads: the GIL, a model copy per step "
+            "and outputs gathered on GPU 0 make it slower than DistributedDataParallel even on one machine",
+            "one process per GPU: paratrain run --nproc-per-node N script.py, with "
+            "pt.Runtime(strategy='ddp') and rt.setup(model, optimizer)",
+        )
