@@ -266,3 +266,38 @@ def test_a_log_formatter_that_writes_the_rank_tells_the_ranks_lines_apart(tmp_pa
     assert "log-on-every-rank" not in {rule for _, rule in project_rules(tmp_path, files)}
     files["log_setup.py"] = files["log_setup.py"].replace("RankFormatter()", "logging.Formatter()")
     assert (7, "log-on-every-rank") in project_rules(tmp_path, files)
+
+
+def test_a_dataparallel_class_or_wrapping_function_of_the_project_is_data_parallel(tmp_path):
+    files = {
+        "train.py": """\
+            import torch
+            from parallel import Balanced
+            from builders import load_model
+            model = load_model(torch.nn.Linear(2, 2))
+            loss = Balanced(torch.nn.MSELoss())
+            torch.save(model.state_dict(), "model.pt")
+            """,
+        "parallel.py": """\
+            import torch
+
+            class Gathering(torch.nn.DataParallel):
+                pass
+
+            class Balanced(Gathering):
+                pass
+            """,
+        "builders.py": """\
+            import torch
+
+            def load_model(model):
+                if torch.cuda.device_count() > 1:
+                    model = torch.nn.DataParallel(model)
+                return model
+            """,
+    }
+    found = project_rules(tmp_path, files)
+    assert {(4, "data-parallel"), (5, "data-parallel"), (6, "wrapped-state-dict")} <= set(found)
+    files["parallel.py"] = files["parallel.py"].replace("torch.nn.DataParallel", "torch.nn.Module")
+    files["builders.py"] = files["builders.py"].replace("torch.nn.DataParallel(model)", "model.cuda()")
+    assert not {rule for _, rule in project_rules(tmp_path, files)} & {"data-parallel", "wrapped-state-dict"}

@@ -46,7 +46,8 @@ _MODEL_NAME = re.compile(r"model|net|module|encoder|decoder|generator|discrimina
 def _wrapper_makers(facts: ScriptFacts) -> tuple[str, ...]:
     """Callees that give a DDP/DataParallel wrapper: torch's, the script's own subclasses, a function of the
     project that returns one (``model = get_model(conf, local_rank=rank)``), Accelerate's ``prepare``."""
-    makers = {name.rpartition(".")[2] for name in facts.imported.wrapper_makers}
+    imported = facts.imported
+    makers = {name.rpartition(".")[2] for name in (*imported.wrapper_makers, *imported.wrapper_classes)}
     return (*WRAPPERS, *own_subclasses(facts, *WRAPPERS), *makers, "prepare")
 
 
@@ -158,7 +159,13 @@ def data_parallel(facts: ScriptFacts) -> Iterator[Finding]:
     functional = [call for call in facts.calls_named("data_parallel")  # nn.parallel.data_parallel(module, x, ids)
                   if facts.full_name(call).endswith("parallel.data_parallel")]
     own = own_subclasses(facts, "DataParallel")  # `class KeepAttrs(nn.DataParallel)`
-    for call in sorted(facts.calls_named("DataParallel", *own) + functional + _replications(facts),
+    imported = facts.imported
+    # a class of the project built on DataParallel, a function of the project that wraps in it
+    project = {imported.callee(call) for call in facts.calls} & (
+        {name for name, base in imported.wrapper_classes.items() if base == "DataParallel"}
+        | imported.data_parallel_makers)
+    calls = [call for call in facts.calls if imported.callee(call) in project and isinstance(call.func, (ast.Name, ast.Attribute))]
+    for call in sorted(facts.calls_named("DataParallel", *own) + functional + _replications(facts) + calls,
                        key=lambda c: c.lineno):
         yield Finding(
             call.lineno, "data-parallel",

@@ -24,6 +24,9 @@ class ImportedNames:
     rank_aware_loggers: set[str] = field(default_factory=set)  # choose a level or handler by rank
     unguarded_savers: set[str] = field(default_factory=set)  # torch.save with no rank test of their own
     wrapper_makers: set[str] = field(default_factory=set)  # return a DistributedDataParallel/DataParallel module
+    data_parallel_makers: set[str] = field(default_factory=set)  # of those, the ones that may return nn.DataParallel
+    # → the torch class it derives from: a class of the project built on DataParallel or DistributedDataParallel
+    wrapper_classes: dict[str, str] = field(default_factory=dict)
     joins_process_group: bool = False  # a called function calls init_process_group or wraps in DDP
     print_replaced: bool = False  # a called function replaces builtins.print (or stdout)
     reads_local_rank_env: bool = False  # a called function (or an imported module's import) reads LOCAL_RANK

@@ -55,7 +55,12 @@ class _Reader:
         names = ImportedNames()
         callees = {ImportedNames.callee(call) for call in facts.calls if isinstance(call.func, (ast.Name, ast.Attribute))}
         for callee in sorted(callees):
-            found = self.imports.function(callee)
+            found = self.imports.definition(callee)
+            if found is not None and isinstance(found[1], ast.ClassDef):
+                base = _wrapper_base(*found)
+                if base is not None:
+                    names.wrapper_classes[callee] = base
+                continue
             if found is None or _too_long(found[1]):
                 continue
             self._learn(names, callee, *found)
@@ -84,6 +89,8 @@ class _Reader:
             names.sampler_makers[callee] = samplers
         if _returned_calls(function, WRAPPERS):
             names.wrapper_makers.add(callee)
+        if _returned_calls(function, ("DataParallel",)):
+            names.data_parallel_makers.add(callee)
         if self._unguarded_saver(module, function):
             names.unguarded_savers.add(callee)
         logger = self._logger_kind(module, function, 0)
@@ -171,6 +178,24 @@ class _Reader:
                 if kind == "rank" or (kind is not None and kind[1] is None):
                     return kind if kind == "rank" else ("every", None)
         return None
+
+
+def _wrapper_base(module: Module, cls: ast.ClassDef) -> str | None:
+    """The torch wrapper a class of the project derives from (``DataParallel`` or ``DistributedDataParallel``),
+    directly or through other classes of its module (CSAIL's ``UserScatteredDataParallel(DictGatherDataParallel)``)."""
+    classes = {node.name: node for node in module.tree.body if isinstance(node, ast.ClassDef)}
+    seen, current = set(), [cls]
+    while current:
+        following = []
+        for node in current:
+            for base in (last_name(b) for b in node.bases):
+                if base in ("DataParallel", "DistributedDataParallel"):
+                    return base
+                if base in classes and base not in seen:
+                    seen.add(base)
+                    following.append(classes[base])
+        current = following
+    return None
 
 
 def _too_long(function: _Function) -> bool:

@@ -82,6 +82,11 @@ class ProjectImports:
     def function(self, dotted: str, within: Module | None = None) -> tuple[Module, ast.FunctionDef] | None:
         """The project function that ``dotted`` (a callee as written: ``save_model``, ``dist.data_sampler``,
         ``pkg.mod.f``) names in the script, or in ``within`` (a module read here); None when it is not one."""
+        found = self.definition(dotted, within)
+        return found if found is not None and not isinstance(found[1], ast.ClassDef) else None
+
+    def definition(self, dotted: str, within: Module | None = None) -> tuple[Module, ast.AST] | None:
+        """As :meth:`function`, for a function or a class of the project (``BalancedDataParallel(...)``)."""
         source = within.path if within is not None else self.script
         depth = within.depth if within is not None else 0
         bindings = self._bindings_of(source, within)
@@ -123,14 +128,14 @@ class ProjectImports:
             self._bindings[source] = self._bind(module.tree, source.parent) if module is not None else {}
         return self._bindings[source]
 
-    def _defined(self, path: Path, name: str, depth: int) -> tuple[Module, ast.FunctionDef] | None:
-        """The function ``name`` of the module at ``path``, also when that module imports it from another
-        module of the project (a package's ``__init__`` re-exporting it), within the depth."""
+    def _defined(self, path: Path, name: str, depth: int) -> tuple[Module, ast.AST] | None:
+        """The function or class ``name`` of the module at ``path``, also when that module imports it from
+        another module of the project (a package's ``__init__`` re-exporting it), within the depth."""
         module = self._module(path, depth + 1)
         if module is None:
             return None
         for stmt in module.tree.body:
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and stmt.name == name:
                 return module, stmt
         bound = self._bindings_of(module.path, module).get(name)
         if isinstance(bound, tuple) and module.depth < MAX_DEPTH:
