@@ -147,6 +147,10 @@ if accelerator.is_main_process:
     assert (9, "wrapped-state-dict") in rules(source)
     unwrapped = source.replace("model.state_dict()", "accelerator.unwrap_model(model).state_dict()")
     assert "wrapped-state-dict" not in {rule for _, rule in rules(unwrapped)}
+    rebound = source.replace("if accelerator.is_main_process:\n", "model = accelerator.unwrap_model(model)\nif accelerator.is_main_process:\n")
+    assert "wrapped-state-dict" not in {rule for _, rule in rules(rebound)}
+    moved = source.replace("if accelerator.is_main_process:\n", "model = model.to('cpu')\nif accelerator.is_main_process:\n")
+    assert (10, "wrapped-state-dict") in rules(moved)
 
 
 def test_a_script_that_takes_local_rank_runs_on_several_processes():

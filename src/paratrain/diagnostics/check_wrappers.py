@@ -97,9 +97,10 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
 
 
 def _rebound(facts: ScriptFacts, owner: ast.expr, call: ast.Call, makers: tuple[str, ...]) -> bool:
-    """The last assignment of ``owner`` before ``call`` in the call's own function gives it another object
-    (``inner_model = accelerator.unwrap_model(model.inner_model)`` in a save helper): not a wrapper, and not
-    made from ``owner`` itself (``model = model.to(device)`` keeps it)."""
+    """The last assignment of ``owner`` before ``call`` in the call's own function gives it another object: one
+    made without ``owner`` (``inner_model = unwrap(model.inner_model)`` in a save helper), or ``owner``
+    unwrapped (``discriminator = accelerator.unwrap_model(discriminator)``, ``model = model.module``). Made
+    from ``owner`` otherwise (``model = model.to(device)``, ``enc, clf = load(enc, clf, path)``), it keeps it."""
     holder = _holder(owner)
     before = [node for node in ast.walk(facts.scope(call))
               if isinstance(node, ast.Assign) and facts.scope(node) is facts.scope(call) and node.lineno < call.lineno
@@ -110,6 +111,9 @@ def _rebound(facts: ScriptFacts, owner: ast.expr, call: ast.Call, makers: tuple[
     value = max(before, key=lambda node: node.lineno).value
     if isinstance(value, ast.Call) and last_name(returned_module(value)) in makers:
         return False
+    if (isinstance(value, ast.Call) and "unwrap" in last_name(value).lower()) or (
+            isinstance(value, ast.Attribute) and value.attr == "module" and _holder(value.value) == holder):
+        return True
     return not any(isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and _holder(node) == holder
                    for node in ast.walk(value))
 
