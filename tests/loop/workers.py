@@ -72,6 +72,19 @@ def fit_nan_after(out_dir: str, first: int, last: int | None, only_rank: int | N
     return result.to_dict()
 
 
+def fit_nan_skips(finishing: str, past_bound: str) -> None:
+    """Two runs of the skip policy in one job: :func:`fit_nan_after` with steps 5 and 6 non-finite in
+    ``finishing`` (its result written to ``finishing``/result.json), then with every step from 5 on
+    non-finite in ``past_bound``, which raises once the bound of 3 skips is passed."""
+    import json
+    from pathlib import Path
+
+    result = fit_nan_after(finishing, 5, 6, None, "skip")
+    if pt.rank() == 0:
+        (Path(finishing) / "result.json").write_text(json.dumps(result))
+    fit_nan_after(past_bound, 5, None, None, "skip")
+
+
 class TupleModel(torch.nn.Module):
     """Returns (logits, features), as many research models do."""
 
