@@ -37,6 +37,13 @@ def digits_uneven_eval(strategy: str) -> dict:
     return result.to_dict()
 
 
+def fit_multi_runs() -> dict:
+    """:func:`seg_runs` without and with SyncBatchNorm, then :func:`digits_uneven_eval` on fsdp, one after the
+    other in one job (each fit makes and closes its own group): one start of the processes for the three."""
+    plain, synced = seg_runs([False, True])
+    return {"seg": (plain, synced), "uneven": digits_uneven_eval("fsdp")}
+
+
 class NanAfter(torch.nn.Module):
     """A linear classifier whose training forward returns NaN logits on its ``first``-th to
     ``last``-th call (on ``only_rank`` only, when given) — a loss that turns NaN mid-run."""
