@@ -23,7 +23,7 @@ _GROUP_OF_FILE = {path: group for group, paths in SHARED_GROUPS.items() for path
 #: xdist would otherwise sort the groups by their number of tests.)
 LONGEST_FIRST = (
     "tests/strategy/test_ft_ddp.py",  # ~240 (3 groups of 1 with four starts, 2 groups of 2, two nodes, a late rank)
-    "tests/loop/test_elastic_trajectory.py",  # 213
+    "tests/loop/test_elastic_trajectory.py",  # ~130 (6 jobs)
     "tests/diagnostics/watchdog/test_stall_positions.py",  # 130
     "tests/loop/test_run_directory.py",  # 121
     "tests/launch/test_torchrun_compat.py",  # 117
@@ -35,12 +35,12 @@ LONGEST_FIRST = (
     "tests/strategy/test_hsdp.py",  # ~90 with the two-namespace parity and auto's two launchers
     "tests/diagnostics/test_stragglers.py",  # ~75 with the saturated link
     "tests/cli/test_train.py",  # 71
-    "tests/strategy/test_grad_compression_multi.py",  # 71
+    "tests/strategy/test_grad_compression_multi.py",  # ~16 (one job)
     "tests/launch/test_elastic_rejoin.py",  # 66
-    "tests/loop/test_nonfinite.py",  # 62
+    "tests/loop/test_nonfinite.py",  # ~20
     "tests/diagnostics/test_auto_resume.py",  # 57
     "tests/launch/test_warm_worker.py",  # ~53 (a warm job with a restart, a cold one, paratrain train warm)
-    "tests/strategy/test_setup_guard.py",  # 54
+    "tests/strategy/test_setup_guard.py",  # ~13 (one job)
     "tests/diagnostics/test_hostile_inputs.py",  # 54
     "tests/diagnostics/test_two_hosts.py",  # 52
     "tests/bench/test_tune.py",  # 50

@@ -70,10 +70,11 @@ TASK = CsvTask
 
 
 def documented_bench_commands() -> list[list[str]]:
+    """Each distinct ``paratrain bench --task`` command of docs/benchmarks.md (one shown twice is run once)."""
     text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
-    commands = [shlex.split(line.split("#")[0]) for line in re.findall(r"^paratrain bench --task .*$", text, re.M)]
+    commands = [tuple(shlex.split(line.split("#")[0])) for line in re.findall(r"^paratrain bench --task .*$", text, re.M)]
     assert commands, "docs/benchmarks.md shows no `paratrain bench --task` command"
-    return commands
+    return [list(command) for command in dict.fromkeys(commands)]
 
 
 def user_folder(tmp_path, train_rows: int = 40):

@@ -3,7 +3,9 @@ comparisons of a resumed run with the uninterrupted one."""
 
 from __future__ import annotations
 
+import gc
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -57,6 +59,19 @@ def fit_text(out_dir: str, stop_after: int | None, options: dict) -> dict:
                     out_dir=out_dir, epochs=1, lr=1e-3, log_every=1, progress=False, tensorboard=False, seed=7,
                     group_by_length=True, callbacks=[StopAfter(stop_after), weights], **options)
     return {**result.to_dict(), "weights": weights.weights}
+
+
+def fits_in_one_job(fits: list[tuple[str, str, int | None, dict]]) -> list[dict]:
+    """Each ``(worker, out_dir, stop_after, options)`` of ``fits`` in turn (``worker``: ``"fit_tiny"`` or
+    ``"fit_text"``), in this job's processes, under one process group that each fit joins: one start of
+    the processes (torch's imports, the group) for all of them. Collective; rank 0's results, in order."""
+    workers: dict[str, Callable[..., dict]] = {"fit_tiny": fit_tiny, "fit_text": fit_text}
+    group = pt.Runtime(strategy="ddp")  # owns the process group; each fit's Runtime joins it
+    try:
+        return [workers[worker](out_dir, stop_after, options) for worker, out_dir, stop_after, options in fits]
+    finally:
+        gc.collect()
+        group.close()
 
 
 def step_losses(out_dir: Path) -> dict[int, float]:

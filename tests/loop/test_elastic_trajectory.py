@@ -6,68 +6,71 @@ it is split as 1 × 3 × 4 and 3 × 2 × 2; resumed on 4 with batch 1 × accumul
 of the same global batch, asked for), as 4 × 1 × 3. Each epoch ends with a short global batch of
 5 samples, split unevenly (weighted by sample count). The stop falls mid-epoch. ddp, fsdp and
 deepspeed ZeRO-2 (which divides the loss by its accumulation cycle itself) are compared with the
-one uninterrupted ddp run. About 3 minutes on 2 cores (13 jobs of 1 to 4 processes).
+one uninterrupted ddp run. The fits of one world size share one job (one start of its processes):
+6 jobs of 1 to 4 processes in all.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import shutil
-from pathlib import Path
 
 import pytest
 
 import paratrain as pt
-from tests.loop.elastic_workers import fit_tiny, step_losses, worst_relative
+from tests.loop.elastic_workers import fits_in_one_job, step_losses, worst_relative
 
 OPTIONS = {"batch_size": 3, "grad_accum": 2}
 STOP_AFTER = 3
 RELATIVE = 1e-6
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """The uninterrupted 2-rank ddp run, and per strategy a 2-rank run stopped after STOP_AFTER steps (made once)."""
-    root = tmp_path_factory.mktemp("elastic")
-    full = pt.spawn(fit_tiny, 2, args=(str(root / "full"), None, OPTIONS), timeout=180)
-    stopped = {}
-
-    def stopped_run(strategy: str) -> Path:
-        if strategy not in stopped:
-            out_dir = root / f"stopped-{strategy}"
-            result = pt.spawn(fit_tiny, 2, args=(str(out_dir), STOP_AFTER, {**OPTIONS, "strategy": strategy}),
-                              timeout=180)
-            assert result["steps"] == STOP_AFTER
-            stopped[strategy] = out_dir
-        return stopped[strategy]
-
-    return root, full, stopped_run
-
-
-DEEPSPEED = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
-                               reason="strategy 'deepspeed' needs: pip install 'paratrain[deepspeed]'")
-
+DEEPSPEED_MISSING = importlib.util.find_spec("deepspeed") is None
+DEEPSPEED = pytest.mark.skipif(DEEPSPEED_MISSING, reason="strategy 'deepspeed' needs: pip install 'paratrain[deepspeed]'")
 
 # fsdp reshards its checkpoint (DCP) and reduce-scatters gradients; deepspeed's engine divides the loss
 # by its accumulation cycle and averages over ranks itself: each must train the same model as ddp.
-@pytest.mark.parametrize("strategy,world_size,split", [
-    ("ddp", 1, {}), ("ddp", 3, {}), ("ddp", 4, {"batch_size": 1, "grad_accum": 3}), ("fsdp", 3, {}),
-    pytest.param("deepspeed", 1, {}, marks=DEEPSPEED), pytest.param("deepspeed", 3, {}, marks=DEEPSPEED),
-])
-def test_a_run_resumed_on_another_world_size_trains_the_same_model(runs, strategy, world_size, split):
-    root, full, stopped_run = runs
+CASES = [("ddp", 1, {}), ("ddp", 3, {}), ("ddp", 4, {"batch_size": 1, "grad_accum": 3}), ("fsdp", 3, {}),
+         ("deepspeed", 1, {}), ("deepspeed", 3, {})]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The uninterrupted 2-rank ddp run, per strategy a 2-rank run stopped after STOP_AFTER steps, and each
+    case's run resumed from its strategy's stopped one: one job per world size (several fits in each)."""
+    root = tmp_path_factory.mktemp("elastic")
+    strategies = [s for s in dict.fromkeys(s for s, _, _ in CASES) if s != "deepspeed" or not DEEPSPEED_MISSING]
+    first = pt.spawn(fits_in_one_job, 2, args=([("fit_tiny", str(root / "full"), None, OPTIONS)] + [
+        ("fit_tiny", str(root / f"stopped-{s}"), STOP_AFTER, {**OPTIONS, "strategy": s}) for s in strategies],),
+        timeout=300)
+    full, stopped = first[0], dict(zip(strategies, first[1:], strict=True))
+    resumed = {}
+    for world_size in sorted({n for s, n, _ in CASES if s in strategies}):
+        cases = [(s, n, split) for s, n, split in CASES if n == world_size and s in strategies]
+        for strategy, _, _ in cases:
+            shutil.copytree(root / f"stopped-{strategy}", root / f"resumed-{strategy}-{world_size}")
+        results = pt.spawn(fits_in_one_job, world_size, args=([
+            ("fit_tiny", str(root / f"resumed-{s}-{n}"), None, {**OPTIONS, "strategy": s, **split})
+            for s, n, split in cases],), timeout=300)
+        resumed.update({(s, n): result for (s, n, _), result in zip(cases, results, strict=True)})
+    return root, full, stopped, resumed
+
+
+@pytest.mark.parametrize("strategy,world_size", [
+    pytest.param(s, n, marks=DEEPSPEED) if s == "deepspeed" else (s, n) for s, n, _ in CASES])
+def test_a_run_resumed_on_another_world_size_trains_the_same_model(runs, strategy, world_size):
+    root, full, stopped, resumed = runs
     assert full["steps"] == 10
+    assert stopped[strategy]["steps"] == STOP_AFTER
+    result = resumed[strategy, world_size]
     out_dir = root / f"resumed-{strategy}-{world_size}"
-    shutil.copytree(stopped_run(strategy), out_dir)
-    resumed = pt.spawn(fit_tiny, world_size, args=(str(out_dir), None, {**OPTIONS, "strategy": strategy, **split}),
-                       timeout=180)
-    assert resumed["resumed_from_step"] == STOP_AFTER and resumed["steps"] == 10
-    assert resumed["world_size"] == world_size
+    assert result["resumed_from_step"] == STOP_AFTER and result["steps"] == 10
+    assert result["world_size"] == world_size
 
     want, got = step_losses(root / "full"), step_losses(out_dir)
     assert sorted(got) == sorted(want) == list(range(1, 11))
     loss_error = max(abs(got[s] - want[s]) / abs(want[s]) for s in want)
-    weight_error = worst_relative(resumed["weights"], full["weights"])
+    weight_error = worst_relative(result["weights"], full["weights"])
     print(f"{strategy} 2 -> {world_size} ranks: per-step loss {loss_error:.2e}, final weights {weight_error:.2e} (relative)")
     assert loss_error <= RELATIVE, (world_size, got, want)
     assert weight_error <= RELATIVE
@@ -77,8 +80,10 @@ def test_length_grouped_text_cls_resumed_on_three_ranks_trains_the_same_model(tm
     """Length groups are formed over the global batch, then split: the same groups at any world size."""
     from tests.loop.elastic_workers import fit_text
 
-    full = pt.spawn(fit_text, 2, args=(str(tmp_path / "full"), None, OPTIONS), timeout=300)
-    pt.spawn(fit_text, 2, args=(str(tmp_path / "resumed"), 2, OPTIONS), timeout=300)
+    full, stopped = pt.spawn(fits_in_one_job, 2, args=([("fit_text", str(tmp_path / "full"), None, OPTIONS),
+                                                        ("fit_text", str(tmp_path / "resumed"), 2, OPTIONS)],),
+                             timeout=300)
+    assert stopped["steps"] == 2
     resumed = pt.spawn(fit_text, 3, args=(str(tmp_path / "resumed"), None, OPTIONS), timeout=300)
     assert resumed["resumed_from_step"] == 2 and resumed["steps"] == full["steps"] == 5
 

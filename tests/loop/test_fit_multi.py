@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 import paratrain as pt
-from tests.loop.workers import digits_uneven_eval, seg_runs
+from tests.loop.workers import fit_multi_runs
 
 
-def test_seg_trains_on_two_ranks_with_and_without_sync_batchnorm():
-    plain, synced = pt.spawn(seg_runs, 2, args=([False, True],))  # one job, two fits: one torch start
+@pytest.fixture(scope="module")
+def runs() -> dict:
+    """Both seg fits and the uneven-eval fit, in one 2-process job: one torch start for the three."""
+    return pt.spawn(fit_multi_runs, 2, timeout=120)
+
+
+def test_seg_trains_on_two_ranks_with_and_without_sync_batchnorm(runs):
+    plain, synced = runs["seg"]
     for result in (plain, synced):
         assert result["world_size"] == 2 and result["steps"] == 16  # 64 samples / (2 ranks × 4) × 2 epochs
         assert result["metric"] == "miou" and math.isfinite(result["best_metrics"]["miou"])
@@ -22,9 +30,9 @@ def test_seg_trains_on_two_ranks_with_and_without_sync_batchnorm():
     assert synced["best_metrics"]["loss"] != plain["best_metrics"]["loss"]
 
 
-def test_uneven_eval_shards_with_a_sharded_model_finish_and_count_every_sample_once():
+def test_uneven_eval_shards_with_a_sharded_model_finish_and_count_every_sample_once(runs):
     # FSDP's forward gathers parameters from every rank: a rank with one batch fewer must still
     # take part, or the other waits for it forever.
-    result = pt.spawn(digits_uneven_eval, 2, args=("fsdp",), timeout=120)
+    result = runs["uneven"]
     assert result["strategy"] == "fsdp" and result["steps"] == 4
     assert result["last_metrics"]["samples"] == 45

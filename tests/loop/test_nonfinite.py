@@ -6,6 +6,7 @@ Before the guard, a loss that turned NaN trained on to exit 0 and saved NaN weig
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import paratrain as pt
 from paratrain.checkpoint import catalog
 from paratrain.errors import ConfigError, WorkerError
 from paratrain.loop.nonfinite import NonFiniteGuard, Verdict, stop_message
-from tests.loop.workers import fit_nan_after
+from tests.loop.workers import fit_nan_after, fit_nan_skips
 
 
 def _weights_finite(checkpoint: Path) -> bool:
@@ -39,9 +40,24 @@ def test_a_loss_that_turns_nan_on_one_rank_stops_every_rank_and_no_nan_checkpoin
     assert any(e["event"] == "nonfinite" and e["step"] == 5 for e in events)
 
 
-def test_skip_policy_drops_the_bad_steps_and_finishes_with_finite_weights(tmp_path):
-    out = tmp_path / "run"
-    result = pt.spawn(fit_nan_after, 2, args=(str(out), 5, 6, None, "skip"), timeout=180)
+@pytest.fixture(scope="module")
+def skip_runs(tmp_path_factory):
+    """The skip policy, in one 2-process job: a run with 2 bad steps, then one with more bad steps than its
+    bound (which fails the job). Returns the first's folder and result, and the job's error."""
+    root = tmp_path_factory.mktemp("skip")
+    try:
+        pt.spawn(fit_nan_skips, 2, args=(str(root / "finishing"), str(root / "past-bound")), timeout=180)
+        error = None
+    except WorkerError as exc:
+        error = exc
+    finishing = root / "finishing"
+    result = json.loads((finishing / "result.json").read_text()) if (finishing / "result.json").exists() else None
+    return finishing, result, error
+
+
+def test_skip_policy_drops_the_bad_steps_and_finishes_with_finite_weights(skip_runs):
+    out, result, error = skip_runs
+    assert result is not None, f"the run with 2 bad steps did not finish: {error}"
     assert result["steps"] == 12  # skipped steps still count
     skips = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
              if json.loads(line)["event"] == "nonfinite_skip"]
@@ -51,9 +67,10 @@ def test_skip_policy_drops_the_bad_steps_and_finishes_with_finite_weights(tmp_pa
     assert best["loss"] == best["loss"]  # not NaN
 
 
-def test_skip_policy_stops_after_its_bound(tmp_path):
-    with pytest.raises(WorkerError, match=r"more than 3 steps had non-finite losses or gradients \(the last at step 8\)"):
-        pt.spawn(fit_nan_after, 2, args=(str(tmp_path / "run"), 5, None, None, "skip"), timeout=180)
+def test_skip_policy_stops_after_its_bound(skip_runs):
+    _, _, error = skip_runs
+    assert error is not None, "the run past the bound of skips finished"
+    assert re.search(r"more than 3 steps had non-finite losses or gradients \(the last at step 8\)", str(error)), error
 
 
 @pytest.mark.parametrize("options, needle", [

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from paratrain.checkpoint import catalog
-from tests.support import paratrain_cmd
+from tests.support import clean_env, paratrain_cmd
 
 
 def _train(cli_env, out: Path, *words: str) -> subprocess.CompletedProcess:
@@ -98,9 +100,13 @@ def test_a_second_run_into_the_same_directory_is_refused_and_a_killed_runs_lock_
     assert not (out / ".paratrain-lock").exists()  # released at the end
 
 
-def test_a_crash_before_the_first_checkpoint_does_not_lock_the_directory(tmp_path, cli_env):
-    out = tmp_path / "run"
-    first = _start_until_workers_load(cli_env, out, "--epochs", "2")
+@pytest.fixture(scope="module")
+def crashed_then_rerun(tmp_path_factory):
+    """A run whose worker was killed before the first checkpoint, then the same command again (2 epochs: it
+    leaves the checkpoints of steps 45 and 90, which the damaged-checkpoint test starts from)."""
+    out = tmp_path_factory.mktemp("crashed") / "run"
+    env = clean_env()
+    first = _start_until_workers_load(env, out, "--epochs", "2")
     try:
         workers = [p for p in psutil.Process(first.pid).children(recursive=True) if "paratrain.cli.workers.train" in " ".join(p.cmdline())]
         assert workers, "no worker found"
@@ -108,10 +114,17 @@ def test_a_crash_before_the_first_checkpoint_does_not_lock_the_directory(tmp_pat
         output, _ = first.communicate(timeout=120)
     finally:
         _kill_session(first)
-    assert first.returncode != 0 and (out / "failure.json").exists(), output
-    assert not catalog.complete(out / "checkpoints")
+    crashed = {"returncode": first.returncode, "failure.json": (out / "failure.json").exists(),
+               "checkpoints": catalog.complete(out / "checkpoints")}
+    rerun = _train(env, out, "--epochs", "2")
+    return out, crashed, output, rerun
 
-    rerun = _train(cli_env, out, "--epochs", "2")
+
+def test_a_crash_before_the_first_checkpoint_does_not_lock_the_directory(crashed_then_rerun):
+    out, crashed, output, rerun = crashed_then_rerun
+    assert crashed["returncode"] != 0 and crashed["failure.json"], output
+    assert not crashed["checkpoints"]
+
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert not (out / "failure.json").exists()  # kept, per attempt, out of the way
     kept = list((out / "failures").glob("failure-*.json"))
@@ -121,9 +134,12 @@ def test_a_crash_before_the_first_checkpoint_does_not_lock_the_directory(tmp_pat
     assert attempts[1]["previous_attempt"].startswith("failed: ") and attempts[1]["previous_failure_report"] == str(kept[0])
 
 
-def test_checkpoints_that_are_all_damaged_stop_the_run_and_a_damaged_newer_one_is_set_aside(tmp_path, cli_env):
-    out = tmp_path / "run"
-    assert _train(cli_env, out, "--epochs", "2").returncode == 0
+def test_checkpoints_that_are_all_damaged_stop_the_run_and_a_damaged_newer_one_is_set_aside(tmp_path, cli_env,
+                                                                                            crashed_then_rerun):
+    out = tmp_path / "run"  # a copy of a finished 2-epoch run (the crashed run's rerun)
+    finished, _, _, rerun = crashed_then_rerun
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    shutil.copytree(finished, out, symlinks=True)
     names = [p.name for p, _ in catalog.complete(out / "checkpoints")]
     assert names == ["step-000045", "step-000090"]
     subprocess.run(["cp", "-a", str(out / "checkpoints" / "step-000045"), str(tmp_path / "copy-45")], check=True)

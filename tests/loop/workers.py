@@ -37,6 +37,13 @@ def digits_uneven_eval(strategy: str) -> dict:
     return result.to_dict()
 
 
+def fit_multi_runs() -> dict:
+    """:func:`seg_runs` without and with SyncBatchNorm, then :func:`digits_uneven_eval` on fsdp, one after the
+    other in one job (each fit makes and closes its own group): one start of the processes for the three."""
+    plain, synced = seg_runs([False, True])
+    return {"seg": (plain, synced), "uneven": digits_uneven_eval("fsdp")}
+
+
 class NanAfter(torch.nn.Module):
     """A linear classifier whose training forward returns NaN logits on its ``first``-th to
     ``last``-th call (on ``only_rank`` only, when given) — a loss that turns NaN mid-run."""
@@ -70,6 +77,19 @@ def fit_nan_after(out_dir: str, first: int, last: int | None, only_rank: int | N
     result = pt.fit(model, separable(64, 1), separable(16, 2), epochs=3, batch_size=8, lr=0.05, save_every=2,
                     out_dir=out_dir, on_nonfinite=policy, max_nonfinite_skips=3, progress=False, tensorboard=False)
     return result.to_dict()
+
+
+def fit_nan_skips(finishing: str, past_bound: str) -> None:
+    """Two runs of the skip policy in one job: :func:`fit_nan_after` with steps 5 and 6 non-finite in
+    ``finishing`` (its result written to ``finishing``/result.json), then with every step from 5 on
+    non-finite in ``past_bound``, which raises once the bound of 3 skips is passed."""
+    import json
+    from pathlib import Path
+
+    result = fit_nan_after(finishing, 5, 6, None, "skip")
+    if pt.rank() == 0:
+        (Path(finishing) / "result.json").write_text(json.dumps(result))
+    fit_nan_after(past_bound, 5, None, None, "skip")
 
 
 class TupleModel(torch.nn.Module):

@@ -3,6 +3,7 @@ group the user made before the Runtime."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -10,17 +11,23 @@ import paratrain as pt
 from paratrain import comm
 from paratrain.env import ProcessInfo
 from paratrain.runtime.process_group import init_process_group
-from tests.runtime.workers import groups_one_after_another, in_the_users_own_group
+from tests.runtime.workers import users_group_then_groups_one_after_another
 
 
-def test_a_process_can_make_a_new_group_after_closing_one():
+@pytest.fixture(scope="module")
+def job() -> tuple:
+    """One 2-process job: a Runtime in the user's own group, then five Runtimes one after another."""
+    return pt.spawn(users_group_then_groups_one_after_another, nprocs=2, args=(5,))
+
+
+def test_a_process_can_make_a_new_group_after_closing_one(job):
     # Each new group rendezvouses under a fresh store prefix: without it, the second or
     # third group reads the addresses the closed one published and fails to connect.
-    assert pt.spawn(groups_one_after_another, nprocs=2, args=(5,)) == [1.0, 3.0, 5.0, 7.0, 9.0]
+    assert job[1] == [1.0, 3.0, 5.0, 7.0, 9.0]
 
 
-def test_a_runtime_works_in_the_group_the_user_made_and_leaves_it():
-    assert pt.spawn(in_the_users_own_group, nprocs=2) == (True, 3.0, True)
+def test_a_runtime_works_in_the_group_the_user_made_and_leaves_it(job):
+    assert job[0] == (True, 3.0, True)
 
 
 def test_a_users_nccl_group_gets_the_gloo_control_group(monkeypatch):

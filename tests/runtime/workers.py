@@ -34,3 +34,9 @@ def in_the_users_own_group() -> tuple[bool, float, bool]:
     kept = dist.is_initialized()
     dist.destroy_process_group()
     return flag, total, kept
+
+
+def users_group_then_groups_one_after_another(times: int) -> tuple[tuple[bool, float, bool], list[float]]:
+    """:func:`in_the_users_own_group`, then :func:`groups_one_after_another` in the same processes: one
+    start of the job for both (the user's group is gone before the Runtimes make theirs)."""
+    return in_the_users_own_group(), groups_one_after_another(times)

@@ -89,3 +89,15 @@ def diverged(strategy: str, name: str, directory: str) -> None:
     # fit closed its process group: the rank comes from the launcher's environment now
     with open(f"{directory}/rank{pt.rank()}.txt", "w") as file:
         file.write(str(error))
+
+
+def guard_runs(nudged: list[tuple[str, str]], directory: str) -> list[dict]:
+    """:func:`unwrapped_steps`, then :func:`diverged` for each ``(strategy, name)`` of ``nudged`` (writing
+    to ``directory``/``strategy``), one after the other in one job: one start of its processes for all."""
+    import os
+
+    ranks = unwrapped_steps()
+    for strategy, name in nudged:
+        os.makedirs(f"{directory}/{strategy}", exist_ok=True)
+        diverged(strategy, name, f"{directory}/{strategy}")
+    return ranks

@@ -13,29 +13,47 @@ STEPS = 30
 TOLERANCE = {"bf16": 2e-2, "fp16": 3e-3}
 
 
-def test_bf16_and_fp16_hooks_keep_every_step_loss_within_tolerance_of_fp32():
-    fp32 = pt.spawn(workers.losses_with_compression, 2, args=("none", STEPS))
+#: Every multi-process run of this file: ``(worker, args)`` of tests/strategy/workers.py.
+RUNS = {
+    "losses fp32": ("losses_with_compression", ("none", STEPS)),
+    "losses bf16": ("losses_with_compression", ("bf16", STEPS)),
+    "losses fp16": ("losses_with_compression", ("fp16", STEPS)),
+    "digits fp32": ("digits_accuracy_with_compression", ("none",)),
+    "digits powersgd": ("digits_accuracy_with_compression", ("powersgd:4",)),
+    "buckets powersgd": ("rebuilt_buckets_with_compression", ("powersgd:4",)),
+    "buckets bf16": ("rebuilt_buckets_with_compression", ("bf16",)),
+    "buckets powersgd 2 MB": ("rebuilt_buckets_with_compression", ("powersgd:4", 2)),
+}
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict:
+    """Every run of :data:`RUNS`, one after the other in one 2-process job (each under its own Runtime)."""
+    return dict(zip(RUNS, pt.spawn(workers.compression_runs, 2, args=(list(RUNS.values()),)), strict=True))
+
+
+def test_bf16_and_fp16_hooks_keep_every_step_loss_within_tolerance_of_fp32(runs):
+    fp32 = runs["losses fp32"]
     assert fp32[-1] < fp32[0]  # it learns
     for mode, tolerance in TOLERANCE.items():
-        compressed = pt.spawn(workers.losses_with_compression, 2, args=(mode, STEPS))
+        compressed = runs[f"losses {mode}"]
         worst = max(abs(a - b) for a, b in zip(fp32, compressed))
         assert worst <= tolerance, f"{mode}: a step's loss is {worst:.2e} from fp32's (tolerance {tolerance})"
         assert compressed != fp32  # the hook really rounded the gradients
 
 
-def test_powersgd_trains_digits_into_the_same_accuracy_band_as_fp32():
-    fp32 = pt.spawn(workers.digits_accuracy_with_compression, 2, args=("none",))
-    powersgd = pt.spawn(workers.digits_accuracy_with_compression, 2, args=("powersgd:4",))
+def test_powersgd_trains_digits_into_the_same_accuracy_band_as_fp32(runs):
+    fp32, powersgd = runs["digits fp32"], runs["digits powersgd"]
     assert fp32 >= 0.8 and powersgd >= 0.8
     assert abs(powersgd - fp32) <= 0.05, f"PowerSGD {powersgd:.3f} vs fp32 {fp32:.3f}"
 
 
-def test_powersgd_on_gloo_reduces_all_gradients_in_one_bucket_unless_a_size_is_given():
+def test_powersgd_on_gloo_reduces_all_gradients_in_one_bucket_unless_a_size_is_given(runs):
     # PowerSGD's hook waits for each bucket's all-reduces on gloo: one bucket waits once per step.
     # The 16-bit hooks keep DDP's buckets (a small first one overlaps with the backward).
-    assert pt.spawn(workers.rebuilt_buckets_with_compression, 2, args=("powersgd:4",)) == [6303744]
-    assert len(pt.spawn(workers.rebuilt_buckets_with_compression, 2, args=("bf16",))) == 2
-    assert len(pt.spawn(workers.rebuilt_buckets_with_compression, 2, args=("powersgd:4", 2))) == 3
+    assert runs["buckets powersgd"] == [6303744]
+    assert len(runs["buckets bf16"]) == 2
+    assert len(runs["buckets powersgd 2 MB"]) == 3
 
 
 def test_one_process_with_strategy_auto_ignores_the_compression_and_ddp_refuses_a_bad_one():

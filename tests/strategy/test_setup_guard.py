@@ -5,12 +5,23 @@ from __future__ import annotations
 import pytest
 
 import paratrain as pt
-from tests.strategy.guard_workers import diverged, unwrapped_steps
+from tests.strategy.guard_workers import guard_runs
+
+#: The drifting-weights cases: the strategy, and the parameter or buffer nudged on rank 1.
+NUDGED = [("ddp", "0.weight"), ("fsdp", "1.scale")]
 
 
 @pytest.fixture(scope="module")
-def ranks():
-    return pt.spawn(unwrapped_steps, nprocs=2)
+def job(tmp_path_factory):
+    """One 2-process job: every rank's refusals of steps on what rt.setup did not return, then a fit per
+    :data:`NUDGED` case, each rank writing the error it got to ``DIRECTORY/<strategy>/rank<r>.txt``."""
+    directory = tmp_path_factory.mktemp("guard")
+    return pt.spawn(guard_runs, nprocs=2, args=(NUDGED, str(directory))), directory
+
+
+@pytest.fixture
+def ranks(job):
+    return job[0]
 
 
 def test_a_model_never_set_up_is_refused_on_every_rank_before_it_steps(ranks):
@@ -42,10 +53,10 @@ def test_one_process_stays_permissive():
     rt.step(optimizer)
 
 
-@pytest.mark.parametrize("strategy, name", [("ddp", "0.weight"), ("fsdp", "1.scale")])
-def test_a_rank_nudged_at_step_3_is_reported_at_the_check_of_step_4(tmp_path, strategy, name):
-    pt.spawn(diverged, nprocs=2, args=(strategy, name, str(tmp_path)))
+@pytest.mark.parametrize("strategy, name", NUDGED)
+def test_a_rank_nudged_at_step_3_is_reported_at_the_check_of_step_4(job, strategy, name):
+    _, directory = job
     for rank in (0, 1):
-        message = (tmp_path / f"rank{rank}.txt").read_text()
+        message = (directory / strategy / f"rank{rank}.txt").read_text()
         assert message.startswith("DistributedError: model weights differ across ranks at step 4: "
                                   f"{name!r} on rank(s) 1 differs from rank 0"), message

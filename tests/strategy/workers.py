@@ -194,3 +194,14 @@ def rebuilt_buckets_with_compression(mode: str, bucket_cap_mb: float | None = No
     del model, optimizer
     rt.close()
     return sizes
+
+
+def compression_runs(calls: list[tuple[str, tuple]]) -> list:
+    """Each ``(name, args)`` of ``calls`` in turn, ``name`` one of this module's ``*_with_compression`` workers
+    (each makes and closes its own Runtime), under one process group that they all join: one start of the
+    job's processes for all of them. Collective; rank 0's results, in order."""
+    group = pt.Runtime(strategy="ddp", seed=SEED)  # owns the process group
+    try:
+        return [globals()[name](*args) for name, args in calls]
+    finally:
+        group.close()
