@@ -40,7 +40,10 @@ class LauncherParent:
         submits = [call for call in self.calls_named("submit", "map_array")
                    if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in executors]
         for call in self.calls_named(*_LAUNCHERS) + submits:
-            if call not in submits and not any(isinstance(arg, ast.Name) and arg.id in own
+            # the target is a function of this file, or, for torch's starters, one it imports (univnet's
+            # `from utils.train import train; mp.spawn(train, …)`): not the `__main__` the children run
+            targets = own | (set(self.modules) if last_name(call) in ("spawn", "start_processes") else set())
+            if call not in submits and not any(isinstance(arg, ast.Name) and arg.id in targets
                                                for arg in call.args[:1] + [kw.value for kw in call.keywords]):
                 continue
             scope = self.scope(call)

@@ -154,16 +154,8 @@ class ScriptFacts(RankGuards, LauncherParent):
         """The script starts or joins several processes (DDP, a sampler, spawn, Horovod, Fabric, a Lightning
         Trainer on several devices, a torch.distributed collective, …), reads the launcher's WORLD_SIZE / LOCAL_RANK (an HF Trainer
         script run by torchrun), calls a function of its project that makes the process group, or branches on a rank."""
-        own = self.own_functions
-        return any(
-            callee_names(call) & DISTRIBUTED_MARKERS and self.full_name(call).partition(".")[0] not in _TRACKERS
-            and not self.full_name(call).startswith(_ONE_PROCESS_SETUP)
-            or last_name(call).endswith("DistributedDataParallel")  # mmcv's MMDistributedDataParallel, apex's
-            or (last_name(call) == "launch" and not (isinstance(call.func, ast.Name) and call.func.id in own))
-            or self._lightning_on_several_devices(call)
-            or self.full_name(call).startswith("torch.distributed.") and last_name(call) in _COLLECTIVE_CALLS
-            for call in self.calls
-        ) or self.mentions(
+        return any(self._starts_processes(call) and not self._one_process_fabric(call) for call in self.calls
+                   ) or self.mentions(
             r"environ(?:\.get\(|\[)\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)[\"']|getenv\(\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)"
         ) or self.imported.joins_process_group or any(
             # `--local_rank`, the flag torch.distributed.launch and deepspeed hand each process they start
@@ -174,6 +166,30 @@ class ScriptFacts(RankGuards, LauncherParent):
             isinstance(node, ast.If) and RANK_ZERO_TEST.search(ast.unparse(node.test)) and self._direct_test_kind(node.test)
             for node in ast.walk(self.tree)
         )
+
+    def _starts_processes(self, call: ast.Call) -> bool:
+        """A call that starts or joins several processes: DDP, a sampler, spawn, Horovod, Fabric, a launcher,
+        a Lightning Trainer on several devices, a torch.distributed collective."""
+        own = self.own_functions
+        return bool(
+            callee_names(call) & DISTRIBUTED_MARKERS and self.full_name(call).partition(".")[0] not in _TRACKERS
+            and not self.full_name(call).startswith(_ONE_PROCESS_SETUP)
+            or last_name(call).endswith("DistributedDataParallel")  # mmcv's MMDistributedDataParallel, apex's
+            or (last_name(call) == "launch" and not (isinstance(call.func, ast.Name) and call.func.id in own))
+            or self._lightning_on_several_devices(call)
+            or self.full_name(call).startswith("torch.distributed.") and last_name(call) in _COLLECTIVE_CALLS)
+
+    def _one_process_fabric(self, call: ast.Call) -> bool:
+        """``Fabric(devices=1)`` (and ``fabric.launch()`` of one): a Fabric of one device on one node starts
+        no other process."""
+        if last_name(call) == "launch" and isinstance(call.func, ast.Attribute):
+            made = self.names_bound_to("Fabric").get(ast.unparse(call.func.value))
+            return made is not None and self._one_process_fabric(made)
+        if last_name(call) != "Fabric":
+            return False
+        devices, nodes = keyword(call, "devices"), keyword(call, "num_nodes")
+        return (isinstance(devices, ast.Constant) and devices.value == 1
+                and (nodes is None or isinstance(nodes, ast.Constant) and nodes.value == 1))
 
     def lightning_on_several_devices(self) -> bool:
         """A Lightning Trainer of this file may start a process per device."""
