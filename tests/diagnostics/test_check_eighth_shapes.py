@@ -180,6 +180,15 @@ def project_rules(root, files: dict[str, str]) -> list[tuple[int, str]]:
     return [(f.line, f.rule) for f in check_file(root / next(iter(files)))]
 
 
+def quiet_until_edited(root, files: dict[str, str], rule: str, line: int, edit: tuple[str, str, str]) -> None:
+    """``rule`` says nothing about the project as written, and reports the script's ``line`` once ``edit``
+    (a file, the text to replace, its replacement) takes away what made it quiet."""
+    assert rule not in {found for _, found in project_rules(root, files)}
+    name, old, new = edit
+    files[name] = files[name].replace(old, new)
+    assert (line, rule) in project_rules(root, files)
+
+
 def test_a_module_that_replaces_print_when_imported_quiets_the_print_rule(tmp_path):
     files = {
         "train.py": """\
@@ -200,9 +209,7 @@ def test_a_module_that_replaces_print_when_imported_quiets_the_print_rule(tmp_pa
             builtins.print = rank0_print
             """,
     }
-    assert "print-on-every-rank" not in {rule for _, rule in project_rules(tmp_path, files)}
-    files["dist_utils.py"] = files["dist_utils.py"].replace("builtins.print = rank0_print", "")
-    assert (4, "print-on-every-rank") in project_rules(tmp_path, files)
+    quiet_until_edited(tmp_path, files, "print-on-every-rank", 4, ("dist_utils.py", "builtins.print = rank0_print", ""))
 
 
 def test_local_rank_among_the_variables_a_project_helper_reads_from_the_environment(tmp_path):
@@ -233,9 +240,7 @@ def test_local_rank_among_the_variables_a_project_helper_reads_from_the_environm
                 return local_rank
             """,
     }
-    assert "local-rank-argument" not in {rule for _, rule in project_rules(tmp_path, files)}
-    files["launch_env.py"] = files["launch_env.py"].replace('"LOCAL_RANK"', '"SLOT"')
-    assert (5, "local-rank-argument") in project_rules(tmp_path, files)
+    quiet_until_edited(tmp_path, files, "local-rank-argument", 5, ("launch_env.py", '"LOCAL_RANK"', '"SLOT"'))
 
 
 def test_a_log_formatter_that_writes_the_rank_tells_the_ranks_lines_apart(tmp_path):
@@ -267,9 +272,7 @@ def test_a_log_formatter_that_writes_the_rank_tells_the_ranks_lines_apart(tmp_pa
                 return logger
             """,
     }
-    assert "log-on-every-rank" not in {rule for _, rule in project_rules(tmp_path, files)}
-    files["log_setup.py"] = files["log_setup.py"].replace("RankFormatter()", "logging.Formatter()")
-    assert (7, "log-on-every-rank") in project_rules(tmp_path, files)
+    quiet_until_edited(tmp_path, files, "log-on-every-rank", 7, ("log_setup.py", "RankFormatter()", "logging.Formatter()"))
 
 
 def test_a_dataparallel_class_or_wrapping_function_of_the_project_is_data_parallel(tmp_path):
