@@ -211,3 +211,16 @@ def test_a_silent_rank_on_this_host_is_named_stopped_alive_or_dead_from_its_proc
         child.kill()
         child.wait()
     assert "its process died (its launcher's output says why)" in why(child.pid)
+
+
+def test_a_rank_just_out_of_a_declared_phase_is_not_taken_for_the_one_the_others_wait_for():
+    # rank 0 evaluated alone (rt.busy); rank 1's last record, published a poll before rank 0 came
+    # out, still shows it waiting in the barrier for longer than the stall timeout.
+    watchdog = Watchdog(0.5, rank=0, world_size=1, poll=0.1)
+    with watchdog.busy("evaluation", 30.0):
+        time.sleep(0.05)
+    watchdog.progress(3, "backward")
+    waiting = Beat(1, "host", 101, 3, "evaluation", 0.9, 1, waits=True, wait_s=0.9)
+    assert stalled_ranks([watchdog._beat(1), waiting], 0.5, in_collective_only=True) == []
+    time.sleep(0.6)  # a stall timeout after the phase ended, a rank that has not moved is blamed again
+    assert stalled_ranks([watchdog._beat(2), waiting], 0.5, in_collective_only=True) == [0]

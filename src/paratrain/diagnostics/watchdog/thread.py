@@ -100,6 +100,7 @@ class Watchdog:
         self._outer: Watchdog | None = None  # the watchdog this one took over from
         self._suspended = False
         self._busy, self._busy_since, self._busy_limit = "", 0.0, 0.0
+        self._busy_ended: tuple[str, float, float, float] | None = None  # (phase, seconds, limit, ended at)
         self._waiting_at: Any = None  # (the main thread's place, since when) while it waits in a collective
 
     # ---- main thread ------------------------------------------------------------------------
@@ -159,6 +160,8 @@ class Watchdog:
         try:
             yield
         finally:
+            now = time.monotonic()
+            self._busy_ended = (name, now - self._busy_since, limit_s, now)
             self._busy = ""
             self.progress()
 
@@ -243,11 +246,16 @@ class Watchdog:
         elif self._waiting_at is None or self._waiting_at[0] is not place:
             self._waiting_at = (place, now)
         waits = self._waiting_at is not None
-        busy = self._busy
+        busy, busy_s, busy_limit = self._busy, now - self._busy_since, self._busy_limit
+        ended = self._busy_ended
+        if not busy and ended is not None and now - ended[3] < self.stall_timeout and ended[1] < ended[2]:
+            # A declared phase still covers the stall timeout after it ends: the others' records that
+            # waited through it may be a poll old (more on a loaded host), and must not make this rank,
+            # just released, look like the one they wait for.
+            busy, busy_s, busy_limit, _ = ended
         return Beat(self.rank, self._host, os.getpid(), self._step, self._phase, round(now - self._moved_at, 3), tick,
                     waits=waits, wait_s=round(now - self._waiting_at[1], 3) if waits else 0.0, busy=busy,
-                    busy_s=round(now - self._busy_since, 3) if busy else 0.0,
-                    busy_limit_s=self._busy_limit if busy else 0.0)
+                    busy_s=round(busy_s, 3) if busy else 0.0, busy_limit_s=busy_limit if busy else 0.0)
 
     def _hard_exit_after(self) -> float:
         busy_left = self._busy_limit - (time.monotonic() - self._busy_since) if self._busy else 0.0
@@ -379,8 +387,9 @@ class LoaderProgress:
 def busy(name: str, limit_s: float, longest_s: float = math.inf):
     """Context: this rank is in a long phase that the other ranks wait for (``rt.busy``).
 
-    While it lasts, the others waiting inside a collective are not a stall; when it passes
-    ``limit_s`` the running watchdog ends the job naming this rank and ``name``. Without a
+    While it lasts, and for one stall timeout after it ends (the others' last records, which
+    waited through it, may be that old), the others waiting inside a collective are not a
+    stall; when it passes ``limit_s`` the running watchdog ends the job naming this rank and ``name``. Without a
     running watchdog it does nothing.
 
     Raises:
