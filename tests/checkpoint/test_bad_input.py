@@ -214,3 +214,12 @@ def test_export_racing_rotation_reads_the_checkpoint_left_and_calls_nothing_dama
     save_steps(tmp_path / "other", steps=(1,))
     with pytest.raises(CheckpointError, match="was removed while it was being read .* nothing is damaged"):
         export_module.export(tmp_path / "other" / "step-000001", tmp_path / "model2.safetensors")
+
+
+def test_an_mtbf_without_the_auto_interval_is_refused_before_anything_is_written(tmp_path):
+    model = torch.nn.Linear(2, 1)
+    for every in (None, 10):  # mtbf shapes every="auto" only: beside anything else it would set nothing
+        with pytest.raises(ConfigError, match=rf"mtbf=60.0 sets the interval of every='auto' only, got every={every!r}; "
+                                              r"pass every='auto' or drop mtbf"):
+            Checkpointer(None, tmp_path / "ckpt", model=model, every=every, mtbf=60.0)
+    assert not (tmp_path / "ckpt").exists()

@@ -23,6 +23,8 @@ from paratrain.tasks.registry import TASKS
 # Values the config checks accept where a made-up word would not (or may not, once checked earlier).
 VALID = {"strategy": "ddp", "precision": "bf16-mixed", "grad_compression": "bf16", "log_with": "csv,mlflow",
          "save_every": "auto"}
+# Fields taken only beside another's value (alone they are refused: they would set nothing).
+COMPANIONS = {"mtbf": {"save_every": "auto"}}
 
 # The flags of `paratrain train` before they were derived from the fields: every one still parses.
 OLD_FLAGS = ("--epochs 2", "--max-steps 2", "--batch-size 2", "--eval-batch-size 2", "--lr 0.1", "--weight-decay 0.1",
@@ -63,9 +65,10 @@ def test_every_field_is_a_flag_and_comes_back_equal(cls):
     assert set(flagged) <= dests
     for field, kind in flag_fields(cls):
         for value in _other_values(field, kind):
-            config = cls(**{field.name: value})
+            companions = COMPANIONS.get(field.name, {})
+            config = cls(**companions, **{field.name: value})
             words = config_words(config)
-            assert len(words) == 1 and config_from_args(cls, parser.parse_args(["digits", *words])) == config, (field.name, words)
+            assert len(words) == 1 + len(companions) and config_from_args(cls, parser.parse_args(["digits", *words])) == config, (field.name, words)
     everything = cls(**{field.name: _other_values(field, kind)[0] for field, kind in flag_fields(cls)})
     assert config_from_args(cls, parser.parse_args(["digits", *config_words(everything)])) == everything
     assert config_words(cls()) == []

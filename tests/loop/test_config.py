@@ -25,6 +25,11 @@ from paratrain.tasks.api import Recipe
         ({"patience": True}, "^patience must be a positive integer"),
         ({"seed": "42"}, "^seed must be an int, got '42'"),
         ({"fresh": "yes"}, "^fresh must be a bool, got 'yes'"),
+        # an option that only shapes another one, while that one is off: it would seem to set something
+        ({"mtbf": 60.0}, r"^mtbf sets the interval of save_every='auto' only; add save_every='auto' or drop mtbf"),
+        ({"mtbf": 60.0, "save_every": 100}, "^mtbf sets the interval of save_every='auto' only"),
+        ({"patience": 2, "eval_per_epoch": False}, r"^patience counts evaluations, and eval_per_epoch=False without "
+                                                   r"eval_every schedules none; add eval_every='N' or drop patience"),
     ],
 )
 def test_bad_values_are_refused_naming_the_argument(options, needle):
@@ -39,6 +44,14 @@ def test_under_the_cli_the_same_checks_name_the_flags():
         FitConfig(grad_accum=0)
     with cli_spelling(), pytest.raises(ConfigError, match="^--schedule cosine is not one of"):
         FitConfig(schedule="cosine")
+    with cli_spelling(), pytest.raises(ConfigError, match="^--mtbf sets the interval of --save-every auto only; add "
+                                                          "--save-every auto or drop --mtbf$"):
+        FitConfig(mtbf=60.0)
+    with cli_spelling(), pytest.raises(ConfigError, match="^--patience counts evaluations, and --no-eval-per-epoch "
+                                                          "without --eval-every schedules none; add --eval-every N"):
+        FitConfig(patience=3, eval_per_epoch=False)
+    FitConfig(mtbf=60.0, save_every="auto")  # and what they shape, on: taken
+    FitConfig(patience=3, eval_per_epoch=False, eval_every=10)
 
 
 def test_unknown_option_lists_the_known_ones():

@@ -98,8 +98,8 @@ def test_a_changed_lr_is_applied_and_said_and_a_changed_seed_or_metric_is_refuse
         with pytest.raises(ConfigError, match=f"was trained with {word}=.*resume with {word}="):
             _fit(out, max_steps=10, **changed)
     capsys.readouterr()
-    _fit(out, max_steps=10, lr=0.02, precision="bf16-mixed", mtbf=60.0, strategy_options={"grad_compression": "bf16"})
-    assert ("resuming with lr=0.02 (was 0.05), mtbf=60.0 (was None), precision='bf16-mixed' (was 32-true), "
+    _fit(out, max_steps=10, lr=0.02, precision="bf16-mixed", save_every="auto", mtbf=60.0, strategy_options={"grad_compression": "bf16"})
+    assert ("resuming with lr=0.02 (was 0.05), save_every='auto' (was None), mtbf=60.0 (was None), precision='bf16-mixed' (was 32-true), "
             "grad_compression='bf16' (was its default): applied from step 6 on" in capsys.readouterr().out)
     lr_at = {r["step"]: r["lr"] for r in _records(out, "train")}
     assert lr_at[8] == pytest.approx(0.02 * (10 - 8) / 10)  # the new peak on the stretched linear decay

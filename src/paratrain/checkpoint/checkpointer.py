@@ -71,6 +71,9 @@ def _check_arguments(runtime: Any, directory: Any, keep_last: Any, best_metric: 
         raise ConfigError(f"{call}: every={every!r}: a number of steps >= 1, 'auto' (the Young/Daly interval) or None")
     if mtbf is not None and (isinstance(mtbf, bool) or not isinstance(mtbf, (int, float)) or not mtbf > 0):
         raise ConfigError(f"{call}: mtbf={mtbf!r}: the mean time between failures in seconds, a number > 0")
+    if mtbf is not None and every != "auto":  # taken silently, it would seem to set something
+        raise ConfigError(f"{call}: mtbf={mtbf!r} sets the interval of every='auto' only, got every={every!r}; "
+                          "pass every='auto' or drop mtbf")
 
 
 class Checkpointer:

@@ -175,6 +175,15 @@ class FitConfig:
                         else "a positive number of seconds (finite)" if name == "mtbf"
                         else "a positive number of minutes (finite)")
                 raise ConfigError(f"{option(name)} must be {what}, got {value!r}")
+        # An option that only shapes another one is refused while that one is off: taken silently, it
+        # would leave the user believing it set something.
+        if self.mtbf is not None and self.save_every != "auto":
+            raise ConfigError(f"{option('mtbf')} sets the interval of {option('save_every', 'auto')} only; add "
+                              f"{option('save_every', 'auto')} or drop {option('mtbf')}")
+        if self.patience is not None and not self.eval_per_epoch and self.eval_every is None:
+            raise ConfigError(f"{option('patience')} counts evaluations, and {option('eval_per_epoch', False)} without "
+                              f"{option('eval_every')} schedules none; add {option('eval_every', 'N')} or drop "
+                              f"{option('patience')}")
         if self.warmup is not None and not 0 <= self.warmup < 1:
             raise ConfigError(f"{option('warmup')} is a fraction of the steps in [0, 1), got {self.warmup!r}")
         check_type("", "num_workers", self.num_workers, "int >= 0")
