@@ -24,7 +24,7 @@ from paratrain.tasks.registry import TASKS
 VALID = {"strategy": "ddp", "precision": "bf16-mixed", "grad_compression": "bf16", "log_with": "csv,mlflow",
          "save_every": "auto"}
 # Fields taken only beside another's value (alone they are refused: they would set nothing).
-COMPANIONS = {"mtbf": {"save_every": "auto"}}
+COMPANIONS = {"mtbf": {"save_every": "auto"}, "max_nonfinite_skips": {"on_nonfinite": "skip"}}
 
 # The flags of `paratrain train` before they were derived from the fields: every one still parses.
 OLD_FLAGS = ("--epochs 2", "--max-steps 2", "--batch-size 2", "--eval-batch-size 2", "--lr 0.1", "--weight-decay 0.1",

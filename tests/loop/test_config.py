@@ -28,6 +28,8 @@ from paratrain.tasks.api import Recipe
         # an option that only shapes another one, while that one is off: it would seem to set something
         ({"mtbf": 60.0}, r"^mtbf sets the interval of save_every='auto' only; add save_every='auto' or drop mtbf"),
         ({"mtbf": 60.0, "save_every": 100}, "^mtbf sets the interval of save_every='auto' only"),
+        ({"max_nonfinite_skips": 3}, r"^max_nonfinite_skips=3 counts skipped steps, and on_nonfinite='stop' skips "
+                                     r"none; add on_nonfinite='skip' or drop max_nonfinite_skips"),
         ({"patience": 2, "eval_per_epoch": False}, r"^patience counts evaluations, and eval_per_epoch=False without "
                                                    r"eval_every schedules none; add eval_every='N' or drop patience"),
     ],
@@ -50,7 +52,11 @@ def test_under_the_cli_the_same_checks_name_the_flags():
     with cli_spelling(), pytest.raises(ConfigError, match="^--patience counts evaluations, and --no-eval-per-epoch "
                                                           "without --eval-every schedules none; add --eval-every N"):
         FitConfig(patience=3, eval_per_epoch=False)
+    with cli_spelling(), pytest.raises(ConfigError, match="^--max-nonfinite-skips 0 counts skipped steps, and "
+                                                          "--on-nonfinite stop skips none; add --on-nonfinite skip"):
+        FitConfig(max_nonfinite_skips=0)
     FitConfig(mtbf=60.0, save_every="auto")  # and what they shape, on: taken
+    FitConfig(max_nonfinite_skips=0, on_nonfinite="skip")
     FitConfig(patience=3, eval_per_epoch=False, eval_every=10)
 
 

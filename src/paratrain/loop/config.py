@@ -180,6 +180,11 @@ class FitConfig:
         if self.mtbf is not None and self.save_every != "auto":
             raise ConfigError(f"{option('mtbf')} sets the interval of {option('save_every', 'auto')} only; add "
                               f"{option('save_every', 'auto')} or drop {option('mtbf')}")
+        skips = next(f for f in dataclasses.fields(self) if f.name == "max_nonfinite_skips").default
+        if self.on_nonfinite == "stop" and self.max_nonfinite_skips != skips:
+            raise ConfigError(f"{option('max_nonfinite_skips', self.max_nonfinite_skips)} counts skipped steps, and "
+                              f"{option('on_nonfinite', 'stop')} skips none; add {option('on_nonfinite', 'skip')} or "
+                              f"drop {option('max_nonfinite_skips')}")
         if self.patience is not None and not self.eval_per_epoch and self.eval_every is None:
             raise ConfigError(f"{option('patience')} counts evaluations, and {option('eval_per_epoch', False)} without "
                               f"{option('eval_every')} schedules none; add {option('eval_every', 'N')} or drop "
