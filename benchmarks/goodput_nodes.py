@@ -153,11 +153,11 @@ def soak(name: str, job: Job, mtbf: float, rng: random.Random, ledger_file: Path
                             node.send_signal(signal.SIGTERM)
                 faults[kind] = faults.get(kind, 0) + 1
                 next_fault = time.time() + rng.expovariate(1 / mtbf)
-            now_size = ledger_file.stat().st_size if ledger_file.is_file() else -1
+            now_size = sum(path.stat().st_size for path in (ledger_file, job.out / "metrics.jsonl") if path.is_file())
             if now_size != size:
                 progress_at, size = time.time(), now_size
             elif time.time() - progress_at > GUARD_S:
-                raise SystemExit(f"{name}: the ledger did not grow for {GUARD_S} s: a hang (see {job.log})")
+                raise SystemExit(f"{name}: neither the ledger nor metrics.jsonl grew for {GUARD_S} s: a hang (see {job.log})")
             time.sleep(0.05)
     finally:
         job.stop()
@@ -185,7 +185,7 @@ def main() -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         reference = Job(hosts, workdir / "reference", args.soak_steps, [], workdir / "reference.log")
         started = time.time()
-        soak("reference", reference, float("inf"), random.Random(0), workdir / "reference" / "none")
+        soak("reference", reference, float("inf"), random.Random(0), workdir / "reference" / "checkpoints" / "goodput.jsonl")
         ideal = time.time() - started
         rows = []
         for index, (name, flags) in enumerate(chosen):
