@@ -145,10 +145,20 @@ def cli_env():
 def two_hosts():
     """(namespace, interface, address) for node 0 and node 1 — two network namespaces joined by a
     veth pair (tests/netns.py); always deleted afterwards."""
+    yield from _two_hosts(ipv6=False)
+
+
+@pytest.fixture
+def two_ipv6_hosts():
+    """As ``two_hosts``, the pair carrying IPv6 addresses only."""
+    yield from _two_hosts(ipv6=True)
+
+
+def _two_hosts(ipv6: bool):
     from tests import netns
 
     try:
-        with netns.two_hosts() as hosts:
+        with netns.two_hosts(ipv6=ipv6) as hosts:
             yield [(h.namespace, h.interface, h.address) for h in hosts]
     except netns.NetnsUnavailable as exc:
         pytest.skip(f"two-node test: {exc}")

@@ -2,7 +2,7 @@
 --fault-tolerance replicas … tests/strategy/ft_workers.py OUT``), and the uninterrupted reference.
 
 Each group trains ``EPOCHS`` epochs of a seeded order over ``SAMPLES`` rows in global batches of
-``GLOBAL``, checkpoints to ``OUT/group<i>`` every ``SAVE_EVERY`` committed steps, and each of its
+``GLOBAL``, checkpoints to ``OUT/group<i>`` every ``SAVE_EVERY`` (``FT_SAVE_EVERY``) committed steps, and each of its
 processes appends one line per committed step to ``OUT/steps-<i>.jsonl`` (group rank 0; rank ``r``
 of a group of several: ``steps-<i>.<r>.jsonl``): its pid, the committed step, the epoch, the step's
 whole slice, its own part, the part's loss weight and the number of parts. ``FT_KILL_IN_ALLREDUCE=G:S``
@@ -129,7 +129,7 @@ def main(out: Path) -> None:
                                           "part": ids.tolist(), "weight": weight, "parts": train.last_parts,
                                           "time": time.time()}) + "\n")
                     log.flush()
-                    if step % SAVE_EVERY == 0:
+                    if step % int(os.environ.get("FT_SAVE_EVERY", SAVE_EVERY)) == 0:
                         ckpt.save(step=step)
                 if pause and not (out / "harness-done").exists():
                     time.sleep(pause)

@@ -12,6 +12,7 @@ trains on, and a lost Lighthouse restarts both nodes' groups from disk."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -206,3 +207,60 @@ def test_two_nodes_one_lighthouse_a_killed_group_heals_across_nodes_a_lost_light
           f"Lighthouse lost -> next committed step "
           f"{after_loss[0]['time'] - lighthouse_lost[0]:.2f} s; max |w - reference| {result['max_abs_diff']}; "
           f"launchers ended {ended[0] - lighthouse_lost[0]:.1f} s and {ended[1] - lighthouse_lost[0]:.1f} s after it")
+
+
+def test_two_ipv6_nodes_groups_of_two_processes_one_killed_heals_across_nodes_while_the_other_node_trains_on(
+        tmp_path, two_ipv6_hosts):
+    """Two nodes (network namespaces joined by a veth pair that carries IPv6 addresses only), one launcher each
+    against node 0's Lighthouse at an IPv6 literal (``--master-addr [fd00:…::1]`` on node 0, the same address
+    without brackets on node 1), one replica group of 2 processes per node: the Lighthouse, the groups' stores,
+    Manager and checkpoint servers and gloo's sockets all speak IPv6 across the pair. Group 1's rank 1 (node 1) is killed with SIGKILL at a random moment:
+    its agent ends the group, node 1's launcher starts both processes again, and each heals over the pair from its
+    peer rank of node 0's group (no checkpoint read: none is written before the kill); node 0's two processes keep
+    their pids and commit alone meanwhile, each step split over their 2 parts. Every epoch trains each sample once,
+    every step's parts make its slice, and all 4 processes end with the same weights, those of one uninterrupted
+    process."""
+    (ns0, _, addr0), (ns1, _, _) = two_ipv6_hosts
+    epochs = 2
+    jobs = [ft_workers.start_job(tmp_path, 1, nproc=2, node=(["ip", "netns", "exec", ns], [
+        "--nnodes", "2", "--node-rank", str(rank), "--master-addr", f"[{addr0}]" if rank == 0 else addr0,
+        "--master-port", "29500",
+        "--rdzv-timeout", "60"]), FT_STEP_SLEEP="0.4", FT_EPOCHS=str(epochs), FT_SAVE_EVERY="1000")
+        for rank, ns in enumerate((ns0, ns1))]
+    try:
+        kills = ft_workers.kill_at_random(jobs[1], tmp_path, victim=1, rank=1, kills=1, rng=random.Random(13),
+                                          last_step=25)
+        codes = [job.wait(timeout=300) for job in jobs]  # a guard against a hang, not a time limit
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                job.kill()
+    logs = [(tmp_path / f"job-{rank}.log").read_text() for rank in range(2)]
+    assert codes == [0, 0], [log[-3000:] for log in logs]
+    assert len(kills) == 1, (kills, logs[1][-3000:])
+    for rank in range(2):
+        started = f"Lighthouse at http://[{addr0}]:29500; starting 1 replica group ({rank} of 2, node {rank})"
+        assert started in logs[rank], logs[rank][-3000:]
+    assert "replica group 1 exited with code" in logs[1] and "it heals from a live group" in logs[1], logs[1][-3000:]
+    written = [p for p in tmp_path.glob("group*/**/*") if p.is_file()]
+    assert not written, written  # no checkpoint on disk: healing took the state from the live group
+    result = ft_workers.verify(tmp_path, 2, epochs=epochs, nproc=2)
+    pids = result["rank_pids"]
+    assert len(pids["0.0"]) == 1 and len(pids["0.1"]) == 1, pids  # node 0's group never restarted
+    assert len(pids["1.0"]) == 2 and len(pids["1.1"]) == 2, pids  # node 1's group came back whole ...
+    assert result["first_steps"][1][1] > 1, result["first_steps"]  # ... and healed from node 0's
+    after_kill = [r for r in ft_workers.records(tmp_path, 0) if r["time"] > kills[0]["time"]]
+    assert any(r["parts"] == 2 for r in after_kill), after_kill[:5]  # node 0's group committed alone meanwhile
+    assert "group(s) 1 left the quorum" in logs[0]
+    assert result["exactly_once"] and result["disagreements"] == 0 and result["parts_wrong"] == 0, result
+    assert result["parts_checked"] >= len(result["steps"]) - 2, result  # every step but those a kill cut short
+    assert result["steps"] == list(range(1, epochs * ft_workers.SAMPLES // ft_workers.GLOBAL + 1))
+    assert set(result["max_abs_diff"]) == {0, 1, "0.1", "1.1"}, result["max_abs_diff"]  # every process finished
+    assert max(result["max_abs_diff"].values()) <= BOUND, result["max_abs_diff"]
+    finals = [json.loads(path.read_text())["state"] for path in sorted(tmp_path.glob("final-*.json"))]
+    assert len(finals) == 4 and all(final == finals[0] for final in finals), "the final weights differ"
+    healed = next(r for r in ft_workers.records(tmp_path, 1, 1) if r["time"] > kills[0]["time"])
+    print(f"rank pids {pids}; first steps {result['first_steps']}; kill after step {kills[0]['after_step']} -> "
+          f"node 0's next committed step {after_kill[0]['step']} {after_kill[0]['time'] - kills[0]['time']:.2f} s "
+          f"later; node 1's healed step {healed['step']} {healed['time'] - kills[0]['time']:.1f} s after the kill; "
+          f"max |w - reference| {result['max_abs_diff']}")
