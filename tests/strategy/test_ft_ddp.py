@@ -138,6 +138,43 @@ def test_refusals_in_one_line(monkeypatch):
     assert set(listening_sockets(os.getpid())) <= listening_before  # the refused start left nothing listening
 
 
+def test_a_lighthouse_at_an_ipv6_literal_is_reached_and_bad_forms_are_refused_in_one_line(monkeypatch):
+    """``TORCHFT_LIGHTHOUSE`` as ``[::1]:PORT`` (``http://`` added) reaches a Lighthouse listening on ``[::1]`` and
+    a step commits, with the group's store and Manager server on ``::1`` too (``PARATRAIN_FT_ADDRESS``): the quorum
+    hands out ``::1:PORT`` store addresses and a bracketed Manager address. An IPv6 literal without brackets, or
+    without a port, is refused in one line that writes the form to use, before anything starts."""
+    from torchft._torchft import LighthouseServer
+
+    from paratrain.replica_environ import ADDRESS_ENV
+
+    for bad, fix in (("http://::1:29500", "write http://[::1]:29500"), ("fd00::1", "write http://[fd00::1]:PORT"),
+                     ("http://[::1]", "write http://10.0.0.1:29500 or, for IPv6, http://[fd00::1]:29500")):
+        monkeypatch.setenv("TORCHFT_LIGHTHOUSE", bad)
+        with pytest.raises(ConfigError) as refused:
+            pt.Runtime(strategy="ft-ddp", collective_timeout=1)
+        assert len(str(refused.value).splitlines()) == 1 and str(refused.value).endswith(fix), str(refused.value)
+    lighthouse = LighthouseServer(bind="[::1]:0", min_replicas=1)
+    try:
+        monkeypatch.setenv("TORCHFT_LIGHTHOUSE", "[::1]:" + lighthouse.address().rsplit(":", 1)[1])
+        monkeypatch.setenv(ADDRESS_ENV, "::1")
+        rt = pt.Runtime(strategy="ft-ddp", seed=0, collective_timeout=5)
+        try:
+            assert rt.strategy.lighthouse == "http://" + os.environ["TORCHFT_LIGHTHOUSE"]
+            net = ft_workers.model()
+            net, optimizer = rt.setup(net, torch.optim.SGD(net.parameters(), lr=0.1))
+            x, y, _ = next(iter(rt.loader(ft_workers.Rows(), batch_size=8)))
+            rt.backward(torch.nn.functional.mse_loss(net(x), y))
+            assert rt.step(optimizer) and rt.strategy.committed_steps == 1
+            from torchft.manager import MANAGER_ADDR_KEY
+
+            advertised = rt.strategy.manager._store.get(MANAGER_ADDR_KEY).decode()
+            assert advertised.startswith("http://[::1]:"), advertised  # torchft's own form would be http://::1:PORT
+        finally:
+            rt.close()
+    finally:
+        lighthouse.shutdown()
+
+
 def test_two_nodes_one_lighthouse_a_killed_group_heals_across_nodes_a_lost_lighthouse_restarts_both(tmp_path, two_hosts):
     """Two nodes (network namespaces joined by a veth pair), one launcher each, one group of one process per
     node: node 0's launcher starts the Lighthouse on its address, node 1's waits for it; every address a group

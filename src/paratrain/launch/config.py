@@ -135,6 +135,8 @@ class LaunchConfig:
             args.rdzv_backend = args.rdzv_endpoint = args.rdzv_id = args.master_port = None
         node_rank = parse_int("--node-rank", args.node_rank)
         master_addr = args.master_addr
+        if master_addr and master_addr.startswith("[") and master_addr.endswith("]"):
+            master_addr = master_addr[1:-1]  # an IPv6 literal as URLs write it: [fd00::1]
         master_port = parse_int("--master-port", args.master_port)
         given = environment_defaults(environ) if nnodes is None and not standalone else None
         if given:
