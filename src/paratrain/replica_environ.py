@@ -7,11 +7,21 @@ live in different layers, so the names live here, below both.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 #: torchft's own names: the Lighthouse's address, this group's index, the number of groups.
 LIGHTHOUSE_ENV, GROUP_ENV, GROUPS_ENV = "TORCHFT_LIGHTHOUSE", "REPLICA_GROUP_ID", "NUM_REPLICA_GROUPS"
 #: The address of this node that the other groups reach (set by ``paratrain run --fault-tolerance replicas
 #: --nnodes M``: the one that routes to node 0); without it a group uses ``MASTER_ADDR``, its own (one node).
 ADDRESS_ENV = "PARATRAIN_FT_ADDRESS"
+
+
+def in_replica_group(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process is one of a replica group's: torchft's Lighthouse and group index are set (by
+    ``paratrain run --fault-tolerance replicas``, or by hand for torchft)."""
+    environ = os.environ if environ is None else environ
+    return bool(environ.get(LIGHTHOUSE_ENV)) and GROUP_ENV in environ
 
 
 def url_host(host: str) -> str:

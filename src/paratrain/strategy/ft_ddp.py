@@ -98,6 +98,7 @@ class FTDDPStrategy(Strategy):
     (``paratrain run --fault-tolerance replicas`` starts one)."""
 
     name = "ft-ddp"
+    joins_replica_groups = True
     refuses_skipped_steps = "ft-ddp's commit decides whether a step's update is applied"
     refuses_fit_loop = ("its data follows the committed steps of the replica groups; train in an own loop with "
                         "pt.Runtime, rt.loader and rt.step (docs/fault-tolerance.md)")
