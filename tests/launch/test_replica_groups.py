@@ -44,7 +44,7 @@ def test_a_sharded_strategy_in_a_replica_group_is_refused_in_one_line_and_the_gr
     said = done.stdout + done.stderr
     assert done.returncode == 2, said[-3000:]
     refusal = "strategy 'fsdp' runs here in a replica group (TORCHFT_LIGHTHOUSE and REPLICA_GROUP_ID are set"
-    assert refusal in said and "sharding inside a replica group over torchft" in said, said[-3000:]
-    assert "use strategy='ft-ddp' for a model that fits one device, or strategy='hsdp' under paratrain run" in said
+    assert refusal in said and "use strategy='ft-fsdp' to shard the model over each group's processes" in said, \
+        said[-3000:]
     assert said.count("replica group 0 exited with code 2, a configuration error") == 1, said[-3000:]
     assert "starting it again (" not in said and not (tmp_path / "train.py.ran").exists(), said[-3000:]

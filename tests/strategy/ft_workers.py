@@ -9,7 +9,7 @@ whole slice, its own part, the part's loss weight and the number of parts. ``FT_
 makes group G's rank 0 kill itself with SIGKILL inside the gradient all-reduce across groups of committed
 step S, once per run (a marker file in OUT); ``G:S:R``: its rank R, at the all-reduce, before its part is
 sent, so that the peers of its ring wait for it inside the collective.
-``FT_STEP_SLEEP`` seconds between steps stretch the run until the harness is done (``OUT/harness-done``):
+``FT_STRATEGY`` picks the strategy (``ft-ddp``; ``ft-fsdp``). ``FT_STEP_SLEEP`` seconds between steps stretch the run until the harness is done (``OUT/harness-done``):
 the kills, and the relaunches after them, need time to land, however loaded the machine.
 """
 
@@ -106,7 +106,7 @@ def kill_in_allreduce(rt, out: Path) -> None:
 def main(out: Path) -> None:
     import paratrain as pt
 
-    rt = pt.Runtime(strategy="ft-ddp", seed=SEED)
+    rt = pt.Runtime(strategy=os.environ.get("FT_STRATEGY", "ft-ddp"), seed=SEED)
     group, rank = rt.strategy.group, rt.strategy.group_rank
     (out / _name("pid", group, rank)).write_text(str(os.getpid()))  # for a harness that kills at random
     net = model()
@@ -133,8 +133,11 @@ def main(out: Path) -> None:
                         ckpt.save(step=step)
                 if pause and not (out / "harness-done").exists():
                     time.sleep(pause)
-    state = {name: tensor.tolist() for name, tensor in rt.unwrap(net).state_dict().items()}
-    final = {"state": state, "steps": rt.strategy.committed_steps}
+    state = {name: getattr(tensor, "full_tensor", lambda t=tensor: t)().tolist()  # ft-fsdp: gathered in the group
+             for name, tensor in rt.unwrap(net).state_dict().items()}
+    held = sum(getattr(t, "to_local", lambda t=t: t)().numel() for t in rt.unwrap(net).state_dict().values())
+    final = {"state": state, "steps": rt.strategy.committed_steps, "held": held,  # elements this process holds
+             "whole": sum(len(torch.tensor(v).flatten()) for v in state.values())}
     (out / _name("final", group, rank, ".json")).write_text(json.dumps(final))
     rt.close()
 

@@ -89,6 +89,41 @@ def test_groups_of_two_processes_one_killed_restarts_whole_and_heals_while_the_o
     assert max(result["max_abs_diff"].values()) <= BOUND, result["max_abs_diff"]
 
 
+def test_ft_fsdp_groups_of_two_shard_the_model_one_process_killed_heals_its_shards_from_the_live_group(tmp_path):
+    """strategy="ft-fsdp": 2 groups of 2 processes, each group sharding the model with FSDP2 over its 2 processes,
+    each shard all-reduced over its ring. Group 1's rank 1 is killed at a random moment: group 0 keeps its pids and
+    commits alone; group 1 comes back whole and each rank heals its shards from its peer of group 0 (no checkpoint
+    is written). Every epoch trains each sample once and all 4 processes end with the same gathered weights, those
+    of one uninterrupted process."""
+    epochs = 2
+    job = ft_workers.start_job(tmp_path, 2, nproc=2, FT_STRATEGY="ft-fsdp", FT_STEP_SLEEP="0.5",
+                               FT_EPOCHS=str(epochs), FT_SAVE_EVERY="1000")
+    kills, log = ft_workers.run_with_kills(job, tmp_path, victim=1, rank=1, kills=1, rng=random.Random(17),
+                                           last_step=20)
+    assert len(kills) == 1, (kills, log[-3000:])
+    written = [p for p in tmp_path.glob("group*/**/*") if p.is_file()]
+    assert not written, written
+    result = ft_workers.verify(tmp_path, 2, epochs=epochs, nproc=2)
+    pids = result["rank_pids"]
+    assert len(pids["0.0"]) == 1 and len(pids["0.1"]) == 1, pids  # the survivors never restarted
+    assert len(pids["1.0"]) == 2 and len(pids["1.1"]) == 2, pids  # the victim group came back whole ...
+    assert result["first_steps"][1][1] > 1, result["first_steps"]  # ... and healed
+    after_kill = [r for r in ft_workers.records(tmp_path, 0) if r["time"] > kills[0]["time"]]
+    assert any(r["parts"] == 2 for r in after_kill), after_kill[:5]  # group 0 committed alone meanwhile
+    assert result["exactly_once"] and result["disagreements"] == 0 and result["parts_wrong"] == 0, result
+    assert result["steps"] == list(range(1, epochs * ft_workers.SAMPLES // ft_workers.GLOBAL + 1))
+    assert set(result["max_abs_diff"]) == {0, 1, "0.1", "1.1"}, result["max_abs_diff"]
+    assert max(result["max_abs_diff"].values()) <= BOUND, result["max_abs_diff"]
+    finals = [json.loads(path.read_text()) for path in sorted(tmp_path.glob("final-*.json"))]
+    assert len(finals) == 4 and all(final["state"] == finals[0]["state"] for final in finals), "the weights differ"
+    assert all(final["held"] < final["whole"] for final in finals), [(f["held"], f["whole"]) for f in finals]  # shards
+    healed = next(r for r in ft_workers.records(tmp_path, 1, 1) if r["time"] > kills[0]["time"])
+    print(f"ft-fsdp: each process held {[f['held'] for f in finals]} of {finals[0]['whole']} elements; rank pids {pids}; kill after step {kills[0]['after_step']} -> group 0's next committed step "
+          f"{after_kill[0]['step']} {after_kill[0]['time'] - kills[0]['time']:.2f} s later; group 1's healed step "
+          f"{healed['step']} {healed['time'] - kills[0]['time']:.1f} s after the kill; max |w - reference| "
+          f"{result['max_abs_diff']}")
+
+
 def _late_for_the_quorum() -> str:
     """Group rank 1 is busy elsewhere past the quorum's and the probe's timeouts: rank 0's step names it."""
     rt = pt.Runtime(strategy="ft-ddp", quorum_timeout=1, collective_timeout=1)

@@ -10,6 +10,7 @@
 ``deepspeed``  DeepSpeed ZeRO 1-3 (``pip install 'paratrain[deepspeed]'``)
 ``hsdp``       FSDP2 on a 2-D mesh: sharded inside a node, replicated across nodes
 ``ft-ddp``     per-step fault tolerance over replica groups (torchft; ``pip install 'paratrain[ft]'``)
+``ft-fsdp``    ``ft-ddp`` with FSDP2 sharding the model inside each replica group
 =============  ==========================================================================
 
 A strategy registers itself with the :func:`register_strategy` decorator on its class. The
@@ -111,15 +112,14 @@ def choose_strategy(strategy: str | Strategy, world_size: int, options: Mapping[
 def replica_group_refusal(cls: type[Strategy]) -> str:
     """Why strategy ``cls`` cannot run in a replica group of ``paratrain run --fault-tolerance replicas``, and
     what does: one line."""
-    joining = ", ".join(f"'{name}'" for name, c in STRATEGIES.items() if c.joins_replica_groups)
+    joining = " and ".join(f"'{name}'" for name, c in STRATEGIES.items() if c.joins_replica_groups)
     why = (f"strategy '{cls.name}' runs here in a replica group ({LIGHTHOUSE_ENV} and {GROUP_ENV} are set, as "
            "paratrain run --fault-tolerance replicas sets them), but it would train each group alone and their "
-           f"weights would part; only {joining} joins the groups' steps")
+           f"weights would part; only {joining} join the groups' steps")
     if cls.sharded_state:  # fsdp, hsdp: each process holds a shard of the model
-        return (f"{why}, and it holds the whole model on every process: sharding inside a replica group over "
-                "torchft (torchft's fault-tolerant HSDP) is not built in paratrain; use strategy='ft-ddp' for a model "
-                "that fits one device, or strategy='hsdp' under paratrain run --max-restarts N (a restart from the "
-                "last checkpoint) for one that does not (docs/fault-tolerance.md, Limits)")
+        return (f"{why}: use strategy='ft-fsdp' to shard the model over each group's processes (FSDP2 inside the "
+                "group, each shard all-reduced across groups), or 'ft-ddp' for a model that fits one device "
+                "(docs/fault-tolerance.md)")
     return f"{why}: use strategy='ft-ddp' (docs/fault-tolerance.md)"
 
 

@@ -33,7 +33,7 @@ is named after a barrier of ``collective_timeout``, and a group that fails ``hea
 row (it cannot heal, or its peers keep failing) stops with one line naming itself, so its launcher
 restarts it instead of it stalling the others.
 
-Not here: sharded models (FSDP over torchft needs reduce-scatter, which gloo lacks: NCCL only).
+A model sharded inside each group: :mod:`paratrain.strategy.ft_fsdp` (``ft-fsdp``), this class with FSDP2.
 """
 
 from __future__ import annotations
