@@ -8,7 +8,9 @@ uninterrupted process's within 1e-6 (measured: about 6e-8, the slices split over
 another order). The ten-kill version: benchmarks/ft_kill_soak.py. Then the same on 2 groups of 2 processes each,
 where one process of a group dies and its whole group restarts and heals; and on two nodes (network namespaces),
 one launcher each against node 0's Lighthouse, where a group killed on node 1 heals across the nodes while node 0's
-trains on, and a lost Lighthouse restarts both nodes' groups from disk."""
+trains on, and a lost Lighthouse restarts both nodes' groups from disk; on two IPv6-only nodes with a group of 2
+processes each, one process killed; and with ft-fsdp (the model sharded inside each group of 2). A Lighthouse at
+[::1] and the Lighthouse address forms refused are checked in process."""
 
 from __future__ import annotations
 
