@@ -172,6 +172,15 @@ def records(out: Path, group: int, rank: int = 0) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
 
 
+def wait_for_every_group(out: Path, parts: int, guard_s: float = 240.0) -> None:
+    """Until group 0 committed a step split into ``parts`` parts (every group of the job in its quorum): a kill
+    before that could land while a slow group was still starting, and the others would not be ahead of the
+    victim's next life (a guard of ``guard_s`` against a hang, not a time limit)."""
+    deadline = time.monotonic() + guard_s
+    while not any(r["parts"] == parts for r in records(out, 0)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def run_with_kills(job, out: Path, **kill_options) -> tuple[list, str]:
     """:func:`kill_at_random` on the running ``job``, then its end (a guard of 300 s against a hang, not a time
     limit; the job is killed if it is still running when anything failed). Returns the kills and the job's log,

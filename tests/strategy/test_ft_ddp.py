@@ -100,6 +100,7 @@ def test_ft_fsdp_groups_of_two_shard_the_model_one_process_killed_heals_its_shar
     epochs = 2
     job = ft_workers.start_job(tmp_path, 2, nproc=2, FT_STRATEGY="ft-fsdp", FT_STEP_SLEEP="0.5",
                                FT_EPOCHS=str(epochs), FT_SAVE_EVERY="1000")
+    ft_workers.wait_for_every_group(tmp_path, parts=4)  # both groups train together before the kill
     kills, log = ft_workers.run_with_kills(job, tmp_path, victim=1, rank=1, kills=1, rng=random.Random(17),
                                            last_step=20)
     assert len(kills) == 1, (kills, log[-3000:])
@@ -302,6 +303,7 @@ def test_two_ipv6_nodes_groups_of_two_processes_one_killed_heals_across_nodes_wh
         "--rdzv-timeout", "60"]), FT_STEP_SLEEP="0.4", FT_EPOCHS=str(epochs), FT_SAVE_EVERY="1000")
         for rank, ns in enumerate((ns0, ns1))]
     try:
+        ft_workers.wait_for_every_group(tmp_path, parts=4)  # both nodes' groups train together before the kill
         kills = ft_workers.kill_at_random(jobs[1], tmp_path, victim=1, rank=1, kills=1, rng=random.Random(13),
                                           last_step=25)
         codes = [job.wait(timeout=300) for job in jobs]  # a guard against a hang, not a time limit
