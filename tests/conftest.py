@@ -22,7 +22,7 @@ _GROUP_OF_FILE = {path: group for group, paths in SHARED_GROUPS.items() for path
 #: The rest follow in collection order. (pyproject's ``--no-loadscope-reorder`` keeps this order;
 #: xdist would otherwise sort the groups by their number of tests.)
 LONGEST_FIRST = (
-    "tests/strategy/test_ft_ddp.py",  # ~450 (3 groups of 1 with four starts, 2 groups of 2, two nodes, two IPv6 nodes of groups of 2, ft-fsdp, a late rank)
+    "tests/strategy/test_ft_ddp.py",  # ~550 (3 groups of 1 with four starts, 2 groups of 2, two nodes, two IPv6 nodes of groups of 2, ft-fsdp, a late rank)
     "tests/loop/test_elastic_trajectory.py",  # ~130 (6 jobs)
     "tests/diagnostics/watchdog/test_stall_positions.py",  # 130
     "tests/loop/test_run_directory.py",  # 121
