@@ -18,6 +18,14 @@ between distinct steps; and the time from each kill to the next *new* committed 
     python benchmarks/ft_goodput.py                       # Poisson mean 60 s, 15 minutes per mode
     python benchmarks/ft_goodput.py --mean 30 --duration 180 --baseline 60   # the quick run
     python benchmarks/ft_goodput.py --mean 1e9 --duration 40 --baseline 5 --step-sleep 0   # per-step cost
+
+``--nodes netns`` runs each job on two nodes instead: two network namespaces joined by a veth pair
+(tests/netns.py; needs root and iproute2), 2 processes per node, 4 in all. ``ft``: one launcher per node
+against node 0's Lighthouse, one replica group of 2 processes per node (a kill restarts its group, which heals
+across the pair); ``elastic``: ``paratrain run --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d
+--master-addr NODE0 --max-restarts 1000`` on each node (a kill restarts every process of both nodes from the last checkpoint).
+
+    sudo python benchmarks/ft_goodput.py --nodes netns --mean 20 --duration 45 --baseline 15   # the short trial
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ from tests.strategy import ft_workers  # noqa: E402
 from tests.support import clean_env, paratrain_cmd  # noqa: E402
 
 PROCESSES = 3
+PER_NODE = 2  # with --nodes netns: processes per node (2 nodes)
+START_GUARD_S = 180.0  # a guard: the first step of a job comes within seconds
 
 
 def elastic_worker(out: Path) -> None:
@@ -80,17 +90,44 @@ def elastic_worker(out: Path) -> None:
         slices.next_epoch()
 
 
-def start(mode: str, out: Path, step_sleep: float) -> subprocess.Popen:
+def start(mode: str, out: Path, step_sleep: float, hosts=None) -> list[subprocess.Popen]:
+    """The job's launchers: one on this machine, or one per node of ``hosts`` (tests/netns.py's two)."""
     env = clean_env(FT_STEP_SLEEP=str(step_sleep), FT_EPOCHS="100000")
-    log = open(out / "job.log", "w")
-    if mode == "ft":
-        argv = paratrain_cmd("run", "--fault-tolerance", "replicas", "--replica-groups", str(PROCESSES),
-                             "--replica-restarts", "1000", "--nproc-per-node", "1",
-                             str(ROOT / "tests/strategy/ft_workers.py"), str(out))
+    worker = [str(ROOT / "tests/strategy/ft_workers.py"), str(out)] if mode == "ft" else [__file__, "--worker", str(out)]
+    if hosts is None:
+        if mode == "ft":
+            flags = ["--fault-tolerance", "replicas", "--replica-groups", str(PROCESSES), "--replica-restarts",
+                     "1000", "--nproc-per-node", "1"]
+        else:
+            flags = ["--nproc-per-node", str(PROCESSES), "--max-restarts", "1000"]
+        commands = [([], flags)]
     else:
-        argv = paratrain_cmd("run", "--nproc-per-node", str(PROCESSES), "--max-restarts", "1000", __file__,
-                             "--worker", str(out))
-    return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+        master = hosts[0].address
+        commands = []
+        for rank, host in enumerate(hosts):
+            if mode == "ft":  # one replica group of PER_NODE processes per node, against node 0's Lighthouse
+                flags = ["--fault-tolerance", "replicas", "--replica-groups", "1", "--replica-restarts", "1000",
+                         "--nnodes", "2", "--node-rank", str(rank), "--master-addr", master, "--master-port",
+                         "29500", "--nproc-per-node", str(PER_NODE)]
+            else:  # c10d (node 0 hosts its store): after a failure both nodes' agents meet again, restart every worker
+                flags = ["--nnodes", "2", "--node-rank", str(rank), "--rdzv-backend", "c10d", "--master-addr", master,
+                         "--master-port", "29400", "--nproc-per-node", str(PER_NODE), "--max-restarts", "1000"]
+            commands.append((host.command([]), flags))
+    jobs = []
+    for rank, (prefix, flags) in enumerate(commands):
+        log = open(out / ("job.log" if len(commands) == 1 else f"job-{rank}.log"), "w")
+        jobs.append(subprocess.Popen([*prefix, *paratrain_cmd("run", *flags, *worker)], env=env, stdout=log,
+                                     stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True))
+    return jobs
+
+
+def pid_file(mode: str, victim: int, hosts) -> str:
+    """The pid file of process ``victim``: ft_workers names group rank ``r`` of group ``g`` ``pid-g.r`` (``pid-g``
+    for rank 0); the elastic worker names its global rank."""
+    if mode == "ft" and hosts is not None:
+        group, rank = divmod(victim, PER_NODE)
+        return f"pid-{group}" + (f".{rank}" if rank else "")
+    return f"pid-{victim}"
 
 
 def commits(out: Path) -> list[tuple[int, float]]:
@@ -102,6 +139,11 @@ def commits(out: Path) -> list[tuple[int, float]]:
                 record = json.loads(line)
                 found.append((record["step"], record["time"]))
     return sorted(found, key=lambda pair: pair[1])
+
+
+def _stop_all(jobs: list[subprocess.Popen]) -> None:
+    for job in jobs:
+        _stop(job)
 
 
 def _stop(job: subprocess.Popen) -> None:
@@ -116,7 +158,7 @@ def _stop(job: subprocess.Popen) -> None:
         job.wait()
 
 
-def kill_schedule(duration: float, mean: float, seed: int) -> list[tuple[float, int]]:
+def kill_schedule(duration: float, mean: float, seed: int, processes: int = PROCESSES) -> list[tuple[float, int]]:
     """(seconds after the first committed step, process) of every kill: exponential gaps of mean ``mean``;
     the same schedule for both modes."""
     rng, schedule, at = random.Random(seed), [], 0.0
@@ -124,30 +166,37 @@ def kill_schedule(duration: float, mean: float, seed: int) -> list[tuple[float, 
         at += rng.expovariate(1 / mean)
         if at >= duration:
             return schedule
-        schedule.append((at, rng.randrange(PROCESSES)))
+        schedule.append((at, rng.randrange(processes)))
 
 
-def run_mode(mode: str, duration: float, schedule: list[tuple[float, int]], step_sleep: float) -> dict:
+def run_mode(mode: str, duration: float, schedule: list[tuple[float, int]], step_sleep: float, hosts=None) -> dict:
     out = Path(tempfile.mkdtemp(prefix=f"ft-goodput-{mode}-"))
-    job = start(mode, out, step_sleep)
+    jobs = start(mode, out, step_sleep, hosts)
+
+    def running() -> bool:
+        return all(job.poll() is None for job in jobs)
+
     try:
-        while not commits(out) and job.poll() is None:  # the clock starts at the first committed step
+        waited = time.monotonic() + START_GUARD_S
+        while not commits(out) and running():  # the clock starts at the first committed step
+            if time.monotonic() > waited:
+                raise SystemExit(f"{mode}: no step committed within {START_GUARD_S:g} s of the start; see {out}/job*.log")
             time.sleep(0.1)
         began = time.time()
         kills, skipped, pending = [], 0, list(schedule)
-        while time.time() < began + duration and job.poll() is None:
+        while time.time() < began + duration and running():
             if pending and time.time() >= began + pending[0][0]:
                 _, victim = pending.pop(0)
                 try:
-                    pid = int((out / f"pid-{victim}").read_text())
+                    pid = int((out / pid_file(mode, victim, hosts)).read_text())
                     os.kill(pid, signal.SIGKILL)
                     kills.append(time.time())
                 except (OSError, ValueError):
                     skipped += 1  # that process is down already (restarting): nothing to kill
             time.sleep(0.05)
-        ended = time.time()
+        ended, ended_early = time.time(), not running()
     finally:  # also when this benchmark is interrupted: the job runs in a session of its own, nothing else ends it
-        _stop(job)
+        _stop_all(jobs)
     seen, distinct, new_at = set(), 0, []
     for step, at in commits(out):
         if began <= at <= ended and step not in seen:
@@ -159,7 +208,7 @@ def run_mode(mode: str, duration: float, schedule: list[tuple[float, int]], step
     latencies = [next((at for at in new_at if at > kill), ended) - kill for kill in kills]
     return {"mode": mode, "wall_s": ended - began, "kills": len(kills), "skipped_kills": skipped,
             "distinct_steps": distinct, "median_step_s": step_s,
-            "kill_to_next_new_step_s": latencies, "out": str(out)}
+            "kill_to_next_new_step_s": latencies, "ended_early": ended_early, "out": str(out)}
 
 
 def main() -> None:
@@ -171,16 +220,31 @@ def main() -> None:
     parser.add_argument("--step-sleep", type=float, default=0.2, help="stand-in compute seconds per step")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--modes", default="ft,elastic")
+    parser.add_argument("--nodes", choices=["one", "netns"], default="one",
+                        help="one: this machine; netns: two network namespaces, 2 processes each (needs root)")
     parser.add_argument("--worker", metavar="OUT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return elastic_worker(Path(args.worker))
+    # A SIGTERM (a timeout) unwinds like Ctrl-C: the jobs are stopped and the namespaces deleted.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.nodes == "netns":
+        from tests import netns
+
+        with netns.two_hosts() as hosts:
+            return measure(args, list(hosts))
+    return measure(args, None)
+
+
+def measure(args: argparse.Namespace, hosts) -> None:
     results = []
-    schedule = kill_schedule(args.duration, args.mean, args.seed)
-    print(f"kill schedule (s after the first step, process): {[(round(at, 1), who) for at, who in schedule]}")
+    schedule = kill_schedule(args.duration, args.mean, args.seed, PROCESSES if hosts is None else 2 * PER_NODE)
+    where = "this machine" if hosts is None else f"2 nodes ({hosts[0].address}, {hosts[1].address}) of {PER_NODE}"
+    print(f"on {where}; kill schedule (s after the first step, process): "
+          f"{[(round(at, 1), who) for at, who in schedule]}")
     for mode in args.modes.split(","):
-        baseline = run_mode(mode, args.baseline, [], args.step_sleep)  # the same job, nothing killed
-        result = run_mode(mode, args.duration, schedule, args.step_sleep)
+        baseline = run_mode(mode, args.baseline, [], args.step_sleep, hosts)  # the same job, nothing killed
+        result = run_mode(mode, args.duration, schedule, args.step_sleep, hosts)
         result["steps_per_s_without_failures"] = baseline["distinct_steps"] / baseline["wall_s"]
         result["goodput"] = result["distinct_steps"] / result["wall_s"] / result["steps_per_s_without_failures"]
         results.append(result)
@@ -190,7 +254,8 @@ def main() -> None:
               f"steps ({result['steps_per_s_without_failures']:.2f}/s without failures), goodput "
               f"{result['goodput']:.2f} (effective {result['goodput'] * result['wall_s']:.0f} s of "
               f"{result['wall_s']:.0f}); kill → next new step: median "
-              f"{statistics.median(lat) if lat else float('nan'):.1f} s, max {max(lat) if lat else float('nan'):.1f} s",
+              f"{statistics.median(lat) if lat else float('nan'):.1f} s, max {max(lat) if lat else float('nan'):.1f} s"
+              + ("; A LAUNCHER ENDED BEFORE THE END (see its job log)" if result["ended_early"] else ""),
               flush=True)
     if len(results) == 2 and results[1]["distinct_steps"]:
         print(f"ft / elastic distinct steps in the same wall time: "

@@ -22,7 +22,7 @@ _GROUP_OF_FILE = {path: group for group, paths in SHARED_GROUPS.items() for path
 #: The rest follow in collection order. (pyproject's ``--no-loadscope-reorder`` keeps this order;
 #: xdist would otherwise sort the groups by their number of tests.)
 LONGEST_FIRST = (
-    "tests/strategy/test_ft_ddp.py",  # ~240 (3 groups of 1 with four starts, 2 groups of 2, two nodes, a late rank)
+    "tests/strategy/test_ft_ddp.py",  # ~550 (3 groups of 1 with four starts, 2 groups of 2, two nodes, two IPv6 nodes of groups of 2, ft-fsdp, a late rank)
     "tests/loop/test_elastic_trajectory.py",  # ~130 (6 jobs)
     "tests/diagnostics/watchdog/test_stall_positions.py",  # 130
     "tests/loop/test_run_directory.py",  # 121
@@ -145,10 +145,20 @@ def cli_env():
 def two_hosts():
     """(namespace, interface, address) for node 0 and node 1 — two network namespaces joined by a
     veth pair (tests/netns.py); always deleted afterwards."""
+    yield from _two_hosts(ipv6=False)
+
+
+@pytest.fixture
+def two_ipv6_hosts():
+    """As ``two_hosts``, the pair carrying IPv6 addresses only."""
+    yield from _two_hosts(ipv6=True)
+
+
+def _two_hosts(ipv6: bool):
     from tests import netns
 
     try:
-        with netns.two_hosts() as hosts:
+        with netns.two_hosts(ipv6=ipv6) as hosts:
             yield [(h.namespace, h.interface, h.address) for h in hosts]
     except netns.NetnsUnavailable as exc:
         pytest.skip(f"two-node test: {exc}")

@@ -65,9 +65,11 @@ def _shape(host: Host, rate: str | None, delay: str | None) -> None:
 
 
 @contextlib.contextmanager
-def two_hosts(rate: str | None = None, delay: str | None = None) -> Iterator[tuple[Host, Host]]:
+def two_hosts(rate: str | None = None, delay: str | None = None, ipv6: bool = False) -> Iterator[tuple[Host, Host]]:
     """Two namespaces joined by a veth pair, each end limited to ``rate`` (tc syntax: ``100mbit``,
-    ``1gbit``) with ``delay`` added (``2ms``; needs netem); deleted on exit.
+    ``1gbit``) with ``delay`` added (``2ms``; needs netem); deleted on exit. With ``ipv6`` the pair carries
+    only IPv6 addresses (``fd00:<random>::1`` and ``::2``, a unique local prefix; no IPv4 on it) and so does
+    ``Host.address``.
 
     Raises:
         NetnsUnavailable: not root, no iproute2, or the kernel refuses namespaces or the shaping.
@@ -77,7 +79,8 @@ def two_hosts(rate: str | None = None, delay: str | None = None) -> Iterator[tup
         raise NetnsUnavailable(reason)
     tag = f"{os.getpid() % 0xFFFFF:x}{secrets.token_hex(2)}"  # interface names have at most 15 characters
     subnet = secrets.randbelow(250) + 1
-    hosts = tuple(Host(f"paratrain-{tag}-{i}", f"pt{tag}{i}", f"10.231.{subnet}.{i + 1}") for i in range(2))
+    addresses = [f"fd00:231:{subnet:x}::{i + 1}" if ipv6 else f"10.231.{subnet}.{i + 1}" for i in range(2)]
+    hosts = tuple(Host(f"paratrain-{tag}-{i}", f"pt{tag}{i}", addresses[i]) for i in range(2))
     created: list[str] = []
     try:
         for host in hosts:
@@ -93,7 +96,9 @@ def two_hosts(rate: str | None = None, delay: str | None = None) -> Iterator[tup
         ]
         for host in hosts:
             steps += [
-                ["-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", host.interface],
+                # nodad: the address is usable at once, not after IPv6's duplicate address detection (~1 s)
+                ["-n", host.namespace, "addr", "add", f"{host.address}/64", "dev", host.interface, "nodad"] if ipv6
+                else ["-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", host.interface],
                 ["-n", host.namespace, "link", "set", host.interface, "up"],
                 ["-n", host.namespace, "link", "set", "lo", "up"],
             ]

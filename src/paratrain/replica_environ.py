@@ -7,8 +7,66 @@ live in different layers, so the names live here, below both.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 #: torchft's own names: the Lighthouse's address, this group's index, the number of groups.
 LIGHTHOUSE_ENV, GROUP_ENV, GROUPS_ENV = "TORCHFT_LIGHTHOUSE", "REPLICA_GROUP_ID", "NUM_REPLICA_GROUPS"
 #: The address of this node that the other groups reach (set by ``paratrain run --fault-tolerance replicas
 #: --nnodes M``: the one that routes to node 0); without it a group uses ``MASTER_ADDR``, its own (one node).
 ADDRESS_ENV = "PARATRAIN_FT_ADDRESS"
+
+
+def in_replica_group(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process is one of a replica group's: torchft's Lighthouse and group index are set (by
+    ``paratrain run --fault-tolerance replicas``, or by hand for torchft)."""
+    environ = os.environ if environ is None else environ
+    return bool(environ.get(LIGHTHOUSE_ENV)) and GROUP_ENV in environ
+
+
+def url_host(host: str) -> str:
+    """``host`` as it goes in a URL or a ``HOST:PORT`` pair: an IPv6 literal in brackets (``[fd00::1]``)."""
+    host = host.strip("[]")
+    return f"[{host}]" if ":" in host else host
+
+
+def lighthouse_url(value: str, source: str = LIGHTHOUSE_ENV) -> str:
+    """The Lighthouse's address as torchft dials it, ``http://HOST:PORT``, from ``value``: that form, or
+    ``HOST:PORT`` (``http://`` is added); an IPv6 literal in brackets (``http://[::1]:29500``, ``[::1]:29500``).
+
+    Raises:
+        ConfigError: any other form (an IPv6 literal without brackets, no port, a path, another scheme); the
+            line names ``source`` and the form to write.
+    """
+    from urllib.parse import urlsplit
+
+    from paratrain.errors import ConfigError
+
+    text = value.strip()
+    given = text if "://" in text else f"http://{text}"
+    parsed = urlsplit(given)
+    netloc = parsed.netloc
+    example = "http://10.0.0.1:29500 or, for IPv6, http://[fd00::1]:29500"
+    if netloc.count(":") > 1 and not netloc.startswith("["):
+        host, _, port = netloc.rpartition(":")
+        if not port.isdigit() or _is_ipv6(netloc):  # fd00::1 alone: no port
+            host, port = netloc, "PORT"
+        raise ConfigError(f"{source}={value!r}: an IPv6 address goes in brackets before the port; write "
+                          f"http://[{host}]:{port}")
+    try:
+        port = parsed.port
+    except ValueError:
+        port = None
+    if parsed.scheme != "http" or not parsed.hostname or port is None or parsed.path.strip("/") \
+            or parsed.query or parsed.username:
+        raise ConfigError(f"{source}={value!r} is not the Lighthouse's http://HOST:PORT; write {example}")
+    return f"http://{url_host(parsed.hostname)}:{port}"
+
+
+def _is_ipv6(text: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(text.split("%")[0]).version == 6
+    except ValueError:
+        return False

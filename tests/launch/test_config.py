@@ -170,6 +170,15 @@ def test_a_slurm_step_with_several_tasks_per_node_runs_when_the_flags_say_what_t
         (["--nnodes", "2", ALLREDUCE], "needs --master-addr"),
         (["--nnodes", "2", "--master-addr", "no-such-host.invalid", ALLREDUCE], "does not resolve"),
         (["--master-port", "70000", ALLREDUCE], "not a TCP port"),
+        (["--nnodes", "2", "--master-addr", "[::1]:29500", ALLREDUCE],
+         r"'\[::1\]:29500' is not an address: give the address alone and the port apart: --master-addr ::1 "
+         "--master-port 29500"),
+        (["--nnodes", "2", "--master-addr", "10.0.0.1:29500", ALLREDUCE],
+         "holds a port; write --master-addr 10.0.0.1 --master-port 29500"),
+        (["--nnodes", "2", "--master-addr", "fd00::1:29500", ALLREDUCE],
+         r"write an IPv6 address alone \(--master-addr fd00::1 or --master-addr \[fd00::1\]\)"),
+        (["--nnodes", "2", "--rdzv-endpoint", "::1:29500", ALLREDUCE],
+         r"an IPv6 address goes in brackets before the port; write --rdzv-endpoint \[fd00::1\]:29500"),
         (["--max-restarts", "-1", ALLREDUCE], "--max-restarts -1"),
         (["--rdzv-timeout", "0", ALLREDUCE], "--rdzv-timeout 0"),
         (["--rdzv-backend", "zookeeper", ALLREDUCE], "--rdzv-backend 'zookeeper'"),
@@ -185,6 +194,12 @@ def test_validate_refuses_with_one_line(argv, message):
     with pytest.raises(ConfigError, match=message) as caught:
         config(*argv).validate()
     assert "\n" not in str(caught.value)
+
+
+def test_an_ipv6_node_0_is_taken_with_or_without_brackets():
+    for argv in (["--master-addr", "[fd00::1]"], ["--master-addr", "fd00::1"], ["--rdzv-endpoint", "[fd00::1]:29400"]):
+        given = config("--nnodes", "2", "--node-rank", "1", *argv, ALLREDUCE)
+        assert given.master_addr == "fd00::1", (argv, given.master_addr)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is visible: nccl is allowed here")

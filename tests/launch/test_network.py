@@ -48,3 +48,16 @@ def test_wait_for_listener():
         port = server.getsockname()[1]
     with pytest.raises(LaunchError, match=f"master at 127.0.0.1:{port} did not answer within 0.3s"):
         network.wait_for_listener("127.0.0.1", port, timeout_s=0.3, interval_s=0.05)
+
+
+def test_an_address_flag_takes_ipv4_ipv6_or_a_name_alone_and_refuses_a_port_in_one_line():
+    for good in ("10.0.0.1", "node0", "::1", "[::1]", "fd00::1", "fe80::1%eth0"):
+        network.check_address_form("--master-addr", good)
+    for bad, fix in (("[::1]:29500", "--master-addr ::1 --master-port 29500"),
+                     ("10.0.0.1:29500", "--master-addr 10.0.0.1 --master-port 29500"),
+                     ("[::1", "--master-addr ::1 or --master-addr [::1]"),
+                     ("http://[fd00::1]:29500", "--master-addr fd00::1 (the port goes in --master-port)"),
+                     ("fd00::1:29500", "--master-addr fd00::1 or --master-addr [fd00::1]")):
+        with pytest.raises(ConfigError) as refused:
+            network.check_address_form("--master-addr", bad)
+        assert "\n" not in str(refused.value) and fix in str(refused.value), str(refused.value)

@@ -35,6 +35,13 @@ def test_a_group_shape_that_could_be_uneven_is_refused_in_one_line_before_anythi
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "--nnodes 1:2 lets a group grow and shrink" in lines[0], done.stderr
     assert "Lighthouse" not in done.stdout + done.stderr and not (tmp_path / "train.py.ran").exists()
+    done = subprocess.run(paratrain_cmd("run", "--fault-tolerance", "replicas", "--nnodes", "2", "--master-addr",
+                                        "[::1]:29500", str(script)), env=clean_env(), capture_output=True, text=True,
+                          timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1, done.stderr
+    assert lines[0].endswith("give the address alone and the port apart: --master-addr ::1 --master-port 29500"), lines
+    assert "Lighthouse" not in done.stdout + done.stderr and not (tmp_path / "train.py.ran").exists()
     check_group_shape(1, 1)
     check_group_shape(2, 2, "10.0.0.1")
     with pytest.raises(ConfigError, match="on --nnodes 2 needs --master-addr: an address of node 0"):

@@ -26,3 +26,25 @@ def test_several_nodes_node_0_away_from_the_master_address_and_a_node_without_li
     assert len(waiting_lines) == 1, waiting.stderr
     assert f"the Lighthouse at 127.0.0.1:{port} (node 0) did not answer within 1s" in waiting_lines[0], waiting.stderr
     assert not (tmp_path / "train.py.ran").exists()
+
+
+def test_a_sharded_strategy_in_a_replica_group_is_refused_in_one_line_and_the_group_is_not_started_again(tmp_path):
+    """``strategy="fsdp"`` in a replica group would train each group alone: every worker refuses it in one line
+    naming what works (a ConfigError, exit code 2), and the launcher does not start the group again (the same start
+    fails the same way) but exits 2 itself."""
+    import subprocess
+
+    from tests.support import clean_env, paratrain_cmd
+
+    script = tmp_path / "train.py"
+    script.write_text("import paratrain as pt\npt.Runtime(strategy='fsdp')\nopen(__file__ + '.ran', 'w').close()\n")
+    done = subprocess.run(paratrain_cmd("run", "--fault-tolerance", "replicas", "--replica-groups", "1",
+                                        "--nproc-per-node", "2", str(script)),
+                          env=clean_env(), capture_output=True, text=True, timeout=300)
+    said = done.stdout + done.stderr
+    assert done.returncode == 2, said[-3000:]
+    refusal = "strategy 'fsdp' runs here in a replica group (TORCHFT_LIGHTHOUSE and REPLICA_GROUP_ID are set"
+    assert refusal in said and "use strategy='ft-fsdp' to shard the model over each group's processes" in said, \
+        said[-3000:]
+    assert said.count("replica group 0 exited with code 2, a configuration error") == 1, said[-3000:]
+    assert "starting it again (" not in said and not (tmp_path / "train.py.ran").exists(), said[-3000:]

@@ -2,14 +2,14 @@
 --fault-tolerance replicas … tests/strategy/ft_workers.py OUT``), and the uninterrupted reference.
 
 Each group trains ``EPOCHS`` epochs of a seeded order over ``SAMPLES`` rows in global batches of
-``GLOBAL``, checkpoints to ``OUT/group<i>`` every ``SAVE_EVERY`` committed steps, and each of its
+``GLOBAL``, checkpoints to ``OUT/group<i>`` every ``SAVE_EVERY`` (``FT_SAVE_EVERY``) committed steps, and each of its
 processes appends one line per committed step to ``OUT/steps-<i>.jsonl`` (group rank 0; rank ``r``
 of a group of several: ``steps-<i>.<r>.jsonl``): its pid, the committed step, the epoch, the step's
 whole slice, its own part, the part's loss weight and the number of parts. ``FT_KILL_IN_ALLREDUCE=G:S``
 makes group G's rank 0 kill itself with SIGKILL inside the gradient all-reduce across groups of committed
 step S, once per run (a marker file in OUT); ``G:S:R``: its rank R, at the all-reduce, before its part is
 sent, so that the peers of its ring wait for it inside the collective.
-``FT_STEP_SLEEP`` seconds between steps stretch the run until the harness is done (``OUT/harness-done``):
+``FT_STRATEGY`` picks the strategy (``ft-ddp``; ``ft-fsdp``). ``FT_STEP_SLEEP`` seconds between steps stretch the run until the harness is done (``OUT/harness-done``):
 the kills, and the relaunches after them, need time to land, however loaded the machine.
 """
 
@@ -106,7 +106,7 @@ def kill_in_allreduce(rt, out: Path) -> None:
 def main(out: Path) -> None:
     import paratrain as pt
 
-    rt = pt.Runtime(strategy="ft-ddp", seed=SEED)
+    rt = pt.Runtime(strategy=os.environ.get("FT_STRATEGY", "ft-ddp"), seed=SEED)
     group, rank = rt.strategy.group, rt.strategy.group_rank
     (out / _name("pid", group, rank)).write_text(str(os.getpid()))  # for a harness that kills at random
     net = model()
@@ -129,12 +129,15 @@ def main(out: Path) -> None:
                                           "part": ids.tolist(), "weight": weight, "parts": train.last_parts,
                                           "time": time.time()}) + "\n")
                     log.flush()
-                    if step % SAVE_EVERY == 0:
+                    if step % int(os.environ.get("FT_SAVE_EVERY", SAVE_EVERY)) == 0:
                         ckpt.save(step=step)
                 if pause and not (out / "harness-done").exists():
                     time.sleep(pause)
-    state = {name: tensor.tolist() for name, tensor in rt.unwrap(net).state_dict().items()}
-    final = {"state": state, "steps": rt.strategy.committed_steps}
+    state = {name: getattr(tensor, "full_tensor", lambda t=tensor: t)().tolist()  # ft-fsdp: gathered in the group
+             for name, tensor in rt.unwrap(net).state_dict().items()}
+    held = sum(getattr(t, "to_local", lambda t=t: t)().numel() for t in rt.unwrap(net).state_dict().values())
+    final = {"state": state, "steps": rt.strategy.committed_steps, "held": held,  # elements this process holds
+             "whole": sum(len(torch.tensor(v).flatten()) for v in state.values())}
     (out / _name("final", group, rank, ".json")).write_text(json.dumps(final))
     rt.close()
 
@@ -167,6 +170,15 @@ def records(out: Path, group: int, rank: int = 0) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def wait_for_every_group(out: Path, parts: int, guard_s: float = 240.0) -> None:
+    """Until group 0 committed a step split into ``parts`` parts (every group of the job in its quorum): a kill
+    before that could land while a slow group was still starting, and the others would not be ahead of the
+    victim's next life (a guard of ``guard_s`` against a hang, not a time limit)."""
+    deadline = time.monotonic() + guard_s
+    while not any(r["parts"] == parts for r in records(out, 0)) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def run_with_kills(job, out: Path, **kill_options) -> tuple[list, str]:

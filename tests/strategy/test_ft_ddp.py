@@ -8,10 +8,13 @@ uninterrupted process's within 1e-6 (measured: about 6e-8, the slices split over
 another order). The ten-kill version: benchmarks/ft_kill_soak.py. Then the same on 2 groups of 2 processes each,
 where one process of a group dies and its whole group restarts and heals; and on two nodes (network namespaces),
 one launcher each against node 0's Lighthouse, where a group killed on node 1 heals across the nodes while node 0's
-trains on, and a lost Lighthouse restarts both nodes' groups from disk."""
+trains on, and a lost Lighthouse restarts both nodes' groups from disk; on two IPv6-only nodes with a group of 2
+processes each, one process killed; and with ft-fsdp (the model sharded inside each group of 2). A Lighthouse at
+[::1] and the Lighthouse address forms refused are checked in process."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -88,6 +91,42 @@ def test_groups_of_two_processes_one_killed_restarts_whole_and_heals_while_the_o
     assert max(result["max_abs_diff"].values()) <= BOUND, result["max_abs_diff"]
 
 
+def test_ft_fsdp_groups_of_two_shard_the_model_one_process_killed_heals_its_shards_from_the_live_group(tmp_path):
+    """strategy="ft-fsdp": 2 groups of 2 processes, each group sharding the model with FSDP2 over its 2 processes,
+    each shard all-reduced over its ring. Group 1's rank 1 is killed at a random moment: group 0 keeps its pids and
+    commits alone; group 1 comes back whole and each rank heals its shards from its peer of group 0 (no checkpoint
+    is written). Every epoch trains each sample once and all 4 processes end with the same gathered weights, those
+    of one uninterrupted process."""
+    epochs = 2
+    job = ft_workers.start_job(tmp_path, 2, nproc=2, FT_STRATEGY="ft-fsdp", FT_STEP_SLEEP="0.5",
+                               FT_EPOCHS=str(epochs), FT_SAVE_EVERY="1000")
+    ft_workers.wait_for_every_group(tmp_path, parts=4)  # both groups train together before the kill
+    kills, log = ft_workers.run_with_kills(job, tmp_path, victim=1, rank=1, kills=1, rng=random.Random(17),
+                                           last_step=20)
+    assert len(kills) == 1, (kills, log[-3000:])
+    written = [p for p in tmp_path.glob("group*/**/*") if p.is_file()]
+    assert not written, written
+    result = ft_workers.verify(tmp_path, 2, epochs=epochs, nproc=2)
+    pids = result["rank_pids"]
+    assert len(pids["0.0"]) == 1 and len(pids["0.1"]) == 1, pids  # the survivors never restarted
+    assert len(pids["1.0"]) == 2 and len(pids["1.1"]) == 2, pids  # the victim group came back whole ...
+    assert result["first_steps"][1][1] > 1, result["first_steps"]  # ... and healed
+    after_kill = [r for r in ft_workers.records(tmp_path, 0) if r["time"] > kills[0]["time"]]
+    assert any(r["parts"] == 2 for r in after_kill), after_kill[:5]  # group 0 committed alone meanwhile
+    assert result["exactly_once"] and result["disagreements"] == 0 and result["parts_wrong"] == 0, result
+    assert result["steps"] == list(range(1, epochs * ft_workers.SAMPLES // ft_workers.GLOBAL + 1))
+    assert set(result["max_abs_diff"]) == {0, 1, "0.1", "1.1"}, result["max_abs_diff"]
+    assert max(result["max_abs_diff"].values()) <= BOUND, result["max_abs_diff"]
+    finals = [json.loads(path.read_text()) for path in sorted(tmp_path.glob("final-*.json"))]
+    assert len(finals) == 4 and all(final["state"] == finals[0]["state"] for final in finals), "the weights differ"
+    assert all(final["held"] < final["whole"] for final in finals), [(f["held"], f["whole"]) for f in finals]  # shards
+    healed = next(r for r in ft_workers.records(tmp_path, 1, 1) if r["time"] > kills[0]["time"])
+    print(f"ft-fsdp: each process held {[f['held'] for f in finals]} of {finals[0]['whole']} elements; rank pids {pids}; kill after step {kills[0]['after_step']} -> group 0's next committed step "
+          f"{after_kill[0]['step']} {after_kill[0]['time'] - kills[0]['time']:.2f} s later; group 1's healed step "
+          f"{healed['step']} {healed['time'] - kills[0]['time']:.1f} s after the kill; max |w - reference| "
+          f"{result['max_abs_diff']}")
+
+
 def _late_for_the_quorum() -> str:
     """Group rank 1 is busy elsewhere past the quorum's and the probe's timeouts: rank 0's step names it."""
     rt = pt.Runtime(strategy="ft-ddp", quorum_timeout=1, collective_timeout=1)
@@ -135,6 +174,43 @@ def test_refusals_in_one_line(monkeypatch):
     with pytest.raises(pt.DistributedError, match=r"replica group 0 cannot reach the Lighthouse at http://127"):
         pt.Runtime(strategy="ft-ddp", collective_timeout=1)
     assert set(listening_sockets(os.getpid())) <= listening_before  # the refused start left nothing listening
+
+
+def test_a_lighthouse_at_an_ipv6_literal_is_reached_and_bad_forms_are_refused_in_one_line(monkeypatch):
+    """``TORCHFT_LIGHTHOUSE`` as ``[::1]:PORT`` (``http://`` added) reaches a Lighthouse listening on ``[::1]`` and
+    a step commits, with the group's store and Manager server on ``::1`` too (``PARATRAIN_FT_ADDRESS``): the quorum
+    hands out ``::1:PORT`` store addresses and a bracketed Manager address. An IPv6 literal without brackets, or
+    without a port, is refused in one line that writes the form to use, before anything starts."""
+    from torchft._torchft import LighthouseServer
+
+    from paratrain.replica_environ import ADDRESS_ENV
+
+    for bad, fix in (("http://::1:29500", "write http://[::1]:29500"), ("fd00::1", "write http://[fd00::1]:PORT"),
+                     ("http://[::1]", "write http://10.0.0.1:29500 or, for IPv6, http://[fd00::1]:29500")):
+        monkeypatch.setenv("TORCHFT_LIGHTHOUSE", bad)
+        with pytest.raises(ConfigError) as refused:
+            pt.Runtime(strategy="ft-ddp", collective_timeout=1)
+        assert len(str(refused.value).splitlines()) == 1 and str(refused.value).endswith(fix), str(refused.value)
+    lighthouse = LighthouseServer(bind="[::1]:0", min_replicas=1)
+    try:
+        monkeypatch.setenv("TORCHFT_LIGHTHOUSE", "[::1]:" + lighthouse.address().rsplit(":", 1)[1])
+        monkeypatch.setenv(ADDRESS_ENV, "::1")
+        rt = pt.Runtime(strategy="ft-ddp", seed=0, collective_timeout=5)
+        try:
+            assert rt.strategy.lighthouse == "http://" + os.environ["TORCHFT_LIGHTHOUSE"]
+            net = ft_workers.model()
+            net, optimizer = rt.setup(net, torch.optim.SGD(net.parameters(), lr=0.1))
+            x, y, _ = next(iter(rt.loader(ft_workers.Rows(), batch_size=8)))
+            rt.backward(torch.nn.functional.mse_loss(net(x), y))
+            assert rt.step(optimizer) and rt.strategy.committed_steps == 1
+            from torchft.manager import MANAGER_ADDR_KEY
+
+            advertised = rt.strategy.manager._store.get(MANAGER_ADDR_KEY).decode()
+            assert advertised.startswith("http://[::1]:"), advertised  # torchft's own form would be http://::1:PORT
+        finally:
+            rt.close()
+    finally:
+        lighthouse.shutdown()
 
 
 def test_two_nodes_one_lighthouse_a_killed_group_heals_across_nodes_a_lost_lighthouse_restarts_both(tmp_path, two_hosts):
@@ -206,3 +282,61 @@ def test_two_nodes_one_lighthouse_a_killed_group_heals_across_nodes_a_lost_light
           f"Lighthouse lost -> next committed step "
           f"{after_loss[0]['time'] - lighthouse_lost[0]:.2f} s; max |w - reference| {result['max_abs_diff']}; "
           f"launchers ended {ended[0] - lighthouse_lost[0]:.1f} s and {ended[1] - lighthouse_lost[0]:.1f} s after it")
+
+
+def test_two_ipv6_nodes_groups_of_two_processes_one_killed_heals_across_nodes_while_the_other_node_trains_on(
+        tmp_path, two_ipv6_hosts):
+    """Two nodes (network namespaces joined by a veth pair that carries IPv6 addresses only), one launcher each
+    against node 0's Lighthouse at an IPv6 literal (``--master-addr [fd00:…::1]`` on node 0, the same address
+    without brackets on node 1), one replica group of 2 processes per node: the Lighthouse, the groups' stores,
+    Manager and checkpoint servers and gloo's sockets all speak IPv6 across the pair. Group 1's rank 1 (node 1) is killed with SIGKILL at a random moment:
+    its agent ends the group, node 1's launcher starts both processes again, and each heals over the pair from its
+    peer rank of node 0's group (no checkpoint read: none is written before the kill); node 0's two processes keep
+    their pids and commit alone meanwhile, each step split over their 2 parts. Every epoch trains each sample once,
+    every step's parts make its slice, and all 4 processes end with the same weights, those of one uninterrupted
+    process."""
+    (ns0, _, addr0), (ns1, _, _) = two_ipv6_hosts
+    epochs = 2
+    jobs = [ft_workers.start_job(tmp_path, 1, nproc=2, node=(["ip", "netns", "exec", ns], [
+        "--nnodes", "2", "--node-rank", str(rank), "--master-addr", f"[{addr0}]" if rank == 0 else addr0,
+        "--master-port", "29500",
+        "--rdzv-timeout", "60"]), FT_STEP_SLEEP="0.4", FT_EPOCHS=str(epochs), FT_SAVE_EVERY="1000")
+        for rank, ns in enumerate((ns0, ns1))]
+    try:
+        ft_workers.wait_for_every_group(tmp_path, parts=4)  # both nodes' groups train together before the kill
+        kills = ft_workers.kill_at_random(jobs[1], tmp_path, victim=1, rank=1, kills=1, rng=random.Random(13),
+                                          last_step=25)
+        codes = [job.wait(timeout=300) for job in jobs]  # a guard against a hang, not a time limit
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                job.kill()
+    logs = [(tmp_path / f"job-{rank}.log").read_text() for rank in range(2)]
+    assert codes == [0, 0], [log[-3000:] for log in logs]
+    assert len(kills) == 1, (kills, logs[1][-3000:])
+    for rank in range(2):
+        started = f"Lighthouse at http://[{addr0}]:29500; starting 1 replica group ({rank} of 2, node {rank})"
+        assert started in logs[rank], logs[rank][-3000:]
+    assert "replica group 1 exited with code" in logs[1] and "it heals from a live group" in logs[1], logs[1][-3000:]
+    written = [p for p in tmp_path.glob("group*/**/*") if p.is_file()]
+    assert not written, written  # no checkpoint on disk: healing took the state from the live group
+    result = ft_workers.verify(tmp_path, 2, epochs=epochs, nproc=2)
+    pids = result["rank_pids"]
+    assert len(pids["0.0"]) == 1 and len(pids["0.1"]) == 1, pids  # node 0's group never restarted
+    assert len(pids["1.0"]) == 2 and len(pids["1.1"]) == 2, pids  # node 1's group came back whole ...
+    assert result["first_steps"][1][1] > 1, result["first_steps"]  # ... and healed from node 0's
+    after_kill = [r for r in ft_workers.records(tmp_path, 0) if r["time"] > kills[0]["time"]]
+    assert any(r["parts"] == 2 for r in after_kill), after_kill[:5]  # node 0's group committed alone meanwhile
+    assert "group(s) 1 left the quorum" in logs[0]
+    assert result["exactly_once"] and result["disagreements"] == 0 and result["parts_wrong"] == 0, result
+    assert result["parts_checked"] >= len(result["steps"]) - 2, result  # every step but those a kill cut short
+    assert result["steps"] == list(range(1, epochs * ft_workers.SAMPLES // ft_workers.GLOBAL + 1))
+    assert set(result["max_abs_diff"]) == {0, 1, "0.1", "1.1"}, result["max_abs_diff"]  # every process finished
+    assert max(result["max_abs_diff"].values()) <= BOUND, result["max_abs_diff"]
+    finals = [json.loads(path.read_text())["state"] for path in sorted(tmp_path.glob("final-*.json"))]
+    assert len(finals) == 4 and all(final == finals[0] for final in finals), "the final weights differ"
+    healed = next(r for r in ft_workers.records(tmp_path, 1, 1) if r["time"] > kills[0]["time"])
+    print(f"rank pids {pids}; first steps {result['first_steps']}; kill after step {kills[0]['after_step']} -> "
+          f"node 0's next committed step {after_kill[0]['step']} {after_kill[0]['time'] - kills[0]['time']:.2f} s "
+          f"later; node 1's healed step {healed['step']} {healed['time'] - kills[0]['time']:.1f} s after the kill; "
+          f"max |w - reference| {result['max_abs_diff']}")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 import pytest
 import torch
 
 import paratrain as pt
-from paratrain.errors import MissingDependencyError
+from paratrain.errors import ConfigError, MissingDependencyError
 from paratrain.strategy import STRATEGIES
 from paratrain.strategy.unused_parameters import (
     reducer_parameter_names,
@@ -54,6 +55,7 @@ def test_only_sharded_strategies_declare_sharded_state():
     from paratrain.strategy.fsdp import FSDPStrategy
 
     sharded = {name for name, cls in STRATEGIES.items() if issubclass(cls, FSDPStrategy)}  # fsdp and its kind (hsdp)
+    sharded |= {"ft-fsdp"} & set(STRATEGIES)  # FSDP2 inside each replica group
     assert {name for name, cls in STRATEGIES.items() if cls.sharded_state} == sharded >= {"fsdp"}
     assert not STRATEGIES["deepspeed"].sharded_state  # deepspeed checkpoints gather whole tensors
 
@@ -251,3 +253,25 @@ def test_whether_the_loop_may_drop_a_step_is_the_strategys_to_say():
         check_options(task, FitConfig(strategy="deepspeed", on_nonfinite="skip"))
     for name in ("ddp", "fsdp", "hsdp"):
         check_options(task, FitConfig(strategy=name, on_nonfinite="skip"))
+
+
+def test_in_a_replica_group_only_a_strategy_that_joins_its_steps_is_taken(monkeypatch):
+    """Inside a replica group (torchft's variables set) a strategy that would train the group alone is refused in one
+    line that names what works: ft-ddp, and for a sharded one ft-fsdp."""
+    from paratrain.strategy import STRATEGIES, choose_strategy
+
+    monkeypatch.setenv("TORCHFT_LIGHTHOUSE", "http://127.0.0.1:29500")
+    monkeypatch.setenv("REPLICA_GROUP_ID", "0")
+    if importlib.util.find_spec("torchft") is not None:
+        assert choose_strategy("ft-ddp", 2)[0] is STRATEGIES["ft-ddp"]
+        assert choose_strategy("ft-fsdp", 2)[0] is STRATEGIES["ft-fsdp"]
+    for name in ("auto", "ddp", "fsdp", "hsdp"):
+        with pytest.raises(ConfigError) as refused:
+            choose_strategy(name, 2)
+        message = str(refused.value)
+        shown = "ddp" if name == "auto" else name
+        assert "\n" not in message and message.startswith(f"strategy '{shown}' runs here in a replica group"), message
+        assert "only 'ft-ddp' and 'ft-fsdp' join the groups' steps" in message, message
+        assert ("use strategy='ft-fsdp' to shard the model" in message) == (name in ("fsdp", "hsdp")), message
+    monkeypatch.delenv("REPLICA_GROUP_ID")
+    assert choose_strategy("ddp", 2)[0] is STRATEGIES["ddp"]  # a Lighthouse address alone is no replica group

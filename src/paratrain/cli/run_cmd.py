@@ -60,7 +60,7 @@ Elastic nodes (c10d rendezvous: any node may start first, 2 to 4 nodes):
 
     paratrain run --nnodes 2:4 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29400 --rdzv-id exp1 train.py
 
-Fault tolerance per step (strategy="ft-ddp", pip install 'paratrain[ft]'): torchft's
+Fault tolerance per step (strategy="ft-ddp", or "ft-fsdp" to shard each group; pip install 'paratrain[ft]'): torchft's
 Lighthouse and 3 replica groups of 2 processes each; a group that loses a process is
 started again, whole, and heals from a live one while the others train on
 (docs/fault-tolerance.md):
@@ -334,7 +334,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="show torch elastic's own log lines and the torchrun argv"
     )
 
-    ft = parser.add_argument_group("fault tolerance per step (strategy='ft-ddp', torchft)")
+    ft = parser.add_argument_group("fault tolerance per step (strategy='ft-ddp' or 'ft-fsdp', torchft)")
     ft.add_argument(
         "--fault-tolerance", choices=["replicas"],
         help="replicas: start torchft's Lighthouse and --replica-groups copies of this launch (one replica "

@@ -17,13 +17,17 @@ from collections.abc import Mapping
 
 from paratrain.env.api import env_int
 from paratrain.env.torchelastic import LAUNCHER_PID_VAR, record_for_launcher
+from paratrain.replica_environ import in_replica_group
 
 #: Sent by a worker to its launcher: "my error repeats on restart; end the job".
 END_SIGNAL = signal.SIGUSR1
 
 
 def restarts_left(environ: Mapping[str, str]) -> bool:
-    """True when torch elastic would restart this worker's group after a failure."""
+    """True when torch elastic would restart this worker's group after a failure, or when the worker is in a
+    replica group (``paratrain run --fault-tolerance replicas`` starts a failed group again)."""
+    if in_replica_group(environ):
+        return True
     return env_int(environ, "TORCHELASTIC_RESTART_COUNT", 0) < env_int(environ, "TORCHELASTIC_MAX_RESTARTS", 0)
 
 

@@ -135,6 +135,8 @@ class LaunchConfig:
             args.rdzv_backend = args.rdzv_endpoint = args.rdzv_id = args.master_port = None
         node_rank = parse_int("--node-rank", args.node_rank)
         master_addr = args.master_addr
+        if master_addr and master_addr.startswith("[") and master_addr.endswith("]"):
+            master_addr = master_addr[1:-1]  # an IPv6 literal as URLs write it: [fd00::1]
         master_port = parse_int("--master-port", args.master_port)
         given = environment_defaults(environ) if nnodes is None and not standalone else None
         if given:
@@ -151,6 +153,10 @@ class LaunchConfig:
             # torchrun's static rendezvous meets at --rdzv-endpoint when one is given, not --master-addr.
             host, colon, port = str(args.rdzv_endpoint).rpartition(":")
             host, port = (host, port) if colon else (port, "")
+            if ":" in host and not (host.startswith("[") and host.endswith("]")):
+                raise ConfigError(f"--rdzv-endpoint {args.rdzv_endpoint!r}: an IPv6 address goes in brackets before "
+                                  "the port; write --rdzv-endpoint [fd00::1]:29500 (or --master-addr fd00::1 "
+                                  "--master-port 29500)")
             master_addr, master_port = host.strip("[]"), parse_int("--rdzv-endpoint port", port, master_port)
             args.rdzv_endpoint = None
         max_restarts = parse_int("--max-restarts", args.max_restarts, DEFAULT_ELASTIC_RESTARTS if elastic else 0)
@@ -326,6 +332,8 @@ class LaunchConfig:
                 f"--nnodes {self.max_nodes} needs --master-addr (static) or --rdzv-endpoint HOST:PORT: "
                 "the address of node 0 that every node can reach"
             )
+        if self.master_addr is not None:
+            network.check_address_form("--master-addr", self.master_addr)
         if self.rendezvous_host is not None:
             network.resolve(self.rendezvous_host)
         if static and self.node_rank == 0 and self.master_port is not None:

@@ -46,6 +46,37 @@ def resolve(host: str) -> str:
     return infos[0][4][0]
 
 
+def check_address_form(flag: str, value: str) -> None:
+    """Refuse, in one line, a node-0 address written with its port or with half a bracket: ``--master-addr``
+    takes an IPv4 or IPv6 address (``::1`` or ``[::1]``) or a host name, alone (the port is ``--master-port``).
+
+    Raises:
+        ConfigError: ``value`` holds a port (``10.0.0.1:29500``, ``[::1]:29500``), a scheme, or unbalanced brackets.
+    """
+    if "://" in value:
+        from urllib.parse import urlsplit
+
+        shown = (urlsplit(value).hostname or "ADDRESS").strip("[]")
+        raise ConfigError(f"{flag} {value!r} is a URL; give the address alone: {flag} {shown} (the port goes in "
+                          "--master-port)")
+    host = value[1:-1] if value.startswith("[") and value.endswith("]") else value
+    if "[" in host or "]" in host:
+        address, _, port = value.rpartition(":")
+        fix = f"{flag} {address.strip('[]')} --master-port {port}" if address.startswith("[") and \
+            address.endswith("]") and port.isdigit() else f"{flag} ::1 or {flag} [::1] (an IPv6 address, whole)"
+        raise ConfigError(f"{flag} {value!r} is not an address: give the address alone and the port apart: {fix}")
+    if ":" in host:
+        try:
+            ipaddress.ip_address(host.split("%")[0])
+        except ValueError:
+            address, _, port = host.rpartition(":")
+            if port.isdigit() and address.count(":") == 0:
+                raise ConfigError(f"{flag} {value!r} holds a port; write {flag} {address} --master-port {port}") from None
+            raise ConfigError(f"{flag} {value!r} is not an IPv4 or IPv6 address or a host name; write an IPv6 "
+                              f"address alone ({flag} fd00::1 or {flag} [fd00::1]) and the port apart "
+                              "(--master-port)") from None
+
+
 def is_loopback(host: str) -> bool:
     """True for ``localhost``, 127.0.0.0/8 and ::1 (after resolving names)."""
     try:

@@ -7,6 +7,7 @@ flags and the node flags (those place the Lighthouse; :mod:`paratrain.launch.rep
 from __future__ import annotations
 
 from paratrain.errors import ConfigError
+from paratrain.launch import network
 
 _FT_FLAGS = ("--fault-tolerance", "--replica-groups", "--replica-restarts")
 #: The job's node flags: they place the Lighthouse; each group is a one-node run of its own.
@@ -54,12 +55,15 @@ def check_group_shape(min_nodes: int, max_nodes: int, master_addr: str | None = 
     several nodes, each node runs its own groups against node 0's Lighthouse at ``--master-addr``.
 
     Raises:
-        ConfigError: a node range (groups whose size could change), or several nodes without ``--master-addr``.
+        ConfigError: a node range (groups whose size could change), several nodes without ``--master-addr``, or
+            an ``--master-addr`` with its port or half a bracket (:func:`network.check_address_form`).
     """
     if min_nodes != max_nodes:
         raise ConfigError(f"--fault-tolerance replicas needs replica groups of one fixed size, but --nnodes "
                           f"{min_nodes}:{max_nodes} lets a group grow and shrink; give each group --nproc-per-node K "
                           "processes on one node (a lost process restarts its whole group)")
+    if master_addr:
+        network.check_address_form("--master-addr", master_addr)
     if max_nodes > 1 and not master_addr:
         raise ConfigError(f"--fault-tolerance replicas on --nnodes {max_nodes} needs --master-addr: an address of "
                           "node 0, where its launcher starts the Lighthouse that every node's groups ask")

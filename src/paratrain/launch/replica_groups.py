@@ -7,7 +7,8 @@ starts it, then one ``paratrain run`` (a torchrun agent, the job's other flags a
 reads: ``TORCHFT_LIGHTHOUSE``, ``REPLICA_GROUP_ID``, ``NUM_REPLICA_GROUPS``. Then it watches:
 
 * a group that exits with an error (its agent ends every process of the group when one dies) is
-  started again whole (up to ``--replica-restarts`` times each); it
+  started again whole (up to ``--replica-restarts`` times each), unless the error is a configuration error
+  (exit code 2: a worker raised ConfigError or DataError, and would again); it
   heals from a live group at its first step, and the others never stop;
 * a group that exits 0 finished the run; after that a failed group is not started again, and one
   still running ``FINISH_GRACE_S`` later is stopped (both could only train alone from their own
@@ -49,6 +50,9 @@ STOP_GRACE_S = 5.0
 #: step; a group still starting then could only train alone from its own state).
 FINISH_GRACE_S = 15.0
 POLL_S = 0.1
+#: ``paratrain run``'s exit code when a worker raised ConfigError or DataError (launch.failures): a group that
+#: exits with it is not started again, since the same start fails the same way.
+CONFIG_EXIT_CODE = 2
 #: The Lighthouse's port on node 0 when several nodes run and --master-port is not given.
 DEFAULT_LIGHTHOUSE_PORT = 29500
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
@@ -141,7 +145,8 @@ class ReplicaGroups:
                 process.wait()
 
     def run(self) -> int:
-        """Supervise until every group of this node ended; returns 0 when the run finished (a group exited 0).
+        """Supervise until every group of this node ended; returns 0 when the run finished (a group exited 0), 2 when
+        the groups ended on a configuration error (exit code 2), else 1.
 
         Raises:
             LaunchError: the Lighthouse cannot start, or was lost more than ``LIGHTHOUSE_RESTARTS`` times;
@@ -184,7 +189,9 @@ class ReplicaGroups:
         finally:
             self.stop_all()
             self.lighthouse.stop()
-        return 0 if any(g.finished for g in self.groups) else 1
+        if any(g.finished for g in self.groups):
+            return 0
+        return CONFIG_EXIT_CODE if any(g.codes[-1:] == [CONFIG_EXIT_CODE] for g in self.groups) else 1
 
     def _ended_with_the_run(self) -> bool:
         """On a node other than 0 whose Lighthouse went away: whether it went because the run finished (a group
@@ -233,6 +240,9 @@ class ReplicaGroups:
             elif anyone_finished:
                 self.say(f"replica group {group.index} exited with code {code} after the run finished elsewhere; "
                          "not starting it again")
+            elif code == CONFIG_EXIT_CODE:
+                self.say(f"replica group {group.index} exited with code {code}, a configuration error (said above): "
+                         "started again it would fail the same way; not starting it again")
             elif group.restarts >= self.restarts:
                 self.say(f"replica group {group.index} exited with code {code} and used its {self.restarts} "
                          "restarts; the others go on without it")

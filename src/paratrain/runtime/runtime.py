@@ -92,6 +92,8 @@ class Runtime:
         **strategy_options: Any,
     ):
         from paratrain.precision import Precision
+        from paratrain.env.no_restart import end_job_instead_of_restart
+        from paratrain.errors import ParatrainError
         from paratrain.runtime.resolve import build_precision, build_strategy, resolve
         from paratrain.strategy import STRATEGIES, Strategy
 
@@ -109,10 +111,14 @@ class Runtime:
         self.process: ProcessInfo = detect()
         # Every name and combination checked before any rendezvous, so a typo fails fast on every
         # rank; the device is made current first (NCCL and the bf16 check ask for "the current GPU").
-        self.resolved = resolve(strategy, precision, backend, world_size=self.process.world_size,
-                                num_nodes=self.process.num_nodes,
-                                local_rank=self.process.local_rank, tf32=tf32, sync_batchnorm=sync_batchnorm,
-                                compile=compile, strategy_options=strategy_options, call="pt.Runtime()")
+        try:
+            self.resolved = resolve(strategy, precision, backend, world_size=self.process.world_size,
+                                    num_nodes=self.process.num_nodes,
+                                    local_rank=self.process.local_rank, tf32=tf32, sync_batchnorm=sync_batchnorm,
+                                    compile=compile, strategy_options=strategy_options, call="pt.Runtime()")
+        except ParatrainError as exc:
+            end_job_instead_of_restart(exc)  # under paratrain run: a restart (or a replica group's) would fail alike
+            raise
         self.backend, self.device = self.resolved.backend, self.resolved.device
         set_tf32(self.device, self.resolved.tf32)
         self.timeout = float(timeout)

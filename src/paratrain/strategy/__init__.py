@@ -10,6 +10,7 @@
 ``deepspeed``  DeepSpeed ZeRO 1-3 (``pip install 'paratrain[deepspeed]'``)
 ``hsdp``       FSDP2 on a 2-D mesh: sharded inside a node, replicated across nodes
 ``ft-ddp``     per-step fault tolerance over replica groups (torchft; ``pip install 'paratrain[ft]'``)
+``ft-fsdp``    ``ft-ddp`` with FSDP2 sharding the model inside each replica group
 =============  ==========================================================================
 
 A strategy registers itself with the :func:`register_strategy` decorator on its class. The
@@ -31,6 +32,7 @@ import torch
 
 from paratrain.env import ProcessInfo
 from paratrain.errors import ConfigError
+from paratrain.replica_environ import GROUP_ENV, LIGHTHOUSE_ENV, in_replica_group
 from paratrain.strategy.api import Strategy, StrategyOptions
 
 if TYPE_CHECKING:
@@ -101,8 +103,24 @@ def choose_strategy(strategy: str | Strategy, world_size: int, options: Mapping[
             strategy = auto_strategy(world_size, num_nodes, options)
             options = options if world_size > 1 else {}
         cls = STRATEGIES[strategy]
+    if not cls.joins_replica_groups and in_replica_group():
+        raise ConfigError(replica_group_refusal(cls))
     cls.check(world_size, cls.parse_options(options), sync_batchnorm, compile)
     return cls, options
+
+
+def replica_group_refusal(cls: type[Strategy]) -> str:
+    """Why strategy ``cls`` cannot run in a replica group of ``paratrain run --fault-tolerance replicas``, and
+    what does: one line."""
+    joining = " and ".join(f"'{name}'" for name, c in STRATEGIES.items() if c.joins_replica_groups)
+    why = (f"strategy '{cls.name}' runs here in a replica group ({LIGHTHOUSE_ENV} and {GROUP_ENV} are set, as "
+           "paratrain run --fault-tolerance replicas sets them), but it would train each group alone and their "
+           f"weights would part; only {joining} join the groups' steps")
+    if cls.sharded_state:  # fsdp, hsdp: each process holds a shard of the model
+        return (f"{why}: use strategy='ft-fsdp' to shard the model over each group's processes (FSDP2 inside the "
+                "group, each shard all-reduced across groups), or 'ft-ddp' for a model that fits one device "
+                "(docs/fault-tolerance.md)")
+    return f"{why}: use strategy='ft-ddp' (docs/fault-tolerance.md)"
 
 
 def auto_strategy(world_size: int, num_nodes: int, options: Mapping[str, Any]) -> str:

@@ -148,6 +148,9 @@ class Strategy(abc.ABC):
     #: Why the fit loop (``pt.fit``, ``paratrain train``) cannot train with this strategy (it runs in an
     #: own loop only), or None when it can.
     refuses_fit_loop: ClassVar[str | None] = None
+    #: True when the strategy takes part in the steps of torchft's replica groups (``paratrain run
+    #: --fault-tolerance replicas``); any other is refused inside one (it would train each group alone).
+    joins_replica_groups: ClassVar[bool] = False
     #: True when the wrapper moves the forward's inputs to the device itself (so inputs elsewhere are fine).
     moves_inputs: ClassVar[bool] = False
 

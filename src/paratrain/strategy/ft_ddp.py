@@ -33,7 +33,7 @@ is named after a barrier of ``collective_timeout``, and a group that fails ``hea
 row (it cannot heal, or its peers keep failing) stops with one line naming itself, so its launcher
 restarts it instead of it stalling the others.
 
-Not here: sharded models (FSDP over torchft needs reduce-scatter, which gloo lacks: NCCL only).
+A model sharded inside each group: :mod:`paratrain.strategy.ft_fsdp` (``ft-fsdp``), this class with FSDP2.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ import torch
 from paratrain import comm
 from paratrain.arguments import option, option_field
 from paratrain.errors import CollectiveTimeoutError, ConfigError, DistributedError, MissingDependencyError
-from paratrain.replica_environ import ADDRESS_ENV, GROUP_ENV, LIGHTHOUSE_ENV
+from paratrain.replica_environ import ADDRESS_ENV, GROUP_ENV, LIGHTHOUSE_ENV, lighthouse_url, url_host
 from paratrain.store_server import store_server
 from paratrain.strategy import register_strategy
 from paratrain.strategy.api import NOT_STEPPED, Strategy, StepResult, StrategyOptions
@@ -98,6 +98,7 @@ class FTDDPStrategy(Strategy):
     (``paratrain run --fault-tolerance replicas`` starts one)."""
 
     name = "ft-ddp"
+    joins_replica_groups = True
     refuses_skipped_steps = "ft-ddp's commit decides whether a step's update is applied"
     refuses_fit_loop = ("its data follows the committed steps of the replica groups; train in an own loop with "
                         "pt.Runtime, rt.loader and rt.step (docs/fault-tolerance.md)")
@@ -136,7 +137,8 @@ class FTDDPStrategy(Strategy):
         which registers with the Lighthouse named by ``TORCHFT_LIGHTHOUSE``. Collective over the group.
 
         Raises:
-            ConfigError: ``TORCHFT_LIGHTHOUSE`` is not set, or the group's address (:func:`group_address`) is
+            ConfigError: ``TORCHFT_LIGHTHOUSE`` is not set or not ``http://HOST:PORT`` (an IPv6 literal in
+                brackets: ``http://[::1]:29500``; ``HOST:PORT`` alone is taken too), or the group's address (:func:`group_address`) is
                 not one of this machine (on every rank of the group).
             DistributedError: the Lighthouse cannot be reached within ``collective_timeout`` (on every
                 rank of the group).
@@ -149,7 +151,7 @@ class FTDDPStrategy(Strategy):
                               "the job with paratrain run --fault-tolerance replicas --replica-groups N")
         o = self.options
         self.group = replica_group()
-        self.lighthouse = lighthouse
+        self.lighthouse = lighthouse_url(lighthouse)  # http://HOST:PORT, an IPv6 literal in brackets
         self.group_rank, self.group_size = process.rank, process.world_size
         self._store = None
         self.manager = None
@@ -214,7 +216,8 @@ class FTDDPStrategy(Strategy):
                 timeout=timeout, quorum_timeout=timedelta(seconds=o.quorum_timeout), connect_timeout=timeout,
                 rank=self.group_rank, world_size=self.group_size, store_addr=host, store_port=store_port,
                 lighthouse_addr=self.lighthouse, replica_id=f"group{self.group}", max_retries=o.heal_retries,
-                hostname=host, checkpoint_transport=_advertising_transport(host, timeout),
+                # torchft's Manager server advertises http://{hostname}:{port}: an IPv6 literal needs brackets.
+                hostname=url_host(host), checkpoint_transport=_advertising_transport(host, timeout),
             )
         except RuntimeError as exc:  # torchft's Rust client: "failed to connect to … within timeout"
             self._store = None  # a refused start leaves nothing listening in the process
@@ -374,7 +377,7 @@ def _advertising_transport(host: str, timeout: timedelta) -> Any:
     may not resolve to this one. It listens on every address, as torchft's does."""
     from torchft.checkpointing.http_transport import HTTPTransport
 
-    shown = f"[{host}]" if ":" in host else host
+    shown = url_host(host)
 
     class AdvertisingHTTPTransport(HTTPTransport):
         def address(self) -> str:
