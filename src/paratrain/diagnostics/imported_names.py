@@ -31,6 +31,8 @@ class ImportedNames:
     print_replaced: bool = False  # a called function replaces builtins.print (or stdout)
     reads_local_rank_env: bool = False  # a called function (or an imported module's import) reads LOCAL_RANK
     attributes_read: set[str] = field(default_factory=set)  # `x.attr` a called function reads before setting it
+    # → the `add_argument("--local_rank", …)` call in a parser-building function the script calls (`get_args()`)
+    local_rank_flags: dict[str, ast.Call] = field(default_factory=dict)
 
     @staticmethod
     def callee(call: ast.Call) -> str:

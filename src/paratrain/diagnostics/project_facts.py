@@ -61,7 +61,12 @@ class _Reader:
                 if base is not None:
                     names.wrapper_classes[callee] = base
                 continue
-            if found is None or _too_long(found[1]):
+            if found is None:
+                continue
+            flag = _local_rank_flag(found[1])  # a parser's function may be long: only its add_argument calls
+            if flag is not None:
+                names.local_rank_flags[callee] = flag
+            if _too_long(found[1]):
                 continue
             self._learn(names, callee, *found)
         # A module's own statements run when it is imported (`args.gpu = int(os.environ["LOCAL_RANK"])` at its
@@ -198,6 +203,16 @@ def _wrapper_base(module: Module, cls: ast.ClassDef) -> str | None:
     return None
 
 
+def _local_rank_flag(function: _Function) -> ast.Call | None:
+    """The function's own ``add_argument("--local_rank", …)`` (Point-BERT's ``get_args()`` in utils/parser.py):
+    a parser of the project that the script calls defines the flag as the script's own would."""
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call) and last_name(node) == "add_argument" and any(
+                isinstance(a, ast.Constant) and a.value in ("--local_rank", "--local-rank") for a in node.args):
+            return node
+    return None
+
+
 def _too_long(function: _Function) -> bool:
     return (function.end_lineno or function.lineno) - function.lineno > _LONGEST
 
@@ -327,9 +342,10 @@ def _replaces_print(node: ast.AST) -> bool:
 def _reads_local_rank_env(node: ast.AST) -> bool:
     """``os.environ["LOCAL_RANK"]``, ``os.getenv("LOCAL_RANK")``, ``os.environ.get("LOCAL_RANK")`` within ``node``;
     or ``LOCAL_RANK`` among the names a helper named for the environment tries in turn (DLRM's
-    ``env2int(["MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", …, "LOCAL_RANK"], -1)``)."""
+    ``env2int(["MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", …, "LOCAL_RANK"], -1)``). Writing it
+    (``os.environ["LOCAL_RANK"] = str(args.local_rank)``, Point-BERT's parser) is no read: the flag still decides."""
     return any(
-        isinstance(sub, (ast.Subscript, ast.Call)) and any(
+        isinstance(sub, (ast.Subscript, ast.Call)) and not isinstance(getattr(sub, "ctx", None), ast.Store) and any(
             isinstance(arg, ast.Constant) and arg.value == "LOCAL_RANK"
             for arg in ([sub.slice] if isinstance(sub, ast.Subscript) else sub.args[:1]))
         and re.search(r"environ|getenv", ast.unparse(sub.value if isinstance(sub, ast.Subscript) else sub.func))
