@@ -55,3 +55,102 @@ def test_a_local_rank_flag_of_a_project_parser_is_reported_where_the_script_read
         "utils/parser.py": parser,
     })
     assert "local-rank-argument" not in {rule for _, rule in rules(quiet)}
+
+
+def _experiment_project(root: Path, build_model: str) -> Path:
+    """A task switch binding ``Exp`` to a project class whose base's ``__init__`` keeps what the subclass's
+    ``_build_model`` returns."""
+    return project(root, {
+        "run.py": script_text("""\
+            import argparse
+            args = argparse.Namespace(task="forecast", use_multi_gpu=True, device_ids=[0, 1])
+            if args.task == "forecast":
+                from exp.forecast import Exp_Forecast
+                Exp = Exp_Forecast
+            else:
+                from exp.forecast import Exp_Forecast
+                Exp = Exp_Forecast
+            exp = Exp(args)
+            exp.train()
+            """),
+        "exp/__init__.py": "",
+        "exp/basic.py": """\
+            import torch
+
+            class Exp_Basic(object):
+                def __init__(self, args):
+                    self.args = args
+                    self.model = self._build_model().to("cuda")
+
+                def _build_model(self):
+                    raise NotImplementedError
+            """,
+        "exp/forecast.py": f"""\
+            import torch.nn as nn
+            from exp.basic import Exp_Basic
+
+            class Exp_Forecast(Exp_Basic):
+                def __init__(self, args):
+                    super(Exp_Forecast, self).__init__(args)
+
+                def _build_model(self):
+                    model = nn.Linear(4, 4)
+                    {build_model}
+                    return model
+
+                def train(self):
+                    pass
+            """,
+    })
+
+
+def test_building_a_project_class_whose_constructor_wraps_the_model_in_data_parallel(tmp_path):
+    wrapping = "if self.args.use_multi_gpu:\n                        model = nn.DataParallel(model, device_ids=self.args.device_ids)"
+    assert (11, "data-parallel") in rules(_experiment_project(tmp_path / "dp", wrapping))
+    assert "data-parallel" not in {rule for _, rule in rules(_experiment_project(tmp_path / "one", "model = model.float()"))}
+
+
+def _model_project(root: Path, parallelize: str) -> Path:
+    """A factory function returning an object of a class found at run time, built on the ``BaseModel`` its
+    module imports, whose ``parallelize`` method the script calls."""
+    return project(root, {
+        "train.py": script_text("""\
+            from models import create_model
+            opt = {"gpu_ids": [0, 1]}
+            model = create_model(opt)
+            model.setup(opt)
+            model.parallelize()
+            """),
+        "models/__init__.py": """\
+            import importlib
+            from models.base_model import BaseModel
+
+            def create_model(opt):
+                lib = importlib.import_module("models.cut_model")
+                model = [c for c in vars(lib).values() if isinstance(c, type) and issubclass(c, BaseModel)][0]
+                return model(opt)
+            """,
+        "models/base_model.py": f"""\
+            import torch
+
+            class BaseModel:
+                def __init__(self, opt):
+                    self.opt = opt
+                    self.model_names = ["G"]
+
+                def setup(self, opt):
+                    pass
+
+                def parallelize(self):
+                    for name in self.model_names:
+                        net = getattr(self, "net" + name)
+                        {parallelize}
+            """,
+    })
+
+
+def test_a_method_of_the_object_a_project_factory_returns_that_wraps_its_networks_in_data_parallel(tmp_path):
+    wrapping = 'setattr(self, "net" + name, torch.nn.DataParallel(net, self.opt["gpu_ids"]))'
+    assert (7, "data-parallel") in rules(_model_project(tmp_path / "dp", wrapping))
+    moving = 'setattr(self, "net" + name, net.to(self.opt["gpu_ids"][0]))'
+    assert "data-parallel" not in {rule for _, rule in rules(_model_project(tmp_path / "one", moving))}

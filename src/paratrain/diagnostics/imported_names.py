@@ -24,7 +24,9 @@ class ImportedNames:
     rank_aware_loggers: set[str] = field(default_factory=set)  # choose a level or handler by rank
     unguarded_savers: set[str] = field(default_factory=set)  # torch.save with no rank test of their own
     wrapper_makers: set[str] = field(default_factory=set)  # return a DistributedDataParallel/DataParallel module
-    data_parallel_makers: set[str] = field(default_factory=set)  # of those, the ones that may return nn.DataParallel
+    # of those, the ones that may return nn.DataParallel; and the project's objects that wrap their model in it
+    # when built (`Exp(args)`) or when a method is called (`model.parallelize()`)
+    data_parallel_makers: set[str] = field(default_factory=set)
     # → the torch class it derives from: a class of the project built on DataParallel or DistributedDataParallel
     wrapper_classes: dict[str, str] = field(default_factory=dict)
     joins_process_group: bool = False  # a called function calls init_process_group or wraps in DDP

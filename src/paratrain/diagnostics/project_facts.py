@@ -22,6 +22,7 @@ from pathlib import Path
 from paratrain.diagnostics.check_rules import path_names_rank
 from paratrain.diagnostics.check_wrappers import WRAPPERS
 from paratrain.diagnostics.imported_names import ImportedNames
+from paratrain.diagnostics.project_builders import ProjectBuilders
 from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
 
@@ -54,7 +55,10 @@ class _Reader:
         """What every call of the script to a project function tells (keyed by the callee as written)."""
         names = ImportedNames()
         callees = {ImportedNames.callee(call) for call in facts.calls if isinstance(call.func, (ast.Name, ast.Attribute))}
+        builders = ProjectBuilders(self.imports, facts)
         for callee in sorted(callees):
+            if builders.wraps_in_data_parallel(callee):
+                names.data_parallel_makers.add(callee)
             found = self.imports.definition(callee)
             if found is not None and isinstance(found[1], ast.ClassDef):
                 base = _wrapper_base(*found)
