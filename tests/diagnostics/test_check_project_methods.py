@@ -154,3 +154,67 @@ def test_a_method_of_the_object_a_project_factory_returns_that_wraps_its_network
     assert (7, "data-parallel") in rules(_model_project(tmp_path / "dp", wrapping))
     moving = 'setattr(self, "net" + name, net.to(self.opt["gpu_ids"][0]))'
     assert "data-parallel" not in {rule for _, rule in rules(_model_project(tmp_path / "one", moving))}
+
+
+def _loader_project(root: Path, eval_sampler: str) -> Path:
+    """A builder of the project choosing its sampler by the ``is_train`` the script passes as a constant, and a
+    second one handing back a tuple of loaders through a dispatching function."""
+    return project(root, {
+        "train.py": script_text("""\
+            from dataset.build import build_dataloader, build_loader
+            distributed = dist.is_initialized()
+            train_loader = build_dataloader({}, True, distributed)
+            valid_loader = build_dataloader({}, False, distributed)
+            train_set, val_set, loader_train, loader_val = build_loader({}, pretrain=False)
+            for epoch in range(10):
+                train_loader.sampler.set_epoch(epoch)
+                for batch in train_loader:
+                    pass
+            """),
+        "dataset/__init__.py": "",
+        "dataset/build.py": f"""\
+            import torch
+            from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler
+            from .finetune import build_loader_finetune
+
+            def build_dataloader(cfg, is_train=True, distributed=False):
+                dataset = list(range(10))
+                if distributed:
+                    if is_train:
+                        sampler = DistributedSampler(dataset, shuffle=True)
+                    else:
+                        sampler = {eval_sampler}
+                else:
+                    sampler = None
+                if cfg.get("timm") and is_train:
+                    data_loader = make_timm_loader(dataset)
+                else:
+                    data_loader = torch.utils.data.DataLoader(dataset, batch_size=2, sampler=sampler)
+                return data_loader
+
+            def build_loader(cfg, pretrain):
+                if pretrain:
+                    return None
+                else:
+                    return build_loader_finetune(cfg)
+            """,
+        "dataset/finetune.py": f"""\
+            from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler
+
+            def build_loader_finetune(cfg):
+                train_set, val_set = list(range(10)), list(range(5))
+                sampler_train = DistributedSampler(train_set, shuffle=True)
+                sampler_val = {eval_sampler.replace("dataset", "val_set")}
+                loader_train = DataLoader(train_set, sampler=sampler_train)
+                loader_val = DataLoader(val_set, sampler=sampler_val)
+                return train_set, val_set, loader_train, loader_val
+            """,
+    })
+
+
+def test_an_evaluation_loader_a_project_builder_gives_a_distributed_sampler_pads_the_evaluation(tmp_path):
+    found = rules(_loader_project(tmp_path / "padded", "DistributedSampler(dataset, shuffle=False)"))
+    assert (6, "padded-eval-sampler") in found and (7, "padded-eval-sampler") in found
+    assert {line for line, rule in found if rule == "padded-eval-sampler"} == {6, 7}  # not the training loaders
+    quiet = rules(_loader_project(tmp_path / "whole", "SequentialSampler(dataset)"))
+    assert "padded-eval-sampler" not in {rule for _, rule in quiet}

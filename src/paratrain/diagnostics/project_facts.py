@@ -24,6 +24,7 @@ from paratrain.diagnostics.check_wrappers import WRAPPERS
 from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.project_builders import ProjectBuilders
 from paratrain.diagnostics.project_imports import Module, ProjectImports
+from paratrain.diagnostics.project_loaders import loader_samplers
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
 
 _SAMPLERS = ("DistributedSampler",)
@@ -73,6 +74,7 @@ class _Reader:
             if _too_long(found[1]):
                 continue
             self._learn(names, callee, *found)
+        names.loader_bindings = self._loader_bindings(facts)
         # A module's own statements run when it is imported (`args.gpu = int(os.environ["LOCAL_RANK"])` at its
         # top; DLRM's extend_distributed sets `builtins.print = rank0_print` there).
         imported = [stmt for module in self.imports.modules() for stmt in module.tree.body
@@ -80,6 +82,28 @@ class _Reader:
         names.reads_local_rank_env |= any(_reads_local_rank_env(stmt) for stmt in imported)
         names.print_replaced |= any(_replaces_print(stmt) for stmt in imported)
         return names
+
+    def _loader_bindings(self, facts: ScriptFacts) -> list[tuple[str, ast.Call, list[ast.Call]]]:
+        """Each name the script binds to a loader that a project builder returns with a DistributedSampler
+        (``valid_loader = build(cfg, False)``; ``…, loader_val, mixup = build_loader(cfg)``, by position)."""
+        found = []
+        for node in ast.walk(facts.tree):
+            if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call)
+                    and isinstance(node.value.func, (ast.Name, ast.Attribute))):
+                continue
+            target, call = node.targets[0], node.value
+            names = ([(target, None)] if isinstance(target, (ast.Name, ast.Attribute)) else
+                     list(zip(target.elts, range(len(target.elts)))) if isinstance(target, ast.Tuple) else [])
+            if not names or any(isinstance(t, ast.Starred) for t, _ in names):
+                continue
+            builder = self.imports.function(ast.unparse(call.func))
+            if builder is None:
+                continue
+            for held, index in names:
+                samplers = loader_samplers(self.imports, *builder, call, index)
+                if samplers and isinstance(held, (ast.Name, ast.Attribute)):
+                    found.append((ast.unparse(held), call, samplers))
+        return found
 
     def facts_of(self, module: Module) -> ScriptFacts:
         if module.path not in self._facts:
