@@ -23,6 +23,7 @@ class ImportedNames:
     every_rank_loggers: dict[str, int | None] = field(default_factory=dict)  # INFO and a console handler, any rank
     rank_aware_loggers: set[str] = field(default_factory=set)  # choose a level or handler by rank
     unguarded_savers: set[str] = field(default_factory=set)  # torch.save with no rank test of their own
+    every_rank_printers: set[str] = field(default_factory=set)  # print with no rank test of their own
     wrapper_makers: set[str] = field(default_factory=set)  # return a DistributedDataParallel/DataParallel module
     # of those, the ones that may return nn.DataParallel; and the project's objects that wrap their model in it
     # when built (`Exp(args)`) or when a method is called (`model.parallelize()`)

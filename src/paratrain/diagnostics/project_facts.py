@@ -19,6 +19,7 @@ import ast
 import re
 from pathlib import Path
 
+from paratrain.diagnostics.check_output import rank_tagged
 from paratrain.diagnostics.check_rules import path_names_rank
 from paratrain.diagnostics.check_wrappers import WRAPPERS
 from paratrain.diagnostics.imported_names import ImportedNames
@@ -126,6 +127,8 @@ class _Reader:
             names.data_parallel_makers.add(callee)
         if self._unguarded_saver(module, function):
             names.unguarded_savers.add(callee)
+        if self._unguarded_printer(module, function):
+            names.every_rank_printers.add(callee)
         logger = self._logger_kind(module, function, 0)
         if logger == "rank":
             names.rank_aware_loggers.add(callee)
@@ -182,6 +185,21 @@ class _Reader:
         return bool(saves) and not any(mf.guard_in_function(save) or _under_rank_test(function, save)
                                        or path_names_rank(mf, save) or _per_rank_path(function, save)
                                        or _in_memory(function, save) for save in saves)
+
+    def _unguarded_printer(self, module: Module, function: _Function) -> bool:
+        """A ``print`` of the function's own body (not of a function nested in it) with no rank test around it
+        there, that does not name its process (CvT's ``init_distributed`` printing '=> init process group
+        start'); not decorated (a decorator may run it on rank 0 only)."""
+        if function.decorator_list:
+            return False
+        nested = {id(n) for d in ast.walk(function) if d is not function
+                  and isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) for n in ast.walk(d)}
+        prints = [node for node in ast.walk(function) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id == "print" and id(node) not in nested]
+        if not prints:
+            return False
+        mf = self.facts_of(module)
+        return any(not (mf.guard_in_function(p) or _under_rank_test(function, p) or rank_tagged(p)) for p in prints)
 
     def _logger_kind(self, module: Module, function: _Function, depth: int) -> str | tuple[str, int | None] | None:
         """``"rank"`` when the function chooses a logging level or handler by rank; ``("every", index)`` when
