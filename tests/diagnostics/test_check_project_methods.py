@@ -256,3 +256,41 @@ def test_a_project_function_that_prints_with_no_rank_test_prints_on_every_rank_a
     assert "print-on-every-rank" not in {rule for _, rule in rules(_printing_project(tmp_path / "first", guarded))}
     tagged = 'print(f"=> rank {args.rank} joins")'
     assert "print-on-every-rank" not in {rule for _, rule in rules(_printing_project(tmp_path / "tagged", tagged))}
+
+
+def _state_project(root: Path, save_body: str) -> Path:
+    """The script saves through a method of an object a project function builds (``return TrainState(...)``)."""
+    return project(root, {
+        "train.py": script_text("""\
+            import os
+            import utils
+            dist.init_process_group("nccl")
+            local_rank = int(os.environ["LOCAL_RANK"])
+            train_state = utils.initialize_train_state({"lr": 1})
+            if local_rank == 0:
+                train_state.save("ckpt")
+            """),
+        "utils.py": f"""\
+            import os
+            import torch
+            import torch.distributed as dist
+
+            class TrainState:
+                def __init__(self, step):
+                    self.step = step
+
+                def save(self, path):
+                    {save_body}
+
+            def initialize_train_state(config):
+                train_state = TrainState(step=0)
+                return train_state
+            """,
+    })
+
+
+def test_a_method_of_a_project_object_that_saves_with_no_rank_test_saves_where_the_script_calls_it(tmp_path):
+    found = rules(_state_project(tmp_path / "machine", 'torch.save(self.step, os.path.join(path, "step.pth"))'))
+    assert (9, "save-on-every-rank") in found
+    guarded = 'torch.save(self.step, os.path.join(path, "step.pth")) if dist.get_rank() == 0 else None'
+    assert "save-on-every-rank" not in {rule for _, rule in rules(_state_project(tmp_path / "first", guarded))}

@@ -43,6 +43,45 @@ class ProjectBuilders:
         makers = self._makers_of(owner)
         return bool(makers) and any(self._object_wraps(kind, found, method) for kind, found in makers)
 
+    def method(self, callee: str) -> tuple[Module, ast.FunctionDef] | None:
+        """The one project method ``callee`` (``train_state.save``) runs: the script's object is built from
+        project classes, or returned by a project function that builds it (``return TrainState(...)``), and
+        every way it was made gives the same method; None otherwise."""
+        owner, _, name = callee.rpartition(".")
+        if not owner or self._classes_named(callee):
+            return None
+        found: dict[int, tuple[Module, ast.FunctionDef]] = {}
+        for kind, made in self._makers_of(owner):
+            classes = made if kind == "class" else self._returned_classes(*made)
+            if not classes:
+                return None
+            for module, cls in classes:
+                method = self.classes.method(module, cls, name)
+                if method is None:
+                    return None
+                found[id(method[1])] = method
+        return next(iter(found.values())) if len(found) == 1 else None
+
+    def _returned_classes(self, module: Module, function: ast.FunctionDef) -> list[tuple[Module, ast.ClassDef]]:
+        """The project classes whose objects ``function`` returns (``return TrainState(...)``, or a name it
+        assigned one only); empty when anything else may be returned."""
+        found = []
+        for ret in (n for n in ast.walk(function) if isinstance(n, ast.Return)):
+            values = [ret.value]
+            if isinstance(ret.value, ast.Name):
+                values = [n.value for n in ast.walk(function) if isinstance(n, ast.Assign)
+                          and any(isinstance(t, ast.Name) and t.id == ret.value.id for t in n.targets)]
+            for value in values:
+                if not (isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute))):
+                    return []
+                name = ast.unparse(value.func)
+                own = [s for s in module.tree.body if isinstance(s, ast.ClassDef) and s.name == name]
+                resolved = (module, own[0]) if own else self.imports.definition(name, within=module)
+                if resolved is None or not isinstance(resolved[1], ast.ClassDef):
+                    return []
+                found.append(resolved)
+        return found
+
     def _classes_named(self, name: str) -> list[tuple[Module, ast.ClassDef]]:
         """The project classes ``name`` is: an imported class, or a name the script binds to such classes
         only (every assignment of it)."""

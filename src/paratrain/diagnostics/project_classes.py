@@ -71,6 +71,12 @@ class ProjectClasses:
     def defines(self, module: Module, cls: ast.ClassDef, name: str) -> bool:
         return _method(self.lineage(module, cls), name, 0) is not None
 
+    def method(self, module: Module, cls: ast.ClassDef, name: str) -> tuple[Module, _Function] | None:
+        """The method ``name`` an instance of ``cls`` runs, with the module of the class defining it."""
+        lineage = self.lineage(module, cls)
+        found = _method(lineage, name, 0)
+        return None if found is None else (lineage[found[0]][0], found[1])
+
     def _wraps(self, lineage: _Lineage, found: tuple[int, _Function], hops: int) -> bool:
         index, function = found
         for node in ast.walk(function):

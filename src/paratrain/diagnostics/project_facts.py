@@ -61,7 +61,7 @@ class _Reader:
         for callee in sorted(callees):
             if builders.wraps_in_data_parallel(callee):
                 names.data_parallel_makers.add(callee)
-            found = self.imports.definition(callee)
+            found = self.imports.definition(callee) or builders.method(callee)  # `train_state.save(...)`
             if found is not None and isinstance(found[1], ast.ClassDef):
                 base = _wrapper_base(*found)
                 if base is not None:
