@@ -294,3 +294,44 @@ def test_a_method_of_a_project_object_that_saves_with_no_rank_test_saves_where_t
     assert (9, "save-on-every-rank") in found
     guarded = 'torch.save(self.step, os.path.join(path, "step.pth")) if dist.get_rank() == 0 else None'
     assert "save-on-every-rank" not in {rule for _, rule in rules(_state_project(tmp_path / "first", guarded))}
+
+
+def test_a_loader_builder_with_the_projects_own_distributed_sampler_is_not_read_as_torchs(tmp_path):
+    script = _loader_project(tmp_path / "own", "DistributedSampler(dataset, pad=False)")
+    build = script.parent / "dataset" / "build.py"
+    build.write_text(build.read_text().replace(
+        "from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler",
+        "from torch.utils.data import DataLoader, SequentialSampler\nfrom dataset.samplers import DistributedSampler"))
+    (script.parent / "dataset" / "samplers.py").write_text("class DistributedSampler:\n    pass\n")
+    assert {line for line, rule in rules(script) if rule == "padded-eval-sampler"} == {7}  # the tuple's, torch's
+
+
+def _metrics_project(root: Path, saving: str) -> Path:
+    """The script hands its DataParallel model to a project function that puts a parameter's state dict in
+    the checkpoint's dict."""
+    return project(root, {
+        "train.py": script_text("""\
+            from utils.misc import eval_metrics
+            dist.init_process_group("nccl")
+            net = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))
+            optim = torch.optim.SGD(net.parameters(), lr=0.1)
+            eval_metrics(0.5, net, optim)
+            """),
+        "utils/__init__.py": "",
+        "utils/misc.py": f"""\
+            import torch
+            import torch.distributed as dist
+
+            def eval_metrics(iou, net, optim, distributed=True):
+                if dist.get_rank() != 0:
+                    return
+                save_dict = {{"state_dict": {saving}, "optimizer": optim.state_dict()}}
+                torch.save(save_dict, "best.pth")
+            """,
+    })
+
+
+def test_a_project_function_saving_the_state_dict_of_the_wrapper_it_is_given(tmp_path):
+    assert (7, "wrapped-state-dict") in rules(_metrics_project(tmp_path / "wrapped", "net.state_dict()"))
+    unwrapping = "net.module.state_dict() if distributed else net.state_dict()"
+    assert "wrapped-state-dict" not in {rule for _, rule in rules(_metrics_project(tmp_path / "inner", unwrapping))}

@@ -24,6 +24,9 @@ class ImportedNames:
     rank_aware_loggers: set[str] = field(default_factory=set)  # choose a level or handler by rank
     unguarded_savers: set[str] = field(default_factory=set)  # torch.save with no rank test of their own
     every_rank_printers: set[str] = field(default_factory=set)  # print with no rank test of their own
+    # → (their positional parameters, the ones whose state_dict() they save): NVIDIA's
+    # `eval_metrics(iou_acc, args, net, …)` puts `net.state_dict()` in the checkpoint's dict
+    state_dict_savers: dict[str, tuple[list[str], set[str]]] = field(default_factory=dict)
     wrapper_makers: set[str] = field(default_factory=set)  # return a DistributedDataParallel/DataParallel module
     # of those, the ones that may return nn.DataParallel; and the project's objects that wrap their model in it
     # when built (`Exp(args)`) or when a method is called (`model.parallelize()`)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from paratrain.diagnostics.check_output import rank_tagged
 from paratrain.diagnostics.check_rules import path_names_rank
-from paratrain.diagnostics.check_wrappers import WRAPPERS
+from paratrain.diagnostics.check_wrappers import WRAPPERS, saved_state_dict
 from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.project_builders import ProjectBuilders
 from paratrain.diagnostics.project_imports import Module, ProjectImports
@@ -129,6 +129,10 @@ class _Reader:
             names.unguarded_savers.add(callee)
         if self._unguarded_printer(module, function):
             names.every_rank_printers.add(callee)
+        saved = self._saved_state_dicts(module, function)
+        if saved:
+            positional = [a.arg for a in function.args.posonlyargs + function.args.args]
+            names.state_dict_savers[callee] = (positional[1:] if positional[:1] == ["self"] else positional, saved)
         logger = self._logger_kind(module, function, 0)
         if logger == "rank":
             names.rank_aware_loggers.add(callee)
@@ -185,6 +189,29 @@ class _Reader:
         return bool(saves) and not any(mf.guard_in_function(save) or _under_rank_test(function, save)
                                        or path_names_rank(mf, save) or _per_rank_path(function, save)
                                        or _in_memory(function, save) for save in saves)
+
+    def _saved_state_dicts(self, module: Module, function: _Function) -> set[str]:
+        """The parameters whose ``state_dict()`` the function saves (in a ``save`` call, as a value of a dict, or
+        bound to a name that reaches one of those), never rebound in it (``net = net.module``) nor unwrapped
+        there: what the caller passes is what is saved."""
+        calls = [node for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) == "state_dict"
+                 and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)]
+        params = {a.arg for a in function.args.posonlyargs + function.args.args + function.args.kwonlyargs} - {"self"}
+        calls = [call for call in calls if call.func.value.id in params]
+        if not calls:
+            return set()
+        mf = self.facts_of(module)
+        rebound = {t.id for node in ast.walk(function) if isinstance(node, (ast.Assign, ast.AugAssign, ast.For, ast.With))
+                   for target in (node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)])
+                   if target is not None for t in ast.walk(target) if isinstance(t, ast.Name)}
+        # `model.module.state_dict() if distributed else model.state_dict()` (CvT), `hasattr(net, "module")`: the
+        # function tells a wrapper apart itself
+        unwrapped = {node.value.id for node in ast.walk(function) if isinstance(node, ast.Attribute)
+                     and node.attr == "module" and isinstance(node.value, ast.Name)} | {
+            node.args[0].id for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) == "hasattr"
+            and node.args and isinstance(node.args[0], ast.Name)}
+        return {call.func.value.id for call in calls if call.func.value.id not in rebound | unwrapped
+                and not mf.single_process(call) and saved_state_dict(mf, call)}
 
     def _unguarded_printer(self, module: Module, function: _Function) -> bool:
         """A ``print`` of the function's own body (not of a function nested in it) with no rank test around it

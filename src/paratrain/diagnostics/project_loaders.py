@@ -4,7 +4,7 @@
 
 For ``valid_loader = build_dataloader(config, False, distributed)`` (CvT) or ``…, data_loader_val, mixup_fn =
 build_loader(config, logger, is_pretrain=False)`` (SimMIM), the builder's returned value (the ``index``-th item
-of a returned tuple) is followed to a ``DataLoader(…, sampler=…)`` whose sampler is a ``DistributedSampler``:
+of a returned tuple) is followed to a ``DataLoader(…, sampler=…)`` whose sampler is torch's ``DistributedSampler``:
 written there, or a name the builder assigned one, or what a project function it returns the result of
 (``return build_loader_finetune(config, logger)``) gives, followed ``_HOPS`` calls deep.
 
@@ -34,12 +34,29 @@ def loader_samplers(imports: ProjectImports, module: Module, function: _Function
     found: list[ast.Call] = []
     for value, inner_index in builder.returned(index):
         if isinstance(value, ast.Call) and last_name(value) == "DataLoader" and inner_index is None:
-            found += builder.samplers_of(value)
+            found += [sampler for sampler in builder.samplers_of(value) if _torchs(module, sampler)]
         elif hops and isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute)):
             inner = _project_function(imports, module, ast.unparse(value.func))
             if inner is not None:
                 found += loader_samplers(imports, *inner, value, inner_index, hops - 1)
     return found
+
+
+def _torchs(module: Module, call: ast.Call) -> bool:
+    """The called name comes from torch wherever the module imports it (NVIDIA semantic-segmentation's
+    ``from datasets.sampler import DistributedSampler``, which need not pad, is not)."""
+    root = call.func
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name):
+        return False
+    sources = []
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Import):
+            sources += [a.name for a in node.names if (a.asname or a.name.split(".")[0]) == root.id]
+        elif isinstance(node, ast.ImportFrom):
+            sources += [node.module or "" for a in node.names if (a.asname or a.name) == root.id]
+    return bool(sources) and all(source == "torch" or source.startswith("torch.") for source in sources)
 
 
 def _project_function(imports: ProjectImports, module: Module, name: str) -> tuple[Module, _Function] | None:
