@@ -55,6 +55,35 @@ def test_a_local_rank_flag_of_a_project_parser_is_reported_where_the_script_read
         "utils/parser.py": parser,
     })
     assert "local-rank-argument" not in {rule for _, rule in rules(quiet)}
+    # A project helper that tries LOCAL_RANK among other variables, then writes it back: read, quiet.
+    tried = project(tmp_path / "tried", {
+        "main.py": script_text("""\
+            from utils import parser, distributed
+
+            args = parser.get_args()
+            device = distributed.init_distributed_device(args)
+            torch.cuda.set_device(args.local_rank)
+            """),
+        "utils/__init__.py": "",
+        "utils/parser.py": parser,
+        "utils/distributed.py": """\
+            import os
+
+            def world_info_from_env():
+                local_rank = 0
+                for v in ("LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"):
+                    if v in os.environ:
+                        local_rank = int(os.environ[v])
+                        break
+                return local_rank
+
+            def init_distributed_device(args):
+                args.local_rank = world_info_from_env()
+                os.environ["LOCAL_RANK"] = str(args.local_rank)
+                return f"cuda:{args.local_rank}"
+            """,
+    })
+    assert "local-rank-argument" not in {rule for _, rule in rules(tried)}
 
 
 def _experiment_project(root: Path, build_model: str) -> Path:

@@ -426,7 +426,27 @@ def _reads_local_rank_env(node: ast.AST) -> bool:
             isinstance(arg, (ast.List, ast.Tuple)) and any(
                 isinstance(item, ast.Constant) and item.value == "LOCAL_RANK" for item in arg.elts)
             for arg in sub.args)
+        or isinstance(sub, ast.For) and _tries_local_rank(sub)
         for sub in ast.walk(node))
+
+
+def _tries_local_rank(loop: ast.For) -> bool:
+    """``for v in ("LOCAL_RANK", "MPI_LOCALRANKID", …): … int(os.environ[v])`` (timm's ``world_info_from_env``):
+    the environment read through the loop's variable."""
+    if not (isinstance(loop.target, ast.Name) and isinstance(loop.iter, (ast.Tuple, ast.List)) and any(
+            isinstance(item, ast.Constant) and item.value == "LOCAL_RANK" for item in loop.iter.elts)):
+        return False
+    variable = loop.target.id
+    for sub in (sub for stmt in loop.body for sub in ast.walk(stmt)):
+        if isinstance(sub, ast.Subscript) and not isinstance(sub.ctx, ast.Store):
+            key, source = sub.slice, sub.value
+        elif isinstance(sub, ast.Call) and sub.args:
+            key, source = sub.args[0], sub.func
+        else:
+            continue
+        if isinstance(key, ast.Name) and key.id == variable and re.search(r"environ|getenv", ast.unparse(source)):
+            return True
+    return False
 
 
 def _attributes_read_before_set(function: _Function) -> set[str]:
