@@ -249,44 +249,6 @@ def test_an_evaluation_loader_a_project_builder_gives_a_distributed_sampler_pads
     assert "padded-eval-sampler" not in {rule for _, rule in quiet}
 
 
-def _printing_project(root: Path, announce: str) -> Path:
-    return project(root, {
-        "train.py": script_text("""\
-            import argparse
-            from utils.utils import init_distributed
-
-            def main():
-                args = argparse.Namespace(rank=int(__import__("os").environ["RANK"]))
-                init_distributed(args)
-                if dist.get_rank() == 0:
-                    print("training")
-
-            main()
-            """),
-        "utils/__init__.py": "",
-        "utils/utils.py": f"""\
-            import torch.distributed as dist
-
-            def init_distributed(args):
-                args.distributed = True
-                if args.distributed:
-                    {announce}
-                    dist.init_process_group("nccl")
-
-            def announce_rank(rank):
-                print(f"rank {{rank}} ready")
-            """,
-    })
-
-
-def test_a_project_function_that_prints_with_no_rank_test_prints_on_every_rank_at_the_scripts_call(tmp_path):
-    assert (8, "print-on-every-rank") in rules(_printing_project(tmp_path / "every", 'print("=> init process group")'))
-    guarded = 'print("=> init") if args.rank == 0 else None'
-    assert "print-on-every-rank" not in {rule for _, rule in rules(_printing_project(tmp_path / "first", guarded))}
-    tagged = 'print(f"=> rank {args.rank} joins")'
-    assert "print-on-every-rank" not in {rule for _, rule in rules(_printing_project(tmp_path / "tagged", tagged))}
-
-
 def _state_project(root: Path, save_body: str) -> Path:
     """The script saves through a method of an object a project function builds (``return TrainState(...)``)."""
     return project(root, {

@@ -47,7 +47,7 @@ def _interpolated(arg: ast.expr) -> list[ast.expr]:
     return [arg]
 
 
-def rank_tagged(call: ast.Call) -> bool:
+def _rank_tagged(call: ast.Call) -> bool:
     """The printed text names its process (f"[GPU{rank}] …", f"{rank + 1}/{world_size}",
     ``"Use GPU: {}".format(gpu)``, ``print("rank", rank)``): one line per rank is the point."""
     return any(
@@ -74,12 +74,10 @@ def _print_silenced(facts: ScriptFacts) -> bool:
 def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     if not facts.distributed or _print_silenced(facts) or _print_replaced(facts):
         return
-    printers = facts.imported.every_rank_printers  # functions of the project that print on any rank
     prints = [
-        call for call in facts.calls
-        if (isinstance(call.func, ast.Name) and call.func.id == "print" and not rank_tagged(call)
-            or facts.imported.callee(call) in printers)
-        and not facts.guard(call) and not facts.in_launcher(call)
+        call for call in facts.calls_named("print")
+        if isinstance(call.func, ast.Name) and not facts.guard(call) and not facts.in_launcher(call)
+        and not _rank_tagged(call)
     ]
     yield from _first_of(
         prints, "print-on-every-rank", "print runs on every rank: each line appears once per process, interleaved",
@@ -171,7 +169,7 @@ def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     logs = [
         call for call in facts.calls_named("info", "debug")
         if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in loggers
-        and not facts.guard(call) and not facts.in_launcher(call) and not rank_tagged(call)
+        and not facts.guard(call) and not facts.in_launcher(call) and not _rank_tagged(call)
     ]
     yield from _first_of(
         logs, "log-on-every-rank", "logging writes on every rank: each message appears once per process, interleaved",

@@ -23,7 +23,6 @@ class ImportedNames:
     every_rank_loggers: dict[str, int | None] = field(default_factory=dict)  # INFO and a console handler, any rank
     rank_aware_loggers: set[str] = field(default_factory=set)  # choose a level or handler by rank
     unguarded_savers: set[str] = field(default_factory=set)  # torch.save with no rank test of their own
-    every_rank_printers: set[str] = field(default_factory=set)  # print with no rank test of their own
     # → (their positional parameters, the ones whose state_dict() they save): NVIDIA's
     # `eval_metrics(iou_acc, args, net, …)` puts `net.state_dict()` in the checkpoint's dict
     state_dict_savers: dict[str, tuple[list[str], set[str]]] = field(default_factory=dict)

@@ -19,7 +19,6 @@ import ast
 import re
 from pathlib import Path
 
-from paratrain.diagnostics.check_output import rank_tagged
 from paratrain.diagnostics.check_rules import path_names_rank
 from paratrain.diagnostics.check_wrappers import WRAPPERS, saved_state_dict
 from paratrain.diagnostics.imported_names import ImportedNames
@@ -127,8 +126,6 @@ class _Reader:
             names.data_parallel_makers.add(callee)
         if self._unguarded_saver(module, function):
             names.unguarded_savers.add(callee)
-        if self._unguarded_printer(module, function):
-            names.every_rank_printers.add(callee)
         saved = self._saved_state_dicts(module, function)
         if saved:
             positional = [a.arg for a in function.args.posonlyargs + function.args.args]
@@ -212,21 +209,6 @@ class _Reader:
             and node.args and isinstance(node.args[0], ast.Name)}
         return {call.func.value.id for call in calls if call.func.value.id not in rebound | unwrapped
                 and not mf.single_process(call) and saved_state_dict(mf, call)}
-
-    def _unguarded_printer(self, module: Module, function: _Function) -> bool:
-        """A ``print`` of the function's own body (not of a function nested in it) with no rank test around it
-        there, that does not name its process (CvT's ``init_distributed`` printing '=> init process group
-        start'); not decorated (a decorator may run it on rank 0 only)."""
-        if function.decorator_list:
-            return False
-        nested = {id(n) for d in ast.walk(function) if d is not function
-                  and isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) for n in ast.walk(d)}
-        prints = [node for node in ast.walk(function) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                  and node.func.id == "print" and id(node) not in nested]
-        if not prints:
-            return False
-        mf = self.facts_of(module)
-        return any(not (mf.guard_in_function(p) or _under_rank_test(function, p) or rank_tagged(p)) for p in prints)
 
     def _logger_kind(self, module: Module, function: _Function, depth: int) -> str | tuple[str, int | None] | None:
         """``"rank"`` when the function chooses a logging level or handler by rank; ``("every", index)`` when
