@@ -84,6 +84,26 @@ def test_a_local_rank_flag_of_a_project_parser_is_reported_where_the_script_read
             """,
     })
     assert "local-rank-argument" not in {rule for _, rule in rules(tried)}
+    # A project helper that sets the option from another launcher's variable: which value is read is unknown.
+    stored = project(tmp_path / "stored", {
+        "main.py": script_text("""\
+            from utils import parser, distributed
+
+            args = parser.get_args()
+            distributed.parse_gpu(args)
+            torch.cuda.set_device(args.local_rank)
+            """),
+        "utils/__init__.py": "",
+        "utils/parser.py": parser,
+        "utils/distributed.py": """\
+            import os
+
+            def parse_gpu(args):
+                if args.config == "k8s":
+                    args.local_rank = int(os.environ["OMPI_COMM_WORLD_LOCAL_RANK"])
+            """,
+    })
+    assert "local-rank-argument" not in {rule for _, rule in rules(stored)}
 
 
 def _experiment_project(root: Path, build_model: str) -> Path:

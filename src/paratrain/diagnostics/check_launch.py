@@ -49,13 +49,16 @@ def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
 def _project_flags(facts: ScriptFacts) -> list[tuple[ast.Call, int]]:
     """``--local_rank`` defined by a parser-building function of the project that the script calls
     (``args = parser.get_args()``, ``parse_args()`` of utils/options.py), with the line to report: the
-    script's first read of the option (where the device or the guard comes from it), else the call."""
+    script's first read of the option (where the device or the guard comes from it), else the call. Left out
+    when a project function the script calls stores the option (LoRA's ``parse_gpu`` setting
+    ``args.local_rank`` from the launcher's variables): which value the reads see is not known."""
     found = []
     for callee, flag in facts.imported.local_rank_flags.items():
         calls = [call for call in facts.calls if facts.imported.callee(call) == callee]
         flags = [a.value for a in flag.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-        reads = facts.loaded_attrs.get(_dest(flag, flags), [])
-        if calls:
+        dest = _dest(flag, flags)
+        reads = facts.loaded_attrs.get(dest, [])
+        if calls and dest not in facts.imported.attributes_stored:
             found.append((flag, min([read.lineno for read in reads] or [calls[0].lineno])))
     return found
 

@@ -36,6 +36,7 @@ class ImportedNames:
     print_replaced: bool = False  # a called function replaces builtins.print (or stdout)
     reads_local_rank_env: bool = False  # a called function (or an imported module's import) reads LOCAL_RANK
     attributes_read: set[str] = field(default_factory=set)  # `x.attr` a called function reads before setting it
+    attributes_stored: set[str] = field(default_factory=set)  # `x.attr = …` in a called function
     # (name the script binds, its call of a project builder, the DistributedSamplers of the loader bound there):
     # `valid_loader = build_dataloader(config, False, distributed)` (project_loaders.py)
     loader_bindings: list[tuple[str, ast.Call, list[ast.Call]]] = field(default_factory=list)

@@ -147,6 +147,8 @@ class _Reader:
             names.print_replaced |= _replaces_print(reached)
             names.reads_local_rank_env |= _reads_local_rank_env(reached)
             names.attributes_read |= _attributes_read_before_set(reached)
+            names.attributes_stored |= {node.attr for node in ast.walk(reached)
+                                        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
 
     def _reached(self, module: Module, function: _Function) -> list[tuple[Module, _Function]]:
         """``function`` and the project functions it calls, followed ``_HOPS`` calls deep."""
