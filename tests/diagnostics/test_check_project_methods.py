@@ -305,6 +305,10 @@ def test_a_method_of_a_project_object_that_saves_with_no_rank_test_saves_where_t
     assert (9, "save-on-every-rank") in found
     guarded = 'torch.save(self.step, os.path.join(path, "step.pth")) if dist.get_rank() == 0 else None'
     assert "save-on-every-rank" not in {rule for _, rule in rules(_state_project(tmp_path / "first", guarded))}
+    # an inner function that saves, called only under a rank test of the method
+    inner = ("def write(step):\n                        torch.save(step, path)\n"
+             "                    if self.main_process:\n                        write(self.step)")
+    assert "save-on-every-rank" not in {rule for _, rule in rules(_state_project(tmp_path / "inner", inner))}
 
 
 def test_a_loader_builder_with_the_projects_own_distributed_sampler_is_not_read_as_torchs(tmp_path):

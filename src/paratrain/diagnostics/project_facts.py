@@ -187,7 +187,8 @@ class _Reader:
         saves = [save for save in saves if mf.full_name(save) == "torch.save"]
         return bool(saves) and not any(mf.guard_in_function(save) or _under_rank_test(function, save)
                                        or path_names_rank(mf, save) or _per_rank_path(function, save)
-                                       or _in_memory(function, save) for save in saves)
+                                       or _in_memory(function, save) or _nested_call_guarded(mf, function, save)
+                                       for save in saves)
 
     def _saved_state_dicts(self, module: Module, function: _Function) -> set[str]:
         """The parameters whose ``state_dict()`` the function saves (in a ``save`` call, as a value of a dict, or
@@ -329,6 +330,19 @@ def _under_rank_test(function: _Function, node: ast.AST) -> bool:
         if any(n is node for n in ast.walk(test)) or (
                 test.lineno < node.lineno and any(isinstance(n, ast.Return) for n in ast.walk(test))):
             return True
+    return False
+
+
+def _nested_call_guarded(mf: ScriptFacts, function: _Function, node: ast.AST) -> bool:
+    """``node`` lies in a function nested in ``function`` whose every call there is under a rank test
+    (YOLOv6's ``calibrate`` runs its inner ``save_calib_model`` under ``if self.main_process:``)."""
+    for inner in ast.walk(function):
+        if inner is function or not isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if any(n is node for n in ast.walk(inner)):
+            calls = [c for c in ast.walk(function) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                     and c.func.id == inner.name]
+            return bool(calls) and all(mf.guard_in_function(c) or _under_rank_test(function, c) for c in calls)
     return False
 
 
