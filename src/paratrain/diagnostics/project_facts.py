@@ -24,7 +24,12 @@ from paratrain.diagnostics.check_wrappers import WRAPPERS, saved_state_dict
 from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.project_builders import ProjectBuilders
 from paratrain.diagnostics.project_imports import Module, ProjectImports
-from paratrain.diagnostics.project_loaders import loader_samplers
+from paratrain.diagnostics.project_loaders import loader_bindings
+from paratrain.diagnostics.project_local_rank import (
+    attributes_read_before_set,
+    local_rank_flag,
+    reads_local_rank_env,
+)
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
 
 _SAMPLERS = ("DistributedSampler",)
@@ -68,42 +73,20 @@ class _Reader:
                 continue
             if found is None:
                 continue
-            flag = _local_rank_flag(found[1])  # a parser's function may be long: only its add_argument calls
+            flag = local_rank_flag(found[1])  # a parser's function may be long: only its add_argument calls
             if flag is not None:
                 names.local_rank_flags[callee] = flag
             if _too_long(found[1]):
                 continue
             self._learn(names, callee, *found)
-        names.loader_bindings = self._loader_bindings(facts)
+        names.loader_bindings = loader_bindings(self.imports, facts)
         # A module's own statements run when it is imported (`args.gpu = int(os.environ["LOCAL_RANK"])` at its
         # top; DLRM's extend_distributed sets `builtins.print = rank0_print` there).
         imported = [stmt for module in self.imports.modules() for stmt in module.tree.body
                     if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-        names.reads_local_rank_env |= any(_reads_local_rank_env(stmt) for stmt in imported)
+        names.reads_local_rank_env |= any(reads_local_rank_env(stmt) for stmt in imported)
         names.print_replaced |= any(_replaces_print(stmt) for stmt in imported)
         return names
-
-    def _loader_bindings(self, facts: ScriptFacts) -> list[tuple[str, ast.Call, list[ast.Call]]]:
-        """Each name the script binds to a loader that a project builder returns with a DistributedSampler
-        (``valid_loader = build(cfg, False)``; ``…, loader_val, mixup = build_loader(cfg)``, by position)."""
-        found = []
-        for node in ast.walk(facts.tree):
-            if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call)
-                    and isinstance(node.value.func, (ast.Name, ast.Attribute))):
-                continue
-            target, call = node.targets[0], node.value
-            names = ([(target, None)] if isinstance(target, (ast.Name, ast.Attribute)) else
-                     list(zip(target.elts, range(len(target.elts)))) if isinstance(target, ast.Tuple) else [])
-            if not names or any(isinstance(t, ast.Starred) for t, _ in names):
-                continue
-            builder = self.imports.function(ast.unparse(call.func))
-            if builder is None:
-                continue
-            for held, index in names:
-                samplers = loader_samplers(self.imports, *builder, call, index)
-                if samplers and isinstance(held, (ast.Name, ast.Attribute)):
-                    found.append((ast.unparse(held), call, samplers))
-        return found
 
     def facts_of(self, module: Module) -> ScriptFacts:
         if module.path not in self._facts:
@@ -145,8 +128,8 @@ class _Reader:
             names.joins_process_group |= any(isinstance(node, ast.Call) and last_name(node) in _GROUP_CALLS
                                              for node in ast.walk(reached))
             names.print_replaced |= _replaces_print(reached)
-            names.reads_local_rank_env |= _reads_local_rank_env(reached)
-            names.attributes_read |= _attributes_read_before_set(reached)
+            names.reads_local_rank_env |= reads_local_rank_env(reached)
+            names.attributes_read |= attributes_read_before_set(reached)
             names.attributes_stored |= {node.attr for node in ast.walk(reached)
                                         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
 
@@ -258,16 +241,6 @@ def _wrapper_base(module: Module, cls: ast.ClassDef) -> str | None:
                     seen.add(base)
                     following.append(classes[base])
         current = following
-    return None
-
-
-def _local_rank_flag(function: _Function) -> ast.Call | None:
-    """The function's own ``add_argument("--local_rank", …)`` (Point-BERT's ``get_args()`` in utils/parser.py):
-    a parser of the project that the script calls defines the flag as the script's own would."""
-    for node in ast.walk(function):
-        if isinstance(node, ast.Call) and last_name(node) == "add_argument" and any(
-                isinstance(a, ast.Constant) and a.value in ("--local_rank", "--local-rank") for a in node.args):
-            return node
     return None
 
 
@@ -408,51 +381,3 @@ def _replaces_print(node: ast.AST) -> bool:
     """``builtins.print = …`` (or ``sys.stdout = …``) within ``node``."""
     return any(isinstance(sub, ast.Assign) and any(ast.unparse(t) in _PRINT_TARGETS for t in sub.targets)
                for sub in ast.walk(node))
-
-
-def _reads_local_rank_env(node: ast.AST) -> bool:
-    """``os.environ["LOCAL_RANK"]``, ``os.getenv("LOCAL_RANK")``, ``os.environ.get("LOCAL_RANK")`` within ``node``;
-    or ``LOCAL_RANK`` among the names a helper named for the environment tries in turn (DLRM's
-    ``env2int(["MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", …, "LOCAL_RANK"], -1)``). Writing it
-    (``os.environ["LOCAL_RANK"] = str(args.local_rank)``, Point-BERT's parser) is no read: the flag still decides."""
-    return any(
-        isinstance(sub, (ast.Subscript, ast.Call)) and not isinstance(getattr(sub, "ctx", None), ast.Store) and any(
-            isinstance(arg, ast.Constant) and arg.value == "LOCAL_RANK"
-            for arg in ([sub.slice] if isinstance(sub, ast.Subscript) else sub.args[:1]))
-        and re.search(r"environ|getenv", ast.unparse(sub.value if isinstance(sub, ast.Subscript) else sub.func))
-        or isinstance(sub, ast.Call) and re.search(r"env", last_name(sub), re.IGNORECASE) and any(
-            isinstance(arg, (ast.List, ast.Tuple)) and any(
-                isinstance(item, ast.Constant) and item.value == "LOCAL_RANK" for item in arg.elts)
-            for arg in sub.args)
-        or isinstance(sub, ast.For) and _tries_local_rank(sub)
-        for sub in ast.walk(node))
-
-
-def _tries_local_rank(loop: ast.For) -> bool:
-    """``for v in ("LOCAL_RANK", "MPI_LOCALRANKID", …): … int(os.environ[v])`` (timm's ``world_info_from_env``):
-    the environment read through the loop's variable."""
-    if not (isinstance(loop.target, ast.Name) and isinstance(loop.iter, (ast.Tuple, ast.List)) and any(
-            isinstance(item, ast.Constant) and item.value == "LOCAL_RANK" for item in loop.iter.elts)):
-        return False
-    variable = loop.target.id
-    for sub in (sub for stmt in loop.body for sub in ast.walk(stmt)):
-        if isinstance(sub, ast.Subscript) and not isinstance(sub.ctx, ast.Store):
-            key, source = sub.slice, sub.value
-        elif isinstance(sub, ast.Call) and sub.args:
-            key, source = sub.args[0], sub.func
-        else:
-            continue
-        if isinstance(key, ast.Name) and key.id == variable and re.search(r"environ|getenv", ast.unparse(source)):
-            return True
-    return False
-
-
-def _attributes_read_before_set(function: _Function) -> set[str]:
-    """Attributes the function reads (``params.local_rank``) where no earlier line of it set them: it sees the
-    value it was given."""
-    stores = {}
-    for node in ast.walk(function):
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-            stores[node.attr] = min(stores.get(node.attr, node.lineno), node.lineno)
-    return {node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-            and isinstance(node.ctx, ast.Load) and node.lineno <= stores.get(node.attr, node.lineno)}

@@ -21,9 +21,33 @@ import ast
 
 from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.project_imports import Module, ProjectImports
+from paratrain.diagnostics.script_facts import ScriptFacts
 
 _HOPS = 2
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def loader_bindings(imports: ProjectImports, facts: ScriptFacts) -> list[tuple[str, ast.Call, list[ast.Call]]]:
+    """Each name the script binds to a loader that a project builder returns with a DistributedSampler
+    (``valid_loader = build(cfg, False)``; ``…, loader_val, mixup = build_loader(cfg)``, by position)."""
+    found = []
+    for node in ast.walk(facts.tree):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, (ast.Name, ast.Attribute))):
+            continue
+        target, call = node.targets[0], node.value
+        names = ([(target, None)] if isinstance(target, (ast.Name, ast.Attribute)) else
+                 list(zip(target.elts, range(len(target.elts)))) if isinstance(target, ast.Tuple) else [])
+        if not names or any(isinstance(t, ast.Starred) for t, _ in names):
+            continue
+        builder = imports.function(ast.unparse(call.func))
+        if builder is None:
+            continue
+        for held, index in names:
+            samplers = loader_samplers(imports, *builder, call, index)
+            if samplers and isinstance(held, (ast.Name, ast.Attribute)):
+                found.append((ast.unparse(held), call, samplers))
+    return found
 
 
 def loader_samplers(imports: ProjectImports, module: Module, function: _Function, call: ast.Call,
