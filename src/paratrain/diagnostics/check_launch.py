@@ -14,7 +14,7 @@ from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, la
 
 
 def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
-    for call in facts.calls_named("add_argument"):
+    for call, line in [(call, call.lineno) for call in facts.calls_named("add_argument")] + _project_flags(facts):
         flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         flag = next((f for f in flags if f in ("--local_rank", "--local-rank")), None)
         if flag is None:
@@ -40,10 +40,27 @@ def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
             "environment, not as an argument, so every process gets the default and uses the same device"
         )
         yield Finding(
-            call.lineno, "local-rank-argument", why,
+            line, "local-rank-argument", why,
             "read int(os.environ['LOCAL_RANK']) (or pt.Runtime().local_rank); or keep the flag and start "
             "the script with `paratrain run --legacy-local-rank`",
         )
+
+
+def _project_flags(facts: ScriptFacts) -> list[tuple[ast.Call, int]]:
+    """``--local_rank`` defined by a parser-building function of the project that the script calls
+    (``args = parser.get_args()``, ``parse_args()`` of utils/options.py), with the line to report: the
+    script's first read of the option (where the device or the guard comes from it), else the call. Left out
+    when a project function the script calls stores the option (LoRA's ``parse_gpu`` setting
+    ``args.local_rank`` from the launcher's variables): which value the reads see is not known."""
+    found = []
+    for callee, flag in facts.imported.local_rank_flags.items():
+        calls = [call for call in facts.calls if facts.imported.callee(call) == callee]
+        flags = [a.value for a in flag.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        dest = _dest(flag, flags)
+        reads = facts.loaded_attrs.get(dest, [])
+        if calls and dest not in facts.imported.attributes_stored:
+            found.append((flag, min([read.lineno for read in reads] or [calls[0].lineno])))
+    return found
 
 
 def _dest(call: ast.Call, flags: list[str]) -> str:

@@ -273,9 +273,13 @@ def _eval_samplers(facts: ScriptFacts) -> Iterator[tuple[str, ast.Call]]:
             and makers.get(ast.unparse(call.func))]
     inline = [(" ".join(sorted(_names_of(facts, loader))) + " " + _first_arg(loader), keyword(loader, "sampler"))
               for loader in facts.calls_named(*LOADERS) if isinstance(keyword(loader, "sampler"), ast.Call)]
-    candidates = list(facts.names_bound_to(*SAMPLERS).items()) + made + inline
+    # a loader a project builder returns with a DistributedSampler in it (project_loaders.py)
+    built = {(name, id(call)): samplers for name, call, samplers in facts.imported.loader_bindings}
+    candidates = (list(facts.names_bound_to(*SAMPLERS).items()) + made + inline
+                  + [(name, call) for name, call, _ in facts.imported.loader_bindings])
     for name, call in candidates:
-        samplers = [call] if last_name(call) in SAMPLERS else makers.get(ast.unparse(call.func), [])
+        samplers = ([call] if last_name(call) in SAMPLERS else built.get((name, id(call)))
+                    or makers.get(ast.unparse(call.func), []))
         for made in samplers:
             elsewhere = made not in facts.parents  # made in another file: reported at this file's call
             if elsewhere and any(kw.arg == "drop_last" and not isinstance(kw.value, ast.Constant) for kw in made.keywords):

@@ -77,16 +77,20 @@ def _wrapper_holders(facts: ScriptFacts) -> set[str]:
 
 def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
     wrapped, makers = _wrapper_holders(facts), _wrapper_makers(facts)
+    for call in _passed_to_savers(facts, wrapped, makers):
+        yield Finding(
+            call.lineno, "wrapped-state-dict",
+            f"`{facts.imported.callee(call)}` saves the state_dict of the DDP/DataParallel wrapper it is given: "
+            "its keys start with 'module.', so the checkpoint loads only into a wrapped model",
+            "pass the unwrapped model (model.module), or save model.module.state_dict() there; with paratrain, "
+            "pt.Checkpointer or `paratrain ckpt export` (no prefixes)",
+        )
     for call in facts.calls_named("state_dict"):
         owner = call.func.value if isinstance(call.func, ast.Attribute) else None
         if (owner is None or _holder(owner) not in wrapped or facts.single_process(call)
                 or _rebound(facts, owner, call, makers)):
             continue
-        parent = facts.parents.get(call)
-        if isinstance(parent, (ast.DictComp, ast.ListComp)):  # `{key: nets[key].state_dict() for key in nets}`
-            call, parent = parent, facts.parents.get(parent)
-        held = parent if isinstance(parent, (ast.List, ast.Tuple)) else call  # `states = [model.state_dict(), ...]`
-        if facts.inside(call, "save") or isinstance(parent, ast.Dict) or _saved_later(facts, held):
+        if saved_state_dict(facts, call):
             yield Finding(
                 call.lineno, "wrapped-state-dict",
                 f"`{ast.unparse(owner)}` is a DDP/DataParallel wrapper: its state_dict keys start with 'module.', "
@@ -94,6 +98,32 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
                 f"save {ast.unparse(owner)}.module.state_dict(); with paratrain, pt.Checkpointer or "
                 "`paratrain ckpt export` (no prefixes)",
             )
+
+
+def saved_state_dict(facts: ScriptFacts, call: ast.Call) -> bool:
+    """The ``state_dict()`` call's value reaches a checkpoint: inside a ``save`` call, a value of a dict, or
+    bound to a name that later is one of those."""
+    parent = facts.parents.get(call)
+    if isinstance(parent, (ast.DictComp, ast.ListComp)):  # `{key: nets[key].state_dict() for key in nets}`
+        call, parent = parent, facts.parents.get(parent)
+    held = parent if isinstance(parent, (ast.List, ast.Tuple)) else call  # `states = [model.state_dict(), ...]`
+    return bool(facts.inside(call, "save") or isinstance(parent, ast.Dict) or _saved_later(facts, held))
+
+
+def _passed_to_savers(facts: ScriptFacts, wrapped: set[str], makers: tuple[str, ...]) -> Iterator[ast.Call]:
+    """Calls of project functions that save the state dict of a parameter (``eval_metrics(iou, args, net, …)``)
+    given a wrapper there."""
+    savers = facts.imported.state_dict_savers
+    for call in facts.calls:
+        saver = savers.get(facts.imported.callee(call))
+        if saver is None or facts.single_process(call):
+            continue
+        positional, saved = saver
+        given = dict(zip(positional, call.args)) if not any(isinstance(a, ast.Starred) for a in call.args) else {}
+        given.update({kw.arg: kw.value for kw in call.keywords if kw.arg})
+        if any(name in given and _holder(given[name]) in wrapped and not _rebound(facts, given[name], call, makers)
+               for name in saved):
+            yield call
 
 
 def _rebound(facts: ScriptFacts, owner: ast.expr, call: ast.Call, makers: tuple[str, ...]) -> bool:

@@ -23,14 +23,25 @@ class ImportedNames:
     every_rank_loggers: dict[str, int | None] = field(default_factory=dict)  # INFO and a console handler, any rank
     rank_aware_loggers: set[str] = field(default_factory=set)  # choose a level or handler by rank
     unguarded_savers: set[str] = field(default_factory=set)  # torch.save with no rank test of their own
+    # → (their positional parameters, the ones whose state_dict() they save): NVIDIA's
+    # `eval_metrics(iou_acc, args, net, …)` puts `net.state_dict()` in the checkpoint's dict
+    state_dict_savers: dict[str, tuple[list[str], set[str]]] = field(default_factory=dict)
     wrapper_makers: set[str] = field(default_factory=set)  # return a DistributedDataParallel/DataParallel module
-    data_parallel_makers: set[str] = field(default_factory=set)  # of those, the ones that may return nn.DataParallel
+    # of those, the ones that may return nn.DataParallel; and the project's objects that wrap their model in it
+    # when built (`Exp(args)`) or when a method is called (`model.parallelize()`)
+    data_parallel_makers: set[str] = field(default_factory=set)
     # → the torch class it derives from: a class of the project built on DataParallel or DistributedDataParallel
     wrapper_classes: dict[str, str] = field(default_factory=dict)
     joins_process_group: bool = False  # a called function calls init_process_group or wraps in DDP
     print_replaced: bool = False  # a called function replaces builtins.print (or stdout)
     reads_local_rank_env: bool = False  # a called function (or an imported module's import) reads LOCAL_RANK
     attributes_read: set[str] = field(default_factory=set)  # `x.attr` a called function reads before setting it
+    attributes_stored: set[str] = field(default_factory=set)  # `x.attr = …` in a called function
+    # (name the script binds, its call of a project builder, the DistributedSamplers of the loader bound there):
+    # `valid_loader = build_dataloader(config, False, distributed)` (project_loaders.py)
+    loader_bindings: list[tuple[str, ast.Call, list[ast.Call]]] = field(default_factory=list)
+    # → the `add_argument("--local_rank", …)` call in a parser-building function the script calls (`get_args()`)
+    local_rank_flags: dict[str, ast.Call] = field(default_factory=dict)
 
     @staticmethod
     def callee(call: ast.Call) -> str:

@@ -20,9 +20,16 @@ import re
 from pathlib import Path
 
 from paratrain.diagnostics.check_rules import path_names_rank
-from paratrain.diagnostics.check_wrappers import WRAPPERS
+from paratrain.diagnostics.check_wrappers import WRAPPERS, saved_state_dict
 from paratrain.diagnostics.imported_names import ImportedNames
+from paratrain.diagnostics.project_builders import ProjectBuilders
 from paratrain.diagnostics.project_imports import Module, ProjectImports
+from paratrain.diagnostics.project_loaders import loader_bindings
+from paratrain.diagnostics.project_local_rank import (
+    attributes_read_before_set,
+    local_rank_flag,
+    reads_local_rank_env,
+)
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
 
 _SAMPLERS = ("DistributedSampler",)
@@ -54,21 +61,30 @@ class _Reader:
         """What every call of the script to a project function tells (keyed by the callee as written)."""
         names = ImportedNames()
         callees = {ImportedNames.callee(call) for call in facts.calls if isinstance(call.func, (ast.Name, ast.Attribute))}
+        builders = ProjectBuilders(self.imports, facts)
         for callee in sorted(callees):
-            found = self.imports.definition(callee)
+            if builders.wraps_in_data_parallel(callee):
+                names.data_parallel_makers.add(callee)
+            found = self.imports.definition(callee) or builders.method(callee)  # `train_state.save(...)`
             if found is not None and isinstance(found[1], ast.ClassDef):
                 base = _wrapper_base(*found)
                 if base is not None:
                     names.wrapper_classes[callee] = base
                 continue
-            if found is None or _too_long(found[1]):
+            if found is None:
+                continue
+            flag = local_rank_flag(found[1])  # a parser's function may be long: only its add_argument calls
+            if flag is not None:
+                names.local_rank_flags[callee] = flag
+            if _too_long(found[1]):
                 continue
             self._learn(names, callee, *found)
+        names.loader_bindings = loader_bindings(self.imports, facts)
         # A module's own statements run when it is imported (`args.gpu = int(os.environ["LOCAL_RANK"])` at its
         # top; DLRM's extend_distributed sets `builtins.print = rank0_print` there).
         imported = [stmt for module in self.imports.modules() for stmt in module.tree.body
                     if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-        names.reads_local_rank_env |= any(_reads_local_rank_env(stmt) for stmt in imported)
+        names.reads_local_rank_env |= any(reads_local_rank_env(stmt) for stmt in imported)
         names.print_replaced |= any(_replaces_print(stmt) for stmt in imported)
         return names
 
@@ -93,6 +109,10 @@ class _Reader:
             names.data_parallel_makers.add(callee)
         if self._unguarded_saver(module, function):
             names.unguarded_savers.add(callee)
+        saved = self._saved_state_dicts(module, function)
+        if saved:
+            positional = [a.arg for a in function.args.posonlyargs + function.args.args]
+            names.state_dict_savers[callee] = (positional[1:] if positional[:1] == ["self"] else positional, saved)
         logger = self._logger_kind(module, function, 0)
         if logger == "rank":
             names.rank_aware_loggers.add(callee)
@@ -108,8 +128,10 @@ class _Reader:
             names.joins_process_group |= any(isinstance(node, ast.Call) and last_name(node) in _GROUP_CALLS
                                              for node in ast.walk(reached))
             names.print_replaced |= _replaces_print(reached)
-            names.reads_local_rank_env |= _reads_local_rank_env(reached)
-            names.attributes_read |= _attributes_read_before_set(reached)
+            names.reads_local_rank_env |= reads_local_rank_env(reached)
+            names.attributes_read |= attributes_read_before_set(reached)
+            names.attributes_stored |= {node.attr for node in ast.walk(reached)
+                                        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
 
     def _reached(self, module: Module, function: _Function) -> list[tuple[Module, _Function]]:
         """``function`` and the project functions it calls, followed ``_HOPS`` calls deep."""
@@ -148,7 +170,31 @@ class _Reader:
         saves = [save for save in saves if mf.full_name(save) == "torch.save"]
         return bool(saves) and not any(mf.guard_in_function(save) or _under_rank_test(function, save)
                                        or path_names_rank(mf, save) or _per_rank_path(function, save)
-                                       or _in_memory(function, save) for save in saves)
+                                       or _in_memory(function, save) or _nested_call_guarded(mf, function, save)
+                                       for save in saves)
+
+    def _saved_state_dicts(self, module: Module, function: _Function) -> set[str]:
+        """The parameters whose ``state_dict()`` the function saves (in a ``save`` call, as a value of a dict, or
+        bound to a name that reaches one of those), never rebound in it (``net = net.module``) nor unwrapped
+        there: what the caller passes is what is saved."""
+        calls = [node for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) == "state_dict"
+                 and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)]
+        params = {a.arg for a in function.args.posonlyargs + function.args.args + function.args.kwonlyargs} - {"self"}
+        calls = [call for call in calls if call.func.value.id in params]
+        if not calls:
+            return set()
+        mf = self.facts_of(module)
+        rebound = {t.id for node in ast.walk(function) if isinstance(node, (ast.Assign, ast.AugAssign, ast.For, ast.With))
+                   for target in (node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)])
+                   if target is not None for t in ast.walk(target) if isinstance(t, ast.Name)}
+        # `model.module.state_dict() if distributed else model.state_dict()` (CvT), `hasattr(net, "module")`: the
+        # function tells a wrapper apart itself
+        unwrapped = {node.value.id for node in ast.walk(function) if isinstance(node, ast.Attribute)
+                     and node.attr == "module" and isinstance(node.value, ast.Name)} | {
+            node.args[0].id for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) == "hasattr"
+            and node.args and isinstance(node.args[0], ast.Name)}
+        return {call.func.value.id for call in calls if call.func.value.id not in rebound | unwrapped
+                and not mf.single_process(call) and saved_state_dict(mf, call)}
 
     def _logger_kind(self, module: Module, function: _Function, depth: int) -> str | tuple[str, int | None] | None:
         """``"rank"`` when the function chooses a logging level or handler by rank; ``("every", index)`` when
@@ -260,6 +306,19 @@ def _under_rank_test(function: _Function, node: ast.AST) -> bool:
     return False
 
 
+def _nested_call_guarded(mf: ScriptFacts, function: _Function, node: ast.AST) -> bool:
+    """``node`` lies in a function nested in ``function`` whose every call there is under a rank test
+    (YOLOv6's ``calibrate`` runs its inner ``save_calib_model`` under ``if self.main_process:``)."""
+    for inner in ast.walk(function):
+        if inner is function or not isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if any(n is node for n in ast.walk(inner)):
+            calls = [c for c in ast.walk(function) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                     and c.func.id == inner.name]
+            return bool(calls) and all(mf.guard_in_function(c) or _under_rank_test(function, c) for c in calls)
+    return False
+
+
 def _per_rank_path(function: _Function, save: ast.Call) -> bool:
     """The file's path names a rank, written or through what its names were assigned in the function
     (Megatron's ``path = os.path.join(path, f"{prefix}.rank_{rank_str}")``): a file per rank."""
@@ -322,30 +381,3 @@ def _replaces_print(node: ast.AST) -> bool:
     """``builtins.print = …`` (or ``sys.stdout = …``) within ``node``."""
     return any(isinstance(sub, ast.Assign) and any(ast.unparse(t) in _PRINT_TARGETS for t in sub.targets)
                for sub in ast.walk(node))
-
-
-def _reads_local_rank_env(node: ast.AST) -> bool:
-    """``os.environ["LOCAL_RANK"]``, ``os.getenv("LOCAL_RANK")``, ``os.environ.get("LOCAL_RANK")`` within ``node``;
-    or ``LOCAL_RANK`` among the names a helper named for the environment tries in turn (DLRM's
-    ``env2int(["MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", …, "LOCAL_RANK"], -1)``)."""
-    return any(
-        isinstance(sub, (ast.Subscript, ast.Call)) and any(
-            isinstance(arg, ast.Constant) and arg.value == "LOCAL_RANK"
-            for arg in ([sub.slice] if isinstance(sub, ast.Subscript) else sub.args[:1]))
-        and re.search(r"environ|getenv", ast.unparse(sub.value if isinstance(sub, ast.Subscript) else sub.func))
-        or isinstance(sub, ast.Call) and re.search(r"env", last_name(sub), re.IGNORECASE) and any(
-            isinstance(arg, (ast.List, ast.Tuple)) and any(
-                isinstance(item, ast.Constant) and item.value == "LOCAL_RANK" for item in arg.elts)
-            for arg in sub.args)
-        for sub in ast.walk(node))
-
-
-def _attributes_read_before_set(function: _Function) -> set[str]:
-    """Attributes the function reads (``params.local_rank``) where no earlier line of it set them: it sees the
-    value it was given."""
-    stores = {}
-    for node in ast.walk(function):
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-            stores[node.attr] = min(stores.get(node.attr, node.lineno), node.lineno)
-    return {node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-            and isinstance(node.ctx, ast.Load) and node.lineno <= stores.get(node.attr, node.lineno)}

@@ -106,6 +106,10 @@ class ProjectImports:
             return None
         return None
 
+    def bound_names(self, module: Module) -> list[str]:
+        """The names ``module``'s imports bind to something of the project."""
+        return list(self._bindings_of(module.path, module))
+
     def modules(self) -> list[Module]:
         """Every module parsed so far."""
         return [module for module in self._parsed.values() if module is not None]
