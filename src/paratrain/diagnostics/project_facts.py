@@ -19,6 +19,7 @@ import ast
 import re
 from pathlib import Path
 
+from paratrain.diagnostics.assigned_values import bound_values
 from paratrain.diagnostics.check_rules import path_names_rank
 from paratrain.diagnostics.check_wrappers import WRAPPERS
 from paratrain.diagnostics.imported_names import ImportedNames
@@ -217,8 +218,8 @@ def _returned_calls(function: _Function, names: tuple[str, ...]) -> list[ast.Cal
 
 
 def _assigned_in(function: _Function, name: str) -> list[ast.expr]:
-    return [node.value for node in ast.walk(function) if isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)]
+    return [value for node in ast.walk(function) for target, value in bound_values(node)
+            if isinstance(target, ast.Name) and target.id == name]
 
 
 def _chooses_by_rank(function: _Function, setups: list[ast.Call]) -> bool:
