@@ -59,3 +59,27 @@ for epoch in range(10):
         pass
 """
     assert "no-set-epoch" not in {rule for _, rule in rules(source)}
+
+
+def test_loguru_logs_on_every_rank_before_the_script_removes_its_default_sink():
+    source = """\
+import os
+import torch.distributed as dist
+from loguru import logger
+
+def main():
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("nccl")
+    logger.info("process group initialized")
+    if rank != 0:
+        logger.remove()
+    logger.info("training")
+
+main()
+"""
+    assert [line for line, rule in rules(source) if rule == "log-on-every-rank"] == [8]
+    removed_first = source.replace('    logger.info("process group initialized")\n', "")
+    assert "log-on-every-rank" not in {rule for _, rule in rules(removed_first)}
+    # a sink chosen in another function may run first: the order is not the file's to tell
+    elsewhere = source.replace("    if rank != 0:\n        logger.remove()\n", "") + "def quiet():\n    logger.remove()\n"
+    assert "log-on-every-rank" not in {rule for _, rule in rules(elsewhere)}

@@ -150,25 +150,63 @@ def _loguru_loggers(facts: ScriptFacts) -> set[str]:
     """``from loguru import logger``: its default sink writes DEBUG and up to stderr in every process, until
     the script removes it (``logger.remove()``: then it chooses the sinks, which this reading does not follow)
     or adds a sink under a rank test."""
-    names = {name for name, module in facts.modules.items() if module == "loguru.logger"}
+    names = _loguru_names(facts)
     sinks = [call for call in facts.calls_named("remove", "add", "configure")
              if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in names]
     if any(last_name(call) in ("remove", "configure") or _rank_chosen(facts, call) for call in sinks):
         return set()
-    if any(_LOGGER_HELPER.fullmatch(last_name(call)) and last_name(call) != "getLogger" for call in facts.calls):
-        return set()  # a logger helper (YOLOX's `setup_logger(distributed_rank=rank)`) may choose the sinks by rank
+    if _logger_helper_called(facts):
+        return set()
     return names
+
+
+def _loguru_names(facts: ScriptFacts) -> set[str]:
+    return {name for name, module in facts.modules.items() if module == "loguru.logger"}
+
+
+def _logger_helper_called(facts: ScriptFacts) -> bool:
+    """A logger helper (YOLOX's `setup_logger(distributed_rank=rank)`) may choose the sinks by rank."""
+    return any(_LOGGER_HELPER.fullmatch(last_name(call)) and last_name(call) != "getLogger" for call in facts.calls)
+
+
+def _before_loguru_sinks_chosen(facts: ScriptFacts, call: ast.Call) -> bool:
+    """``logger.info(...)`` of loguru that runs before the script chooses its sinks: every ``remove()`` /
+    ``configure()`` / ``add()`` of that logger is in the same function as the call and after it
+    (GaLore's ``logger.info("Process group initialized")`` before ``if global_rank != 0: logger.remove()``).
+
+    Invariant: loguru's default stderr sink is on in every process until the first sink call runs, so a
+    line the same function runs before any of them writes once per rank, whatever those calls do later.
+    A sink call in another function (which may run first) leaves the order unknown: then nothing is said.
+    """
+    names = _loguru_names(facts)
+    if not (isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in names):
+        return False
+    sinks = [sink for sink in facts.calls_named("remove", "add", "configure")
+             if isinstance(sink.func, ast.Attribute) and ast.unparse(sink.func.value) in names]
+    scope = facts.scope(call)
+    return bool(sinks) and not _logger_helper_called(facts) and all(
+        facts.scope(sink) is scope and sink.lineno > call.end_lineno and not _in_loop_around(facts, sink, call)
+        for sink in sinks)
+
+
+def _in_loop_around(facts: ScriptFacts, sink: ast.Call, call: ast.Call) -> bool:
+    """``sink`` sits in a loop that also holds ``call``: a later pass may run it before the call."""
+    parent = facts.parents.get(sink)
+    while parent is not None and parent is not facts.scope(sink):
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)) and any(node is call for node in ast.walk(parent)):
+            return True
+        parent = facts.parents.get(parent)
+    return False
 
 
 def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     if not facts.distributed or _print_silenced(facts):
         return
     loggers = (_loggers(facts) or set()) | _loguru_loggers(facts)
-    if not loggers:
-        return
     logs = [
         call for call in facts.calls_named("info", "debug")
-        if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in loggers
+        if isinstance(call.func, ast.Attribute)
+        and (ast.unparse(call.func.value) in loggers or _before_loguru_sinks_chosen(facts, call))
         and not facts.guard(call) and not facts.in_launcher(call) and not _rank_tagged(call)
     ]
     yield from _first_of(
