@@ -83,3 +83,29 @@ main()
     # a sink chosen in another function may run first: the order is not the file's to tell
     elsewhere = source.replace("    if rank != 0:\n        logger.remove()\n", "") + "def quiet():\n    logger.remove()\n"
     assert "log-on-every-rank" not in {rule for _, rule in rules(elsewhere)}
+
+
+def test_an_accuracy_counted_over_a_sharded_loader_handed_to_a_function_is_one_ranks():
+    source = """\
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+def compute_accuracy(model, dataloader):
+    correct = total = 0
+    for features, labels in dataloader:
+        correct += (model(features).argmax(1) == labels).sum()
+        total += len(labels)
+    return (correct / total).item()
+
+def main(rank, model, train_ds, test_ds):
+    train_loader = DataLoader(train_ds, sampler=DistributedSampler(train_ds))
+    test_loader = DataLoader(test_ds)
+    test_acc = compute_accuracy(model, test_loader)
+    train_acc = compute_accuracy(model, train_loader)
+    print(f"[GPU{rank}] accuracy", train_acc, test_acc)
+"""
+    assert [line for line, rule in rules(source) if rule == "ungathered-metric"] == [15]
+    reduced = source.replace("    return (correct", "    torch.distributed.all_reduce(correct)\n    return (correct")
+    assert "ungathered-metric" not in {rule for _, rule in rules(reduced)}
+    unsharded = source.replace("sampler=DistributedSampler(train_ds)", "shuffle=True")
+    assert "ungathered-metric" not in {rule for _, rule in rules(unsharded + "torch.distributed.init_process_group('gloo')\n")}
