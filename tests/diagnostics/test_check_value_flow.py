@@ -8,13 +8,24 @@ MASTER_PORT through a flag's default.
 
 from __future__ import annotations
 
+import textwrap
+from pathlib import Path
+
 import pytest
 
-from paratrain.diagnostics.check import check_source
+from paratrain.diagnostics.check import check_file, check_source
 
 
 def rules(source: str) -> list[tuple[int, str]]:
     return [(f.line, f.rule) for f in check_source(source)]
+
+
+def project(root: Path, files: dict[str, str]) -> Path:
+    """Write the files (the first one is the script) under ``root``, marked as a project, and return the script."""
+    (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    for name, text in files.items():
+        (root / name).write_text(textwrap.dedent(text))
+    return root / next(iter(files))
 
 
 _SAMPLER_FORMS = {
@@ -109,3 +120,30 @@ def main(rank, model, train_ds, test_ds):
     assert "ungathered-metric" not in {rule for _, rule in rules(reduced)}
     unsharded = source.replace("sampler=DistributedSampler(train_ds)", "shuffle=True")
     assert "ungathered-metric" not in {rule for _, rule in rules(unsharded + "torch.distributed.init_process_group('gloo')\n")}
+
+
+def test_a_print_helper_given_a_rank_written_as_a_number_prints_on_every_rank(tmp_path):
+    script = project(tmp_path, {
+        "train.py": """\
+            import torch.distributed as dist
+            from utils import print_rank_0
+
+            dist.init_process_group("nccl")
+            rank = dist.get_rank()
+            print_rank_0("starting", rank)
+            for name in ["w", "b"]:
+                print_rank_0(name, 0)
+            print_rank_0(name, rank=-1)
+            print_rank_0("done", 1)
+            """,
+        "utils.py": """\
+            def print_rank_0(msg, rank=0):
+                if rank <= 0:
+                    print(msg)
+            """,
+    })
+    assert [(f.line, f.rule) for f in check_file(script)] == [(8, "print-on-every-rank")]
+    assert "also lines 9" in check_file(script)[0].problem
+    # the same helper in the script itself
+    own = (tmp_path / "utils.py").read_text() + (tmp_path / "train.py").read_text().replace("from utils import print_rank_0\n", "")
+    assert [line for line, rule in rules(own) if rule == "print-on-every-rank"] == [10]

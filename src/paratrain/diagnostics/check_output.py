@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 
 from paratrain.diagnostics.check_finding import Finding
+from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, last_name
 
 # DeiT/DINO/MAE/DETR's shared `utils.init_distributed_mode(args)` reads RANK/LOCAL_RANK from the
@@ -79,11 +80,27 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         if isinstance(call.func, ast.Name) and not facts.guard(call) and not facts.in_launcher(call)
         and not _rank_tagged(call)
     ]
+    prints = sorted(prints + _literal_rank_prints(facts), key=lambda call: (call.lineno, call.col_offset))
     yield from _first_of(
         prints, "print-on-every-rank", "print runs on every rank: each line appears once per process, interleaved",
         "pt.print(...) or `if dist.get_rank() == 0:` for messages; gather values first "
         "(pt.all_reduce) when every rank's number matters",
     )
+
+
+def _literal_rank_prints(facts: ScriptFacts) -> list[ast.Call]:
+    """Calls of a print helper (the script's or its project's) that tests the rank it is given, with a number
+    that passes the test (``print_rank_0(msg, 0)``): it prints in every process that calls it."""
+    own = {node.name: node for node in facts.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    found = []
+    for call in facts.calls:
+        printer = facts.imported.rank_argument_prints.get(facts.imported.callee(call))
+        if printer is None and isinstance(call.func, ast.Name) and call.func.id in own:
+            printer = prints_by_rank_argument(own[call.func.id])
+        if (printer is not None and printer.prints_for(call) and not facts.guard(call) and not facts.in_launcher(call)
+                and not _rank_tagged(call)):
+            found.append(call)
+    return found
 
 
 # ---- logging on every rank ----------------------------------------------------------------------

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from paratrain.diagnostics.rank_argument_prints import RankArgumentPrint
+
 
 @dataclass
 class ImportedNames:
@@ -30,6 +32,8 @@ class ImportedNames:
     joins_process_group: bool = False  # a called function calls init_process_group or wraps in DDP
     print_replaced: bool = False  # a called function replaces builtins.print (or stdout)
     reads_local_rank_env: bool = False  # a called function (or an imported module's import) reads LOCAL_RANK
+    # → the parameter test their prints run under (`print_rank_0(msg, rank)`: `if rank <= 0: print(msg)`)
+    rank_argument_prints: dict[str, RankArgumentPrint] = field(default_factory=dict)
     attributes_read: set[str] = field(default_factory=set)  # `x.attr` a called function reads before setting it
 
     @staticmethod

@@ -24,6 +24,7 @@ from paratrain.diagnostics.check_rules import path_names_rank
 from paratrain.diagnostics.check_wrappers import WRAPPERS
 from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.project_imports import Module, ProjectImports
+from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
 
 _SAMPLERS = ("DistributedSampler",)
@@ -92,6 +93,9 @@ class _Reader:
             names.wrapper_makers.add(callee)
         if _returned_calls(function, ("DataParallel",)):
             names.data_parallel_makers.add(callee)
+        printer = prints_by_rank_argument(function)
+        if printer is not None:
+            names.rank_argument_prints[callee] = printer
         if self._unguarded_saver(module, function):
             names.unguarded_savers.add(callee)
         logger = self._logger_kind(module, function, 0)
