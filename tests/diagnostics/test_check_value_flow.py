@@ -147,3 +147,52 @@ def test_a_print_helper_given_a_rank_written_as_a_number_prints_on_every_rank(tm
     # the same helper in the script itself
     own = (tmp_path / "utils.py").read_text() + (tmp_path / "train.py").read_text().replace("from utils import print_rank_0\n", "")
     assert [line for line, rule in rules(own) if rule == "print-on-every-rank"] == [10]
+
+
+def test_a_flag_default_that_reaches_master_port_through_a_function_is_a_fixed_port():
+    source = """\
+import os
+import torch.distributed as dist
+from absl import app, flags
+
+flags.DEFINE_integer("master_port", 12355, "Master port.")
+FLAGS = flags.FLAGS
+
+def setup(rank, world_size, port):
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+
+def main(argv):
+    setup(0, 1, FLAGS.master_port)
+
+app.run(main)
+"""
+    assert (5, "hardcoded-rendezvous") in rules(source)
+    unset_only = source.replace('    os.environ["MASTER_PORT"] = str(port)',
+                                '    if "MASTER_PORT" not in os.environ:\n        os.environ["MASTER_PORT"] = str(port)')
+    assert (5, "hardcoded-rendezvous") not in rules(unset_only)
+
+
+def test_an_option_default_that_a_function_of_the_project_writes_to_master_port_is_a_fixed_port(tmp_path):
+    script = project(tmp_path, {
+        "train.py": """\
+            import argparse
+            import common_utils
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--launcher", default="none")
+            parser.add_argument("--tcp_port", type=int, default=18888)
+            args = parser.parse_args()
+            getattr(common_utils, "init_dist_%s" % args.launcher)(args.tcp_port, backend="nccl")
+            """,
+        "common_utils.py": """\
+            import os
+            import torch.distributed as dist
+
+            def init_dist_slurm(tcp_port, backend="nccl"):
+                os.environ["MASTER_PORT"] = str(tcp_port)
+                dist.init_process_group(backend=backend)
+            """,
+    })
+    assert (6, "hardcoded-rendezvous") in [(f.line, f.rule) for f in check_file(script)]

@@ -34,6 +34,8 @@ class ImportedNames:
     reads_local_rank_env: bool = False  # a called function (or an imported module's import) reads LOCAL_RANK
     # → the parameter test their prints run under (`print_rank_0(msg, rank)`: `if rank <= 0: print(msg)`)
     rank_argument_prints: dict[str, RankArgumentPrint] = field(default_factory=dict)
+    # parameter name → MASTER_PORT/MASTER_ADDR: a function of an imported module writes it there
+    environ_parameters: dict[str, str] = field(default_factory=dict)
     attributes_read: set[str] = field(default_factory=set)  # `x.attr` a called function reads before setting it
 
     @staticmethod

@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 
 from paratrain.diagnostics.assigned_values import bound_values
+from paratrain.diagnostics.check_launch import environ_parameters
 from paratrain.diagnostics.check_rules import path_names_rank
 from paratrain.diagnostics.check_wrappers import WRAPPERS
 from paratrain.diagnostics.imported_names import ImportedNames
@@ -72,6 +73,10 @@ class _Reader:
                     if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
         names.reads_local_rank_env |= any(_reads_local_rank_env(stmt) for stmt in imported)
         names.print_replaced |= any(_replaces_print(stmt) for stmt in imported)
+        # OpenPCDet's `init_dist_slurm(tcp_port, …)` writes `os.environ["MASTER_PORT"] = str(tcp_port)`
+        for module in self.imports.modules():
+            if "MASTER_" in module.source:
+                names.environ_parameters.update(environ_parameters(self.facts_of(module)))
         return names
 
     def facts_of(self, module: Module) -> ScriptFacts:
