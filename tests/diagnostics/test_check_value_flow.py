@@ -196,3 +196,24 @@ def test_an_option_default_that_a_function_of_the_project_writes_to_master_port_
             """,
     })
     assert (6, "hardcoded-rendezvous") in [(f.line, f.rule) for f in check_file(script)]
+
+
+def test_a_model_whose_submodules_were_replaced_by_their_wrappers_saves_prefixed_keys():
+    source = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def save(dlrm, path):
+    torch.save({"state_dict": dlrm.state_dict(), "epoch": 1}, path)
+
+dist.init_process_group("nccl")
+dlrm = make_model()
+dlrm.bot_l = DDP(dlrm.bot_l)
+dlrm.top_l = DDP(dlrm.top_l)
+save(dlrm, "model.pt")
+"""
+    assert (6, "wrapped-state-dict") in rules(source)
+    # a wrapper kept beside the model is not one of its submodules
+    beside = source.replace("dlrm.bot_l = DDP(dlrm.bot_l)\ndlrm.top_l = DDP(dlrm.top_l)", "trainer.model = DDP(dlrm)")
+    assert "wrapped-state-dict" not in {rule for _, rule in rules(beside)}

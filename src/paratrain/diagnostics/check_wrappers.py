@@ -75,17 +75,48 @@ def _wrapper_holders(facts: ScriptFacts) -> set[str]:
     return held
 
 
+def _wrapped_submodules(facts: ScriptFacts, wrapped: set[str]) -> dict[str, list[str]]:
+    """Models some of whose own submodules were replaced by their wrappers (DLRM's ``dlrm.bot_l =
+    DDP(dlrm.bot_l)``): model name → those attributes.
+
+    Invariant: a model's state dict holds the keys of every submodule it holds, under the submodule's
+    name; a submodule replaced by its wrapper adds ``module.`` inside them (``bot_l.module.0.weight``).
+    Only a submodule wrapped in its own place counts: ``self.model = DDP(model)`` says nothing of ``self``."""
+    found: dict[str, list[str]] = {}
+    for name in sorted(wrapped):
+        owner, _, attr = name.rpartition(".")
+        if not owner or not owner.isidentifier():
+            continue
+        if any(isinstance(value, ast.Call) and value.args and ast.unparse(value.args[0]) == name
+               for value in facts.assigned.get(name, [])):
+            found.setdefault(owner, []).append(attr)
+    return found
+
+
 def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
     wrapped, makers = _wrapper_holders(facts), _wrapper_makers(facts)
+    inner = _wrapped_submodules(facts, wrapped)
     for call in facts.calls_named("state_dict"):
         owner = call.func.value if isinstance(call.func, ast.Attribute) else None
-        if (owner is None or _holder(owner) not in wrapped or facts.single_process(call)
-                or _rebound(facts, owner, call, makers)):
+        if (owner is None or (_holder(owner) not in wrapped and _holder(owner) not in inner)
+                or facts.single_process(call) or _rebound(facts, owner, call, makers)):
             continue
         parent = facts.parents.get(call)
         if isinstance(parent, (ast.DictComp, ast.ListComp)):  # `{key: nets[key].state_dict() for key in nets}`
             call, parent = parent, facts.parents.get(parent)
         held = parent if isinstance(parent, (ast.List, ast.Tuple)) else call  # `states = [model.state_dict(), ...]`
+        if _holder(owner) in inner and _holder(owner) not in wrapped:
+            if facts.inside(call, "save") or isinstance(parent, ast.Dict) or _saved_later(facts, held):
+                attrs = inner[_holder(owner)]
+                yield Finding(
+                    call.lineno, "wrapped-state-dict",
+                    f"`{ast.unparse(owner)}` holds DDP/DataParallel wrappers as its submodules "
+                    f"({', '.join(attrs)}): their state_dict keys read '{attrs[0]}.module.…', which the model "
+                    "without wrappers does not load",
+                    f"save the state dict with the wrappers taken off ({ast.unparse(owner)}.{attrs[0]}.module), or "
+                    "wrap the whole model once; with paratrain, pt.Checkpointer (no prefixes)",
+                )
+            continue
         if facts.inside(call, "save") or isinstance(parent, ast.Dict) or _saved_later(facts, held):
             yield Finding(
                 call.lineno, "wrapped-state-dict",
