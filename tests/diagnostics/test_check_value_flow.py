@@ -217,3 +217,22 @@ save(dlrm, "model.pt")
     # a wrapper kept beside the model is not one of its submodules
     beside = source.replace("dlrm.bot_l = DDP(dlrm.bot_l)\ndlrm.top_l = DDP(dlrm.top_l)", "trainer.model = DDP(dlrm)")
     assert "wrapped-state-dict" not in {rule for _, rule in rules(beside)}
+
+
+def test_a_wrappers_state_dict_chosen_by_a_conditional_expression_reaches_the_checkpoint():
+    source = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+def save_checkpoint(args, model, cpu_state):
+    checkpoint = {"epoch": 1, "state_dict": cpu_state if args.fsdp else model.state_dict()}
+    torch.save(checkpoint, "model.pt")
+
+dist.init_process_group("nccl")
+model = DistributedDataParallel(make_model())
+save_checkpoint(args, model, None)
+"""
+    assert (6, "wrapped-state-dict") in rules(source)
+    unwrapped = source.replace("else model.state_dict()", "else model.module.state_dict()")
+    assert "wrapped-state-dict" not in {rule for _, rule in rules(unwrapped)}

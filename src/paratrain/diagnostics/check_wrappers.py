@@ -102,6 +102,10 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
                 or facts.single_process(call) or _rebound(facts, owner, call, makers)):
             continue
         parent = facts.parents.get(call)
+        # `"state_dict": cpu_state if args.fsdp else model.state_dict()`: a branch of a conditional
+        # expression is its value whenever that branch is taken
+        while isinstance(parent, ast.IfExp) and call is not parent.test:
+            call, parent = parent, facts.parents.get(parent)
         if isinstance(parent, (ast.DictComp, ast.ListComp)):  # `{key: nets[key].state_dict() for key in nets}`
             call, parent = parent, facts.parents.get(parent)
         held = parent if isinstance(parent, (ast.List, ast.Tuple)) else call  # `states = [model.state_dict(), ...]`
