@@ -236,3 +236,18 @@ save_checkpoint(args, model, None)
     assert (6, "wrapped-state-dict") in rules(source)
     unwrapped = source.replace("else model.state_dict()", "else model.module.state_dict()")
     assert "wrapped-state-dict" not in {rule for _, rule in rules(unwrapped)}
+
+
+@pytest.mark.parametrize("binding", ["sd, epoch = model.state_dict(), 3", "if (sd := model.state_dict()) is not None: pass"])
+def test_a_wrappers_state_dict_is_followed_however_its_name_is_bound(binding):
+    source = f"""\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+dist.init_process_group("nccl")
+model = DistributedDataParallel(make_model())
+{binding}
+torch.save({{"model": sd}}, "model.pt")
+"""
+    assert (7, "wrapped-state-dict") in rules(source)

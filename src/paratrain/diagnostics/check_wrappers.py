@@ -110,7 +110,7 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
             call, parent = parent, facts.parents.get(parent)
         held = parent if isinstance(parent, (ast.List, ast.Tuple)) else call  # `states = [model.state_dict(), ...]`
         if _holder(owner) in inner and _holder(owner) not in wrapped:
-            if facts.inside(call, "save") or isinstance(parent, ast.Dict) or _saved_later(facts, held):
+            if facts.inside(call, "save") or isinstance(parent, ast.Dict) or _saved_later(facts, held) or _saved_later(facts, call):
                 attrs = inner[_holder(owner)]
                 yield Finding(
                     call.lineno, "wrapped-state-dict",
@@ -121,7 +121,7 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
                     "wrap the whole model once; with paratrain, pt.Checkpointer (no prefixes)",
                 )
             continue
-        if facts.inside(call, "save") or isinstance(parent, ast.Dict) or _saved_later(facts, held):
+        if facts.inside(call, "save") or isinstance(parent, ast.Dict) or _saved_later(facts, held) or _saved_later(facts, call):
             yield Finding(
                 call.lineno, "wrapped-state-dict",
                 f"`{ast.unparse(owner)}` is a DDP/DataParallel wrapper: its state_dict keys start with 'module.', "
@@ -157,10 +157,9 @@ def _saved_later(facts: ScriptFacts, call: ast.expr) -> bool:
     """``sd = model.state_dict()`` (or ``states = [model.state_dict(), …]``) and later, in the same function,
     ``sd`` is a value of a dict or an argument of ``save``: the state dict reaches the checkpoint under
     another name."""
-    assign = facts.parents.get(call)
-    if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)):
+    name = facts.bound_name(call)
+    if name is None or not name.isidentifier():
         return False
-    name = assign.targets[0].id
     return any(
         facts.scope(read) is facts.scope(call) and read.lineno > call.lineno
         and (isinstance(facts.parents.get(read), ast.Dict) or facts.inside(read, "save") is not None)

@@ -49,10 +49,9 @@ def metric_over_shard(facts: ScriptFacts, loaders: set[str], metric: re.Pattern[
                        if ast.unparse(arg) in loaders and _loops_over(function, param)), None)
         if loader is None:
             continue
-        bound = facts.parents.get(call)
-        if not (isinstance(bound, ast.Assign) and len(bound.targets) == 1 and isinstance(bound.targets[0], ast.Name)):
+        name, scope = facts.bound_name(call), facts.scope(call)
+        if name is None or not name.isidentifier():
             continue
-        name, scope = bound.targets[0].id, facts.scope(call)
         if any(facts.scope(report) is scope and report.lineno > call.lineno and _reads(report, name)
                for report in facts.calls_named(*reports)):
             yield call, loader

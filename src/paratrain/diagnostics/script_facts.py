@@ -150,6 +150,14 @@ class ScriptFacts(RankGuards, LauncherParent):
                  if isinstance(call, ast.Call) and last_name(call) in callee_names]
         return sorted(found, key=lambda pair: pair[1].lineno)
 
+    def bound_name(self, value: ast.expr) -> str | None:
+        """The name (``x``, ``self.x``) that ``value`` is bound to, however the binding spells it
+        (``x = value``, ``x, y = value, other``, ``(x := value)``, ``with value as x``); None when it is not bound."""
+        node = self.parents.get(value)
+        while isinstance(node, (ast.Tuple, ast.List)) and isinstance(node.ctx, ast.Load):
+            node = self.parents.get(node)
+        return next((ast.unparse(target) for target, bound in bound_values(node) if bound is value), None) if node else None
+
     @cached_property
     def distributed(self) -> bool:
         """The script starts or joins several processes (DDP, a sampler, spawn, Horovod, Fabric, a Lightning
