@@ -91,12 +91,13 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
 def _literal_rank_prints(facts: ScriptFacts) -> list[ast.Call]:
     """Calls of a print helper (the script's or its project's) that tests the rank it is given, with a number
     that passes the test (``print_rank_0(msg, 0)``): it prints in every process that calls it."""
-    own = {node.name: node for node in facts.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    printers = {node.name: prints_by_rank_argument(node) for node in facts.tree.body
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     found = []
     for call in facts.calls:
         printer = facts.imported.rank_argument_prints.get(facts.imported.callee(call))
-        if printer is None and isinstance(call.func, ast.Name) and call.func.id in own:
-            printer = prints_by_rank_argument(own[call.func.id])
+        if printer is None and isinstance(call.func, ast.Name):
+            printer = printers.get(call.func.id)
         if (printer is not None and printer.prints_for(call) and not facts.guard(call) and not facts.in_launcher(call)
                 and not _rank_tagged(call)):
             found.append(call)

@@ -43,11 +43,11 @@ def metric_over_shard(facts: ScriptFacts, loaders: set[str], metric: re.Pattern[
     functions = {node.name: node for node in facts.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     for call in facts.calls:
         function = functions.get(call.func.id) if isinstance(call.func, ast.Name) else None
-        if function is None or not _names_a_metric(function, metric):
+        if function is None:
             continue
         loader = next((ast.unparse(arg) for arg, param in _arguments(call, function)
                        if ast.unparse(arg) in loaders and _loops_over(function, param)), None)
-        if loader is None:
+        if loader is None or not _names_a_metric(function, metric):
             continue
         name, scope = facts.bound_name(call), facts.scope(call)
         if name is None or not name.isidentifier():
