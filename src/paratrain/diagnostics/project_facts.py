@@ -8,7 +8,9 @@ the project is read with the same reading as the script (a :class:`ScriptFacts` 
 rules ask of a function of the script itself: does it return a rank test, a DistributedSampler, a DDP
 wrapper; does it call ``torch.save`` with no rank test of its own; does it give the logger an INFO level and
 a console handler on every rank, or choose them by rank; does it replace ``builtins.print``; does it read
-``--local_rank`` or ``LOCAL_RANK``; does it make the process group. The functions it calls in turn are
+``--local_rank`` or ``LOCAL_RANK``; does it make the process group; does it print only under a test of a rank
+parameter (``print_rank_0(msg, rank)``). Which parameters of the imported modules' functions become
+``MASTER_PORT``/``MASTER_ADDR`` is read from every module found. The functions it calls in turn are
 followed two calls deep for the last four. Only what its body shows counts: a decorated saver (the decorator may
 test the rank), a tuple of wrappers, a level from a variable, are unknowns, and unknowns are left out.
 """
