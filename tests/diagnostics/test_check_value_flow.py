@@ -251,3 +251,25 @@ model = DistributedDataParallel(make_model())
 torch.save({{"model": sd}}, "model.pt")
 """
     assert (7, "wrapped-state-dict") in rules(source)
+
+
+def test_an_annotated_logger_is_a_logger_and_its_line_in_an_except_block_tells_one_process_failure():
+    source = """\
+import logging
+import torch.distributed as dist
+
+logging.basicConfig(level=logging.INFO)
+logger: logging.Logger = logging.getLogger(__name__)
+
+def train():
+    dist.init_process_group("nccl")
+    try:
+        logger.info("training")
+    except Exception:
+        logger.info("failed")
+        raise
+
+train()
+"""
+    assert [line for line, rule in rules(source) if rule == "log-on-every-rank"] == [10]
+    assert "also lines" not in next(f.problem for f in check_source(source) if f.rule == "log-on-every-rank")

@@ -57,6 +57,17 @@ def _rank_tagged(call: ast.Call) -> bool:
     )
 
 
+def _handling_an_exception(facts: ScriptFacts, call: ast.Call) -> bool:
+    """The line is written in an ``except`` block (``except Exception: logger.info(traceback.format_exc())``):
+    it tells the failure of the process that writes it, as a line naming its rank tells that rank's state."""
+    parent = facts.parents.get(call)
+    while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(parent, ast.ExceptHandler):
+            return True
+        parent = facts.parents.get(parent)
+    return False
+
+
 def _print_replaced(facts: ScriptFacts) -> bool:
     """A ``print(..., force=True)`` (or any keyword builtins.print does not take) only runs once the
     project has replaced builtins.print, as DeiT's ``setup_for_distributed`` does to quiet the other
@@ -226,6 +237,7 @@ def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         if isinstance(call.func, ast.Attribute)
         and (ast.unparse(call.func.value) in loggers or _before_loguru_sinks_chosen(facts, call))
         and not facts.guard(call) and not facts.in_launcher(call) and not _rank_tagged(call)
+        and not _handling_an_exception(facts, call)
     ]
     yield from _first_of(
         logs, "log-on-every-rank", "logging writes on every rank: each message appears once per process, interleaved",
