@@ -198,9 +198,9 @@ def _logger_helper_called(facts: ScriptFacts) -> bool:
     return any(_LOGGER_HELPER.fullmatch(last_name(call)) and last_name(call) != "getLogger" for call in facts.calls)
 
 
-def _before_loguru_sinks_chosen(facts: ScriptFacts, call: ast.Call) -> bool:
-    """``logger.info(...)`` of loguru that runs before the script chooses its sinks: every ``remove()`` /
-    ``configure()`` / ``add()`` of that logger is in the same function as the call and after it
+def _loguru_lines_before_sinks(facts: ScriptFacts) -> set[ast.Call]:
+    """``logger.info(...)`` / ``debug`` lines of loguru that run before the script chooses its sinks: every
+    ``remove()`` / ``configure()`` / ``add()`` of that logger is in the same function as the line and after it
     (GaLore's ``logger.info("Process group initialized")`` before ``if global_rank != 0: logger.remove()``).
 
     Invariant: loguru's default stderr sink is on in every process until the first sink call runs, so a
@@ -208,14 +208,17 @@ def _before_loguru_sinks_chosen(facts: ScriptFacts, call: ast.Call) -> bool:
     A sink call in another function (which may run first) leaves the order unknown: then nothing is said.
     """
     names = _loguru_names(facts)
-    if not (isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in names):
-        return False
+    if not names or _logger_helper_called(facts):
+        return set()
     sinks = [sink for sink in facts.calls_named("remove", "add", "configure")
              if isinstance(sink.func, ast.Attribute) and ast.unparse(sink.func.value) in names]
-    scope = facts.scope(call)
-    return bool(sinks) and not _logger_helper_called(facts) and all(
-        facts.scope(sink) is scope and sink.lineno > call.end_lineno and not _in_loop_around(facts, sink, call)
-        for sink in sinks)
+    if not sinks or len({facts.scope(sink) for sink in sinks}) != 1:
+        return set()
+    scope = facts.scope(sinks[0])
+    return {call for call in facts.calls_named("info", "debug")
+            if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in names
+            and facts.scope(call) is scope
+            and all(sink.lineno > call.end_lineno and not _in_loop_around(facts, sink, call) for sink in sinks)}
 
 
 def _in_loop_around(facts: ScriptFacts, sink: ast.Call, call: ast.Call) -> bool:
@@ -232,10 +235,10 @@ def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     if not facts.distributed or _print_silenced(facts):
         return
     loggers = (_loggers(facts) or set()) | _loguru_loggers(facts)
+    early = _loguru_lines_before_sinks(facts)
     logs = [
         call for call in facts.calls_named("info", "debug")
-        if isinstance(call.func, ast.Attribute)
-        and (ast.unparse(call.func.value) in loggers or _before_loguru_sinks_chosen(facts, call))
+        if isinstance(call.func, ast.Attribute) and (ast.unparse(call.func.value) in loggers or call in early)
         and not facts.guard(call) and not facts.in_launcher(call) and not _rank_tagged(call)
         and not _handling_an_exception(facts, call)
     ]

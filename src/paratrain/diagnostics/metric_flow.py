@@ -41,6 +41,9 @@ def metric_over_shard(facts: ScriptFacts, loaders: set[str], metric: re.Pattern[
     """Calls of the script's own functions that count ``metric`` over one of ``loaders`` and whose result is
     reported (a call named in ``reports`` reads the name it is bound to): each with the loader's name."""
     functions = {node.name: node for node in facts.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    reported: dict[ast.AST, list[tuple[int, set[str]]]] = {}  # function → (line, names read) of each report
+    for report in facts.calls_named(*reports):
+        reported.setdefault(facts.scope(report), []).append((report.lineno, _names_read(report)))
     for call in facts.calls:
         function = functions.get(call.func.id) if isinstance(call.func, ast.Name) else None
         if function is None:
@@ -52,8 +55,7 @@ def metric_over_shard(facts: ScriptFacts, loaders: set[str], metric: re.Pattern[
         name, scope = facts.bound_name(call), facts.scope(call)
         if name is None or not name.isidentifier():
             continue
-        if any(facts.scope(report) is scope and report.lineno > call.lineno and _reads(report, name)
-               for report in facts.calls_named(*reports)):
+        if any(line > call.lineno and name in names for line, names in reported.get(scope, [])):
             yield call, loader
 
 
@@ -90,6 +92,6 @@ def _names_a_metric(function: _Function, metric: re.Pattern[str]) -> bool:
     return bool(metric.search(function.name)) or any(metric.search(ast.unparse(value)) for value in returns)
 
 
-def _reads(report: ast.Call, name: str) -> bool:
-    return any(isinstance(node, ast.Name) and node.id == name
-               for arg in [*report.args, *(kw.value for kw in report.keywords)] for node in ast.walk(arg))
+def _names_read(report: ast.Call) -> set[str]:
+    return {node.id for arg in [*report.args, *(kw.value for kw in report.keywords)] for node in ast.walk(arg)
+            if isinstance(node, ast.Name)}
