@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 
 from paratrain.diagnostics.check_finding import Finding
+from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, last_name
 
 # DeiT/DINO/MAE/DETR's shared `utils.init_distributed_mode(args)` reads RANK/LOCAL_RANK from the
@@ -56,6 +57,17 @@ def _rank_tagged(call: ast.Call) -> bool:
     )
 
 
+def _handling_an_exception(facts: ScriptFacts, call: ast.Call) -> bool:
+    """The line is written in an ``except`` block (``except Exception: logger.info(traceback.format_exc())``):
+    it tells the failure of the process that writes it, as a line naming its rank tells that rank's state."""
+    parent = facts.parents.get(call)
+    while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(parent, ast.ExceptHandler):
+            return True
+        parent = facts.parents.get(parent)
+    return False
+
+
 def _print_replaced(facts: ScriptFacts) -> bool:
     """A ``print(..., force=True)`` (or any keyword builtins.print does not take) only runs once the
     project has replaced builtins.print, as DeiT's ``setup_for_distributed`` does to quiet the other
@@ -79,11 +91,28 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         if isinstance(call.func, ast.Name) and not facts.guard(call) and not facts.in_launcher(call)
         and not _rank_tagged(call)
     ]
+    prints = sorted(prints + _literal_rank_prints(facts), key=lambda call: (call.lineno, call.col_offset))
     yield from _first_of(
         prints, "print-on-every-rank", "print runs on every rank: each line appears once per process, interleaved",
         "pt.print(...) or `if dist.get_rank() == 0:` for messages; gather values first "
         "(pt.all_reduce) when every rank's number matters",
     )
+
+
+def _literal_rank_prints(facts: ScriptFacts) -> list[ast.Call]:
+    """Calls of a print helper (the script's or its project's) that tests the rank it is given, with a number
+    that passes the test (``print_rank_0(msg, 0)``): it prints in every process that calls it."""
+    printers = {node.name: prints_by_rank_argument(node) for node in facts.tree.body
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    found = []
+    for call in facts.calls:
+        printer = facts.imported.rank_argument_prints.get(facts.imported.callee(call))
+        if printer is None and isinstance(call.func, ast.Name):
+            printer = printers.get(call.func.id)
+        if (printer is not None and printer.prints_for(call) and not facts.guard(call) and not facts.in_launcher(call)
+                and not _rank_tagged(call)):
+            found.append(call)
+    return found
 
 
 # ---- logging on every rank ----------------------------------------------------------------------
@@ -150,26 +179,68 @@ def _loguru_loggers(facts: ScriptFacts) -> set[str]:
     """``from loguru import logger``: its default sink writes DEBUG and up to stderr in every process, until
     the script removes it (``logger.remove()``: then it chooses the sinks, which this reading does not follow)
     or adds a sink under a rank test."""
-    names = {name for name, module in facts.modules.items() if module == "loguru.logger"}
+    names = _loguru_names(facts)
     sinks = [call for call in facts.calls_named("remove", "add", "configure")
              if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in names]
     if any(last_name(call) in ("remove", "configure") or _rank_chosen(facts, call) for call in sinks):
         return set()
-    if any(_LOGGER_HELPER.fullmatch(last_name(call)) and last_name(call) != "getLogger" for call in facts.calls):
-        return set()  # a logger helper (YOLOX's `setup_logger(distributed_rank=rank)`) may choose the sinks by rank
+    if _logger_helper_called(facts):
+        return set()
     return names
+
+
+def _loguru_names(facts: ScriptFacts) -> set[str]:
+    return {name for name, module in facts.modules.items() if module == "loguru.logger"}
+
+
+def _logger_helper_called(facts: ScriptFacts) -> bool:
+    """A logger helper (YOLOX's `setup_logger(distributed_rank=rank)`) may choose the sinks by rank."""
+    return any(_LOGGER_HELPER.fullmatch(last_name(call)) and last_name(call) != "getLogger" for call in facts.calls)
+
+
+def _loguru_lines_before_sinks(facts: ScriptFacts) -> set[ast.Call]:
+    """``logger.info(...)`` / ``debug`` lines of loguru that run before the script chooses its sinks: every
+    ``remove()`` / ``configure()`` / ``add()`` of that logger is in the same function as the line and after it
+    (GaLore's ``logger.info("Process group initialized")`` before ``if global_rank != 0: logger.remove()``).
+
+    Invariant: loguru's default stderr sink is on in every process until the first sink call runs, so a
+    line the same function runs before any of them writes once per rank, whatever those calls do later.
+    A sink call in another function (which may run first) leaves the order unknown: then nothing is said.
+    """
+    names = _loguru_names(facts)
+    if not names or _logger_helper_called(facts):
+        return set()
+    sinks = [sink for sink in facts.calls_named("remove", "add", "configure")
+             if isinstance(sink.func, ast.Attribute) and ast.unparse(sink.func.value) in names]
+    if not sinks or len({facts.scope(sink) for sink in sinks}) != 1:
+        return set()
+    scope = facts.scope(sinks[0])
+    return {call for call in facts.calls_named("info", "debug")
+            if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in names
+            and facts.scope(call) is scope
+            and all(sink.lineno > call.end_lineno and not _in_loop_around(facts, sink, call) for sink in sinks)}
+
+
+def _in_loop_around(facts: ScriptFacts, sink: ast.Call, call: ast.Call) -> bool:
+    """``sink`` sits in a loop that also holds ``call``: a later pass may run it before the call."""
+    parent = facts.parents.get(sink)
+    while parent is not None and parent is not facts.scope(sink):
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)) and any(node is call for node in ast.walk(parent)):
+            return True
+        parent = facts.parents.get(parent)
+    return False
 
 
 def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     if not facts.distributed or _print_silenced(facts):
         return
     loggers = (_loggers(facts) or set()) | _loguru_loggers(facts)
-    if not loggers:
-        return
+    early = _loguru_lines_before_sinks(facts)
     logs = [
         call for call in facts.calls_named("info", "debug")
-        if isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in loggers
+        if isinstance(call.func, ast.Attribute) and (ast.unparse(call.func.value) in loggers or call in early)
         and not facts.guard(call) and not facts.in_launcher(call) and not _rank_tagged(call)
+        and not _handling_an_exception(facts, call)
     ]
     yield from _first_of(
         logs, "log-on-every-rank", "logging writes on every rank: each message appears once per process, interleaved",

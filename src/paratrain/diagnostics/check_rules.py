@@ -21,6 +21,7 @@ from paratrain.diagnostics.check_samplers import (
     sampler_not_passed, shuffle_beside_sampler,
 )
 from paratrain.diagnostics.check_wrappers import batchnorm_without_syncbn, data_parallel, wrapped_state_dict
+from paratrain.diagnostics.metric_flow import metric_over_shard, sharded_loaders
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
 
 _SEEDING = ("manual_seed", "seed_everything", "seed", "manual_seed_all")
@@ -221,6 +222,9 @@ def ungathered_metric(facts: ScriptFacts) -> Iterator[Finding]:
         return
     if any(_REDUCING_HELPER.fullmatch(last_name(call)) for call in facts.calls):
         return
+    for call, loader in metric_over_shard(facts, sharded_loaders(facts), _METRIC, _REPORTS):
+        yield _ungathered(call.lineno, loader)
+        return
     loaders = _sharded_eval_loaders(facts)
     if not loaders:
         return
@@ -234,14 +238,18 @@ def ungathered_metric(facts: ScriptFacts) -> Iterator[Finding]:
         if facts.scope(call) not in loops:
             continue
         if any(_METRIC.search(ast.unparse(arg)) for arg in list(call.args) + [k.value for k in call.keywords]):
-            yield Finding(
-                call.lineno, "ungathered-metric",
-                f"this metric is computed from `{loaders[0]}`, of which each rank sees its own shard, and is "
-                "never reduced across ranks: every process reports a different number, none of them the whole set's",
-                "sum the counts over ranks first (dist.all_reduce(torch.tensor([correct, total]))), or "
-                "rt.gather(preds, labels) / accelerator.gather_for_metrics(...) before computing the metric",
-            )
+            yield _ungathered(call.lineno, loaders[0])
             return
+
+
+def _ungathered(line: int, loader: str) -> Finding:
+    return Finding(
+        line, "ungathered-metric",
+        f"this metric is computed from `{loader}`, of which each rank sees its own shard, and is "
+        "never reduced across ranks: every process reports a different number, none of them the whole set's",
+        "sum the counts over ranks first (dist.all_reduce(torch.tensor([correct, total]))), or "
+        "rt.gather(preds, labels) / accelerator.gather_for_metrics(...) before computing the metric",
+    )
 
 
 # ---- a split or shuffle that differs per rank ----------------------------------------------------

@@ -75,8 +75,27 @@ def _wrapper_holders(facts: ScriptFacts) -> set[str]:
     return held
 
 
+def _wrapped_submodules(facts: ScriptFacts, wrapped: set[str]) -> dict[str, list[str]]:
+    """Models some of whose own submodules were replaced by their wrappers (DLRM's ``dlrm.bot_l =
+    DDP(dlrm.bot_l)``): model name → those attributes.
+
+    Invariant: a model's state dict holds the keys of every submodule it holds, under the submodule's
+    name; a submodule replaced by its wrapper adds ``module.`` inside them (``bot_l.module.0.weight``).
+    Only a submodule wrapped in its own place counts: ``self.model = DDP(model)`` says nothing of ``self``."""
+    found: dict[str, list[str]] = {}
+    for name in sorted(wrapped):
+        owner, _, attr = name.rpartition(".")
+        if not owner or not owner.isidentifier():
+            continue
+        if any(isinstance(value, ast.Call) and value.args and ast.unparse(value.args[0]) == name
+               for value in facts.assigned.get(name, [])):
+            found.setdefault(owner, []).append(attr)
+    return found
+
+
 def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
     wrapped, makers = _wrapper_holders(facts), _wrapper_makers(facts)
+    inner = _wrapped_submodules(facts, wrapped)
     for call in _passed_to_savers(facts, wrapped, makers):
         yield Finding(
             call.lineno, "wrapped-state-dict",
@@ -87,27 +106,44 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
         )
     for call in facts.calls_named("state_dict"):
         owner = call.func.value if isinstance(call.func, ast.Attribute) else None
-        if (owner is None or _holder(owner) not in wrapped or facts.single_process(call)
-                or _rebound(facts, owner, call, makers)):
+        if (owner is None or (_holder(owner) not in wrapped and _holder(owner) not in inner)
+                or facts.single_process(call) or _rebound(facts, owner, call, makers)):
             continue
-        if saved_state_dict(facts, call):
+        if not saved_state_dict(facts, call):
+            continue
+        if _holder(owner) in inner and _holder(owner) not in wrapped:
+            attrs = inner[_holder(owner)]
             yield Finding(
                 call.lineno, "wrapped-state-dict",
-                f"`{ast.unparse(owner)}` is a DDP/DataParallel wrapper: its state_dict keys start with 'module.', "
-                "so the checkpoint loads only into a wrapped model (tutorials strip the prefix by hand)",
-                f"save {ast.unparse(owner)}.module.state_dict(); with paratrain, pt.Checkpointer or "
-                "`paratrain ckpt export` (no prefixes)",
+                f"`{ast.unparse(owner)}` holds DDP/DataParallel wrappers as its submodules "
+                f"({', '.join(attrs)}): their state_dict keys read '{attrs[0]}.module.…', which the model "
+                "without wrappers does not load",
+                f"save the state dict with the wrappers taken off ({ast.unparse(owner)}.{attrs[0]}.module), or "
+                "wrap the whole model once; with paratrain, pt.Checkpointer (no prefixes)",
             )
+            continue
+        yield Finding(
+            call.lineno, "wrapped-state-dict",
+            f"`{ast.unparse(owner)}` is a DDP/DataParallel wrapper: its state_dict keys start with 'module.', "
+            "so the checkpoint loads only into a wrapped model (tutorials strip the prefix by hand)",
+            f"save {ast.unparse(owner)}.module.state_dict(); with paratrain, pt.Checkpointer or "
+            "`paratrain ckpt export` (no prefixes)",
+        )
 
 
 def saved_state_dict(facts: ScriptFacts, call: ast.Call) -> bool:
     """The ``state_dict()`` call's value reaches a checkpoint: inside a ``save`` call, a value of a dict, or
     bound to a name that later is one of those."""
     parent = facts.parents.get(call)
+    # `"state_dict": cpu_state if args.fsdp else model.state_dict()`: a branch of a conditional
+    # expression is its value whenever that branch is taken
+    while isinstance(parent, ast.IfExp) and call is not parent.test:
+        call, parent = parent, facts.parents.get(parent)
     if isinstance(parent, (ast.DictComp, ast.ListComp)):  # `{key: nets[key].state_dict() for key in nets}`
         call, parent = parent, facts.parents.get(parent)
     held = parent if isinstance(parent, (ast.List, ast.Tuple)) else call  # `states = [model.state_dict(), ...]`
-    return bool(facts.inside(call, "save") or isinstance(parent, ast.Dict) or _saved_later(facts, held))
+    return bool(facts.inside(call, "save") or isinstance(parent, ast.Dict) or _saved_later(facts, held)
+                or _saved_later(facts, call))
 
 
 def _passed_to_savers(facts: ScriptFacts, wrapped: set[str], makers: tuple[str, ...]) -> Iterator[ast.Call]:
@@ -152,10 +188,9 @@ def _saved_later(facts: ScriptFacts, call: ast.expr) -> bool:
     """``sd = model.state_dict()`` (or ``states = [model.state_dict(), …]``) and later, in the same function,
     ``sd`` is a value of a dict or an argument of ``save``: the state dict reaches the checkpoint under
     another name."""
-    assign = facts.parents.get(call)
-    if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)):
+    name = facts.bound_name(call)
+    if name is None or not name.isidentifier():
         return False
-    name = assign.targets[0].id
     return any(
         facts.scope(read) is facts.scope(call) and read.lineno > call.lineno
         and (isinstance(facts.parents.get(read), ast.Dict) or facts.inside(read, "save") is not None)

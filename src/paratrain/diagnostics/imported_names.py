@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from paratrain.diagnostics.rank_argument_prints import RankArgumentPrint
+
 
 @dataclass
 class ImportedNames:
@@ -35,6 +37,10 @@ class ImportedNames:
     joins_process_group: bool = False  # a called function calls init_process_group or wraps in DDP
     print_replaced: bool = False  # a called function replaces builtins.print (or stdout)
     reads_local_rank_env: bool = False  # a called function (or an imported module's import) reads LOCAL_RANK
+    # → the parameter test their prints run under (`print_rank_0(msg, rank)`: `if rank <= 0: print(msg)`)
+    rank_argument_prints: dict[str, RankArgumentPrint] = field(default_factory=dict)
+    # parameter name → MASTER_PORT/MASTER_ADDR: a function of an imported module writes it there
+    environ_parameters: dict[str, str] = field(default_factory=dict)
     attributes_read: set[str] = field(default_factory=set)  # `x.attr` a called function reads before setting it
     attributes_stored: set[str] = field(default_factory=set)  # `x.attr = …` in a called function
     # (name the script binds, its call of a project builder, the DistributedSamplers of the loader bound there):

@@ -8,7 +8,9 @@ the project is read with the same reading as the script (a :class:`ScriptFacts` 
 rules ask of a function of the script itself: does it return a rank test, a DistributedSampler, a DDP
 wrapper; does it call ``torch.save`` with no rank test of its own; does it give the logger an INFO level and
 a console handler on every rank, or choose them by rank; does it replace ``builtins.print``; does it read
-``--local_rank`` or ``LOCAL_RANK``; does it make the process group. The functions it calls in turn are
+``--local_rank`` or ``LOCAL_RANK``; does it make the process group; does it print only under a test of a rank
+parameter (``print_rank_0(msg, rank)``). Which parameters of the imported modules' functions become
+``MASTER_PORT``/``MASTER_ADDR`` is read from every module found. The functions it calls in turn are
 followed two calls deep for the last four. Only what its body shows counts: a decorated saver (the decorator may
 test the rank), a tuple of wrappers, a level from a variable, are unknowns, and unknowns are left out.
 """
@@ -19,6 +21,8 @@ import ast
 import re
 from pathlib import Path
 
+from paratrain.diagnostics.assigned_values import bound_values
+from paratrain.diagnostics.check_launch import environ_parameters
 from paratrain.diagnostics.check_rules import path_names_rank
 from paratrain.diagnostics.check_wrappers import WRAPPERS, saved_state_dict
 from paratrain.diagnostics.imported_names import ImportedNames
@@ -30,6 +34,7 @@ from paratrain.diagnostics.project_local_rank import (
     local_rank_flag,
     reads_local_rank_env,
 )
+from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
 
 _SAMPLERS = ("DistributedSampler",)
@@ -86,6 +91,10 @@ class _Reader:
                     if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
         names.reads_local_rank_env |= any(reads_local_rank_env(stmt) for stmt in imported)
         names.print_replaced |= any(_replaces_print(stmt) for stmt in imported)
+        # OpenPCDet's `init_dist_slurm(tcp_port, …)` writes `os.environ["MASTER_PORT"] = str(tcp_port)`
+        for module in self.imports.modules():
+            if "MASTER_" in module.source:
+                names.environ_parameters.update(environ_parameters(self.facts_of(module)))
         return names
 
     def facts_of(self, module: Module) -> ScriptFacts:
@@ -107,6 +116,9 @@ class _Reader:
             names.wrapper_makers.add(callee)
         if _returned_calls(function, ("DataParallel",)):
             names.data_parallel_makers.add(callee)
+        printer = prints_by_rank_argument(function)
+        if printer is not None:
+            names.rank_argument_prints[callee] = printer
         if self._unguarded_saver(module, function):
             names.unguarded_savers.add(callee)
         saved = self._saved_state_dicts(module, function)
@@ -263,8 +275,8 @@ def _returned_calls(function: _Function, names: tuple[str, ...]) -> list[ast.Cal
 
 
 def _assigned_in(function: _Function, name: str) -> list[ast.expr]:
-    return [node.value for node in ast.walk(function) if isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)]
+    return [value for node in ast.walk(function) for target, value in bound_values(node)
+            if isinstance(target, ast.Name) and target.id == name]
 
 
 def _chooses_by_rank(function: _Function, setups: list[ast.Call]) -> bool:

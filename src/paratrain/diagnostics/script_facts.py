@@ -2,7 +2,8 @@
 
 Static and approximate on purpose: names are matched by their last part
 (``torch.utils.data.DataLoader`` and ``DataLoader`` are the same, :mod:`~paratrain.diagnostics.call_names`),
-values are followed through plain assignments only. :class:`ScriptFacts` holds the file's calls,
+values are followed through every form of binding a name (:mod:`~paratrain.diagnostics.assigned_values`),
+not through calls. :class:`ScriptFacts` holds the file's calls,
 assignments, imports and parents, and answers which processes run a statement (rank tests, early exits,
 one-process branches: :mod:`~paratrain.diagnostics.rank_guards`) and what runs only in the parent of a
 launcher (:mod:`~paratrain.diagnostics.launcher_parent`). A module-level function that a script with an
@@ -17,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from paratrain.diagnostics.assigned_values import bound_values
 from paratrain.diagnostics.call_names import callee_names, is_true, keyword, last_name, returned_module
 from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.launcher_parent import JOB_EXECUTORS, LauncherParent
@@ -52,7 +54,8 @@ class ScriptFacts(RankGuards, LauncherParent):
     tree: ast.Module
     lines: list[str]
     calls: list[ast.Call] = field(default_factory=list)
-    assigned: dict[str, list[ast.expr]] = field(default_factory=dict)  # "sampler", "self.model" → values
+    # "sampler", "self.model" → values, however bound (`a, sampler = x, DistributedSampler(ds)`, walrus, with)
+    assigned: dict[str, list[ast.expr]] = field(default_factory=dict)
     parents: dict[ast.AST, ast.AST] = field(default_factory=dict)
     loaded_names: dict[str, list[ast.Name]] = field(default_factory=dict)  # every read of `f`
     loaded_attrs: dict[str, list[ast.Attribute]] = field(default_factory=dict)  # every read of `x.f`
@@ -85,12 +88,10 @@ class ScriptFacts(RankGuards, LauncherParent):
         for parent in ast.walk(tree):
             for child in ast.iter_child_nodes(parent):
                 facts.parents[child] = parent
+            for target, value in bound_values(parent):
+                facts.assigned.setdefault(ast.unparse(target), []).append(value)
             if isinstance(parent, ast.Call):
                 facts.calls.append(parent)
-            elif isinstance(parent, ast.Assign):
-                for target in parent.targets:
-                    if isinstance(target, (ast.Name, ast.Attribute)):
-                        facts.assigned.setdefault(ast.unparse(target), []).append(parent.value)
             elif isinstance(parent, ast.Name) and isinstance(parent.ctx, ast.Load):
                 facts.loaded_names.setdefault(parent.id, []).append(parent)
             elif isinstance(parent, ast.Attribute) and isinstance(parent.ctx, ast.Load):
@@ -148,6 +149,14 @@ class ScriptFacts(RankGuards, LauncherParent):
                  for call in ((value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,))
                  if isinstance(call, ast.Call) and last_name(call) in callee_names]
         return sorted(found, key=lambda pair: pair[1].lineno)
+
+    def bound_name(self, value: ast.expr) -> str | None:
+        """The name (``x``, ``self.x``) that ``value`` is bound to, however the binding spells it
+        (``x = value``, ``x, y = value, other``, ``(x := value)``, ``with value as x``); None when it is not bound."""
+        node = self.parents.get(value)
+        while isinstance(node, (ast.Tuple, ast.List)) and isinstance(node.ctx, ast.Load):
+            node = self.parents.get(node)
+        return next((ast.unparse(target) for target, bound in bound_values(node) if bound is value), None) if node else None
 
     @cached_property
     def distributed(self) -> bool:

@@ -1,0 +1,97 @@
+"""A metric that a function of the script counts over the loader it is handed, followed to where it is reported.
+
+``train_acc = compute_accuracy(model, train_loader)`` then ``print(train_acc)``: when ``train_loader`` draws
+from a DistributedSampler, the function counts only this rank's shard, so the number reported is one rank's.
+
+Invariant: a value keeps the loader it was counted over. A metric is known to be one shard's when the
+script's own function loops over the parameter that received a sharded loader, is named for (or returns) a
+metric, and its result, bound to a name, is reported in the same function. Anything less (the loader
+reaches the function under another name, the function is another file's, the result is never reported)
+says nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from paratrain.diagnostics.check_samplers import LOADERS, SAMPLERS, imported_sampler_bindings
+from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
+
+__all__ = ["metric_over_shard", "sharded_loaders"]
+
+_Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def sharded_loaders(facts: ScriptFacts) -> set[str]:
+    """Names bound to a DataLoader whose ``sampler=`` is a DistributedSampler, made there or held by a name."""
+    samplers = {name for name, _ in [*facts.names_bound_to(*SAMPLERS).items(), *imported_sampler_bindings(facts)]}
+    found = set()
+    for name, loader in facts.names_bound_to(*LOADERS).items():
+        sampler = keyword(loader, "sampler")
+        if sampler is not None and (isinstance(sampler, ast.Call) and last_name(sampler) in SAMPLERS
+                                    or ast.unparse(sampler) in samplers):
+            found.add(name)
+    return found
+
+
+def metric_over_shard(facts: ScriptFacts, loaders: set[str], metric: re.Pattern[str],
+                      reports: tuple[str, ...]) -> Iterator[tuple[ast.Call, str]]:
+    """Calls of the script's own functions that count ``metric`` over one of ``loaders`` and whose result is
+    reported (a call named in ``reports`` reads the name it is bound to): each with the loader's name."""
+    functions = {node.name: node for node in facts.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    reported: dict[ast.AST, list[tuple[int, set[str]]]] = {}  # function → (line, names read) of each report
+    for report in facts.calls_named(*reports):
+        reported.setdefault(facts.scope(report), []).append((report.lineno, _names_read(report)))
+    for call in facts.calls:
+        function = functions.get(call.func.id) if isinstance(call.func, ast.Name) else None
+        if function is None:
+            continue
+        loader = next((ast.unparse(arg) for arg, param in _arguments(call, function)
+                       if ast.unparse(arg) in loaders and _loops_over(function, param)), None)
+        if loader is None or not _names_a_metric(function, metric):
+            continue
+        name, scope = facts.bound_name(call), facts.scope(call)
+        if name is None or not name.isidentifier():
+            continue
+        if any(line > call.lineno and name in names for line, names in reported.get(scope, [])):
+            yield call, loader
+
+
+def _arguments(call: ast.Call, function: _Function) -> Iterator[tuple[ast.expr, str]]:
+    """Each argument of ``call`` with the parameter of ``function`` it binds."""
+    params = [arg.arg for arg in function.args.posonlyargs + function.args.args]
+    for arg, param in zip(call.args, params):
+        if not isinstance(arg, ast.Starred):
+            yield arg, param
+    for kw in call.keywords:
+        if kw.arg is not None:
+            yield kw.value, kw.arg
+
+
+def _loops_over(function: _Function, param: str) -> bool:
+    """A ``for`` of ``function`` reads ``param`` as it is (``for x, y in loader``, ``enumerate(loader)``)."""
+    if any(isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr))
+           and any(isinstance(t, ast.Name) and t.id == param for t in _targets(node)) for node in ast.walk(function)):
+        return False  # rebound before the loop: another value
+    return any(isinstance(node, (ast.For, ast.AsyncFor))
+               and any(isinstance(n, ast.Name) and n.id == param for n in ast.walk(node.iter))
+               for node in ast.walk(function))
+
+
+def _targets(node: ast.AST) -> list[ast.expr]:
+    if isinstance(node, ast.Assign):
+        return [n for t in node.targets for n in ast.walk(t)]
+    return list(ast.walk(node.target))
+
+
+def _names_a_metric(function: _Function, metric: re.Pattern[str]) -> bool:
+    """The function is named for a metric (``compute_accuracy``) or returns one (``return correct / total``)."""
+    returns = [node.value for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None]
+    return bool(metric.search(function.name)) or any(metric.search(ast.unparse(value)) for value in returns)
+
+
+def _names_read(report: ast.Call) -> set[str]:
+    return {node.id for arg in [*report.args, *(kw.value for kw in report.keywords)] for node in ast.walk(arg)
+            if isinstance(node, ast.Name)}
