@@ -7,9 +7,9 @@
 4. rank 0 seals it (checksums → ``manifest.json`` → ``COMPLETE``), renames it to
    its visible name, fsyncs, points ``latest`` at it and applies retention.
 
-With ``background=True`` (after the first save) every rank blocks only until rank 0 holds a host
-copy of the state; a thread of rank 0 then runs steps 1, 3 and 4 (:mod:`.background`), while training
-goes on. Sharded checkpoints: rank 0 runs step 1 in the foreground, every rank copies its shards to
+With ``background=True`` (after the first save) every rank blocks only for its own checks and, on
+rank 0, a host copy of the state; a thread on every rank then agrees with the others, and rank 0's runs
+steps 1, 3 and 4 (:mod:`.background`) only when every rank succeeded, while training goes on. Sharded checkpoints: rank 0 runs step 1 in the foreground, every rank copies its shards to
 host memory (DCP's ``async_save``, :mod:`.async_shards`) and a thread on every rank waits for them to
 be written; the threads agree, and rank 0's runs steps 3 and 4.
 
