@@ -59,7 +59,7 @@ from paratrain.checkpoint.writer import (
     write_sharded,
     write_state,
 )
-from paratrain.errors import CheckpointError, ConfigError
+from paratrain.errors import CheckpointError, CollectiveTimeoutError, ConfigError
 
 if TYPE_CHECKING:
     from paratrain.checkpoint.checkpointer import Checkpointer
@@ -249,8 +249,9 @@ def _agree_then_write(ckpt: Checkpointer, name: str, manifest: Manifest, taken: 
        failure anywhere raises the same :class:`CheckpointError` on every rank's thread, naming the rank and
        this checkpoint, and nothing is written;
     3. rank 0 makes the hidden directory, writes, seals, renames, points ``latest`` and prunes — the same steps
-       as a foreground save — while the others wait for its outcome (at most ``PARATRAIN_TIMEOUT``), which every
-       rank's thread then raises or returns alike.
+       as a foreground save — while the others wait for its outcome (at most ``PARATRAIN_TIMEOUT`` from this
+       save: then :class:`~paratrain.errors.CollectiveTimeoutError` naming rank 0), which every rank's thread
+       then raises or returns alike.
 
     An error every rank's thread raised alike is marked ``agreed``: the training thread raises it as it is.
     """
@@ -271,14 +272,24 @@ def _agree_then_write(ckpt: Checkpointer, name: str, manifest: Manifest, taken: 
 
     def write() -> str:
         comm.barrier(name=f"agreeing on checkpoint {name}", group=group)
+        writing = False
         try:
             rng_states[:] = agree(outcome, rng_state, group)
+            writing = True
             return main_then_share(f"writing checkpoint {name}", write_here, group)
         except CheckpointError as exc:
             error = CheckpointError(f"checkpoint {name} was not saved: {exc}")
             error.restart_can_help = getattr(exc, "restart_can_help", True)
             error.agreed = True  # the same error on every rank: the training thread raises it as it is
             raise error from exc
+        except RuntimeError as exc:  # gloo's timeout on the writing group, or a peer gone: not agreed
+            late, ranks = ("rank 0 (writing it)", [0]) if writing and not comm.is_main() else ("a rank", [])
+            raise CollectiveTimeoutError(
+                f"checkpoint {name}: {late} did not take part in the ranks' agreement on it within "
+                f"{comm.DEFAULT_TIMEOUT_S:g}s (it crashed or hangs; a write that takes longer needs a larger "
+                f"PARATRAIN_TIMEOUT): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                late_ranks=ranks,
+            ) from exc
 
     return write
 
