@@ -58,3 +58,13 @@ def test_a_background_save_that_failed_on_one_rank_commits_nothing_and_the_next_
         assert "was deleted or moved while this run wrote into it (at step 12)" in raised["close"]
         assert background["complete"] == ["step-000002", "step-000004", "step-000010"]  # nothing of 6, 8 or 12
         assert background["step_10_exact"]  # a save after a failed one is whole
+
+
+def test_a_rank_that_never_reaches_a_background_saves_agreement_is_named_and_nothing_is_committed(tmp_path):
+    # Rank 1 hangs where the save at step 6 is: rank 0's save returns (no collective in the training
+    # thread), its writing thread waits PARATRAIN_TIMEOUT for rank 1, commits nothing, and rank 0's next save names it.
+    first = pt.spawn(workers.late_rank, 2, args=(str(tmp_path),), env={"PARATRAIN_TIMEOUT": "8"})  # rank 0's
+    assert first["rank"] == 0
+    assert first["raised"] is not None and first["raised"].startswith("CollectiveTimeoutError: agreeing on checkpoint "
+                                                                       "step-000006: rank(s) 1 did not arrive"), first
+    assert first["complete"] == ["step-000002", "step-000004"]

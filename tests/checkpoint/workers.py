@@ -204,6 +204,34 @@ def background_failures(rt, directory: str, model) -> dict:
     }
 
 
+def late_rank(directory: str) -> dict:
+    """Rank 1 hangs (sleeps past ``PARATRAIN_TIMEOUT``) instead of taking part in the background save at step 6:
+    what rank 0's next save raised, and the checkpoints left. 2 ranks."""
+    return in_runtime("ddp", _late_rank, directory)
+
+
+def _late_rank(rt, directory: str) -> dict:
+    import time
+
+    from paratrain import comm
+
+    model, *_ = build(rt, 1)
+    ckpt = Checkpointer(rt, directory, model=model, background=True)
+    ckpt.save(step=2)  # the first one: in the foreground
+    ckpt.save(step=4)
+    raised = None
+    if rt.rank == 0:
+        ckpt.save(step=6)  # returns at once; its thread waits for rank 1
+        try:
+            ckpt.save(step=8)
+        except pt.ParatrainError as exc:
+            raised = f"{type(exc).__name__}: {exc}"
+    else:  # hangs through rank 0's wait (declared, so that the stall watchdog does not end the job first)
+        with rt.busy("hanging where a save is", limit=comm.DEFAULT_TIMEOUT_S + 6):
+            time.sleep(comm.DEFAULT_TIMEOUT_S + 4)
+    return {"rank": rt.rank, "raised": raised, "complete": [path.name for path in ckpt.checkpoints()]}
+
+
 class FailsOnRankZero:
     """A stateful object whose state_dict() raises on rank 0, the rank that writes."""
 

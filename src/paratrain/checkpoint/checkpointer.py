@@ -229,10 +229,10 @@ class Checkpointer:
         self._writing = BackgroundWrite(name, write)
 
     def writing_group(self) -> Any:
-        """The gloo group on which the threads of background saves agree, made at the first one (collective
+        """The gloo group on which the threads of background saves agree, made at the run's first save (collective
         then: every rank makes it together; see :mod:`paratrain.checkpoint.async_shards`). Only those threads
         use it, one save after the other, so its collectives run in the same order on every rank."""
-        if self._group is None:
+        if self._group is None and comm.is_initialized():  # without a process group there is none to make
             self._group = writing_group()
             comm.before_leaving(weakref.WeakMethod(self._finish_before_leaving))
         return self._group

@@ -133,6 +133,8 @@ def save(
         if not ckpt.storage_checked:
             ckpt.storage_checked = True
             _warn_unless_every_rank_sees(Path(final))
+            if ckpt.background:
+                ckpt.writing_group()  # collective: made here, where every rank waits anyway, not in a background save
     except CheckpointError:
         # Raised on every rank together (agreement): remove the half-written directory,
         # then let all ranks return only once it is gone. Earlier checkpoints and
