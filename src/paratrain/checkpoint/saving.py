@@ -383,7 +383,7 @@ def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: 
 def _host_snapshot(ckpt: Checkpointer, gathered: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str, Any]]]:
     """Rank 0, in the training thread: a host copy of everything the checkpoint holds but the generator
     states, in buffers reused from the previous save (written by now), checked now: a state that cannot be
-    saved is refused at this save, not the next."""
+    saved commits nothing at this save (a one-file background save raises it at the next save or wait)."""
     objects, pending = _collect(ckpt, gathered, ckpt.live_state)
     pending = [(obj_name, kind, ckpt.host_buffers.copy(state, (obj_name,))) for obj_name, kind, state in pending]
     for obj_name, kind, state in pending:
