@@ -107,8 +107,9 @@ def leaving() -> None:
 _LATE_RANKS = re.compile(r"[Rr]anks? ([\d, ]+) failed to pass monitoredBarrier")
 
 
-def barrier(timeout: float | None = None, name: str = "barrier") -> None:
-    """Wait until every rank arrives. Collective.
+def barrier(timeout: float | None = None, name: str = "barrier", group: Any = None) -> None:
+    """Wait until every rank arrives. Collective (on ``group``, a gloo group of every rank, when given;
+    else the control group).
 
     Raises:
         CollectiveTimeoutError: some rank did not arrive within ``timeout`` seconds
@@ -117,7 +118,7 @@ def barrier(timeout: float | None = None, name: str = "barrier") -> None:
     if not is_initialized() or world_size() == 1:
         return
     timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
-    group = _control()
+    group = group or _control()
     if group is None and dist.get_backend() != "gloo":
         dist.barrier()  # no gloo side group: fall back to the backend's own barrier
         return

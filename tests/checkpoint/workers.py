@@ -141,8 +141,95 @@ def _ddp_resume(rt, directory: str) -> dict:
         "saved_keys": saved_keys,
         "failure": failure_on_writer(rt, directory, resumed["objects"][0]),
         "files_after_failure": sorted(f for f in os.listdir(directory) if f not in (LOCK_FILE, LEDGER_FILE)),
+        "background": background_failures(rt, os.path.join(directory, "background"), resumed["objects"][0]),
     }
     return all_ranks(result)
+
+
+def background_failures(rt, directory: str, model) -> dict:
+    """Background saves whose check fails on one rank, as the fit loop's do: at step 6 rank 1's weights are
+    not finite (rank 0's, the ones it copies, are), at step 12 rank 0's run directory was moved away. What
+    each save and close() raised (None: returned), the weights saved at step 10, and the checkpoints left."""
+    from paratrain.loop.out_dir import check_still_there, directory_identity
+
+    run_dir = os.path.join(directory, "run")
+    os.makedirs(run_dir, exist_ok=True)
+    identity = directory_identity(run_dir)
+    ckpt = Checkpointer(rt, os.path.join(directory, "checkpoints"), keep_last=None, model=model, background=True)
+    parameter = next(model.parameters())
+    raised: dict[str, str | None] = {}
+
+    def check(step: int):
+        def run() -> None:  # every rank: its own weights finite; rank 0: its run directory still its own
+            if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+                raise pt.CheckpointError(f"non-finite weights on this rank at step {step}")
+            if rt.rank == 0:
+                check_still_there(run_dir, identity, step)
+        return run
+
+    weights_10 = None
+    for step in (2, 4, 6, 8, 10, 12):
+        kept = parameter.detach().clone()
+        if step == 6 and rt.rank == 1:
+            with torch.no_grad():
+                parameter[0] = float("nan")
+        if step == 12 and rt.rank == 0:
+            os.rename(run_dir, run_dir + "-moved")
+            os.makedirs(run_dir)
+        try:
+            ckpt.save(step=step, check=check(step))
+            raised[str(step)] = None
+        except pt.CheckpointError as exc:
+            raised[str(step)] = str(exc)
+        with torch.no_grad():
+            parameter.copy_(kept)  # finite again on every rank
+        if step == 10:
+            weights_10 = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            with torch.no_grad():
+                parameter.add_(1.0)  # after the save: not in the checkpoint being written
+    try:
+        ckpt.close()
+        raised["close"] = None
+    except pt.CheckpointError as exc:
+        raised["close"] = str(exc)
+    from safetensors.torch import load_file
+
+    saved = load_file(os.path.join(directory, "checkpoints", "step-000010", "model.safetensors")) \
+        if os.path.isdir(os.path.join(directory, "checkpoints", "step-000010")) else {}
+    return {
+        "raised": raised,
+        "complete": [path.name for path in ckpt.checkpoints()],
+        "step_10_exact": bool(saved) and all(torch.equal(saved[k.removeprefix("module.")], v)
+                                             for k, v in weights_10.items()),
+    }
+
+
+def late_rank(directory: str) -> dict:
+    """Rank 1 hangs (sleeps past ``PARATRAIN_TIMEOUT``) instead of taking part in the background save at step 6:
+    what rank 0's next save raised, and the checkpoints left. 2 ranks."""
+    return in_runtime("ddp", _late_rank, directory)
+
+
+def _late_rank(rt, directory: str) -> dict:
+    import time
+
+    from paratrain import comm
+
+    model, *_ = build(rt, 1)
+    ckpt = Checkpointer(rt, directory, model=model, background=True)
+    ckpt.save(step=2)  # the first one: in the foreground
+    ckpt.save(step=4)
+    raised = None
+    if rt.rank == 0:
+        ckpt.save(step=6)  # returns at once; its thread waits for rank 1
+        try:
+            ckpt.save(step=8)
+        except pt.ParatrainError as exc:
+            raised = f"{type(exc).__name__}: {exc}"
+    else:  # hangs through rank 0's wait (declared, so that the stall watchdog does not end the job first)
+        with rt.busy("hanging where a save is", limit=comm.DEFAULT_TIMEOUT_S + 6):
+            time.sleep(comm.DEFAULT_TIMEOUT_S + 4)
+    return {"rank": rt.rank, "raised": raised, "complete": [path.name for path in ckpt.checkpoints()]}
 
 
 class FailsOnRankZero:

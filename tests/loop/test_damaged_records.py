@@ -68,7 +68,9 @@ def test_an_out_dir_deleted_mid_run_ends_the_run_in_one_line(capsys, tmp_path):
     with pytest.raises(CheckpointError) as gone:
         pt.fit("digits", out_dir=str(out), callbacks=[DeleteOutDir()], max_steps=6, save_every=2, progress=False,
                task_options=pt.tasks.TaskOptions(limit_train=64, limit_eval=16))
-    assert str(gone.value).startswith(f"{out} was deleted or moved while this run wrote into it (at step 4): ")
+    # Found by the background save at step 4, before its commit; raised by the next save, naming it.
+    assert str(gone.value).startswith(f"checkpoint step-000004 was not saved: {out} was deleted or moved while this "
+                                      "run wrote into it (at step 4): ")
     assert not out.exists(), sorted(str(p) for p in out.rglob("*"))  # the next save did not make it again
     assert "Traceback" not in capsys.readouterr().err
 

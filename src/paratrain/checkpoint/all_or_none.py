@@ -46,18 +46,35 @@ def on_all_ranks_sharing(doing: str, step: Callable[[], T], share: Any, group: A
     Raises:
         CheckpointError: as :func:`on_all_ranks`.
     """
-    local: BaseException | None = None
-    result: Any = None
+    result, outcome, local = run_here(doing, step)
+    return result, agree(outcome, share, group, local)
+
+
+Outcome = tuple[str, bool] | None  # None: it succeeded; else one line naming the failure, and whether a restart can help
+
+
+def run_here(doing: str, step: Callable[[], T]) -> tuple[T | None, Outcome, BaseException | None]:
+    """Run ``step`` on this rank alone: its result (None when it failed), the outcome to hand to
+    :func:`agree` (now or later, e.g. from a writing thread), and the exception it raised. Not collective."""
     try:
-        result = step()
+        return step(), None, None
     except Exception as exc:  # any failure must reach the other ranks, or they hang
-        local = exc
-    mine = None if local is None else (_one_line(local, doing), getattr(local, "restart_can_help", True))
-    gathered = comm.all_gather_object((mine, share), group=group)
+        return None, (_one_line(exc, doing), getattr(exc, "restart_can_help", True)), exc
+
+
+def agree(outcome: Outcome, share: Any, group: Any = None, local: BaseException | None = None) -> list[Any]:
+    """Every rank's ``share`` in rank order, once every rank's ``outcome`` (from :func:`run_here`) is known to
+    every rank: one all-gather. Collective (on ``group`` when given, as :func:`on_all_ranks`).
+
+    Raises:
+        CheckpointError: some rank's outcome is a failure; on every rank, naming the first failing rank
+            (and the others that failed). ``local``: this rank's own exception, kept as the cause.
+    """
+    gathered = comm.all_gather_object((outcome, share), group=group)
     outcomes = [outcome for outcome, _ in gathered]
     failed = [(rank, outcome[0]) for rank, outcome in enumerate(outcomes) if outcome is not None]
     if not failed:
-        return result, [shared for _, shared in gathered]
+        return [shared for _, shared in gathered]
     rank, message = failed[0]
     if len(outcomes) == 1:
         if isinstance(local, ParatrainError):

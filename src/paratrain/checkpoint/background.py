@@ -1,13 +1,15 @@
-"""A checkpoint written by a thread while training goes on (rank 0's one-file checkpoints; sharded ones:
-a thread on every rank, see :func:`paratrain.checkpoint.saving._save_shards_in_background`).
+"""A checkpoint written by a thread while training goes on: a thread on every rank (one-file checkpoints:
+see :func:`paratrain.checkpoint.saving._agree_then_write`; sharded ones:
+:func:`paratrain.checkpoint.saving._save_shards_in_background`).
 
-The training thread blocks only to copy the state to host memory (:mod:`.snapshot`); a thread of
-rank 0 then makes the hidden directory, writes the files, checksums them, seals, renames, points
-``latest`` and prunes — the same steps, in the same order, as a synchronous save, so a kill at any
-moment of it leaves the previous complete checkpoint as the newest. One write at a time: the next
-save, a resume, the end of a run and a preemption wait for it (:meth:`Checkpointer.finish_writing`),
-and say so when it is still running. The thread is not a daemon: a process that exits normally
-(also ``SystemExit(75)`` after a preemption) finishes the write first.
+The training thread blocks only for its own rank's part: the save's checks, and on rank 0 the copy of the
+state to host memory (:mod:`.snapshot`). The threads of every rank then agree, and rank 0's makes the hidden
+directory, writes the files, checksums them, seals, renames, points ``latest`` and prunes — the same steps, in
+the same order, as a synchronous save, so a kill at any moment of it leaves the previous complete checkpoint as
+the newest. One write at a time: the next save, a resume, the end of a run and a preemption wait for it
+(:meth:`Checkpointer.finish_writing`), say so when it is still running, and raise what failed in it. The thread
+is not a daemon: a process that exits normally (also ``SystemExit(75)`` after a preemption) finishes the write
+first.
 """
 
 from __future__ import annotations

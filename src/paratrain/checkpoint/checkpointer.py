@@ -88,12 +88,13 @@ class Checkpointer:
             ``best_metric`` and the one ``latest`` points to are always kept too.
         best_metric: a key of ``save(metrics=...)`` that ranks checkpoints.
         mode: ``"max"`` (higher is better) or ``"min"``.
-        background: after the first save, block only while the state is copied to host memory;
-            rank 0 writes, checksums, commits and prunes in a thread while training goes on (sharded
-            checkpoints: every rank copies its shards and a thread of every rank writes them with DCP's
-            ``async_save``; rank 0's commits once every rank's are written). :meth:`save` then returns
-            before the checkpoint is complete; the next save, :meth:`resume`, :meth:`finish_writing`
-            and :meth:`close` wait for it.
+        background: after the first save, block only while rank 0 copies the state to host memory;
+            a thread of every rank then agrees with the others (every rank's ``check`` and copy succeeded)
+            and rank 0's writes, checksums, commits and prunes while training goes on (sharded checkpoints:
+            every rank copies its shards and a thread of every rank writes them with DCP's ``async_save``;
+            rank 0's commits once every rank's are written). :meth:`save` then returns before the
+            checkpoint is complete; the next save, :meth:`resume`, :meth:`finish_writing` and
+            :meth:`close` wait for it, and raise what failed in it.
         every: what :meth:`due` answers: a save every N steps, or ``"auto"`` — the Young/Daly interval
             √(2 · save cost · MTBF) from the measured save cost (:mod:`paratrain.goodput.interval`).
         mtbf: the mean time between failures (seconds) for ``every="auto"``; default: estimated from
@@ -153,7 +154,7 @@ class Checkpointer:
         self._holding = False  # the same on every rank: whether the hold was taken (collectively)
         self.storage_checked = False  # the same on every rank: whether every rank saw a saved checkpoint
         self.background = background
-        self._writing: BackgroundWrite | None = None  # rank 0 (sharded: every rank): the write in progress
+        self._writing: BackgroundWrite | None = None  # every rank: its thread of the background save in progress
         self._writing_name: str | None = None  # every rank: the checkpoint a thread writes
         self._group: Any = None  # every rank: the gloo group of background sharded writes, once made
         self._waits_said = 0  # rank 0: saves that waited for the previous write and said so
@@ -179,21 +180,26 @@ class Checkpointer:
         Collective: all ranks must call it together with the same arguments. It
         returns once the checkpoint is complete on disk and ``latest`` points at it
         (``background=True``: after the first save, once rank 0 holds a host copy of the
-        state; a thread of rank 0 completes it, and the next save waits for that).
+        state, with no collective in the calling thread for one-file checkpoints; the ranks'
+        threads agree and rank 0's completes it, and the next save waits for that).
 
         Args:
             step, epoch: counters (at least one); returned by ``resume()``.
             metrics: numbers kept in the manifest; ``best_metric`` picks the best.
             extra: any JSON-serialisable dict, returned by ``resume()``.
             check: called on every rank before anything is read or written; what it raises fails this
-                save on every rank, with nothing written (inside the save's one agreement between the ranks).
+                save on every rank, with nothing written (inside the save's one agreement between the ranks;
+                a background save after the first raises it at the next save or wait, see Raises).
 
         Raises:
             ConfigError: no step/epoch, non-numeric metrics, non-JSON ``extra``, or
                 gradients of accumulation micro-steps still wait for an optimizer step.
             CheckpointError: any rank failed (read-only directory, disk full, a state
-                that is not plain data); every rank raises it, the half-written
-                checkpoint is removed and earlier ones are untouched.
+                that is not plain data, ``check``); every rank raises it, the half-written
+                checkpoint is removed and earlier ones are untouched. A one-file background save
+                after the first raises what failed in it one save later, at the next save,
+                :meth:`finish_writing` or :meth:`close`, naming the rank and the checkpoint; what
+                failed in the previous one is raised here.
         """
         strategy = getattr(self.runtime, "strategy", None)
         if strategy is not None:  # pending gradients are not state a checkpoint can hold
@@ -221,14 +227,15 @@ class Checkpointer:
         return step % self.every == 0 and step != self._saved_step
 
     def start_writing(self, name: str, write: Any) -> None:
-        """Rank 0 (sharded: every rank): hand the checkpoint ``name`` to a writing thread. (Called by a
-        background save.)"""
+        """Every rank: hand the checkpoint ``name`` to this rank's writing thread (rank 0's writes; the others'
+        agree with it). (Called by a background save.)"""
         self._writing = BackgroundWrite(name, write)
 
     def writing_group(self) -> Any:
-        """The gloo group on which background sharded writes agree, made at the first one (collective
-        then: every rank makes it together; see :mod:`paratrain.checkpoint.async_shards`)."""
-        if self._group is None:
+        """The gloo group on which the threads of background saves agree, made at the run's first save (collective
+        then: every rank makes it together; see :mod:`paratrain.checkpoint.async_shards`). Only those threads
+        use it, one save after the other, so its collectives run in the same order on every rank."""
+        if self._group is None and comm.is_initialized():  # without a process group there is none to make
             self._group = writing_group()
             comm.before_leaving(weakref.WeakMethod(self._finish_before_leaving))
         return self._group
@@ -239,15 +246,18 @@ class Checkpointer:
         self._complete_or_say("closing the process group")
         self._group = None
 
-    def _complete_or_say(self, before: str) -> None:
+    def _complete_or_say(self, before: str, raise_agreed: bool = False) -> None:
         """This rank's write in flight, if any, completes; a failure is said on stderr, not raised (not
-        collective: the next resume falls back to the previous checkpoint)."""
+        collective: the next resume falls back to the previous checkpoint) — but with ``raise_agreed``, one that
+        every rank's thread raised alike is raised."""
+        self._writing_name = None
         if self._writing is not None:
             try:
                 self._join(before, True)
             except Exception as exc:
+                if raise_agreed and getattr(exc, "agreed", False):
+                    raise
                 print(f"paratrain: the background write of a checkpoint failed: {exc}", file=sys.stderr, flush=True)
-        self._writing_name = None
 
     def drop_writing_group(self) -> None:
         """Forget the writing group (a write that started on some ranks only left it waiting); the next
@@ -275,9 +285,21 @@ class Checkpointer:
             raise
 
     def wait_for_previous(self, before: str) -> None:
-        """Rank 0, inside a save's agreement: the previous background write is complete (its failure raised)."""
+        """Every rank, at a background save: this rank's thread of the previous one is done (rank 0's: the write
+        complete). Not collective: its outcome is the same on every rank (the threads agreed), and raised so.
+
+        Raises:
+            CheckpointError: the previous save failed on some rank (named, with the checkpoint) or its write
+                failed; nothing of it was committed.
+        """
         self._join(f"{before} (said once: later waits count as save blocking in the goodput ledger)",
                    say=self._waits_said < 1)
+
+    @property
+    def agreement_pending(self) -> bool:
+        """Whether the last save returned before the ranks agreed on it (a background save after the first):
+        what its ``check`` found on another rank is known at the next save or wait. Not collective."""
+        return self._writing is not None and not self.sharded
 
     def _join(self, before: str, say: bool) -> None:
         writing, self._writing = self._writing, None
@@ -297,11 +319,19 @@ class Checkpointer:
 
     def close(self) -> None:
         """Let another run write into this directory (rank 0 releases the writer lock), after the
-        checkpoint being written in the background, if any, is complete. Not collective."""
-        self._complete_or_say("closing the checkpointer")
-        ledger.close_ledger_of(self.directory)
-        self._lock.release()
-        self._holding = False
+        checkpoint being written in the background, if any, is complete. Not collective.
+
+        Raises:
+            CheckpointError: the last background save failed on some rank (named, with the checkpoint), the
+                same on every rank; nothing of it was committed. Other failures of the write are said on
+                stderr, not raised (the next resume falls back to the previous checkpoint).
+        """
+        try:
+            self._complete_or_say("closing the checkpointer", raise_agreed=True)
+        finally:
+            ledger.close_ledger_of(self.directory)
+            self._lock.release()
+            self._holding = False
 
     def hold_directory(self, reading: bool = False) -> None:
         """Rank 0 takes the directory's writer lock once; every rank raises if another run holds it.

@@ -7,9 +7,9 @@
 4. rank 0 seals it (checksums → ``manifest.json`` → ``COMPLETE``), renames it to
    its visible name, fsyncs, points ``latest`` at it and applies retention.
 
-With ``background=True`` (after the first save) every rank blocks only until rank 0 holds a host
-copy of the state; a thread of rank 0 then runs steps 1, 3 and 4 (:mod:`.background`), while training
-goes on. Sharded checkpoints: rank 0 runs step 1 in the foreground, every rank copies its shards to
+With ``background=True`` (after the first save) every rank blocks only for its own checks and, on
+rank 0, a host copy of the state; a thread on every rank then agrees with the others, and rank 0's runs
+steps 1, 3 and 4 (:mod:`.background`) only when every rank succeeded, while training goes on. Sharded checkpoints: rank 0 runs step 1 in the foreground, every rank copies its shards to
 host memory (DCP's ``async_save``, :mod:`.async_shards`) and a thread on every rank waits for them to
 be written; the threads agree, and rank 0's runs steps 3 and 4.
 
@@ -32,7 +32,7 @@ import torch
 
 from paratrain import comm
 from paratrain.checkpoint import catalog, rng
-from paratrain.checkpoint.all_or_none import main_then_share, on_all_ranks, on_all_ranks_sharing
+from paratrain.checkpoint.all_or_none import Outcome, agree, main_then_share, on_all_ranks, on_all_ranks_sharing, run_here
 from paratrain.checkpoint.async_shards import start_writing_shards
 from paratrain.checkpoint.files import (
     check_writable_directory,
@@ -59,7 +59,7 @@ from paratrain.checkpoint.writer import (
     write_sharded,
     write_state,
 )
-from paratrain.errors import CheckpointError, ConfigError
+from paratrain.errors import CheckpointError, CollectiveTimeoutError, ConfigError
 
 if TYPE_CHECKING:
     from paratrain.checkpoint.checkpointer import Checkpointer
@@ -133,6 +133,8 @@ def save(
         if not ckpt.storage_checked:
             ckpt.storage_checked = True
             _warn_unless_every_rank_sees(Path(final))
+            if ckpt.background:
+                ckpt.writing_group()  # collective: made here, where every rank waits anyway, not in a background save
     except CheckpointError:
         # Raised on every rank together (agreement): remove the half-written directory,
         # then let all ranks return only once it is gone. Earlier checkpoints and
@@ -205,32 +207,93 @@ def _whole_states(ckpt: Checkpointer) -> dict[str, Any]:
 
 def _save_in_background(ckpt: Checkpointer, name: str, manifest: Manifest, step: int | None,
                         check: Callable[[], None] | None) -> Path:
-    """Every rank blocks only while rank 0 copies the state to host memory and the ranks agree, in one
-    all-gather that also brings every rank's generator states to rank 0 (a strategy's per-rank state, when
-    there is one, is gathered to rank 0 before it); a thread of rank 0 then writes the checkpoint
-    (:func:`_background_write`). The first save of a run is written in the foreground (it also checks that
-    every rank sees the storage). Collective."""
+    """Every rank blocks only for what it does alone: its thread of the previous save joined (that save's
+    outcome, the same on every rank, raised here), ``check`` run, its generator states taken, and on rank 0
+    a host copy of the state. A thread on every rank then agrees with the others on the writing group, and
+    rank 0's writes the checkpoint only when every rank succeeded (:func:`_agree_then_write`). The first
+    save of a run is written in the foreground (it also checks that every rank sees the storage).
+    Collective, with no collective of its own in the training thread (but a strategy's per-rank state and
+    collective state reads, when there are any, gathered first as in a foreground save).
+
+    What ``check`` or the copy raises on any rank is not raised here: nothing is committed for this save,
+    and every rank raises it, naming the rank and this checkpoint, at the next save, :meth:`finish_writing`
+    or :meth:`close` — one save later than a foreground save would.
+    """
     rng_state = rng.capture()  # before anything else runs: the state the loop has now
+    ckpt._writing_name = None
+    ckpt.wait_for_previous(f"saving {name}")  # every rank: one write at a time; a failed one raises here
     per_rank = {e.name: comm.gather_object(e.obj.state_dict()) for e in ckpt.entries if e.kind == "per_rank"}
     ckpt.hold_directory()  # held since the first save: nothing to do
     gathered = {}
     if getattr(ckpt.access, "collective", False):
         gathered = on_all_ranks(f"collecting the state of checkpoint {name}", lambda: _whole_states(ckpt))
+    group = ckpt.writing_group()
 
-    def snapshot() -> Any:  # rank 0: the previous write done (its failure raised here, on every rank), a host copy
-        if comm.is_main():
-            ckpt.wait_for_previous(f"saving {name}")
+    def snapshot() -> Any:  # every rank: the check; rank 0: a host copy, into buffers the previous write freed
         if check is not None:
             check()
         return _host_snapshot(ckpt, {**gathered, **per_rank}) if comm.is_main() else None
 
-    ckpt._writing_name = None
-    taken, rng_states = on_all_ranks_sharing(f"saving checkpoint {name}", snapshot, rng_state)
-    if comm.is_main():
-        objects, pending = taken
-        ckpt.start_writing(name, _background_write(ckpt, name, manifest, objects, pending, rng_states, step))
-    ckpt._writing_name = name  # every rank: finish_writing() waits for it (collectively)
+    taken, outcome, _ = run_here(f"saving checkpoint {name}", snapshot)
+    ckpt.start_writing(name, _agree_then_write(ckpt, name, manifest, taken, outcome, rng_state, step, group))
+    ckpt._writing_name = name  # every rank: finish_writing() waits for it
     return ckpt.directory / name
+
+
+def _agree_then_write(ckpt: Checkpointer, name: str, manifest: Manifest, taken: Any, outcome: Outcome,
+                      rng_state: Any, step: int | None, group: Any) -> Callable[[], str]:
+    """What the thread of every rank runs for a background save, on ``group`` (the writing group, used by these
+    threads only, one save after the other: the same collectives in the same order on every rank):
+
+    1. a monitored barrier: a rank that does not reach this save's agreement within ``PARATRAIN_TIMEOUT``
+       is named (:class:`~paratrain.errors.CollectiveTimeoutError`);
+    2. one all-gather of every rank's outcome (its check and, on rank 0, the copy) and generator states: a
+       failure anywhere raises the same :class:`CheckpointError` on every rank's thread, naming the rank and
+       this checkpoint, and nothing is written;
+    3. rank 0 makes the hidden directory, writes, seals, renames, points ``latest`` and prunes — the same steps
+       as a foreground save — while the others wait for its outcome (at most ``PARATRAIN_TIMEOUT`` from this
+       save: then :class:`~paratrain.errors.CollectiveTimeoutError` naming rank 0), which every rank's thread
+       then raises or returns alike.
+
+    An error every rank's thread raised alike is marked ``agreed``: the training thread raises it as it is.
+    """
+
+    def write_here() -> str:  # rank 0
+        objects, pending = taken
+        ckpt.host_buffers.ready()  # GPU copies still in flight
+        temporary = _prepare(ckpt.directory, name)
+        pause_if_requested(step, temporary, "prepared")
+        try:
+            manifest.objects = _write_collected(ckpt, temporary, objects, pending, rng_states, step)
+            return str(_commit(ckpt, temporary, manifest))
+        except BaseException:
+            shutil.rmtree(temporary, ignore_errors=True)
+            raise
+
+    rng_states: list[Any] = []
+
+    def write() -> str:
+        comm.barrier(name=f"agreeing on checkpoint {name}", group=group)
+        writing = False
+        try:
+            rng_states[:] = agree(outcome, rng_state, group)
+            writing = True
+            return main_then_share(f"writing checkpoint {name}", write_here, group)
+        except CheckpointError as exc:
+            error = CheckpointError(f"checkpoint {name} was not saved: {exc}")
+            error.restart_can_help = getattr(exc, "restart_can_help", True)
+            error.agreed = True  # the same error on every rank: the training thread raises it as it is
+            raise error from exc
+        except RuntimeError as exc:  # gloo's timeout on the writing group, or a peer gone: not agreed
+            late, ranks = ("rank 0 (writing it)", [0]) if writing and not comm.is_main() else ("a rank", [])
+            raise CollectiveTimeoutError(
+                f"checkpoint {name}: {late} did not take part in the ranks' agreement on it within "
+                f"{comm.DEFAULT_TIMEOUT_S:g}s (it crashed or hangs; a write that takes longer needs a larger "
+                f"PARATRAIN_TIMEOUT): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                late_ranks=ranks,
+            ) from exc
+
+    return write
 
 
 def _save_shards_in_background(ckpt: Checkpointer, name: str, manifest: Manifest, step: int | None,
@@ -320,7 +383,7 @@ def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: 
 def _host_snapshot(ckpt: Checkpointer, gathered: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str, Any]]]:
     """Rank 0, in the training thread: a host copy of everything the checkpoint holds but the generator
     states, in buffers reused from the previous save (written by now), checked now: a state that cannot be
-    saved is refused at this save, not the next."""
+    saved commits nothing at this save (a one-file background save raises it at the next save or wait)."""
     objects, pending = _collect(ckpt, gathered, ckpt.live_state)
     pending = [(obj_name, kind, ckpt.host_buffers.copy(state, (obj_name,))) for obj_name, kind, state in pending]
     for obj_name, kind, state in pending:
@@ -329,24 +392,6 @@ def _host_snapshot(ckpt: Checkpointer, gathered: dict[str, Any]) -> tuple[dict[s
         else:
             check_plain(state, obj_name)
     return objects, pending
-
-
-def _background_write(ckpt: Checkpointer, name: str, manifest: Manifest, objects: dict[str, Any],
-                      pending: list[tuple[str, str, Any]], rng_states: list[Any], step: int | None) -> Callable[[], str]:
-    """What the writing thread of rank 0 runs: the same steps as a foreground save."""
-
-    def write() -> str:
-        ckpt.host_buffers.ready()  # GPU copies still in flight
-        temporary = _prepare(ckpt.directory, name)
-        pause_if_requested(step, temporary, "prepared")
-        try:
-            manifest.objects = _write_collected(ckpt, temporary, objects, pending, rng_states, step)
-            return str(_commit(ckpt, temporary, manifest))
-        except BaseException:
-            shutil.rmtree(temporary, ignore_errors=True)
-            raise
-
-    return write
 
 
 def _write_files(ckpt: Checkpointer, temporary: Path, rng_states: list[Any], step: int | None,

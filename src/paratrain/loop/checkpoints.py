@@ -82,6 +82,11 @@ class LoopCheckpoints:
     def save(self, step: int, epoch: int, metrics: dict[str, float] | None, check: Callable[[], None] | None = None) -> Path:
         return self._checkpointer.save(step=step, epoch=epoch, metrics=metrics, check=check)
 
+    def agreement_pending(self) -> bool:
+        """Whether the last save returned before the ranks agreed on its check (a background save): what the
+        check found is raised at the next save or wait. Not collective."""
+        return self._checkpointer.agreement_pending
+
     def newest(self) -> Path | None:
         """The newest complete checkpoint (each was checked finite before it was saved). Not collective."""
         saved = self._checkpointer.checkpoints()

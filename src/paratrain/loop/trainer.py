@@ -220,7 +220,7 @@ class Trainer:
             if self._cadence.unsaved(self.state.step) and self.checkpoints is not None:
                 self._save()
             if self.checkpoints is not None:
-                self.checkpoints.finish_writing("the end of the run")
+                self._finish_writing("the end of the run")
             self._check_out_dir()  # never "done" for a run whose directory went away
             result = report_end(self, resumed_from, train_seconds, window.samples_total)
             report_weights(self)
@@ -357,7 +357,10 @@ class Trainer:
         stop every rank agreed on)."""
         if self.checkpoints is None:
             return None
-        self.checkpoints.finish_writing("naming the last good checkpoint", say=False)
+        try:  # every rank alike: the stop being named is the error to raise, not this write's
+            self.checkpoints.finish_writing("naming the last good checkpoint", say=False)
+        except CheckpointError:
+            pass  # nothing of it was committed: the newest checkpoint on disk is the last good one
         newest = self.checkpoints.newest()
         return str(newest) if newest else None
 
@@ -387,7 +390,17 @@ class Trainer:
         """See :meth:`FitPreemption.save_if_asked`. Collective."""
         step = self.state.step
         self._preemption.save_if_asked(step, self._cadence.saved_at != step, self._save, self._checkpoint_dir(),
-                                       lambda: self.checkpoints and self.checkpoints.finish_writing("stopping"))
+                                       lambda: self.checkpoints and self._finish_writing("stopping"))
+
+    def _finish_writing(self, before: str) -> None:
+        """The checkpoint being written in the background is complete (said when it was still being written);
+        a failure of its save raises on every rank — a non-finite run named by its first bad step, as a save
+        that failed at once. Collective."""
+        try:
+            self.checkpoints.finish_writing(before)
+        except (CheckpointError, NonFiniteError):
+            self._finite.after_failed_save(self.state.step, self.model, self.log)
+            raise
 
     def _end_epoch(self, epoch: int) -> None:
         """Evaluate (when asked per epoch) and save at the end of a full pass. Collective."""
@@ -469,7 +482,7 @@ class Trainer:
             if finite is not None:  # every rank alike: a non-finite run stops naming its first bad step
                 self._finite.after_failed_save(step, self.model, self.log)
             raise
-        if finite is not None:
+        if finite is not None and not self.checkpoints.agreement_pending():  # else known at the next save or wait
             self._finite.saved(step)
         watchdog.mark("logging")
         self._cadence.saved(step, with_metrics=bool(metrics))
