@@ -389,8 +389,6 @@ def _final_weights(out: Path) -> bytes:
 
 
 def part_soak(args: argparse.Namespace, workdir: Path) -> list[str]:
-    from paratrain.goodput import accounting, timeline
-
     reference = workdir / "reference"
     started = time.time()
     subprocess.run(soak_command(reference, args.soak_steps, []), env=_env(), check=True, capture_output=True)
@@ -406,24 +404,40 @@ def part_soak(args: argparse.Namespace, workdir: Path) -> list[str]:
         out = workdir / f"soak-{index}"
         result = soak(name, soak_command(out, args.soak_steps, flags), args.mtbf, random.Random(args.seed),
                       workdir / f"soak-{index}.log", out / "checkpoints" / "goodput.jsonl")
-        run = accounting.account(_records(out))
-        timeline.draw(run, workdir / f"soak-{index}.png", title=f"{name}: goodput {run.goodput:.1%}")
-        result.update(ledger=run.to_dict(), identical=_final_weights(out) == _final_weights(reference),
-                      goodput=run.goodput, outside_goodput=run.seconds["train"] / result["outside"],
-                      ledger_wall=run.wall)
-        rows.append(result)
-        print(json.dumps(result), flush=True)
+        rows.append(accounted(result, out, reference, workdir / f"soak-{index}.png", name))
     lines = [f"## goodput soak: digits, 2 processes, {args.soak_steps} steps, failures every {args.mtbf:.0f} s on "
-             f"average (seed {args.seed}); an uninterrupted run took {ideal:.0f} s", "",
-             "| saves | wall (outside) | ledger wall | faults | goodput (ledger) | goodput (outside clock) | start-up "
-             "| redone | save blocking | recovery | bit-identical |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"average (seed {args.seed}); an uninterrupted run took {ideal:.0f} s", "", *soak_table(rows)]
+    lines.append(f"\ntimelines: {workdir}/soak-*.png")
+    return lines
+
+
+def accounted(result: dict, out: Path, reference: Path, png: Path, title: str) -> dict:
+    """A soak's ``result`` with the run's ledger, goodput by both clocks, and whether its final weights equal the
+    uninterrupted run's in ``reference``; its timeline drawn to ``png``. Printed as one JSON line."""
+    from paratrain.goodput import accounting, timeline
+
+    run = accounting.account(_records(out))
+    timeline.draw(run, png, title=f"{title}: goodput {run.goodput:.1%}")
+    result.update(ledger=run.to_dict(), identical=_final_weights(out) == _final_weights(reference),
+                  goodput=run.goodput, outside_goodput=run.seconds["train"] / result["outside"], ledger_wall=run.wall)
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def soak_table(rows: list[dict]) -> list[str]:
+    """The soaks as a markdown table, one row per configuration (with its node launches where it has them)."""
+    launches = any("launches" in r for r in rows)
+    lines = ["| saves | wall (outside) | ledger wall | faults |" + (" node launches |" if launches else "")
+             + " goodput (ledger) | goodput (outside clock) | start-up | redone | save blocking | recovery | bit-identical |",
+             "|---" * (11 + launches) + "|"]
     for r in rows:
         s, wall = r["ledger"]["seconds"], r["ledger_wall"]
         faults = ", ".join(f"{k} {v}" for k, v in sorted(r["faults"].items())) or "none"
-        lines.append(f"| {r['name']} | {r['outside']:.0f} s | {wall:.0f} s | {faults} | {r['goodput']:.1%} | "
-                     f"{r['outside_goodput']:.1%} | {s['startup'] / wall:.1%} | {s['redone'] / wall:.1%} | "
-                     f"{s['save'] / wall:.1%} | {s['recovery'] / wall:.1%} | {'yes' if r['identical'] else 'NO'} |")
-    lines.append(f"\ntimelines: {workdir}/soak-*.png")
+        lines.append(f"| {r['name']} | {r['outside']:.0f} s | {wall:.0f} s | {faults} | "
+                     + (f"{r['launches']} | " if launches else "")
+                     + f"{r['goodput']:.1%} | {r['outside_goodput']:.1%} | {s['startup'] / wall:.1%} | "
+                     f"{s['redone'] / wall:.1%} | {s['save'] / wall:.1%} | {s['recovery'] / wall:.1%} | "
+                     f"{'yes' if r['identical'] else 'NO'} |")
     return lines
 
 

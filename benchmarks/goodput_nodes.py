@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import random
 import signal
@@ -38,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from goodput import _env, _final_weights, _kill_group, _records  # noqa: E402
+from goodput import _env, _kill_group, accounted, soak_table  # noqa: E402
 from tests.netns import Host, two_hosts  # noqa: E402
 
 KINDS = ("kill-worker", "power-off", "sigterm")
@@ -175,8 +174,6 @@ def main() -> int:
     parser.add_argument("--keep", default=None, help="a folder to keep the runs in (default: a temporary one)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
-    from paratrain.goodput import accounting, timeline
-
     configs = {"background": (f"background, every {args.fixed}", ["--save-every", str(args.fixed)]),
                "auto": ("background, auto", ["--save-every", "auto", "--mtbf", str(args.mtbf)])}
     chosen = [configs[key] for key in args.configs.split(",")]
@@ -192,24 +189,10 @@ def main() -> int:
             out = workdir / f"soak-{index}"
             job = Job(hosts, out, args.soak_steps, flags, workdir / f"soak-{index}.log")
             result = soak(name, job, args.mtbf, random.Random(args.seed), out / "checkpoints" / "goodput.jsonl")
-            run = accounting.account(_records(out))
-            timeline.draw(run, workdir / f"soak-{index}.png", title=f"two nodes, {name}: goodput {run.goodput:.1%}")
-            result.update(ledger=run.to_dict(), identical=_final_weights(out) == _final_weights(workdir / "reference"),
-                          goodput=run.goodput, outside_goodput=run.seconds["train"] / result["outside"],
-                          ledger_wall=run.wall)
-            rows.append(result)
-            print(json.dumps(result), flush=True)
+            rows.append(accounted(result, out, workdir / "reference", workdir / f"soak-{index}.png", f"two nodes, {name}"))
     lines = [f"## goodput soak on two simulated nodes: digits, 1 process per node, {args.soak_steps} steps, failures "
-             f"every {args.mtbf:.0f} s on average (seed {args.seed}); the same job without failures took {ideal:.0f} s", "",
-             "| saves | wall (outside) | ledger wall | faults | node launches | goodput (ledger) | goodput (outside clock) "
-             "| start-up | redone | save blocking | recovery | bit-identical |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        s, wall = r["ledger"]["seconds"], r["ledger_wall"]
-        faults = ", ".join(f"{k} {v}" for k, v in sorted(r["faults"].items())) or "none"
-        lines.append(f"| {r['name']} | {r['outside']:.0f} s | {wall:.0f} s | {faults} | {r['launches']} | "
-                     f"{r['goodput']:.1%} | {r['outside_goodput']:.1%} | {s['startup'] / wall:.1%} | "
-                     f"{s['redone'] / wall:.1%} | {s['save'] / wall:.1%} | {s['recovery'] / wall:.1%} | "
-                     f"{'yes' if r['identical'] else 'NO'} |")
+             f"every {args.mtbf:.0f} s on average (seed {args.seed}); the same job without failures took {ideal:.0f} s",
+             "", *soak_table(rows)]
     print("\n".join(lines))
     return 0
 
