@@ -5,8 +5,8 @@ field is a new flag with its help, and a registered task shows in the help."""
 from __future__ import annotations
 
 import argparse
-import re
 import dataclasses
+import re
 from dataclasses import dataclass
 
 import pytest
