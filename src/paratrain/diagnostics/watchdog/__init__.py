@@ -36,6 +36,8 @@ The modules:
 
 * :mod:`.thread` — :class:`Watchdog` (the thread), :class:`NoWatchdog` (its calls doing nothing),
   :func:`mark` and :func:`busy` (what the loop, the loaders and the Runtime call);
+* :mod:`.verdict` — ending the job on a verdict: stopped ranks continued, the report left for the
+  launcher, the process ended;
 * :mod:`.stall` — pure: each rank's :class:`~.stall.Beat`, who stalled, the message;
 * :mod:`.board` — the records and frames in the job's store;
 * :mod:`.timeouts` — pure: the default and the Runtime's stall timeout, the process group's timeout
@@ -43,13 +45,13 @@ The modules:
 """
 
 from paratrain.diagnostics.watchdog.thread import (
-    STALL_EXIT_CODE,
     LoaderProgress,
     NoWatchdog,
     Watchdog,
     busy,
     mark,
 )
+from paratrain.diagnostics.watchdog.verdict import STALL_EXIT_CODE
 from paratrain.diagnostics.watchdog.timeouts import (
     DEFAULT_STALL_TIMEOUT_S,
     group_timeout_with_watchdog,

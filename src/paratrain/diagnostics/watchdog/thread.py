@@ -12,7 +12,6 @@ import faulthandler
 import math
 import os
 import socket
-import sys
 import threading
 import time
 from typing import Any
@@ -20,11 +19,11 @@ from typing import Any
 from paratrain.diagnostics import stacks, step_phases
 from paratrain.diagnostics.watchdog.board import ProgressBoard, job_store
 from paratrain.diagnostics.watchdog.timeouts import DEFAULT_STALL_TIMEOUT_S, STACK_WAIT_S, poll_interval
-from paratrain.diagnostics.watchdog.stall import Beat, process_state, stall_message, stalled_ranks
+from paratrain.diagnostics.watchdog.stall import Beat, stall_message, stalled_ranks
+from paratrain.diagnostics.watchdog.verdict import continue_stopped, end_process
 from paratrain.errors import ConfigError
 
 FINISHED = "finished"  # the phase a rank publishes when its watchdog stops normally
-STALL_EXIT_CODE = 124  # as GNU timeout: "it timed out"
 _HARD_EXIT_GRACE_S = 30.0  # faulthandler's last resort fires this long after the stall timeout
 _SILENT_POLLS = 4  # a rank whose publications stopped this many polls ago is gone, once we wait too
 LINK_PROBE_S = 1.0  # seconds between the link's round trips to the store (one small store call each)
@@ -293,7 +292,7 @@ class Watchdog:
             faulthandler.cancel_dump_traceback_later()
             self._on_stall(self.report)
             return True
-        _end_process(self.report)
+        end_process(self.report)
         return True
 
     def _probe_link(self) -> bool:
@@ -328,24 +327,12 @@ class Watchdog:
             others = [r for r in stalled if r not in self._silent and r != self.rank]  # a gone rank sends no frames
             frames.update(self._board.collect_frames(others, STACK_WAIT_S))
         self.report = stall_message(beats, stalled, self.stall_timeout, frames, gone=self._silent)
-        _continue_stopped(beats, stalled, self._host)
+        continue_stopped(beats, stalled, self._host)
         if self._on_stall is not None:
             faulthandler.cancel_dump_traceback_later()
             self._on_stall(self.report)
             return
-        _end_process(self.report)
-
-
-def _continue_stopped(beats: list[Beat], stalled: list[int], host: str) -> None:
-    """SIGCONT the stalled ranks of this host whose process is stopped (SIGSTOP, Ctrl-Z). The launcher
-    ends the job's other workers with SIGTERM, which a stopped process only receives once continued:
-    torch's agent would wait its 30 s grace before SIGKILL, and the job would end ~30 s after the verdict."""
-    import signal
-
-    for beat in beats:
-        if beat.rank in stalled and beat.host == host and process_state(beat.pid) == "stopped":
-            with contextlib.suppress(OSError):
-                os.kill(beat.pid, signal.SIGCONT)
+        end_process(self.report)
 
 
 class NoWatchdog:
@@ -407,18 +394,3 @@ def busy(name: str, limit_s: float, longest_s: float = math.inf):
     if _active is None:
         return contextlib.nullcontext()
     return _active.busy(name, float(limit_s))
-
-
-def _end_process(report: str) -> None:
-    """Print the report, leave it in torch elastic's error file, and exit without unwinding.
-
-    The main thread is stuck (in a collective or the stalled code): nothing else can end it.
-    """
-    from paratrain.env.torchelastic import record_for_launcher
-    from paratrain.errors import CollectiveTimeoutError
-
-    print(f"paratrain watchdog: error: {report}", file=sys.stderr, flush=True)
-    error = CollectiveTimeoutError(report)
-    record_for_launcher(error)  # not under torchrun: the printed line is the report
-    sys.stderr.flush()
-    os._exit(STALL_EXIT_CODE)
