@@ -95,7 +95,7 @@ def script_path(repos: Path, script: ScriptFile, trees: Path) -> Path:
     files and packaging files, with an empty ``.git`` marking the root as a checkout's would); a plain
     folder as it lies."""
     base = repos / script.repository.replace("/", "+")
-    for git_dir in (base / "repo", base):
+    for git_dir in (base / "repo", base, base / ".git", base / "repo" / ".git"):  # bare, or a checkout's
         if (git_dir / "HEAD").is_file() and (git_dir / "objects").is_dir():
             tree = trees / f"{base.name}@{script.commit}"
             if not (tree / ".complete").is_file():
