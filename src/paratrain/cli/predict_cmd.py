@@ -74,9 +74,9 @@ def _read_inputs(args: argparse.Namespace) -> list[str]:
 
 
 def handler(args: argparse.Namespace) -> int:
+    texts = _read_inputs(args)  # refused inputs answer before torch is imported
     from paratrain.loop.predictor import load_predictor
 
-    texts = _read_inputs(args)
     predictor = load_predictor(args.checkpoint, trust_task_code=args.trust_task_code)
     print(f"model: {predictor.checkpoint}", file=sys.stderr, flush=True)
     for prediction in predictor.predict(texts):
