@@ -47,11 +47,11 @@ _ONE_PROCESS_TEST = re.compile(
 _EVERY_RANK_OF_A_RUN = re.compile(r"(?:\w+\.)*local_rank\s*(?:>=\s*0|>\s*-1|!=\s*-1)")
 # `rank % gpus_per_node == 0`: the first process of each machine, i.e. local rank 0.
 _PER_MACHINE = re.compile(r"\brank\s*%\s*[\w.]+\s*==\s*0")
-# The main-process test of the Hugging Face examples and the scripts copied from them: `args.local_rank in
-# [-1, 0]` (also a tuple or a set, or `not in`), -1 for a run without a launcher, 0 for the first process.
-# Invariant: membership of a rank name (global or local) in a literal collection of exactly -1 and 0 is a
-# rank-0 test, as those scripts use it (`if args.local_rank in [-1, 0]: torch.save(...)`); their saves and
-# prints under it are not every rank's.
+# The main-process test of the Hugging Face and YOLO scripts: `RANK in {-1, 0}`, `args.local_rank in [-1, 0]`
+# (a list, tuple or set), -1 for a run without a launcher, 0 for the first process. It is read as the test of
+# the name it tests: `RANK in …` once per job, `local_rank in …` once per machine (the same file written by the
+# first process of every machine). Invariant: leaving early when the name is `not in` those values
+# (`if rank not in (-1, 0): return`) limits what follows as the test itself would.
 _MAIN_VALUES = {-1, 0}
 _RANK_NAME = re.compile(r"(?:\w+\.)*\w*rank\w*|(?:\w+\.)*(?:gpu|gpu_id|device_id)", re.IGNORECASE)
 # Lightning's decorator: the function runs on global rank 0 only.
@@ -72,11 +72,9 @@ def returned_test_kind(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
                            and re.search(r"==\s*0|\bnot\b|is_main|master|primary|zero", text) for text in texts) else ""
 
 
-def main_membership(test: ast.expr, negated: bool = False) -> bool:
-    """``local_rank in [-1, 0]`` (``negated``: ``local_rank not in (-1, 0)``): a rank name's membership in a
-    literal list, tuple or set of exactly -1 and 0."""
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1
-            and isinstance(test.ops[0], ast.NotIn if negated else (ast.In, ast.NotIn))):
+def not_main_membership(test: ast.expr) -> bool:
+    """``rank not in (-1, 0)``: a rank name's absence from a literal list, tuple or set of exactly -1 and 0."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotIn)):
         return False
     values = test.comparators[0]
     if not isinstance(values, (ast.List, ast.Tuple, ast.Set)):
@@ -199,7 +197,7 @@ class RankGuards:
             text = ast.unparse(test)
             if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
                 found = self._test_kind(test.operand)
-            elif re.search(r"!=\s*0\b|>\s*0\b", text) or main_membership(test, negated=True):
+            elif re.search(r"!=\s*0\b|>\s*0\b", text) or not_main_membership(test):
                 found = self._test_kind(test)
             else:
                 continue
@@ -262,8 +260,6 @@ class RankGuards:
 
     def _direct_test_kind(self, test: ast.expr) -> str:
         text = ast.unparse(test)
-        if main_membership(test):
-            return "global"
         called = {last_name(node) for node in ast.walk(test) if isinstance(node, ast.Call)}
         if called & self.machine_helpers:
             return "local"
