@@ -26,6 +26,7 @@ from paratrain.diagnostics.check_launch import environ_parameters
 from paratrain.diagnostics.check_rules import path_names_rank
 from paratrain.diagnostics.check_wrappers import WRAPPERS, saved_state_dict
 from paratrain.diagnostics.imported_names import ImportedNames
+from paratrain.diagnostics.library_calls import returns_main_process_logger
 from paratrain.diagnostics.project_builders import ProjectBuilders
 from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.project_loaders import loader_bindings
@@ -215,6 +216,8 @@ class _Reader:
         None for the value itself); None otherwise."""
         if not _makes_logger(function):
             return None
+        if returns_main_process_logger(module.tree, function):
+            return "rank"  # accelerate's MultiProcessAdapter: the main process only
         setups = [node for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) in _LOG_SETUPS]
         if _chooses_by_rank(function, setups) or _tags_the_rank(module, function):
             return "rank"

@@ -1,0 +1,56 @@
+"""Library calls that ``paratrain check`` knows by what they do across processes (accelerate's logging
+adapter, PEFT, pytorch-ignite's idist), in a script read with its project."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from paratrain.diagnostics.check import check_file
+
+
+def _project(tmp_path: Path, files: dict[str, str]) -> Path:
+    (tmp_path / ".git").mkdir()
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path / "train.py"
+
+
+def _rules(script: Path) -> set[tuple[int, str]]:
+    return {(finding.line, finding.rule) for finding in check_file(script)}
+
+
+_LOGGER = """\
+import logging
+import sys
+from accelerate.logging import MultiProcessAdapter
+
+
+def setup_logger(name="run", use_accelerate=True):
+    logger = logging.getLogger(name)
+    logger.setLevel(logging.DEBUG)
+    handler = logging.StreamHandler(stream=sys.stdout)
+    logger.addHandler(handler)
+    if use_accelerate:
+        return MultiProcessAdapter(logger, {})
+    return logger
+"""
+
+_LOGGING_SCRIPT = """\
+from accelerate import Accelerator
+from utils.logger import setup_logger
+
+accelerator = Accelerator()
+logger = setup_logger(name="run")
+logger.info("starting")
+"""
+
+
+def test_a_project_logger_returning_accelerates_adapter_logs_on_the_main_process_only(tmp_path: Path) -> None:
+    assert _rules(_project(tmp_path, {"utils/logger.py": _LOGGER, "train.py": _LOGGING_SCRIPT})) == set()
+
+
+def test_the_same_logger_without_the_adapter_logs_on_every_rank(tmp_path: Path) -> None:
+    plain = _LOGGER.replace("    if use_accelerate:\n        return MultiProcessAdapter(logger, {})\n", "")
+    assert _rules(_project(tmp_path, {"utils/logger.py": plain, "train.py": _LOGGING_SCRIPT})) == {
+        (6, "log-on-every-rank")}
