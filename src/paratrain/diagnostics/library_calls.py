@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 
-from paratrain.diagnostics.call_names import keyword, last_name
 
 # accelerate.logging's adapter (and `get_logger`, which returns one): a record is written where
 # `main_process_only` (default True) allows, i.e. on the main process, unless a call passes False.

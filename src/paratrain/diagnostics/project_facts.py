@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 from paratrain.diagnostics.assigned_values import bound_values
-from paratrain.diagnostics.check_launch import environ_parameters
+from paratrain.diagnostics.check_rendezvous import environ_parameters
 from paratrain.diagnostics.check_rules import path_names_rank
 from paratrain.diagnostics.check_wrappers import WRAPPERS, saved_state_dict
 from paratrain.diagnostics.imported_names import ImportedNames
