@@ -46,20 +46,36 @@ def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
 
 
 def _project_flags(facts: ScriptFacts) -> list[tuple[ast.Call, int]]:
-    """``--local_rank`` defined by a parser-building function of the project that the script calls
-    (``args = parser.get_args()``, ``parse_args()`` of utils/options.py), with the line to report: the
-    script's first read of the option (where the device or the guard comes from it), else the call. Left out
+    """``--local_rank`` defined by a parser-building function (or options class) of the project that the script
+    calls (``args = parser.get_args()``, ``parse_args()`` of utils/options.py, ``Options().parse()``), with the
+    line to report: where the script parses the options it built (``opt = options.parse()``), else its first
+    read of the option (where the device or the guard comes from it), else the call. Left out
     when a project function the script calls stores the option (LoRA's ``parse_gpu`` setting
-    ``args.local_rank`` from the launcher's variables): which value the reads see is not known."""
+    ``args.local_rank`` from the launcher's variables): which value the reads see is not known; unless that
+    function reads the option before it stores it (it decides on the parsed value)."""
     found = []
-    for callee, flag in facts.imported.local_rank_flags.items():
-        calls = [call for call in facts.calls if facts.imported.callee(call) == callee]
+    imported = facts.imported
+    for callee, flag in imported.local_rank_flags.items():
+        calls = [call for call in facts.calls if imported.callee(call) == callee]
         flags = [a.value for a in flag.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         dest = _dest(flag, flags)
         reads = facts.loaded_attrs.get(dest, [])
-        if calls and dest not in facts.imported.attributes_stored:
-            found.append((flag, min([read.lineno for read in reads] or [calls[0].lineno])))
+        # A function that reads the option before it stores it (XLM's slurm.py: `elif params.local_rank != -1:`,
+        # else `params.local_rank = 0`) decides on the parsed value: the flag still matters.
+        if calls and (dest not in imported.attributes_stored or dest in imported.attributes_read):
+            parsed = _parsed_at(facts, calls[0])
+            found.append((flag, parsed or min([read.lineno for read in reads] or [calls[0].lineno])))
     return found
+
+
+def _parsed_at(facts: ScriptFacts, built: ast.Call) -> int | None:
+    """Where the script parses the options a project call built: ``options.parse()`` on the name it bound
+    (``options = Options()``, then ``opt = options.parse()``); None when it parses nothing so."""
+    name = facts.bound_name(built)
+    parses = [call for call in facts.calls if name is not None and isinstance(call.func, ast.Attribute)
+              and ast.unparse(call.func.value) == name and call.func.attr.startswith("parse")
+              and call.lineno >= built.lineno]
+    return parses[0].lineno if parses else None
 
 
 def _dest(call: ast.Call, flags: list[str]) -> str:

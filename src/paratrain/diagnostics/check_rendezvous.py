@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterator
 
 from paratrain.diagnostics.check_finding import Finding
+from paratrain.diagnostics.project_rendezvous import fixed_source, passed_parameters, rendezvous_writes
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
 
 
@@ -46,6 +47,74 @@ def _default_only(facts: ScriptFacts, node: ast.AST, variable: str) -> bool:
 
 
 def hardcoded_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
+    """A rendezvous fixed in the code. A loopback MASTER_ADDR written as a literal is reported only when nothing
+    else of the rendezvous is (the pair `MASTER_ADDR = "localhost"`, `MASTER_PORT = "12355"` is one pitfall, at
+    the port's line)."""
+    findings = list(_fixed_rendezvous(facts))
+    lines = {finding.line for finding in findings}
+    findings += [finding for finding in [*_fixed_in_functions(facts), *_fixed_in_project(facts)]
+                 if finding.line not in lines]
+    yield from findings
+    if not findings:
+        yield from _loopback_address_alone(facts)
+
+
+def _fixed_in_functions(facts: ScriptFacts) -> Iterator[Finding]:
+    """A function of the file, called in it, that writes a rendezvous variable from a parameter's literal default
+    its calls leave as it is, or from arithmetic on a literal port (project_rendezvous.py's reading)."""
+    for function in (node for node in ast.walk(facts.tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        calls = [call for call in facts.loaded_names.get(function.name, [])]
+        if not calls or not all(isinstance(facts.parents.get(use), ast.Call) and facts.parents[use].func is use
+                                for use in calls):
+            continue  # never called here, or handed on: what it is given is not known
+        passed = passed_parameters(function, [facts.parents[use] for use in calls])
+        for write, variable in rendezvous_writes(function):
+            source = fixed_source(function, write.value, {}, passed)
+            if source is not None:
+                yield _fixed_value(write.lineno, variable, source)
+                break
+
+
+def _fixed_in_project(facts: ScriptFacts) -> Iterator[Finding]:
+    """The script's first call of each project function that writes a rendezvous variable from a fixed value."""
+    reported = set()
+    for call in facts.calls:
+        callee = facts.imported.callee(call)
+        if callee in facts.imported.fixed_rendezvous and callee not in reported:
+            reported.add(callee)
+            variable, source = facts.imported.fixed_rendezvous[callee]
+            yield _fixed_value(call.lineno, variable, f"`{callee}` writes it from {source}")
+
+
+def _fixed_value(line: int, variable: str, source: str) -> Finding:
+    return Finding(
+        line, "hardcoded-rendezvous",
+        f"os.environ[{variable!r}] takes {source}: a port left busy by another job (or a second run on the machine) "
+        "stops the rendezvous, and another machine's address needs an edit",
+        "leave MASTER_ADDR/MASTER_PORT to the launcher: paratrain run picks a free port on one machine and takes "
+        "--master-addr/--master-port on several",
+    )
+
+
+def _loopback_address_alone(facts: ScriptFacts) -> Iterator[Finding]:
+    """``os.environ["MASTER_ADDR"] = "localhost"`` with the port from elsewhere (a config file's value).
+
+    Invariant: a literal MASTER_ADDR written over the environment (not as a default for an unset variable)
+    replaces the launcher's address, loopback or not: on several machines every process but the first
+    machine's waits for a master that is not there."""
+    for node, variable, value in _environ_literals(facts):
+        if variable == "MASTER_ADDR" and value in _LOOPBACK and not _default_only(facts, node, variable):
+            yield Finding(
+                node.lineno, "hardcoded-rendezvous",
+                f"os.environ['MASTER_ADDR'] is set to {value!r} in the code: the launcher's address is overwritten, "
+                "so on several machines the processes of the others wait for a master on their own machine",
+                "leave MASTER_ADDR/MASTER_PORT to the launcher: paratrain run sets them on one machine and takes "
+                "--master-addr/--master-port on several (or os.environ.setdefault for a default)",
+            )
+            return
+
+
+def _fixed_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
     # A whole literal URL only: "tcp://%s:%s" % (os.environ["MASTER_ADDR"], …) or
     # f"tcp://127.0.0.1:{port}" take their address and port from the run.
     for node in ast.walk(facts.tree):

@@ -48,6 +48,9 @@ class ImportedNames:
     loader_bindings: list[tuple[str, ast.Call, list[ast.Call]]] = field(default_factory=list)
     # → the `add_argument("--local_rank", …)` call in a parser-building function the script calls (`get_args()`)
     local_rank_flags: dict[str, ast.Call] = field(default_factory=dict)
+    # → (the variable, where its value is fixed): a called function writes MASTER_PORT/MASTER_ADDR from an option's
+    # or a parameter's literal default, or a literal port base (project_rendezvous.py)
+    fixed_rendezvous: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @staticmethod
     def callee(call: ast.Call) -> str:

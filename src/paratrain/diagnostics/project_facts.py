@@ -35,6 +35,7 @@ from paratrain.diagnostics.project_local_rank import (
     local_rank_flag,
     reads_local_rank_env,
 )
+from paratrain.diagnostics.project_rendezvous import fixed_rendezvous_calls
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
 
@@ -72,6 +73,9 @@ class _Reader:
             if builders.wraps_in_data_parallel(callee):
                 names.data_parallel_makers.add(callee)
             found = self.imports.definition(callee) or builders.method(callee)  # `train_state.save(...)`
+            flag = local_rank_flag(found[1], found[0].tree) if found is not None else None  # a parser, or its class
+            if flag is not None:
+                names.local_rank_flags[callee] = flag
             if found is not None and isinstance(found[1], ast.ClassDef):
                 base = _wrapper_base(*found)
                 if base is not None:
@@ -79,13 +83,11 @@ class _Reader:
                 continue
             if found is None:
                 continue
-            flag = local_rank_flag(found[1])  # a parser's function may be long: only its add_argument calls
-            if flag is not None:
-                names.local_rank_flags[callee] = flag
             if _too_long(found[1]):
                 continue
             self._learn(names, callee, *found)
         names.loader_bindings = loader_bindings(self.imports, facts)
+        names.fixed_rendezvous = fixed_rendezvous_calls(self.imports, facts)
         # A module's own statements run when it is imported (`args.gpu = int(os.environ["LOCAL_RANK"])` at its
         # top; DLRM's extend_distributed sets `builtins.print = rank0_print` there).
         imported = [stmt for module in self.imports.modules() for stmt in module.tree.body

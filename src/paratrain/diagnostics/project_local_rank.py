@@ -15,10 +15,22 @@ from paratrain.diagnostics.call_names import last_name
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
-def local_rank_flag(function: _Function) -> ast.Call | None:
+def local_rank_flag(definition: _Function | ast.ClassDef, module: ast.Module | None = None) -> ast.Call | None:
     """The function's own ``add_argument("--local_rank", …)`` (Point-BERT's ``get_args()`` in utils/parser.py):
-    a parser of the project that the script calls defines the flag as the script's own would."""
-    for node in ast.walk(function):
+    a parser of the project that the script calls defines the flag as the script's own would. A class (an
+    ``Options`` whose methods add the arguments) counts with all its methods; a function that builds such a class
+    of its ``module`` (``def get_options(): options = Options(); …; return options``) counts as the class."""
+    found = _own_flag(definition)
+    if found is None and module is not None and not isinstance(definition, ast.ClassDef):
+        classes = {node.name: node for node in module.body if isinstance(node, ast.ClassDef)}
+        built = [classes[last_name(node)] for node in ast.walk(definition)
+                 if isinstance(node, ast.Call) and last_name(node) in classes]
+        found = next((flag for cls in built for flag in [_own_flag(cls)] if flag is not None), None)
+    return found
+
+
+def _own_flag(definition: _Function | ast.ClassDef) -> ast.Call | None:
+    for node in ast.walk(definition):
         if isinstance(node, ast.Call) and last_name(node) == "add_argument" and any(
                 isinstance(a, ast.Constant) and a.value in ("--local_rank", "--local-rank") for a in node.args):
             return node
