@@ -54,3 +54,25 @@ def test_the_same_logger_without_the_adapter_logs_on_every_rank(tmp_path: Path) 
     plain = _LOGGER.replace("    if use_accelerate:\n        return MultiProcessAdapter(logger, {})\n", "")
     assert _rules(_project(tmp_path, {"utils/logger.py": plain, "train.py": _LOGGING_SCRIPT})) == {
         (6, "log-on-every-rank")}
+
+
+_PEFT_SCRIPT = """\
+import os
+import torch.distributed as dist
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM
+
+local_rank = int(os.environ["LOCAL_RANK"])
+model = get_peft_model(AutoModelForCausalLM.from_pretrained("gpt2"), LoraConfig())
+model.print_trainable_parameters()
+"""
+
+
+def test_pefts_print_trainable_parameters_prints_on_every_rank(tmp_path: Path) -> None:
+    assert _rules(_project(tmp_path, {"train.py": _PEFT_SCRIPT})) == {(8, "print-on-every-rank")}
+
+
+def test_pefts_print_trainable_parameters_under_a_rank_test_is_quiet(tmp_path: Path) -> None:
+    guarded = _PEFT_SCRIPT.replace("model.print_trainable_parameters()", "if local_rank == 0 and dist.get_rank() == 0:\n"
+                                   "    model.print_trainable_parameters()")
+    assert _rules(_project(tmp_path, {"train.py": guarded})) == set()

@@ -42,3 +42,34 @@ def test_leaving_on_other_memberships_guards_nothing(test: str) -> None:
     found = _findings(_save_after_leaving(test))
     assert list(found) == [(12, "save-on-every-rank")]
     assert "every rank" in found[(12, "save-on-every-rank")]
+
+
+_LIGHTNING = """\
+import pytorch_lightning as pl
+from pytorch_lightning.loggers.logger import rank_zero_experiment
+
+
+class Logger(pl.loggers.WandbLogger):
+    @property
+    @rank_zero_experiment
+    def experiment(self):
+        print("starting the experiment")
+        return None
+
+
+def create_trainer(config):
+    if config.trainer.devices > 1:
+        config.trainer.strategy = "ddp"
+    print("trainer ready")
+    return pl.Trainer(logger=Logger(), **config.trainer)
+"""
+
+
+def test_a_ddp_strategy_stored_on_the_config_a_trainer_unpacks_makes_the_script_multi_process() -> None:
+    assert set(_findings(_LIGHTNING)) == {(16, "print-on-every-rank")}
+    assert _findings(_LIGHTNING.replace('config.trainer.strategy = "ddp"', 'config.trainer.strategy = "auto"')) == {}
+
+
+def test_lightnings_rank_zero_experiment_runs_on_rank_zero_only() -> None:
+    undecorated = _LIGHTNING.replace("    @rank_zero_experiment\n", "")
+    assert (8, "print-on-every-rank") in _findings(undecorated)

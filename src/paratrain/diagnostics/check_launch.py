@@ -62,7 +62,7 @@ def _project_flags(facts: ScriptFacts) -> list[tuple[ast.Call, int]]:
         reads = facts.loaded_attrs.get(dest, [])
         # A function that reads the option before it stores it (XLM's slurm.py: `elif params.local_rank != -1:`,
         # else `params.local_rank = 0`) decides on the parsed value: the flag still matters.
-        if calls and (dest not in imported.attributes_stored or dest in imported.attributes_read):
+        if calls and (dest not in imported.attributes_stored or dest in imported.attributes_read_then_stored):
             parsed = _parsed_at(facts, calls[0])
             found.append((flag, parsed or min([read.lineno for read in reads] or [calls[0].lineno])))
     return found

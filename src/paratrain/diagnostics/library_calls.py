@@ -9,6 +9,10 @@ builds loaders on a padding DistributedSampler (``idist.auto_dataloader``) and w
 from __future__ import annotations
 
 import ast
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from paratrain.diagnostics.script_facts import ScriptFacts
 
 
 # accelerate.logging's adapter (and `get_logger`, which returns one): a record is written where
@@ -50,3 +54,12 @@ def returns_main_process_logger(tree: ast.Module, function: ast.FunctionDef | as
                 and value.func.attr in _MAIN_PROCESS_LOGGERS)):
             return True
     return False
+
+
+def peft_prints(facts: ScriptFacts) -> list[ast.Call]:
+    """``model.print_trainable_parameters()`` in a script that imports PEFT: PEFT's method prints with the builtin
+    ``print`` in every process that calls it (no rank test of its own)."""
+    if not any(module == "peft" or module.startswith("peft.") for module in facts.modules.values()):
+        return []
+    return [call for call in facts.calls_named("print_trainable_parameters")
+            if isinstance(call.func, ast.Attribute) and not call.args and not call.keywords]

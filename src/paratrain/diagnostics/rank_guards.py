@@ -54,8 +54,9 @@ _PER_MACHINE = re.compile(r"\brank\s*%\s*[\w.]+\s*==\s*0")
 # (`if rank not in (-1, 0): return`) limits what follows as the test itself would.
 _MAIN_VALUES = {-1, 0}
 _RANK_NAME = re.compile(r"(?:\w+\.)*\w*rank\w*|(?:\w+\.)*(?:gpu|gpu_id|device_id)", re.IGNORECASE)
-# Lightning's decorator: the function runs on global rank 0 only.
-_RANK_ZERO_DECORATOR = re.compile(r"(?:\w+\.)*rank_zero_only$")
+# Lightning's decorators: the function runs on global rank 0 only (`rank_zero_experiment` runs a logger's
+# `experiment` on rank 0 and hands the other ranks a DummyExperiment).
+_RANK_ZERO_DECORATOR = re.compile(r"(?:\w+\.)*rank_zero_(?:only|experiment)$")
 
 
 def returned_test_kind(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str:

@@ -213,9 +213,14 @@ class ScriptFacts(RankGuards, LauncherParent):
             return False
         if not name.endswith("Trainer"):
             return True  # the command line picks the devices
-        spread = [kw for kw in call.keywords if kw.arg in _LIGHTNING_SPREAD]
-        return any(not (isinstance(kw.value, ast.Constant) and kw.value.value in (1, None, "auto", "single_device"))
-                   for kw in spread)
+        spread = [kw.value for kw in call.keywords if kw.arg in _LIGHTNING_SPREAD]
+        # `config.trainer.strategy = "ddp"`, then `pl.Trainer(**config.trainer)` (a Hydra/OmegaConf config): the
+        # settings the file stores on the mapping it unpacks count as keywords
+        spread += [value for kw in call.keywords if kw.arg is None for name in _LIGHTNING_SPREAD
+                   for value in self.assigned.get(f"{ast.unparse(kw.value)}.{name}", [])
+                   + self.assigned.get(f"{ast.unparse(kw.value)}[{name!r}]", [])]
+        return any(not (isinstance(value, ast.Constant) and value.value in (1, None, "auto", "single_device"))
+                   for value in spread)
 
     def inside(self, node: ast.AST, *callee_names: str) -> ast.Call | None:
         """The nearest enclosing call to one of ``callee_names`` (``node`` is in its arguments)."""
