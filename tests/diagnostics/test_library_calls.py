@@ -76,3 +76,28 @@ def test_pefts_print_trainable_parameters_under_a_rank_test_is_quiet(tmp_path: P
     guarded = _PEFT_SCRIPT.replace("model.print_trainable_parameters()", "if local_rank == 0 and dist.get_rank() == 0:\n"
                                    "    model.print_trainable_parameters()")
     assert _rules(_project(tmp_path, {"train.py": guarded})) == set()
+
+
+_IGNITE_SCRIPT = """\
+import ignite.distributed as idist
+
+
+def training(local_rank, config):
+    train_loader = idist.auto_dataloader(config["train"], batch_size=32, shuffle=True)
+    test_loader = idist.auto_dataloader(config["test"], batch_size=64, shuffle=False)
+    print("loaders ready")
+
+
+with idist.Parallel(backend="nccl", nproc_per_node=2) as parallel:
+    parallel.run(training, {"train": [], "test": []})
+"""
+
+
+def test_ignites_parallel_runs_several_processes_and_its_eval_loader_pads(tmp_path: Path) -> None:
+    assert _rules(_project(tmp_path, {"train.py": _IGNITE_SCRIPT})) == {
+        (6, "padded-eval-sampler"), (7, "print-on-every-rank")}
+
+
+def test_an_ignite_eval_loader_given_its_own_sampler_is_not_read(tmp_path: Path) -> None:
+    given = _IGNITE_SCRIPT.replace('shuffle=False)', 'sampler=exact_sampler)')
+    assert _rules(_project(tmp_path, {"train.py": given})) == {(7, "print-on-every-rank")}

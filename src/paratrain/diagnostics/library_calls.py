@@ -9,7 +9,10 @@ builds loaders on a padding DistributedSampler (``idist.auto_dataloader``) and w
 from __future__ import annotations
 
 import ast
+import re
 from typing import TYPE_CHECKING
+
+from paratrain.diagnostics.call_names import keyword, last_name
 
 if TYPE_CHECKING:
     from paratrain.diagnostics.script_facts import ScriptFacts
@@ -63,3 +66,28 @@ def peft_prints(facts: ScriptFacts) -> list[ast.Call]:
         return []
     return [call for call in facts.calls_named("print_trainable_parameters")
             if isinstance(call.func, ast.Attribute) and not call.args and not call.keywords]
+
+
+# pytorch-ignite's idist: `Parallel` (and `spawn`) start or join the processes of a run; `auto_dataloader` and
+# `auto_model` shard the data and wrap the model for them.
+IGNITE_DISTRIBUTED = ("Parallel", "spawn", "auto_dataloader", "auto_model")
+
+
+def ignite_distributed(facts: ScriptFacts, call: ast.Call) -> bool:
+    """``idist.Parallel(backend=…)`` (``ignite.distributed``'s), or its ``spawn``/``auto_dataloader``/``auto_model``."""
+    return facts.full_name(call).startswith("ignite.distributed.") and last_name(call) in IGNITE_DISTRIBUTED
+
+
+def ignite_eval_loaders(facts: ScriptFacts, eval_name: re.Pattern[str]) -> list[tuple[str, ast.Call]]:
+    """``test_loader = idist.auto_dataloader(test_dataset, …)``: ignite gives the loader a DistributedSampler
+    (``drop_last`` False unless passed) when the world has several processes, which pads (or drops) samples so
+    every rank gets as many. Evaluation data by its name or its dataset's; not where a sampler is passed."""
+    found = []
+    for call in facts.calls_named("auto_dataloader"):
+        if not ignite_distributed(facts, call) or keyword(call, "sampler") is not None:
+            continue
+        name = facts.bound_name(call) or ""
+        dataset = ast.unparse(call.args[0]) if call.args else ""
+        if eval_name.search(name) or eval_name.search(dataset):
+            found.append((name or dataset, call))
+    return found
