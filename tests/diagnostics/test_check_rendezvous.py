@@ -27,18 +27,8 @@ def _rendezvous(findings) -> list[int]:
     return [finding.line for finding in findings if finding.rule == "hardcoded-rendezvous"]
 
 
-def test_a_loopback_master_addr_written_alone_is_a_fixed_rendezvous() -> None:
-    assert _rendezvous(check_source(_SPAWNING)) == [11]
-
-
 def test_a_loopback_master_addr_beside_a_literal_port_is_one_finding_at_the_port() -> None:
     assert _rendezvous(check_source(_SPAWNING.replace("config.port\n", '"12355"\n', 1))) == [12]
-
-
-def test_a_loopback_master_addr_given_as_a_default_is_no_finding() -> None:
-    default = _SPAWNING.replace('    os.environ["MASTER_ADDR"] = "localhost"\n',
-                                '    if "MASTER_ADDR" not in os.environ:\n        os.environ["MASTER_ADDR"] = "localhost"\n')
-    assert _rendezvous(check_source(default)) == []
 
 
 def test_a_port_from_a_parameters_literal_default_that_the_call_leaves_is_fixed() -> None:

@@ -47,16 +47,13 @@ def _default_only(facts: ScriptFacts, node: ast.AST, variable: str) -> bool:
 
 
 def hardcoded_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
-    """A rendezvous fixed in the code. A loopback MASTER_ADDR written as a literal is reported only when nothing
-    else of the rendezvous is (the pair `MASTER_ADDR = "localhost"`, `MASTER_PORT = "12355"` is one pitfall, at
-    the port's line)."""
+    """A rendezvous fixed in the code: in the file's own writes and URLs, in a function of the file through a
+    default, or in a function of its project that the script calls."""
     findings = list(_fixed_rendezvous(facts))
     lines = {finding.line for finding in findings}
     findings += [finding for finding in [*_fixed_in_functions(facts), *_fixed_in_project(facts)]
                  if finding.line not in lines]
     yield from findings
-    if not findings:
-        yield from _loopback_address_alone(facts)
 
 
 def _fixed_in_functions(facts: ScriptFacts) -> Iterator[Finding]:
@@ -94,24 +91,6 @@ def _fixed_value(line: int, variable: str, source: str) -> Finding:
         "leave MASTER_ADDR/MASTER_PORT to the launcher: paratrain run picks a free port on one machine and takes "
         "--master-addr/--master-port on several",
     )
-
-
-def _loopback_address_alone(facts: ScriptFacts) -> Iterator[Finding]:
-    """``os.environ["MASTER_ADDR"] = "localhost"`` with the port from elsewhere (a config file's value).
-
-    Invariant: a literal MASTER_ADDR written over the environment (not as a default for an unset variable)
-    replaces the launcher's address, loopback or not: on several machines every process but the first
-    machine's waits for a master that is not there."""
-    for node, variable, value in _environ_literals(facts):
-        if variable == "MASTER_ADDR" and value in _LOOPBACK and not _default_only(facts, node, variable):
-            yield Finding(
-                node.lineno, "hardcoded-rendezvous",
-                f"os.environ['MASTER_ADDR'] is set to {value!r} in the code: the launcher's address is overwritten, "
-                "so on several machines the processes of the others wait for a master on their own machine",
-                "leave MASTER_ADDR/MASTER_PORT to the launcher: paratrain run sets them on one machine and takes "
-                "--master-addr/--master-port on several (or os.environ.setdefault for a default)",
-            )
-            return
 
 
 def _fixed_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
