@@ -52,7 +52,7 @@ def _project_flags(facts: ScriptFacts) -> list[tuple[ast.Call, int]]:
     read of the option (where the device or the guard comes from it), else the call. Left out
     when a project function the script calls stores the option (LoRA's ``parse_gpu`` setting
     ``args.local_rank`` from the launcher's variables): which value the reads see is not known; unless that
-    function reads the option before it stores it (it decides on the parsed value)."""
+    function tests the option in an ``if`` or ``assert`` before it stores it (it decides on the parsed value)."""
     found = []
     imported = facts.imported
     for callee, flag in imported.local_rank_flags.items():
@@ -60,7 +60,7 @@ def _project_flags(facts: ScriptFacts) -> list[tuple[ast.Call, int]]:
         flags = [a.value for a in flag.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         dest = _dest(flag, flags)
         reads = facts.loaded_attrs.get(dest, [])
-        # A function that reads the option before it stores it (XLM's slurm.py: `elif params.local_rank != -1:`,
+        # A function that tests the option before it stores it (XLM's slurm.py: `elif params.local_rank != -1:`,
         # else `params.local_rank = 0`) decides on the parsed value: the flag still matters.
         if calls and (dest not in imported.attributes_stored or dest in imported.attributes_read_then_stored):
             parsed = _parsed_at(facts, calls[0])

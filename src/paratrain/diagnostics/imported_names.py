@@ -43,7 +43,7 @@ class ImportedNames:
     environ_parameters: dict[str, str] = field(default_factory=dict)
     attributes_read: set[str] = field(default_factory=set)  # `x.attr` a called function reads before setting it
     attributes_stored: set[str] = field(default_factory=set)  # `x.attr = …` in a called function
-    # of those, the ones the same function read before storing (`elif params.local_rank != -1: …` then
+    # of those, the ones the same function tested before storing (`elif params.local_rank != -1: …` then
     # `params.local_rank = 0`): it decides on the value it was given
     attributes_read_then_stored: set[str] = field(default_factory=set)
     # (name the script binds, its call of a project builder, the DistributedSamplers of the loader bound there):

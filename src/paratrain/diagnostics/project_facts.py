@@ -32,6 +32,7 @@ from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.project_loaders import loader_bindings
 from paratrain.diagnostics.project_local_rank import (
     attributes_read_before_set,
+    attributes_tested,
     local_rank_flag,
     reads_local_rank_env,
 )
@@ -149,7 +150,7 @@ class _Reader:
                       and isinstance(node.ctx, ast.Store)}
             names.attributes_read |= read_first
             names.attributes_stored |= stored
-            names.attributes_read_then_stored |= read_first & stored
+            names.attributes_read_then_stored |= read_first & stored & attributes_tested(reached)
 
     def _reached(self, module: Module, function: _Function) -> list[tuple[Module, _Function]]:
         """``function`` and the project functions it calls, followed ``_HOPS`` calls deep."""
