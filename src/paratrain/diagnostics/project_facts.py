@@ -32,7 +32,7 @@ from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.project_loaders import loader_bindings
 from paratrain.diagnostics.project_local_rank import (
     attributes_read_before_set,
-    attributes_tested,
+    attributes_tested_then_stored,
     local_rank_flag,
     reads_local_rank_env,
 )
@@ -145,12 +145,10 @@ class _Reader:
                                              for node in ast.walk(reached))
             names.print_replaced |= _replaces_print(reached)
             names.reads_local_rank_env |= reads_local_rank_env(reached)
-            read_first = attributes_read_before_set(reached)
-            stored = {node.attr for node in ast.walk(reached) if isinstance(node, ast.Attribute)
-                      and isinstance(node.ctx, ast.Store)}
-            names.attributes_read |= read_first
-            names.attributes_stored |= stored
-            names.attributes_read_then_stored |= read_first & stored & attributes_tested(reached)
+            names.attributes_read |= attributes_read_before_set(reached)
+            names.attributes_stored |= {node.attr for node in ast.walk(reached)
+                                        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
+            names.attributes_read_then_stored |= attributes_tested_then_stored(reached)
 
     def _reached(self, module: Module, function: _Function) -> list[tuple[Module, _Function]]:
         """``function`` and the project functions it calls, followed ``_HOPS`` calls deep."""

@@ -85,8 +85,11 @@ def attributes_read_before_set(function: _Function) -> set[str]:
             and isinstance(node.ctx, ast.Load) and node.lineno <= stores.get(node.attr, node.lineno)}
 
 
-def attributes_tested(function: _Function) -> set[str]:
-    """Attributes read in the test of an ``if``, ``elif`` or ``assert`` of the function (XLM's slurm.py:
-    ``elif params.local_rank != -1:``): the function branches on the value it was given."""
-    return {node.attr for stmt in ast.walk(function) if isinstance(stmt, (ast.If, ast.Assert))
-            for node in ast.walk(stmt.test) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)}
+def attributes_tested_then_stored(function: _Function) -> set[str]:
+    """Attributes the function reads in the test of an ``if``, ``elif`` or ``assert`` before it stores them
+    (XLM's slurm.py: ``elif params.local_rank != -1:``, else ``params.local_rank = 0``): it branches on the
+    value it was given, then replaces it."""
+    tested = {node.attr for stmt in ast.walk(function) if isinstance(stmt, (ast.If, ast.Assert))
+              for node in ast.walk(stmt.test) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)}
+    stored = {node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
+    return tested & stored & attributes_read_before_set(function)
