@@ -68,13 +68,17 @@ def _project_flags(facts: ScriptFacts) -> list[tuple[ast.Call, int]]:
     return found
 
 
+# argparse's own parsing: a project function that returns the parser leaves the script's first read the line to report
+_ARGPARSE_PARSES = ("parse_args", "parse_known_args")
+
+
 def _parsed_at(facts: ScriptFacts, built: ast.Call) -> int | None:
-    """Where the script parses the options a project call built: ``options.parse()`` on the name it bound
-    (``options = Options()``, then ``opt = options.parse()``); None when it parses nothing so."""
+    """Where the script parses the options object a project call built: its own ``parse()`` on the name it
+    bound (``options = Options()``, then ``opt = options.parse()``); None when it parses nothing so."""
     name = facts.bound_name(built)
     parses = [call for call in facts.calls if name is not None and isinstance(call.func, ast.Attribute)
               and ast.unparse(call.func.value) == name and call.func.attr.startswith("parse")
-              and call.lineno >= built.lineno]
+              and call.func.attr not in _ARGPARSE_PARSES and call.lineno >= built.lineno]
     return parses[0].lineno if parses else None
 
 
