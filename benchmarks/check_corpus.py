@@ -10,6 +10,13 @@ labels, per rule:
 A finding that no label covers is printed as "unlabelled" (label it, then score again);
 a row with verdict ``clean`` only names a file of the corpus that has no pitfall.
 
+``check`` reports lines of one rule and one pattern as one finding at the first of them, naming the others
+in its text ("(also lines 216, 217)"). A true label on one of those other lines, for the same rule in the
+same file, counts as found ("found in also-lines", a column of the per-rule table): it adds to recall, not
+to the findings that precision counts (the finding is scored once, by the label of its first line):
+
+    recall    = (findings labelled true + labels found in also-lines) / pitfalls labelled true
+
 The scripts themselves are not kept here. ``--repos DIR`` holds one entry per repository,
 named ``owner+name``: a bare git directory (or one with the git directory in ``repo/``)
 read at the labelled commit (its files written once under ``--trees``, so that ``check`` reads the
@@ -45,6 +52,7 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
+import re
 import signal
 import subprocess
 import sys
@@ -156,16 +164,26 @@ class CheckTooSlow(Exception):
     """``check`` ran past the per-file CPU limit."""
 
 
-def _check_within(path: Path, limit_s: float) -> set[tuple[int, str]]:
-    """The findings of ``check`` on one file; raises CheckTooSlow past ``limit_s`` seconds of CPU time
-    (a rule that never finishes is a result to report, not a reason to stop scoring)."""
+_ALSO_LINES = re.compile(r"\(also lines ([\d, ]+)\)")
+
+
+def also_lines(problem: str) -> set[int]:
+    """The other lines a grouped finding names in its text: "… (also lines 216, 217)" → {216, 217}."""
+    match = _ALSO_LINES.search(problem)
+    return {int(number) for number in match.group(1).split(",") if number.strip()} if match else set()
+
+
+def _check_within(path: Path, limit_s: float) -> dict[tuple[int, str], set[int]]:
+    """The findings of ``check`` on one file, each (line, rule) with the other lines it names; raises
+    CheckTooSlow past ``limit_s`` seconds of CPU time (a rule that never finishes is a result to report,
+    not a reason to stop scoring)."""
     def too_slow(*_: object) -> None:
         raise CheckTooSlow(f"no result within {limit_s:g} s of CPU time")
 
     previous = signal.signal(signal.SIGVTALRM, too_slow)
     signal.setitimer(signal.ITIMER_VIRTUAL, limit_s)
     try:
-        return {(f.line, f.rule) for f in check_file(path)}
+        return {(f.line, f.rule): also_lines(f.problem) for f in check_file(path)}
     finally:
         signal.setitimer(signal.ITIMER_VIRTUAL, 0)
         signal.signal(signal.SIGVTALRM, previous)
@@ -185,7 +203,8 @@ class Timing:
 
 def score(repos: Path, labels_path: Path, half: str = "all", get: bool = False,
           timing: Timing | None = None, limit_s: float = 60.0, trees: Path = TREES) -> tuple[list[tuple[ScriptFile, list[str]]], dict[str, Counter]]:
-    """Per file the findings with their verdicts; per rule the counts tp / fp / fn / unlabelled.
+    """Per file the findings with their verdicts; per rule the counts tp / fp / fn / unlabelled, and ``also``:
+    true labels found in the also-lines of a finding of that rule.
     ``timing`` (when given) collects the slowest file and the files ``check`` raised on or did not
     finish within ``limit_s`` seconds of CPU time."""
     per_rule: dict[str, Counter] = defaultdict(Counter)
@@ -203,7 +222,7 @@ def score(repos: Path, labels_path: Path, half: str = "all", get: bool = False,
             findings = _check_within(path, limit_s)
         except Exception as exc:  # a crash is a result here: name the file, keep scoring the others
             timing.crashed.append(f"{script.repository} {script.path}: {type(exc).__name__}: {exc}")
-            findings = set()
+            findings = {}
         elapsed, elapsed_cpu = time.perf_counter() - started, time.process_time() - started_cpu
         if elapsed > timing.slowest_s:
             timing.slowest_s, timing.slowest = elapsed, f"{script.repository} {script.path}"
@@ -216,7 +235,14 @@ def score(repos: Path, labels_path: Path, half: str = "all", get: bool = False,
             per_rule[rule][kind] += 1
             marks.append(f"{rule}:{line} " + {True: "✓", False: "✗", None: "? unlabelled"}[verdict])
         for (line, rule), right in sorted(labels.items()):
-            if right and (line, rule) not in findings:
+            if not right or (line, rule) in findings:
+                continue
+            grouped = [first for (first, found_rule), others in sorted(findings.items())
+                       if found_rule == rule and line in others]
+            if grouped:
+                per_rule[rule]["also"] += 1
+                marks.append(f"{rule}:{line} found in also-lines of {grouped[0]}")
+            else:
                 per_rule[rule]["fn"] += 1
                 marks.append(f"{rule}:{line} missed")
         rows.append((script, marks))
@@ -249,19 +275,23 @@ def main() -> int:
         cells = [script.repository, script.path, ", ".join(marks) or "none"]
         print(("| " + sep.join(cells) + " |") if args.markdown else sep.join(cells))
     print()
-    print("| rule | findings | right | wrong | missed | precision | recall |\n|---|---|---|---|---|---|---|"
-          if args.markdown else "per rule: findings right wrong missed precision recall")
+    print("| rule | findings | right | wrong | found in also-lines | missed | precision | recall |\n"
+          "|---|---|---|---|---|---|---|---|"
+          if args.markdown else "per rule: findings right wrong found-in-also-lines missed precision recall")
     total: Counter = Counter()
     for rule in sorted(per_rule):
         counts = per_rule[rule]
         total.update(counts)
         found = counts["tp"] + counts["fp"] + counts["unlabelled"]
-        cells = [rule, str(found), str(counts["tp"]), str(counts["fp"] + counts["unlabelled"]), str(counts["fn"]),
-                 _ratio(counts["tp"], found), _ratio(counts["tp"], counts["tp"] + counts["fn"])]
+        hits = counts["tp"] + counts["also"]
+        cells = [rule, str(found), str(counts["tp"]), str(counts["fp"] + counts["unlabelled"]), str(counts["also"]),
+                 str(counts["fn"]), _ratio(counts["tp"], found), _ratio(hits, hits + counts["fn"])]
         print(("| " + sep.join(cells) + " |") if args.markdown else sep.join(cells))
     found = total["tp"] + total["fp"] + total["unlabelled"]
+    hits = total["tp"] + total["also"]
     print(f"\n{len(rows)} files, {found} findings: precision {_ratio(total['tp'], found)}, "
-          f"recall {_ratio(total['tp'], total['tp'] + total['fn'])}, {total['unlabelled']} unlabelled")
+          f"recall {_ratio(hits, hits + total['fn'])} ({total['also']} found in also-lines), "
+          f"{total['unlabelled']} unlabelled")
     print(f"slowest check: {timing.slowest_s:.2f} s ({timing.slowest}), {timing.slowest_cpu_s:.2f} s of CPU "
           f"({timing.slowest_cpu}); crashed on {len(timing.crashed)} files"
           + "".join(f"\n  {crash}" for crash in timing.crashed))

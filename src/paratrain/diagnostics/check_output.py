@@ -12,8 +12,10 @@ import re
 from collections.abc import Iterator
 
 from paratrain.diagnostics.check_finding import Finding
+from paratrain.diagnostics.library_calls import peft_prints
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, last_name
+from paratrain.diagnostics.unreached_methods import unreached_method
 
 # DeiT/DINO/MAE/DETR's shared `utils.init_distributed_mode(args)` reads RANK/LOCAL_RANK from the
 # environment (args.gpu) and calls `setup_for_distributed(is_master)`, which replaces builtins.print
@@ -86,10 +88,11 @@ def _print_silenced(facts: ScriptFacts) -> bool:
 def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     if not facts.distributed or _print_silenced(facts) or _print_replaced(facts):
         return
+    library = peft_prints(facts)  # a library's own print on every rank (PEFT's print_trainable_parameters)
     prints = [
-        call for call in facts.calls_named("print")
-        if isinstance(call.func, ast.Name) and not facts.guard(call) and not facts.in_launcher(call)
-        and not _rank_tagged(call)
+        call for call in [*facts.calls_named("print"), *library]
+        if (isinstance(call.func, ast.Name) or call in library) and not facts.guard(call)
+        and not facts.in_launcher(call) and not _rank_tagged(call) and not unreached_method(facts, call)
     ]
     prints = sorted(prints + _literal_rank_prints(facts), key=lambda call: (call.lineno, call.col_offset))
     yield from _first_of(
@@ -240,7 +243,7 @@ def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         call for call in facts.calls_named("info", "debug")
         if isinstance(call.func, ast.Attribute) and (ast.unparse(call.func.value) in loggers or call in early)
         and not facts.guard(call) and not facts.in_launcher(call) and not _rank_tagged(call)
-        and not _handling_an_exception(facts, call)
+        and not _handling_an_exception(facts, call) and not unreached_method(facts, call)
     ]
     yield from _first_of(
         logs, "log-on-every-rank", "logging writes on every rank: each message appears once per process, interleaved",

@@ -1,6 +1,6 @@
 """The pitfalls ``paratrain check`` looks for: one function per rule, each yielding findings (``RULES``; the
-output, wrapper, sampler and launch rules live in ``check_output``, ``check_wrappers``, ``check_samplers`` and
-``check_launch``).
+output, wrapper, sampler, launch and rendezvous rules live in ``check_output``, ``check_wrappers``,
+``check_samplers``, ``check_launch`` and ``check_rendezvous``).
 
 Every rule is the mistake of a real, widely copied tutorial: a finding says where, why it
 is wrong in a multi-process job, and the fix. Rules stay quiet when unsure: a missed
@@ -14,7 +14,8 @@ import re
 from collections.abc import Iterator
 
 from paratrain.diagnostics.check_finding import Finding, Rule
-from paratrain.diagnostics.check_launch import deprecated_launcher, hardcoded_rendezvous, local_rank_argument
+from paratrain.diagnostics.check_launch import deprecated_launcher, local_rank_argument
+from paratrain.diagnostics.check_rendezvous import hardcoded_rendezvous
 from paratrain.diagnostics.check_output import RANK_TAG, log_on_every_rank, print_on_every_rank
 from paratrain.diagnostics.check_samplers import (
     EVAL_NAME, LOADERS, SAMPLERS, imported_sampler_bindings, is_eval, no_set_epoch, padded_eval_sampler,

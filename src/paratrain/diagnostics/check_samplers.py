@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 
 from paratrain.diagnostics.check_finding import Finding
+from paratrain.diagnostics.library_calls import ignite_eval_loaders
 from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
 
 EVAL_NAME = re.compile(r"val|dev|test|eval", re.IGNORECASE)
@@ -307,5 +308,13 @@ def padded_eval_sampler(facts: ScriptFacts) -> Iterator[Finding]:
         yield Finding(
             sampler.lineno, "padded-eval-sampler",
             f"`{name}` shards evaluation data with DistributedSampler, which {why}",
+            "rt.loader(dataset, batch_size, exact=True) (every sample exactly once) and rt.gather(preds, labels)",
+        )
+    for name, loader in ignite_eval_loaders(facts, EVAL_NAME):  # pytorch-ignite's idist.auto_dataloader
+        yield Finding(
+            loader.lineno, "padded-eval-sampler",
+            f"`{name}` comes from idist.auto_dataloader, which shards it with DistributedSampler on several processes: "
+            "it repeats samples so every rank gets as many, so metrics count some samples twice and change with "
+            "the number of processes",
             "rt.loader(dataset, batch_size, exact=True) (every sample exactly once) and rt.gather(preds, labels)",
         )

@@ -43,11 +43,17 @@ class ImportedNames:
     environ_parameters: dict[str, str] = field(default_factory=dict)
     attributes_read: set[str] = field(default_factory=set)  # `x.attr` a called function reads before setting it
     attributes_stored: set[str] = field(default_factory=set)  # `x.attr = …` in a called function
+    # of those, the ones the same function tested before storing (`elif params.local_rank != -1: …` then
+    # `params.local_rank = 0`): it decides on the value it was given
+    attributes_read_then_stored: set[str] = field(default_factory=set)
     # (name the script binds, its call of a project builder, the DistributedSamplers of the loader bound there):
     # `valid_loader = build_dataloader(config, False, distributed)` (project_loaders.py)
     loader_bindings: list[tuple[str, ast.Call, list[ast.Call]]] = field(default_factory=list)
     # → the `add_argument("--local_rank", …)` call in a parser-building function the script calls (`get_args()`)
     local_rank_flags: dict[str, ast.Call] = field(default_factory=dict)
+    # → (the variable, where its value is fixed): a called function writes MASTER_PORT/MASTER_ADDR from an option's
+    # or a parameter's literal default, or a literal port base (project_rendezvous.py)
+    fixed_rendezvous: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @staticmethod
     def callee(call: ast.Call) -> str:

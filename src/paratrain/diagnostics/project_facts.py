@@ -22,18 +22,21 @@ import re
 from pathlib import Path
 
 from paratrain.diagnostics.assigned_values import bound_values
-from paratrain.diagnostics.check_launch import environ_parameters
+from paratrain.diagnostics.check_rendezvous import environ_parameters
 from paratrain.diagnostics.check_rules import path_names_rank
 from paratrain.diagnostics.check_wrappers import WRAPPERS, saved_state_dict
 from paratrain.diagnostics.imported_names import ImportedNames
+from paratrain.diagnostics.library_calls import returns_main_process_logger
 from paratrain.diagnostics.project_builders import ProjectBuilders
 from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.project_loaders import loader_bindings
 from paratrain.diagnostics.project_local_rank import (
     attributes_read_before_set,
+    attributes_tested_then_stored,
     local_rank_flag,
     reads_local_rank_env,
 )
+from paratrain.diagnostics.project_rendezvous import fixed_rendezvous_calls
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
 
@@ -71,6 +74,9 @@ class _Reader:
             if builders.wraps_in_data_parallel(callee):
                 names.data_parallel_makers.add(callee)
             found = self.imports.definition(callee) or builders.method(callee)  # `train_state.save(...)`
+            flag = local_rank_flag(found[1], found[0].tree) if found is not None else None  # a parser, or its class
+            if flag is not None:
+                names.local_rank_flags[callee] = flag
             if found is not None and isinstance(found[1], ast.ClassDef):
                 base = _wrapper_base(*found)
                 if base is not None:
@@ -78,13 +84,11 @@ class _Reader:
                 continue
             if found is None:
                 continue
-            flag = local_rank_flag(found[1])  # a parser's function may be long: only its add_argument calls
-            if flag is not None:
-                names.local_rank_flags[callee] = flag
             if _too_long(found[1]):
                 continue
             self._learn(names, callee, *found)
         names.loader_bindings = loader_bindings(self.imports, facts)
+        names.fixed_rendezvous = fixed_rendezvous_calls(self.imports, facts)
         # A module's own statements run when it is imported (`args.gpu = int(os.environ["LOCAL_RANK"])` at its
         # top; DLRM's extend_distributed sets `builtins.print = rank0_print` there).
         imported = [stmt for module in self.imports.modules() for stmt in module.tree.body
@@ -144,6 +148,7 @@ class _Reader:
             names.attributes_read |= attributes_read_before_set(reached)
             names.attributes_stored |= {node.attr for node in ast.walk(reached)
                                         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
+            names.attributes_read_then_stored |= attributes_tested_then_stored(reached)
 
     def _reached(self, module: Module, function: _Function) -> list[tuple[Module, _Function]]:
         """``function`` and the project functions it calls, followed ``_HOPS`` calls deep."""
@@ -215,6 +220,8 @@ class _Reader:
         None for the value itself); None otherwise."""
         if not _makes_logger(function):
             return None
+        if returns_main_process_logger(module.tree, function):
+            return "rank"  # accelerate's MultiProcessAdapter: the main process only
         setups = [node for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) in _LOG_SETUPS]
         if _chooses_by_rank(function, setups) or _tags_the_rank(module, function):
             return "rank"

@@ -15,10 +15,22 @@ from paratrain.diagnostics.call_names import last_name
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
-def local_rank_flag(function: _Function) -> ast.Call | None:
+def local_rank_flag(definition: _Function | ast.ClassDef, module: ast.Module | None = None) -> ast.Call | None:
     """The function's own ``add_argument("--local_rank", …)`` (Point-BERT's ``get_args()`` in utils/parser.py):
-    a parser of the project that the script calls defines the flag as the script's own would."""
-    for node in ast.walk(function):
+    a parser of the project that the script calls defines the flag as the script's own would. A class (an
+    ``Options`` whose methods add the arguments) counts with all its methods; a function that builds such a class
+    of its ``module`` (``def get_options(): options = Options(); …; return options``) counts as the class."""
+    found = _own_flag(definition)
+    if found is None and module is not None and not isinstance(definition, ast.ClassDef):
+        classes = {node.name: node for node in module.body if isinstance(node, ast.ClassDef)}
+        built = [classes[last_name(node)] for node in ast.walk(definition)
+                 if isinstance(node, ast.Call) and last_name(node) in classes]
+        found = next((flag for cls in built for flag in [_own_flag(cls)] if flag is not None), None)
+    return found
+
+
+def _own_flag(definition: _Function | ast.ClassDef) -> ast.Call | None:
+    for node in ast.walk(definition):
         if isinstance(node, ast.Call) and last_name(node) == "add_argument" and any(
                 isinstance(a, ast.Constant) and a.value in ("--local_rank", "--local-rank") for a in node.args):
             return node
@@ -71,3 +83,13 @@ def attributes_read_before_set(function: _Function) -> set[str]:
             stores[node.attr] = min(stores.get(node.attr, node.lineno), node.lineno)
     return {node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
             and isinstance(node.ctx, ast.Load) and node.lineno <= stores.get(node.attr, node.lineno)}
+
+
+def attributes_tested_then_stored(function: _Function) -> set[str]:
+    """Attributes the function reads in the test of an ``if``, ``elif`` or ``assert`` before it stores them
+    (XLM's slurm.py: ``elif params.local_rank != -1:``, else ``params.local_rank = 0``): it branches on the
+    value it was given, then replaces it."""
+    tested = {node.attr for stmt in ast.walk(function) if isinstance(stmt, (ast.If, ast.Assert))
+              for node in ast.walk(stmt.test) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)}
+    stored = {node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
+    return tested & stored & attributes_read_before_set(function)

@@ -47,8 +47,16 @@ _ONE_PROCESS_TEST = re.compile(
 _EVERY_RANK_OF_A_RUN = re.compile(r"(?:\w+\.)*local_rank\s*(?:>=\s*0|>\s*-1|!=\s*-1)")
 # `rank % gpus_per_node == 0`: the first process of each machine, i.e. local rank 0.
 _PER_MACHINE = re.compile(r"\brank\s*%\s*[\w.]+\s*==\s*0")
-# Lightning's decorator: the function runs on global rank 0 only.
-_RANK_ZERO_DECORATOR = re.compile(r"(?:\w+\.)*rank_zero_only$")
+# The main-process test of the Hugging Face and YOLO scripts: `RANK in {-1, 0}`, `args.local_rank in [-1, 0]`
+# (a list, tuple or set), -1 for a run without a launcher, 0 for the first process. It is read as the test of
+# the name it tests: `RANK in …` once per job, `local_rank in …` once per machine (the same file written by the
+# first process of every machine). Invariant: leaving early when the name is `not in` those values
+# (`if rank not in (-1, 0): return`) limits what follows as the test itself would.
+_MAIN_VALUES = {-1, 0}
+_RANK_NAME = re.compile(r"(?:\w+\.)*\w*rank\w*|(?:\w+\.)*(?:gpu|gpu_id|device_id)", re.IGNORECASE)
+# Lightning's decorators: the function runs on global rank 0 only (`rank_zero_experiment` runs a logger's
+# `experiment` on rank 0 and hands the other ranks a DummyExperiment).
+_RANK_ZERO_DECORATOR = re.compile(r"(?:\w+\.)*rank_zero_(?:only|experiment)$")
 
 
 def returned_test_kind(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
@@ -63,6 +71,25 @@ def returned_test_kind(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
         return "local"
     return "global" if any(_GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", text))
                            and re.search(r"==\s*0|\bnot\b|is_main|master|primary|zero", text) for text in texts) else ""
+
+
+def not_main_membership(test: ast.expr) -> bool:
+    """``rank not in (-1, 0)``: a rank name's absence from a literal list, tuple or set of exactly -1 and 0."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotIn)):
+        return False
+    values = test.comparators[0]
+    if not isinstance(values, (ast.List, ast.Tuple, ast.Set)):
+        return False
+    numbers = {_number(item) for item in values.elts}
+    return len(values.elts) == 2 and numbers == _MAIN_VALUES and bool(_RANK_NAME.fullmatch(ast.unparse(test.left)))
+
+
+def _number(node: ast.expr) -> object:
+    """The value of a literal (``0``, ``-1``), else None."""
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, RecursionError):
+        return None
 
 
 class RankGuards:
@@ -171,7 +198,7 @@ class RankGuards:
             text = ast.unparse(test)
             if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
                 found = self._test_kind(test.operand)
-            elif re.search(r"!=\s*0\b|>\s*0\b", text):
+            elif re.search(r"!=\s*0\b|>\s*0\b", text) or not_main_membership(test):
                 found = self._test_kind(test)
             else:
                 continue

@@ -22,6 +22,7 @@ from paratrain.diagnostics.assigned_values import bound_values
 from paratrain.diagnostics.call_names import callee_names, is_true, keyword, last_name, returned_module
 from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.launcher_parent import JOB_EXECUTORS, LauncherParent
+from paratrain.diagnostics.library_calls import ignite_distributed
 from paratrain.diagnostics.rank_guards import RANK_ZERO_TEST, RankGuards, returned_test_kind
 
 __all__ = ["DISTRIBUTED_MARKERS", "ScriptFacts", "callee_names", "is_true", "keyword", "last_name",
@@ -185,7 +186,7 @@ class ScriptFacts(RankGuards, LauncherParent):
             and not self.full_name(call).startswith(_ONE_PROCESS_SETUP)
             or last_name(call).endswith("DistributedDataParallel")  # mmcv's MMDistributedDataParallel, apex's
             or (last_name(call) == "launch" and not (isinstance(call.func, ast.Name) and call.func.id in own))
-            or self._lightning_on_several_devices(call)
+            or self._lightning_on_several_devices(call) or ignite_distributed(self, call)
             or self.full_name(call).startswith("torch.distributed.") and last_name(call) in _COLLECTIVE_CALLS)
 
     def _one_process_fabric(self, call: ast.Call) -> bool:
@@ -213,9 +214,14 @@ class ScriptFacts(RankGuards, LauncherParent):
             return False
         if not name.endswith("Trainer"):
             return True  # the command line picks the devices
-        spread = [kw for kw in call.keywords if kw.arg in _LIGHTNING_SPREAD]
-        return any(not (isinstance(kw.value, ast.Constant) and kw.value.value in (1, None, "auto", "single_device"))
-                   for kw in spread)
+        spread = [kw.value for kw in call.keywords if kw.arg in _LIGHTNING_SPREAD]
+        # `config.trainer.strategy = "ddp"`, then `pl.Trainer(**config.trainer)` (a Hydra/OmegaConf config): the
+        # settings the file stores on the mapping it unpacks count as keywords
+        spread += [value for kw in call.keywords if kw.arg is None for name in _LIGHTNING_SPREAD
+                   for value in self.assigned.get(f"{ast.unparse(kw.value)}.{name}", [])
+                   + self.assigned.get(f"{ast.unparse(kw.value)}[{name!r}]", [])]
+        return any(not (isinstance(value, ast.Constant) and value.value in (1, None, "auto", "single_device"))
+                   for value in spread)
 
     def inside(self, node: ast.AST, *callee_names: str) -> ast.Call | None:
         """The nearest enclosing call to one of ``callee_names`` (``node`` is in its arguments)."""
