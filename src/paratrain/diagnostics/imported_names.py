@@ -48,6 +48,8 @@ class ImportedNames:
     loader_bindings: list[tuple[str, ast.Call, list[ast.Call]]] = field(default_factory=list)
     # → the `add_argument("--local_rank", …)` call in a parser-building function the script calls (`get_args()`)
     local_rank_flags: dict[str, ast.Call] = field(default_factory=dict)
+    # → (the file, relative to the project's root, and line of a print it runs in every process that calls it)
+    every_rank_prints: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     @staticmethod
     def callee(call: ast.Call) -> str:

@@ -34,6 +34,7 @@ from paratrain.diagnostics.project_local_rank import (
     local_rank_flag,
     reads_local_rank_env,
 )
+from paratrain.diagnostics.project_prints import ProjectPrints
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
 
@@ -67,7 +68,11 @@ class _Reader:
         names = ImportedNames()
         callees = {ImportedNames.callee(call) for call in facts.calls if isinstance(call.func, (ast.Name, ast.Attribute))}
         builders = ProjectBuilders(self.imports, facts)
+        prints = ProjectPrints(self.imports, builders)
         for callee in sorted(callees):
+            printed = prints.reached(callee)
+            if printed is not None:
+                names.every_rank_prints[callee] = (self.imports.shown(printed[0]), printed[1].lineno)
             if builders.wraps_in_data_parallel(callee):
                 names.data_parallel_makers.add(callee)
             found = self.imports.definition(callee) or builders.method(callee)  # `train_state.save(...)`
