@@ -34,7 +34,9 @@ from paratrain.diagnostics.project_local_rank import (
     local_rank_flag,
     reads_local_rank_env,
 )
+from paratrain.diagnostics.project_norms import ProjectNorms
 from paratrain.diagnostics.project_prints import ProjectPrints
+from paratrain.diagnostics.project_wrapped_saves import might_save_a_wrapper, wrapped_save
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
 
@@ -44,6 +46,8 @@ _LOG_SETUPS = ("basicConfig", "setLevel", "addHandler", "StreamHandler", "set_ve
 _VERBOSE_LEVEL = re.compile(r"\b(?:INFO|DEBUG|NOTSET)\b|^(?:10|20)$")
 _RANK_WORD = re.compile(r"rank|main|master|process_index|primary")
 _PRINT_TARGETS = ("builtins.print", "__builtin__.print", "sys.stdout")
+_DDP = ("DistributedDataParallel", "DDP")
+_SYNCBN = re.compile(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn", re.IGNORECASE)
 _HOPS = 2  # calls followed inside the project from a function the script calls
 # A function longer than this is a program's body (a `train()`), not a helper: not read, which keeps a
 # check within its time on projects of large files.
@@ -90,6 +94,7 @@ class _Reader:
                 continue
             self._learn(names, callee, *found)
         names.loader_bindings = loader_bindings(self.imports, facts)
+        self._learn_norms(names, facts)
         # A module's own statements run when it is imported (`args.gpu = int(os.environ["LOCAL_RANK"])` at its
         # top; DLRM's extend_distributed sets `builtins.print = rank0_print` there).
         imported = [stmt for module in self.imports.modules() for stmt in module.tree.body
@@ -101,6 +106,20 @@ class _Reader:
             if "MASTER_" in module.source:
                 names.environ_parameters.update(environ_parameters(self.facts_of(module)))
         return names
+
+    def _learn_norms(self, names: ImportedNames, facts: ScriptFacts) -> None:
+        """Which model builders of the project reach a BatchNorm layer: read only where DDP wraps something
+        (in the script or a callee) and no module read converts to SyncBatchNorm."""
+        names.syncbn_in_project = any(_SYNCBN.search(module.source) for module in self.imports.modules())
+        if names.syncbn_in_project or not (names.ddp_wrappers or facts.calls_named(*_DDP)):
+            return
+        norms = ProjectNorms(self.imports)
+        built = {ImportedNames.callee(value) for values in facts.assigned.values() for value in values
+                 if isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute))}
+        for callee in sorted(built):
+            found = norms.reached(callee)
+            if found is not None:
+                names.batchnorm_builders[callee] = (self.imports.shown(found[0]), found[1].lineno)
 
     def facts_of(self, module: Module) -> ScriptFacts:
         if module.path not in self._facts:
@@ -135,7 +154,14 @@ class _Reader:
             names.rank_aware_loggers.add(callee)
         elif logger is not None:
             names.every_rank_loggers[callee] = logger[1]
-        for _, reached in self._reached(module, function):
+        for owner, reached in self._reached(module, function):
+            if any(isinstance(node, ast.Call) and last_name(node) in _DDP for node in ast.walk(reached)):
+                names.ddp_wrappers.add(callee)
+            # TransReID's `do_train(model, ...)` wraps the model in DDP, then saves `model.state_dict()`
+            if callee not in names.wrapper_state_savers and might_save_a_wrapper(owner.source):
+                line = wrapped_save(self.facts_of(owner), reached)
+                if line is not None:
+                    names.wrapper_state_savers[callee] = (self.imports.shown(owner), line)
             # fairseq's `call_main(cfg, main)` reaches `distributed_init`, which sets the root logger's level
             # by rank (`if is_master(...): setLevel(INFO) else: setLevel(WARNING)`) before `main` logs
             setups = [node for node in ast.walk(reached) if isinstance(node, ast.Call) and last_name(node) in _LOG_SETUPS]

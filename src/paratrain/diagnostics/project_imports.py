@@ -147,9 +147,11 @@ class ProjectImports:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and stmt.name == name:
                 return module, stmt
         bound = self._bindings_of(module.path, module).get(name)
-        # re-exports followed a few times at most: two packages importing a name from each other is a cycle
-        if isinstance(bound, tuple) and module.depth < MAX_DEPTH and hops < MAX_DEPTH:
-            return self._defined(*bound, module.depth, hops + 1)
+        # re-exports followed a few times at most (two packages importing a name from each other is a cycle);
+        # a package's __init__ that re-exports a name of its own modules is no level of its own
+        reexport = module.path.name == "__init__.py"
+        if isinstance(bound, tuple) and hops < MAX_DEPTH and (module.depth < MAX_DEPTH or reexport):
+            return self._defined(*bound, module.depth - 1 if reexport else module.depth, hops + 1)
         return None
 
     def _module(self, path: Path, depth: int) -> Module | None:

@@ -12,7 +12,7 @@ a project class (``UNet3DConditionModel.from_pretrained_2d(...)``) or of an obje
 
 Invariant: a print is reported only when every step from the script's call to it runs in every process
 that makes the call: no step is under an ``if`` (or after an early return) testing a rank, a main process,
-verbosity or debugging, none is in an ``else`` (a fallback), a block that gives up (``raise``, a bare
+verbosity or debugging, none is in a last ``else`` (a fallback; an ``elif`` is a choice), a block that gives up (``raise``, a bare
 ``return``, an exit), an ``except`` block or a nested function, no function on the way is
 decorated (a decorator may run it on rank 0 only) or named for a rank, and the print is the builtin one
 (its module neither defines nor imports nor assigns a ``print``), to the console (no ``file=`` other than
@@ -127,7 +127,7 @@ def _too_long(function: _Function) -> bool:
 
 def _unguarded(function: _Function) -> tuple[list[ast.Call], list[ast.Call]]:
     """The prints and the other calls of ``function``'s own body that run whenever it runs: in line order,
-    none under a choosing test or after a return under one, in the ``else`` of a test (a fallback), in a
+    none under a choosing test or after a return under one, in the last ``else`` of a test (a fallback), in a
     block that gives up (ends in ``raise``, a bare return, an exit), in an ``except`` block or a nested
     function; calls given a chosen flag are left out."""
     prints: list[ast.Call] = []
@@ -145,10 +145,10 @@ def _unguarded(function: _Function) -> tuple[list[ast.Call], list[ast.Call]]:
             return
         if isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.Try)) and _bails_out(node.body):
             return  # `print(f"Failed to get ...: {err}"); return None`: a line about this process's failure
-        if isinstance(node, ast.If):  # an `else` is a fallback (`else: print("unknown vocoder, using ...")`)
-            visit(node.test)
-            for stmt in node.body:
-                visit(stmt)
+        if isinstance(node, ast.If):  # a last `else` is a fallback (`else: print("unknown vocoder, using ...")`)
+            elif_ = node.orelse if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If) else []
+            for part in (node.test, *node.body, *elif_):
+                visit(part)
             return
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Name) and node.func.id == "print":
