@@ -36,6 +36,7 @@ from paratrain.diagnostics.project_local_rank import (
 )
 from paratrain.diagnostics.project_norms import ProjectNorms
 from paratrain.diagnostics.project_prints import ProjectPrints
+from paratrain.diagnostics.project_savers import in_memory, nested_call_guarded, per_rank_path, under_rank_test
 from paratrain.diagnostics.project_wrapped_saves import might_save_a_wrapper, wrapped_save
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
@@ -211,9 +212,9 @@ class _Reader:
             return False
         mf = self.facts_of(module)  # the module's reading, made only for a function that saves
         saves = [save for save in saves if mf.full_name(save) == "torch.save"]
-        return bool(saves) and not any(mf.guard_in_function(save) or _under_rank_test(function, save)
-                                       or path_names_rank(mf, save) or _per_rank_path(function, save)
-                                       or _in_memory(function, save) or _nested_call_guarded(mf, function, save)
+        return bool(saves) and not any(mf.guard_in_function(save) or under_rank_test(function, save)
+                                       or path_names_rank(mf, save) or per_rank_path(function, save)
+                                       or in_memory(function, save) or nested_call_guarded(mf, function, save)
                                        for save in saves)
 
     def _saved_state_dicts(self, module: Module, function: _Function) -> set[str]:
@@ -338,46 +339,6 @@ def _tags_the_rank(module: Module, function: _Function) -> bool:
     made = [value for f in formatters for value in ([f] if not isinstance(f, ast.Name) else _assigned_in(function, f.id))]
     return any(isinstance(value, ast.Call) and (last_name(value) in tagging or (
         last_name(value) == "Formatter" and "rank" in ast.unparse(value).lower())) for value in made)
-
-
-def _under_rank_test(function: _Function, node: ast.AST) -> bool:
-    """An ``if`` naming a rank (``if dist_rank == 0:``) holds ``node``, or returns before it."""
-    for test in (n for n in ast.walk(function) if isinstance(n, ast.If) and _RANK_WORD.search(ast.unparse(n.test))):
-        if any(n is node for n in ast.walk(test)) or (
-                test.lineno < node.lineno and any(isinstance(n, ast.Return) for n in ast.walk(test))):
-            return True
-    return False
-
-
-def _nested_call_guarded(mf: ScriptFacts, function: _Function, node: ast.AST) -> bool:
-    """``node`` lies in a function nested in ``function`` whose every call there is under a rank test
-    (YOLOv6's ``calibrate`` runs its inner ``save_calib_model`` under ``if self.main_process:``)."""
-    for inner in ast.walk(function):
-        if inner is function or not isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        if any(n is node for n in ast.walk(inner)):
-            calls = [c for c in ast.walk(function) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
-                     and c.func.id == inner.name]
-            return bool(calls) and all(mf.guard_in_function(c) or _under_rank_test(function, c) for c in calls)
-    return False
-
-
-def _per_rank_path(function: _Function, save: ast.Call) -> bool:
-    """The file's path names a rank, written or through what its names were assigned in the function
-    (Megatron's ``path = os.path.join(path, f"{prefix}.rank_{rank_str}")``): a file per rank."""
-    target = save.args[1] if len(save.args) > 1 else keyword(save, "f")
-    if target is None:
-        return False
-    names = {node.id for node in ast.walk(target) if isinstance(node, ast.Name)}
-    texts = [ast.unparse(target)] + [ast.unparse(v) for name in names for v in _assigned_in(function, name)]
-    return any("rank" in text.lower() for text in texts)
-
-
-def _in_memory(function: _Function, save: ast.Call) -> bool:
-    """``torch.save(obj, buffer)`` with ``buffer = io.BytesIO()``: a copy in memory, no file (DeiT's EMA load)."""
-    target = save.args[1] if len(save.args) > 1 else keyword(save, "f")
-    return isinstance(target, ast.Name) and any(
-        isinstance(v, ast.Call) and last_name(v) == "BytesIO" for v in _assigned_in(function, target.id))
 
 
 def _makes_logger(function: _Function) -> bool:
