@@ -134,3 +134,46 @@ def test_an_aliased_batchnorm_import_in_the_script_counts(tmp_path):
             """),
     })
     assert [line for line, _ in findings(script, "batchnorm-without-syncbn")] == [9]
+
+
+LOADERS = """\
+    import torch
+    from torch.utils.data import DataLoader
+
+    def build_dataloaders(args, train, valid):
+        train_sampler = torch.utils.data.distributed.DistributedSampler(train) if args.distributed else None
+        valid_sampler = torch.utils.data.distributed.DistributedSampler(valid) if args.distributed else None
+        train_loader = DataLoader(train, sampler=train_sampler, batch_size=8)
+        valid_loader = DataLoader(valid, sampler=valid_sampler, batch_size=8)
+        return train_loader, valid_loader, train_sampler, valid_sampler
+
+    def build_dist_loaders(args, train, valid):
+        return build_dataloaders(args, train, valid)
+    """
+
+
+def test_an_eval_loader_with_a_padding_sampler_from_a_builder_chosen_by_a_flag(tmp_path):
+    script = project(tmp_path, {
+        "train.py": script_text("""\
+            from inputter import build_dataloaders, build_dist_loaders
+            dist.init_process_group("nccl")
+            loader_class = build_dist_loaders if not args.data_path else build_dataloaders
+            train_loader, val_loader, train_sampler, valid_sampler = loader_class(args, train, valid)
+            """),
+        "inputter.py": LOADERS,
+    })
+    found = findings(script, "padded-eval-sampler")
+    assert [line for line, _ in found] == [6] and "val_loader" in found[0][1]
+
+
+def test_a_builder_choice_with_one_builder_of_unknown_loaders_is_quiet(tmp_path):
+    script = project(tmp_path, {
+        "train.py": script_text("""\
+            from inputter import build_dataloaders, other_loaders
+            dist.init_process_group("nccl")
+            loader_class = other_loaders if not args.data_path else build_dataloaders
+            train_loader, val_loader, train_sampler, valid_sampler = loader_class(args, train, valid)
+            """),
+        "inputter.py": LOADERS + "\ndef other_loaders(args, train, valid):\n    return make_them(args)\n",
+    })
+    assert findings(script, "padded-eval-sampler") == []
