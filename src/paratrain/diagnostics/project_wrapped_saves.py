@@ -36,10 +36,10 @@ def wrapped_save(facts: ScriptFacts, function: _Function) -> int | None:
         for target, value in bound_values(node):
             if not isinstance(target, ast.Name):
                 continue
-            rebinds.setdefault(target.id, []).append(node.lineno)
+            rebinds.setdefault(target.id, []).append(target.lineno)
             value = returned_module(value)
             if isinstance(value, ast.Call) and last_name(value) in WRAPPERS:
-                wraps.setdefault(target.id, node.lineno)
+                wraps.setdefault(target.id, target.lineno)
     if not wraps:
         return None
     unwrapped = {node.value.id for node in ast.walk(function) if isinstance(node, ast.Attribute)
