@@ -83,16 +83,24 @@ def test_a_classmethod_and_a_package_reexport_are_followed_one_finding_per_print
 def test_a_rank_test_in_the_script_or_on_the_way_keeps_it_quiet(tmp_path):
     script = project(tmp_path, {
         "train.py": script_text("""\
-            from utils import load_checkpoint, build_optimizer, banner, Logged
+            from utils import load_checkpoint, build_optimizer, banner, Logged, download
             dist.init_process_group("nccl")
             if dist.get_rank() == 0:
                 load_checkpoint("last.pt")
             build_optimizer(cfg)
             banner()
             Logged()
+            download("https://example.com/data", "data.bin")
             """),
         "utils.py": """\
+            import os
             import torch.distributed as dist
+
+            def download(url, path):
+                with FileLock(path + ".lock"):
+                    if os.path.exists(path):
+                        return path  # another rank downloaded it first
+                    print(f"Downloading {url}...")
 
             def rank_zero_only(fn):
                 return fn

@@ -11,8 +11,8 @@ a project class (``UNet3DConditionModel.from_pretrained_2d(...)``) or of an obje
 ``__init__``), methods of the same object (``self.m()``).
 
 Invariant: a print is reported only when every step from the script's call to it runs in every process
-that makes the call: no step is under an ``if`` (or after an early return) testing a rank, a main process,
-verbosity or debugging, none is in a last ``else`` (a fallback; an ``elif`` is a choice), a block that gives up (``raise``, a bare
+that makes the call: no step is under an ``if`` testing a rank, a main process, verbosity or debugging, or
+after an ``if`` that may return, none is in a last ``else`` (a fallback; an ``elif`` is a choice), a block that gives up (``raise``, a bare
 ``return``, an exit), an ``except`` block or a nested function, no function on the way is
 decorated (a decorator may run it on rank 0 only) or named for a rank, and the print is the builtin one
 (its module neither defines nor imports nor assigns a ``print``), to the console (no ``file=`` other than
@@ -127,7 +127,7 @@ def _too_long(function: _Function) -> bool:
 
 def _unguarded(function: _Function) -> tuple[list[ast.Call], list[ast.Call]]:
     """The prints and the other calls of ``function``'s own body that run whenever it runs: in line order,
-    none under a choosing test or after a return under one, in the last ``else`` of a test (a fallback), in a
+    none under a choosing test or after an ``if`` that may return, in the last ``else`` of a test (a fallback), in a
     block that gives up (ends in ``raise``, a bare return, an exit), in an ``except`` block or a nested
     function; calls given a chosen flag are left out."""
     prints: list[ast.Call] = []
@@ -149,6 +149,8 @@ def _unguarded(function: _Function) -> tuple[list[ast.Call], list[ast.Call]]:
             elif_ = node.orelse if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If) else []
             for part in (node.test, *node.body, *elif_):
                 visit(part)
+            # `if os.path.exists(path): return path` (another rank made it first): what follows may not run
+            returned_early[0] |= any(isinstance(n, ast.Return) for n in ast.walk(node))
             return
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Name) and node.func.id == "print":
