@@ -55,6 +55,12 @@ class ProjectPrints:
     def reached(self, callee: str) -> tuple[Module, ast.Call] | None:
         """The first print (in the order the calls are followed) that calling ``callee`` runs in every
         process; None when there is none or it cannot be proved."""
+        try:
+            return self._reached(callee)
+        except RecursionError:  # a pathologically nested expression: unknown
+            return None
+
+    def _reached(self, callee: str) -> tuple[Module, ast.Call] | None:
         start = self._entry(callee)
         if start is None:
             return None
