@@ -50,7 +50,7 @@ def _interpolated(arg: ast.expr) -> list[ast.expr]:
     return [arg]
 
 
-def _rank_tagged(call: ast.Call) -> bool:
+def rank_tagged(call: ast.Call) -> bool:
     """The printed text names its process (f"[GPU{rank}] …", f"{rank + 1}/{world_size}",
     ``"Use GPU: {}".format(gpu)``, ``print("rank", rank)``): one line per rank is the point."""
     return any(
@@ -92,7 +92,7 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     prints = [
         call for call in [*facts.calls_named("print"), *library]
         if (isinstance(call.func, ast.Name) or call in library) and not facts.guard(call)
-        and not facts.in_launcher(call) and not _rank_tagged(call) and not unreached_method(facts, call)
+        and not facts.in_launcher(call) and not rank_tagged(call) and not unreached_method(facts, call)
     ]
     prints = sorted(prints + _literal_rank_prints(facts), key=lambda call: (call.lineno, call.col_offset))
     yield from _first_of(
@@ -100,6 +100,36 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         "pt.print(...) or `if dist.get_rank() == 0:` for messages; gather values first "
         "(pt.all_reduce) when every rank's number matters",
     )
+
+
+def project_call_prints(facts: ScriptFacts) -> Iterator[Finding]:
+    """A call into the script's own project that prints in every process that makes it
+    (:mod:`paratrain.diagnostics.project_prints`), made on every rank: reported at the script's call, one
+    finding per file of the project that holds such prints (the other calls named in it).
+
+    Invariant: the same gates as the script's own prints (a multi-process script, print not replaced or
+    silenced, the call under no rank test and not in a launcher's parent), and the callee's print proved to
+    run unconditionally on the way from that call.
+    """
+    if not facts.distributed or _print_silenced(facts) or _print_replaced(facts):
+        return
+    printing = facts.imported.every_rank_prints
+    by_file: dict[str, list[tuple[ast.Call, int]]] = {}
+    for call in facts.calls:
+        found = printing.get(facts.imported.callee(call))
+        if found is not None and not facts.guard(call) and not facts.in_launcher(call):
+            by_file.setdefault(found[0], []).append((call, found[1]))
+    for path, calls in by_file.items():
+        calls.sort(key=lambda item: (item[0].lineno, item[0].col_offset))
+        first, line = calls[0]
+        others = sorted({call.lineno for call, _ in calls[1:]} - {first.lineno})
+        also = f" (also lines {', '.join(map(str, others))})" if others else ""
+        yield Finding(
+            first.lineno, "print-on-every-rank",
+            f"`{facts.imported.callee(first)}` prints on every rank ({path}:{line}, no rank test on the way): "
+            f"each line appears once per process, interleaved{also}",
+            "print under `if dist.get_rank() == 0:` in that function (or pt.print), or call it on rank 0 only",
+        )
 
 
 def _literal_rank_prints(facts: ScriptFacts) -> list[ast.Call]:
@@ -113,7 +143,7 @@ def _literal_rank_prints(facts: ScriptFacts) -> list[ast.Call]:
         if printer is None and isinstance(call.func, ast.Name):
             printer = printers.get(call.func.id)
         if (printer is not None and printer.prints_for(call) and not facts.guard(call) and not facts.in_launcher(call)
-                and not _rank_tagged(call)):
+                and not rank_tagged(call)):
             found.append(call)
     return found
 
@@ -242,7 +272,7 @@ def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     logs = [
         call for call in facts.calls_named("info", "debug")
         if isinstance(call.func, ast.Attribute) and (ast.unparse(call.func.value) in loggers or call in early)
-        and not facts.guard(call) and not facts.in_launcher(call) and not _rank_tagged(call)
+        and not facts.guard(call) and not facts.in_launcher(call) and not rank_tagged(call)
         and not _handling_an_exception(facts, call) and not unreached_method(facts, call)
     ]
     yield from _first_of(

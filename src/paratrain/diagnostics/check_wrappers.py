@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 
 from paratrain.diagnostics.check_finding import Finding
+from paratrain.diagnostics.project_norms import norm_aliases
 from paratrain.diagnostics.script_facts import ScriptFacts, last_name, returned_module
 
 WRAPPERS = ("DistributedDataParallel", "DDP", "DataParallel")
@@ -104,6 +105,17 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
             "pass the unwrapped model (model.module), or save model.module.state_dict() there; with paratrain, "
             "pt.Checkpointer or `paratrain ckpt export` (no prefixes)",
         )
+    for call in facts.calls:
+        made = facts.imported.wrapper_state_savers.get(facts.imported.callee(call))
+        if made is not None and not facts.single_process(call):
+            yield Finding(
+                call.lineno, "wrapped-state-dict",
+                f"`{facts.imported.callee(call)}` wraps the model in DDP/DataParallel and saves the wrapper's "
+                f"state_dict ({made[0]}:{made[1]}): its keys start with 'module.', so the checkpoint loads only "
+                "into a wrapped model",
+                "save model.module.state_dict() there (keep the unwrapped model to save); with paratrain, "
+                "pt.Checkpointer (no prefixes)",
+            )
     for call in facts.calls_named("state_dict"):
         owner = call.func.value if isinstance(call.func, ast.Attribute) else None
         if (owner is None or (_holder(owner) not in wrapped and _holder(owner) not in inner)
@@ -201,9 +213,14 @@ def _saved_later(facts: ScriptFacts, call: ast.expr) -> bool:
 def batchnorm_without_syncbn(facts: ScriptFacts) -> Iterator[Finding]:
     wraps = (facts.calls_named(*WRAPPERS[:2]) or facts.lightning_on_several_devices()
              or (facts.calls_named("Fabric", "Accelerator") and facts.calls_named("setup", "prepare")))
-    if not wraps or facts.mentions(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn"):
+    if facts.mentions(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn"):
         return
-    norms = [call for call in facts.calls if re.fullmatch(r"BatchNorm[123]d", last_name(call))]
+    if not wraps:
+        yield from _project_model_norms(facts)
+        return
+    aliases = norm_aliases(facts.tree)  # `from torch.nn import BatchNorm1d as BatchNorm`
+    norms = [call for call in facts.calls if re.fullmatch(r"BatchNorm[123]d", last_name(call))
+             or isinstance(call.func, ast.Name) and call.func.id in aliases]
     if norms:
         yield Finding(
             norms[0].lineno, "batchnorm-without-syncbn",
@@ -212,6 +229,43 @@ def batchnorm_without_syncbn(facts: ScriptFacts) -> Iterator[Finding]:
             "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP, or "
             "pt.Runtime(sync_batchnorm=True)",
         )
+        return
+    yield from _project_model_norms(facts)
+
+
+def _arguments(call: ast.Call) -> list[ast.expr]:
+    return [*call.args, *(kw.value for kw in call.keywords)]
+
+
+def _project_model_norms(facts: ScriptFacts) -> Iterator[Finding]:
+    """A model built by the script's project (``model = make_model(cfg)``) holding BatchNorm layers
+    (:mod:`paratrain.diagnostics.project_norms`), reported at the build.
+
+    Invariant: the name the build is bound to goes into DDP itself, in the script (``DDP(model, ...)``) or as an
+    argument of a project function that wraps in DDP (``do_train(cfg, model, ...)``), and neither the script
+    nor any module of the project read mentions SyncBatchNorm; DataParallel and one-process code say nothing.
+    """
+    imported = facts.imported
+    if imported.syncbn_in_project:
+        return
+    wrapping = [call for call in facts.calls
+                if last_name(call) in WRAPPERS[:2] or imported.callee(call) in imported.ddp_wrappers]
+    for call in facts.calls:
+        found = imported.batchnorm_builders.get(imported.callee(call))
+        name = facts.bound_name(call) if found is not None else None
+        if name is None or facts.single_process(call):
+            continue
+        if any(w.lineno > call.lineno and name in {ast.unparse(returned_module(arg)) for arg in _arguments(w)}
+               for w in wrapping):
+            yield Finding(
+                call.lineno, "batchnorm-without-syncbn",
+                f"the model `{imported.callee(call)}` builds holds BatchNorm layers ({found[0]}:{found[1]}) and goes "
+                "into DistributedDataParallel: each process normalises with its own small batch, so statistics "
+                "differ per rank and running stats drift apart",
+                f"{name} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({name}) before DDP, or "
+                "pt.Runtime(sync_batchnorm=True)",
+            )
+            return
 
 
 def _replications(facts: ScriptFacts) -> list[ast.Call]:

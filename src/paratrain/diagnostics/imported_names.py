@@ -54,6 +54,15 @@ class ImportedNames:
     # → (the variable, where its value is fixed): a called function writes MASTER_PORT/MASTER_ADDR from an option's
     # or a parameter's literal default, or a literal port base (project_rendezvous.py)
     fixed_rendezvous: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # → (the file, relative to the project's root, and line of a print it runs in every process that calls it)
+    every_rank_prints: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # → (file, line) of the state_dict() they save of a DDP/DataParallel wrapper they made themselves
+    wrapper_state_savers: dict[str, tuple[str, int]] = field(default_factory=dict)
+    ddp_wrappers: set[str] = field(default_factory=set)  # wrap something in DistributedDataParallel (or call one that does)
+    # → (file, line) of a BatchNorm layer in the model they build (`make_model(cfg)`), read only when the
+    # script or a callee wraps in DDP and no module read mentions SyncBatchNorm
+    batchnorm_builders: dict[str, tuple[str, int]] = field(default_factory=dict)
+    syncbn_in_project: bool = False  # a module of the project read mentions SyncBatchNorm / sync_bn
 
     @staticmethod
     def callee(call: ast.Call) -> str:

@@ -37,6 +37,10 @@ from paratrain.diagnostics.project_local_rank import (
     reads_local_rank_env,
 )
 from paratrain.diagnostics.project_rendezvous import fixed_rendezvous_calls
+from paratrain.diagnostics.project_norms import ProjectNorms
+from paratrain.diagnostics.project_prints import ProjectPrints
+from paratrain.diagnostics.project_savers import in_memory, nested_call_guarded, per_rank_path, under_rank_test
+from paratrain.diagnostics.project_wrapped_saves import might_save_a_wrapper, wrapped_save
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
 
@@ -46,6 +50,8 @@ _LOG_SETUPS = ("basicConfig", "setLevel", "addHandler", "StreamHandler", "set_ve
 _VERBOSE_LEVEL = re.compile(r"\b(?:INFO|DEBUG|NOTSET)\b|^(?:10|20)$")
 _RANK_WORD = re.compile(r"rank|main|master|process_index|primary")
 _PRINT_TARGETS = ("builtins.print", "__builtin__.print", "sys.stdout")
+_DDP = ("DistributedDataParallel", "DDP")
+_SYNCBN = re.compile(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn", re.IGNORECASE)
 _HOPS = 2  # calls followed inside the project from a function the script calls
 # A function longer than this is a program's body (a `train()`), not a helper: not read, which keeps a
 # check within its time on projects of large files.
@@ -70,7 +76,11 @@ class _Reader:
         names = ImportedNames()
         callees = {ImportedNames.callee(call) for call in facts.calls if isinstance(call.func, (ast.Name, ast.Attribute))}
         builders = ProjectBuilders(self.imports, facts)
+        prints = ProjectPrints(self.imports, builders)
         for callee in sorted(callees):
+            printed = prints.reached(callee)
+            if printed is not None:
+                names.every_rank_prints[callee] = (self.imports.shown(printed[0]), printed[1].lineno)
             if builders.wraps_in_data_parallel(callee):
                 names.data_parallel_makers.add(callee)
             found = self.imports.definition(callee) or builders.method(callee)  # `train_state.save(...)`
@@ -89,6 +99,7 @@ class _Reader:
             self._learn(names, callee, *found)
         names.loader_bindings = loader_bindings(self.imports, facts)
         names.fixed_rendezvous = fixed_rendezvous_calls(self.imports, facts)
+        self._learn_norms(names, facts)
         # A module's own statements run when it is imported (`args.gpu = int(os.environ["LOCAL_RANK"])` at its
         # top; DLRM's extend_distributed sets `builtins.print = rank0_print` there).
         imported = [stmt for module in self.imports.modules() for stmt in module.tree.body
@@ -100,6 +111,20 @@ class _Reader:
             if "MASTER_" in module.source:
                 names.environ_parameters.update(environ_parameters(self.facts_of(module)))
         return names
+
+    def _learn_norms(self, names: ImportedNames, facts: ScriptFacts) -> None:
+        """Which model builders of the project reach a BatchNorm layer: read only where DDP wraps something
+        (in the script or a callee) and no module read converts to SyncBatchNorm."""
+        names.syncbn_in_project = any(_SYNCBN.search(module.source) for module in self.imports.modules())
+        if names.syncbn_in_project or not (names.ddp_wrappers or facts.calls_named(*_DDP)):
+            return
+        norms = ProjectNorms(self.imports)
+        built = {ImportedNames.callee(value) for values in facts.assigned.values() for value in values
+                 if isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute))}
+        for callee in sorted(built):
+            found = norms.reached(callee)
+            if found is not None:
+                names.batchnorm_builders[callee] = (self.imports.shown(found[0]), found[1].lineno)
 
     def facts_of(self, module: Module) -> ScriptFacts:
         if module.path not in self._facts:
@@ -134,7 +159,14 @@ class _Reader:
             names.rank_aware_loggers.add(callee)
         elif logger is not None:
             names.every_rank_loggers[callee] = logger[1]
-        for _, reached in self._reached(module, function):
+        for owner, reached in self._reached(module, function):
+            if any(isinstance(node, ast.Call) and last_name(node) in _DDP for node in ast.walk(reached)):
+                names.ddp_wrappers.add(callee)
+            # TransReID's `do_train(model, ...)` wraps the model in DDP, then saves `model.state_dict()`
+            if callee not in names.wrapper_state_savers and might_save_a_wrapper(owner.source):
+                line = wrapped_save(self.facts_of(owner), reached)
+                if line is not None:
+                    names.wrapper_state_savers[callee] = (self.imports.shown(owner), line)
             # fairseq's `call_main(cfg, main)` reaches `distributed_init`, which sets the root logger's level
             # by rank (`if is_master(...): setLevel(INFO) else: setLevel(WARNING)`) before `main` logs
             setups = [node for node in ast.walk(reached) if isinstance(node, ast.Call) and last_name(node) in _LOG_SETUPS]
@@ -185,9 +217,9 @@ class _Reader:
             return False
         mf = self.facts_of(module)  # the module's reading, made only for a function that saves
         saves = [save for save in saves if mf.full_name(save) == "torch.save"]
-        return bool(saves) and not any(mf.guard_in_function(save) or _under_rank_test(function, save)
-                                       or path_names_rank(mf, save) or _per_rank_path(function, save)
-                                       or _in_memory(function, save) or _nested_call_guarded(mf, function, save)
+        return bool(saves) and not any(mf.guard_in_function(save) or under_rank_test(function, save)
+                                       or path_names_rank(mf, save) or per_rank_path(function, save)
+                                       or in_memory(function, save) or nested_call_guarded(mf, function, save)
                                        for save in saves)
 
     def _saved_state_dicts(self, module: Module, function: _Function) -> set[str]:
@@ -314,46 +346,6 @@ def _tags_the_rank(module: Module, function: _Function) -> bool:
     made = [value for f in formatters for value in ([f] if not isinstance(f, ast.Name) else _assigned_in(function, f.id))]
     return any(isinstance(value, ast.Call) and (last_name(value) in tagging or (
         last_name(value) == "Formatter" and "rank" in ast.unparse(value).lower())) for value in made)
-
-
-def _under_rank_test(function: _Function, node: ast.AST) -> bool:
-    """An ``if`` naming a rank (``if dist_rank == 0:``) holds ``node``, or returns before it."""
-    for test in (n for n in ast.walk(function) if isinstance(n, ast.If) and _RANK_WORD.search(ast.unparse(n.test))):
-        if any(n is node for n in ast.walk(test)) or (
-                test.lineno < node.lineno and any(isinstance(n, ast.Return) for n in ast.walk(test))):
-            return True
-    return False
-
-
-def _nested_call_guarded(mf: ScriptFacts, function: _Function, node: ast.AST) -> bool:
-    """``node`` lies in a function nested in ``function`` whose every call there is under a rank test
-    (YOLOv6's ``calibrate`` runs its inner ``save_calib_model`` under ``if self.main_process:``)."""
-    for inner in ast.walk(function):
-        if inner is function or not isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        if any(n is node for n in ast.walk(inner)):
-            calls = [c for c in ast.walk(function) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
-                     and c.func.id == inner.name]
-            return bool(calls) and all(mf.guard_in_function(c) or _under_rank_test(function, c) for c in calls)
-    return False
-
-
-def _per_rank_path(function: _Function, save: ast.Call) -> bool:
-    """The file's path names a rank, written or through what its names were assigned in the function
-    (Megatron's ``path = os.path.join(path, f"{prefix}.rank_{rank_str}")``): a file per rank."""
-    target = save.args[1] if len(save.args) > 1 else keyword(save, "f")
-    if target is None:
-        return False
-    names = {node.id for node in ast.walk(target) if isinstance(node, ast.Name)}
-    texts = [ast.unparse(target)] + [ast.unparse(v) for name in names for v in _assigned_in(function, name)]
-    return any("rank" in text.lower() for text in texts)
-
-
-def _in_memory(function: _Function, save: ast.Call) -> bool:
-    """``torch.save(obj, buffer)`` with ``buffer = io.BytesIO()``: a copy in memory, no file (DeiT's EMA load)."""
-    target = save.args[1] if len(save.args) > 1 else keyword(save, "f")
-    return isinstance(target, ast.Name) and any(
-        isinstance(v, ast.Call) and last_name(v) == "BytesIO" for v in _assigned_in(function, target.id))
 
 
 def _makes_logger(function: _Function) -> bool:

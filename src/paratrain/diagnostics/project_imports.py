@@ -110,6 +110,11 @@ class ProjectImports:
         """The names ``module``'s imports bind to something of the project."""
         return list(self._bindings_of(module.path, module))
 
+    def shown(self, module: Module) -> str:
+        """``module``'s path as a finding names it: from the project's root."""
+        root = self._search[-1]
+        return module.path.relative_to(root).as_posix() if root in module.path.parents else str(module.path)
+
     def modules(self) -> list[Module]:
         """Every module parsed so far."""
         return [module for module in self._parsed.values() if module is not None]
@@ -132,7 +137,7 @@ class ProjectImports:
             self._bindings[source] = self._bind(module.tree, source.parent) if module is not None else {}
         return self._bindings[source]
 
-    def _defined(self, path: Path, name: str, depth: int) -> tuple[Module, ast.AST] | None:
+    def _defined(self, path: Path, name: str, depth: int, hops: int = 0) -> tuple[Module, ast.AST] | None:
         """The function or class ``name`` of the module at ``path``, also when that module imports it from
         another module of the project (a package's ``__init__`` re-exporting it), within the depth."""
         module = self._module(path, depth + 1)
@@ -142,8 +147,11 @@ class ProjectImports:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and stmt.name == name:
                 return module, stmt
         bound = self._bindings_of(module.path, module).get(name)
-        if isinstance(bound, tuple) and module.depth < MAX_DEPTH:
-            return self._defined(*bound, module.depth)
+        # re-exports followed a few times at most (two packages importing a name from each other is a cycle);
+        # a package's __init__ that re-exports a name of its own modules is no level of its own
+        reexport = module.path.name == "__init__.py"
+        if isinstance(bound, tuple) and hops < MAX_DEPTH and (module.depth < MAX_DEPTH or reexport):
+            return self._defined(*bound, module.depth - 1 if reexport else module.depth, hops + 1)
         return None
 
     def _module(self, path: Path, depth: int) -> Module | None:
@@ -177,17 +185,31 @@ class ProjectImports:
             elif isinstance(node, ast.ImportFrom):
                 for alias in node.names:
                     dotted = f"{node.module}.{alias.name}" if node.module else alias.name
-                    submodule = self._find(dotted, directory, node.level)
-                    if submodule is not None:  # `from pkg import mod`
-                        bound[alias.asname or alias.name] = submodule
-                        continue
                     path = self._find(node.module, directory, node.level) if node.module else (
                         self._find_package(directory, node.level))
+                    submodule = self._find(dotted, directory, node.level)
+                    # `from pkg import mod`, unless pkg's __init__ binds `mod` itself (`from .mod import mod`):
+                    # Python reads the package's attribute first, so the function shadows the submodule
+                    if submodule is not None and not (path is not None and self._package_binds(path, alias.name)):
+                        bound[alias.asname or alias.name] = submodule
+                        continue
                     if path is not None and alias.name != "*":
                         bound[alias.asname or alias.name] = (path, alias.name)
                     elif path is not None and tree is self._script_tree:
                         bound.update(self._star(path))  # `from core.utils.distributed import *`
         return bound
+
+    def _package_binds(self, path: Path, name: str) -> bool:
+        """A package's ``__init__.py`` at ``path`` defines ``name`` or imports it from a module of its own
+        (``from .mod import mod``; ``from . import mod`` binds the submodule itself)."""
+        if path.name != "__init__.py":
+            return False
+        module = self._module(path, 1)
+        return module is not None and any(
+            isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and stmt.name == name
+            or isinstance(stmt, ast.ImportFrom) and stmt.module is not None
+            and any((a.asname or a.name) == name for a in stmt.names)
+            for stmt in module.tree.body)
 
     def _star(self, path: Path) -> dict[str, tuple[Path, str]]:
         """What ``from module import *`` binds of a module of the project: the public functions it defines."""

@@ -2,10 +2,13 @@
 
     samplers = loader_samplers(imports, module, function, call, index)
 
-For ``valid_loader = build_dataloader(config, False, distributed)`` (CvT) or ``…, data_loader_val, mixup_fn =
+For ``valid_loader = build_dataloader(config, False, distributed)`` (CvT), a builder chosen by a name the script
+binds only to project builders (``loader_class = build_dist_loaders if … else build_dataloaders``: each must
+give such a loader) or ``…, data_loader_val, mixup_fn =
 build_loader(config, logger, is_pretrain=False)`` (SimMIM), the builder's returned value (the ``index``-th item
 of a returned tuple) is followed to a ``DataLoader(…, sampler=…)`` whose sampler is torch's ``DistributedSampler``:
-written there, or a name the builder assigned one, or what a project function it returns the result of
+written there, or a name the builder assigned one (either branch of ``DistributedSampler(ds) if distributed
+else None``: the sampler of a distributed run), or what a project function it returns the result of
 (``return build_loader_finetune(config, logger)``) gives, followed ``_HOPS`` calls deep.
 
 Only what the builder's code shows for this call counts: the call's constant arguments (and the parameters'
@@ -40,14 +43,28 @@ def loader_bindings(imports: ProjectImports, facts: ScriptFacts) -> list[tuple[s
                  list(zip(target.elts, range(len(target.elts)))) if isinstance(target, ast.Tuple) else [])
         if not names or any(isinstance(t, ast.Starred) for t, _ in names):
             continue
-        builder = imports.function(ast.unparse(call.func))
-        if builder is None:
+        builders = _builders(imports, facts, ast.unparse(call.func))
+        if not builders:
             continue
         for held, index in names:
-            samplers = loader_samplers(imports, *builder, call, index)
-            if samplers and isinstance(held, (ast.Name, ast.Attribute)):
-                found.append((ast.unparse(held), call, samplers))
+            # a name bound to several builders (`loader_class = build_dist_loaders if dist else build_loaders`):
+            # each of them must return such a loader there
+            each = [loader_samplers(imports, *builder, call, index) for builder in builders]
+            if all(each) and isinstance(held, (ast.Name, ast.Attribute)):
+                found.append((ast.unparse(held), call, each[0]))  # one finding: the first builder's
     return found
+
+
+def _builders(imports: ProjectImports, facts: ScriptFacts, callee: str) -> list[tuple[Module, _Function]]:
+    """The project functions ``callee`` runs: one the script imports, or every one of the project functions a
+    name the script binds only to those holds (``f = a if test else b``; ``f = a``); empty otherwise."""
+    builder = imports.function(callee)
+    if builder is not None:
+        return [builder]
+    values = facts.assigned.get(callee, [])
+    names = [item for value in values for item in ((value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,))]
+    found = [imports.function(ast.unparse(name)) if isinstance(name, (ast.Name, ast.Attribute)) else None for name in names]
+    return [builder for builder in found if builder is not None] if names and all(found) else []
 
 
 def loader_samplers(imports: ProjectImports, module: Module, function: _Function, call: ast.Call,
@@ -152,6 +169,8 @@ class _Builder:
     def samplers_of(self, loader: ast.Call) -> list[ast.Call]:
         given = next((kw.value for kw in loader.keywords if kw.arg == "sampler"), None)
         values = self.values_of(given) if given is not None else []
+        # `DistributedSampler(valid) if args.distributed else None`: the sampler of a distributed run
+        values = [branch for v in values for branch in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
         return [v for v in values if isinstance(v, ast.Call) and last_name(v) == "DistributedSampler"]
 
     def may_run(self, node: ast.AST) -> bool:

@@ -1,0 +1,208 @@
+"""Where a call of the script into its own project prints in every process that makes it.
+
+    prints = ProjectPrints(imports, builders)
+    prints.reached("make_dataloader")   # (module, the print call) or None
+
+A callee as the script writes it is followed to the project's code: a function (``make_dataloader(cfg)``,
+``utils.load_checkpoint(...)``), a class built (``SimpleImageDataset(...)``: its ``__init__``), a method of
+a project class (``UNet3DConditionModel.from_pretrained_2d(...)``) or of an object the script built from one
+(:class:`~paratrain.diagnostics.project_builders.ProjectBuilders`). From there the calls it makes are followed
+``_HOPS`` calls deeper, into functions of the same module or of the project, classes built (their
+``__init__``), methods of the same object (``self.m()``).
+
+Invariant: a print is reported only when every step from the script's call to it runs in every process
+that makes the call: no step is under an ``if`` testing a rank, a main process, verbosity or debugging, or
+after an ``if`` that may return, none is in a last ``else`` (a fallback; an ``elif`` is a choice), a block that gives up (``raise``, a bare
+``return``, an exit), an ``except`` block or a nested function, no function on the way is
+decorated (a decorator may run it on rank 0 only) or named for a rank, and the print is the builtin one
+(its module neither defines nor imports nor assigns a ``print``), to the console (no ``file=`` other than
+``sys.stdout``/``sys.stderr``), with a text that does not name its rank. Anything else is an unknown, and
+unknowns are left out. Bounded: at most ``_MAX_FUNCTIONS`` functions read per call, none longer than
+``_LONGEST`` lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from paratrain.diagnostics.call_names import last_name
+from paratrain.diagnostics.check_output import rank_tagged
+from paratrain.diagnostics.project_builders import ProjectBuilders
+from paratrain.diagnostics.project_imports import Module, ProjectImports
+
+_HOPS = 2  # calls followed past the one the script makes: a print three functions deep is found
+_MAX_FUNCTIONS = 24
+_LONGEST = 200
+# An `if` (or `while`) whose test names one of these chooses who prints: a rank, the main process, verbosity.
+_CHOOSING = re.compile(r"rank|main|master|primary|process_index|gpu|local|verbose|verbosity|debug|quiet|silent|log",
+                       re.IGNORECASE)
+_OWN_PRINT = re.compile(r"^\s*(?:def\s+print\b|print\s*=|(?:builtins|__builtin__)\.print\s*=|from\s.*\bimport\b.*\bprint\b)",
+                        re.MULTILINE)
+_CONSOLE = re.compile(r"(?:sys\.)?std(?:out|err)")
+_Function = ast.FunctionDef | ast.AsyncFunctionDef
+_Step = tuple[Module, _Function, tuple[Module, ast.ClassDef] | None]  # the function, the instance's class
+
+
+class ProjectPrints:
+    """The prints one script's project calls reach in every process (see the module's docstring)."""
+
+    def __init__(self, imports: ProjectImports, builders: ProjectBuilders) -> None:
+        self.imports = imports
+        self.builders = builders
+        self.classes = builders.classes
+
+    def reached(self, callee: str) -> tuple[Module, ast.Call] | None:
+        """The first print (in the order the calls are followed) that calling ``callee`` runs in every
+        process; None when there is none or it cannot be proved."""
+        try:
+            return self._reached(callee)
+        except RecursionError:  # a pathologically nested expression: unknown
+            return None
+
+    def _reached(self, callee: str) -> tuple[Module, ast.Call] | None:
+        start = self._entry(callee)
+        if start is None:
+            return None
+        seen = {id(start[1])}
+        frontier = [start]
+        for hop in range(_HOPS + 1):
+            following: list[_Step] = []
+            for module, function, owner in frontier:
+                if _chooses(function) or _too_long(function):
+                    continue
+                prints, calls = _unguarded(function)
+                found = [p for p in prints if _builtin_console_print(module, p)]
+                if found:
+                    return module, found[0]
+                if hop == _HOPS:
+                    continue
+                for call in calls:
+                    step = self._called(module, owner, call)
+                    if step is not None and id(step[1]) not in seen and len(seen) < _MAX_FUNCTIONS:
+                        seen.add(id(step[1]))
+                        following.append(step)
+            frontier = following
+        return None
+
+    def _entry(self, callee: str) -> _Step | None:
+        found = self.imports.definition(callee)
+        if found is not None:
+            return self._definition_step(*found)
+        owner, _, name = callee.rpartition(".")
+        cls = self.imports.definition(owner) if owner else None
+        if cls is not None and isinstance(cls[1], ast.ClassDef):  # `Model.from_pretrained_2d(...)`
+            method = self.classes.method(cls[0], cls[1], name)
+            return None if method is None else (method[0], method[1], (cls[0], cls[1]))
+        method = self.builders.method(callee)  # `trainer.fit(...)` of an object built from a project class
+        return None if method is None else (method[0], method[1], None)
+
+    def _definition_step(self, module: Module, node: ast.AST) -> _Step | None:
+        if isinstance(node, ast.ClassDef):  # building one runs its __init__
+            method = self.classes.method(module, node, "__init__")
+            return None if method is None else (method[0], method[1], (module, node))
+        return (module, node, None) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+
+    def _called(self, module: Module, owner: tuple[Module, ast.ClassDef] | None, call: ast.Call) -> _Step | None:
+        """The project function ``call`` (inside a function of ``module``) runs, or None."""
+        func = call.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+            if owner is None:
+                return None
+            method = self.classes.method(owner[0], owner[1], func.attr)
+            return None if method is None else (method[0], method[1], owner)
+        if not isinstance(func, (ast.Name, ast.Attribute)):
+            return None
+        name = ast.unparse(func)
+        own = [s for s in module.tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+               and s.name == name]
+        found = (module, own[-1]) if own else self.imports.definition(name, within=module)
+        return None if found is None else self._definition_step(*found)
+
+
+def _chooses(function: _Function) -> bool:
+    """Decorated (``@rank_zero_only``, ``@master_only``) or named for a rank (``print_rank_0``, ``log_main``)."""
+    return bool(function.decorator_list) and not all(
+        last_name(d) in ("classmethod", "staticmethod", "property") for d in function.decorator_list
+    ) or bool(re.search(r"rank|master|main", function.name, re.IGNORECASE))
+
+
+def _too_long(function: _Function) -> bool:
+    return (function.end_lineno or function.lineno) - function.lineno > _LONGEST
+
+
+def _unguarded(function: _Function) -> tuple[list[ast.Call], list[ast.Call]]:
+    """The prints and the other calls of ``function``'s own body that run whenever it runs: in line order,
+    none under a choosing test or after an ``if`` that may return, in the last ``else`` of a test (a fallback), in a
+    block that gives up (ends in ``raise``, a bare return, an exit), in an ``except`` block or a nested
+    function; calls given a chosen flag are left out."""
+    prints: list[ast.Call] = []
+    calls: list[ast.Call] = []
+    returned_early = [False]
+    flags = _flags(function)
+
+    def visit(node: ast.AST) -> None:
+        if returned_early[0] or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
+                                                  ast.ExceptHandler)):
+            return
+        if isinstance(node, (ast.If, ast.While, ast.IfExp)) and _chosen(node.test, flags):
+            if isinstance(node, ast.If) and any(isinstance(n, (ast.Return, ast.Raise)) for n in ast.walk(node)):
+                returned_early[0] = True  # `if rank != 0: return`: what follows is chosen too
+            return
+        if isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.Try)) and _bails_out(node.body):
+            return  # `print(f"Failed to get ...: {err}"); return None`: a line about this process's failure
+        if isinstance(node, ast.If):  # a last `else` is a fallback (`else: print("unknown vocoder, using ...")`)
+            elif_ = node.orelse if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If) else []
+            for part in (node.test, *node.body, *elif_):
+                visit(part)
+            # `if os.path.exists(path): return path` (another rank made it first): what follows may not run
+            returned_early[0] |= any(isinstance(n, ast.Return) for n in ast.walk(node))
+            return
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name) and node.func.id == "print":
+                prints.append(node)
+            elif not any(isinstance(n, ast.Name) and n.id in flags for arg in _arguments(node) for n in ast.walk(arg)):
+                calls.append(node)  # one given a chosen flag (`set_weight_decay(..., echo=echo)`) is chosen too
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    for stmt in function.body:
+        visit(stmt)
+    return prints, calls
+
+
+def _flags(function: _Function) -> set[str]:
+    """Names the function assigns from a choosing value (``echo = config.LOCAL_RANK == 0``): a test of one
+    alone chooses too (``if echo:``)."""
+    names: set[str] = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and _CHOOSING.search(ast.unparse(node.value)):
+            names.update(t.id for target in node.targets for t in ast.walk(target) if isinstance(t, ast.Name))
+    return names
+
+
+def _chosen(test: ast.expr, flags: set[str]) -> bool:
+    """The test names a rank, the main process, verbosity; or is a flag of ``flags`` alone (``if not quiet:``)."""
+    bare = test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else test
+    return bool(_CHOOSING.search(ast.unparse(test))) or isinstance(bare, ast.Name) and bare.id in flags
+
+
+def _bails_out(body: list[ast.stmt]) -> bool:
+    """The block ends by giving up: ``raise``, ``return``/``return None``, ``sys.exit(...)``/``exit()``."""
+    last = body[-1] if body else None
+    return isinstance(last, ast.Raise) or isinstance(last, ast.Return) and (
+        last.value is None or isinstance(last.value, ast.Constant) and last.value.value is None) or (
+        isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) and last_name(last.value) in ("exit", "_exit"))
+
+
+def _arguments(call: ast.Call) -> list[ast.expr]:
+    return [*call.args, *(kw.value for kw in call.keywords)]
+
+
+def _builtin_console_print(module: Module, call: ast.Call) -> bool:
+    if "print" in module.source and _OWN_PRINT.search(module.source):
+        return False
+    target = next((kw.value for kw in call.keywords if kw.arg == "file"), None)
+    if target is not None and not _CONSOLE.fullmatch(ast.unparse(target)):
+        return False
+    return not rank_tagged(call)
