@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from goodput import _env, _kill_group, accounted, soak_table  # noqa: E402
+from goodput import LoadSampler, _env, _kill_group, accounted, reference_run, soak_table  # noqa: E402
 from tests.netns import Host, two_hosts  # noqa: E402
 
 KINDS = ("kill-worker", "power-off", "sigterm")
@@ -45,11 +45,15 @@ PORT = 29000 + random.randrange(900)  # inside the namespaces: no other job list
 GUARD_S = 600  # a job that makes no progress for this long is a hang: the soak stops and says so
 
 
-def node_command(rank: int, master: str, out: Path, steps: int, flags: list[str]) -> list[str]:
-    """One node's ``paratrain train``: the same words on both hosts but the node rank."""
-    return [sys.executable, "-m", "paratrain", "train", "digits", "--nnodes", "1:2", "--node-rank", str(rank),
+def node_command(rank: int, master: str, out: Path, steps: int, flags: list[str], nnodes: str = "1:2",
+                 last_call: int = 2) -> list[str]:
+    """One node's ``paratrain train``: the same words on both hosts but the node rank. ``nnodes`` a range
+    (``1:2``): a dynamic rendezvous that waits ``last_call`` seconds for a node still coming; ``2``: every
+    rendezvous waits for both nodes (up to ``--rdzv-timeout``)."""
+    rendezvous = ["--rdzv-last-call", str(last_call)] if ":" in nnodes else []
+    return [sys.executable, "-m", "paratrain", "train", "digits", "--nnodes", nnodes, "--node-rank", str(rank),
             "--master-addr", master, "--master-port", str(PORT), "--nproc-per-node", "1",
-            "--rdzv-timeout", "120", "--rdzv-last-call", "2", "--stall-timeout", "30",
+            "--rdzv-timeout", "120", *rendezvous, "--stall-timeout", "30",
             "--max-steps", str(steps), "--batch-size", "2", "--max-restarts", "1000", "--no-eval-per-epoch",
             "--log-every", "500", "--keep-last", "2", "--no-tensorboard", "--no-progress", "--out", str(out), *flags]
 
@@ -82,9 +86,10 @@ def _power_on(host: Host) -> None:
 class Job:
     """The two nodes' commands, started again as a scheduler would until one succeeds."""
 
-    def __init__(self, hosts: tuple[Host, Host], out: Path, steps: int, flags: list[str], log: Path):
+    def __init__(self, hosts: tuple[Host, Host], out: Path, steps: int, flags: list[str], log: Path,
+                 nnodes: str = "1:2", last_call: int = 2):
         self.hosts, self.out, self.log = hosts, out, log
-        self.commands = [node_command(rank, hosts[0].address, out, steps, flags) for rank in range(2)]
+        self.commands = [node_command(rank, hosts[0].address, out, steps, flags, nnodes, last_call) for rank in range(2)]
         self.nodes: list[subprocess.Popen | None] = [None, None]
         self.launches = 0
 
@@ -126,6 +131,7 @@ def soak(name: str, job: Job, mtbf: float, rng: random.Random, ledger_file: Path
     """Run ``job`` until it succeeds, injecting faults at exponential gaps once its ledger exists; the outside clock."""
     faults: dict[str, int] = {}
     start = time.time()
+    load = LoadSampler()
     next_fault = float("inf")
     progress_at, size = time.time(), -1
     try:
@@ -157,10 +163,12 @@ def soak(name: str, job: Job, mtbf: float, rng: random.Random, ledger_file: Path
                 progress_at, size = time.time(), now_size
             elif time.time() - progress_at > GUARD_S:
                 raise SystemExit(f"{name}: neither the ledger nor metrics.jsonl grew for {GUARD_S} s: a hang (see {job.log})")
+            load.sample()
             time.sleep(0.05)
     finally:
         job.stop()
-    return {"name": name, "outside": time.time() - start, "launches": job.launches, "faults": faults}
+    return {"name": name, "outside": time.time() - start, "launches": job.launches, "faults": faults,
+            "load": load.summary()}
 
 
 def main() -> int:
@@ -168,31 +176,52 @@ def main() -> int:
     parser.add_argument("--mtbf", type=float, default=60.0)
     parser.add_argument("--soak-steps", type=int, default=12000)
     parser.add_argument("--fixed", type=int, default=360)
-    parser.add_argument("--configs", default="background,auto", help="comma-separated: background (every --fixed "
-                        "steps), auto (--save-every auto --mtbf)")
+    parser.add_argument("--configs", default="background,auto", help="comma-separated, run in this order: foreground "
+                        "(every --fixed steps, --no-background-save), background (every --fixed steps), auto "
+                        "(--save-every auto --mtbf)")
+    parser.add_argument("--warm-workers", action="store_true", help="every configuration with --warm-workers (a pool "
+                        "per node: a restart of the workers forks them instead of importing torch)")
+    parser.add_argument("--nnodes", default="1:2", help="the nodes' --nnodes: a range (1:2, a dynamic rendezvous with "
+                        "--last-call) or 2 (every rendezvous waits for both nodes)")
+    parser.add_argument("--last-call", type=int, default=2, help="--rdzv-last-call of a node range, in seconds")
+    parser.add_argument("--reference", default=None, help="the uninterrupted run's folder; one of --soak-steps steps "
+                        "already there is used (made earlier, e.g. with --configs ''), else it is run there first")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", default=None, help="a folder to keep the runs in (default: a temporary one)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
-    configs = {"background": (f"background, every {args.fixed}", ["--save-every", str(args.fixed)]),
-               "auto": ("background, auto", ["--save-every", "auto", "--mtbf", str(args.mtbf)])}
-    chosen = [configs[key] for key in args.configs.split(",")]
+    warm = ["--warm-workers"] if args.warm_workers else []
+    suffix = ", warm workers" if args.warm_workers else ""
+    configs = {"foreground": (f"foreground, every {args.fixed}{suffix}",
+                              ["--save-every", str(args.fixed), "--no-background-save", *warm]),
+               "background": (f"background, every {args.fixed}{suffix}", ["--save-every", str(args.fixed), *warm]),
+               "auto": (f"background, auto{suffix}", ["--save-every", "auto", "--mtbf", str(args.mtbf), *warm])}
+    keys = [key for key in args.configs.split(",") if key]
+    unknown = [key for key in keys if key not in configs]
+    if unknown:
+        raise SystemExit(f"--configs {','.join(unknown)}: not a configuration; choose from {', '.join(configs)}")
+    chosen = [configs[key] for key in keys]
     with tempfile.TemporaryDirectory(prefix="paratrain-goodput-nodes-") as scratch, two_hosts() as hosts:
         workdir = Path(args.keep or scratch)
         workdir.mkdir(parents=True, exist_ok=True)
-        reference = Job(hosts, workdir / "reference", args.soak_steps, [], workdir / "reference.log")
-        started = time.time()
-        soak("reference", reference, float("inf"), random.Random(0), workdir / "reference" / "checkpoints" / "goodput.jsonl")
-        ideal = time.time() - started
+        reference = Path(args.reference).resolve() if args.reference else workdir / "reference"
+
+        def run_reference() -> None:
+            job = Job(hosts, reference, args.soak_steps, [], reference.with_suffix(".log"), args.nnodes, args.last_call)
+            soak("reference", job, float("inf"), random.Random(0), reference / "checkpoints" / "goodput.jsonl")
+
+        ideal = reference_run(reference, args.soak_steps, run_reference)
+        print(f"reference: {args.soak_steps} steps uninterrupted in {ideal:.0f} s (its ledger), {reference}", flush=True)
         rows = []
         for index, (name, flags) in enumerate(chosen):
             out = workdir / f"soak-{index}"
-            job = Job(hosts, out, args.soak_steps, flags, workdir / f"soak-{index}.log")
+            job = Job(hosts, out, args.soak_steps, flags, workdir / f"soak-{index}.log", args.nnodes, args.last_call)
             result = soak(name, job, args.mtbf, random.Random(args.seed), out / "checkpoints" / "goodput.jsonl")
-            rows.append(accounted(result, out, workdir / "reference", workdir / f"soak-{index}.png", f"two nodes, {name}"))
-    lines = [f"## goodput soak on two simulated nodes: digits, 1 process per node, {args.soak_steps} steps, failures "
-             f"every {args.mtbf:.0f} s on average (seed {args.seed}); the same job without failures took {ideal:.0f} s",
-             "", *soak_table(rows)]
+            rows.append(accounted(result, out, reference, workdir / f"soak-{index}.png", f"two nodes, {name}"))
+    lines = [f"## goodput soak on two simulated nodes: digits, 1 process per node (--nnodes {args.nnodes}"
+             + (f", --rdzv-last-call {args.last_call}" if ":" in args.nnodes else "") + f"), {args.soak_steps} steps, "
+             f"failures every {args.mtbf:.0f} s on average (seed {args.seed}); the same job without failures took "
+             f"{ideal:.0f} s (its ledger)", "", *soak_table(rows)]
     print("\n".join(lines))
     return 0
 
