@@ -441,16 +441,33 @@ def reference_run(reference: Path, steps: int, run) -> float:
 
 
 def part_soak(args: argparse.Namespace, workdir: Path) -> list[str]:
+    """The uninterrupted run first (or, with ``--reference-alongside``, beside the first configuration: it then
+    shares the machine with it), then each configuration under faults, compared with it."""
     reference = Path(args.reference).resolve() if args.reference else workdir / "reference"
-    ideal = reference_run(reference, args.soak_steps, lambda: subprocess.run(
-        soak_command(reference, args.soak_steps, []), env=_env(), check=True, capture_output=True))
-    print(f"reference: {args.soak_steps} steps uninterrupted in {ideal:.0f} s (its ledger), {reference}", flush=True)
+    alongside = None
+    if args.reference_alongside:
+        with open(workdir / "reference.log", "a") as console:
+            alongside = subprocess.Popen(soak_command(reference, args.soak_steps, []), env=_env(), stdout=console,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+    else:
+        ideal = reference_run(reference, args.soak_steps, lambda: subprocess.run(
+            soak_command(reference, args.soak_steps, []), env=_env(), check=True, capture_output=True))
+        print(f"reference: {args.soak_steps} steps uninterrupted in {ideal:.0f} s (its ledger), {reference}", flush=True)
     configs = soak_configs(args)
+    if alongside is not None and not configs:
+        raise SystemExit("--reference-alongside runs the uninterrupted run beside the first configuration: name one in --configs")
     rows = []
     for index, (name, flags) in enumerate(configs):
         out = workdir / f"soak-{index}"
         result = soak(name, soak_command(out, args.soak_steps, flags), args.mtbf, random.Random(args.seed),
                       workdir / f"soak-{index}.log", out / "checkpoints" / "goodput.jsonl")
+        if alongside is not None:
+            if alongside.wait(timeout=3600) != 0:
+                raise SystemExit(f"the uninterrupted run failed (exit {alongside.returncode}): see {workdir / 'reference.log'}")
+            ideal = reference_run(reference, args.soak_steps, lambda: None)
+            print(f"reference (beside {configs[0][0]}): {args.soak_steps} steps uninterrupted in {ideal:.0f} s "
+                  f"(its ledger), {reference}", flush=True)
+            alongside = None
         rows.append(accounted(result, out, reference, workdir / f"soak-{index}.png", name))
     lines = [f"## goodput soak: digits, 2 processes, {args.soak_steps} steps, failures every {args.mtbf:.0f} s on "
              f"average (seed {args.seed}); an uninterrupted run took {ideal:.0f} s (its ledger)", "", *soak_table(rows)]
@@ -517,6 +534,8 @@ def main() -> int:
     parser.add_argument("--reference", default=None, help="--part soak: the uninterrupted run's folder; one of "
                         "--soak-steps steps already there is used (made earlier, e.g. with --configs ''), else it is "
                         "run there first")
+    parser.add_argument("--reference-alongside", action="store_true", help="--part soak: run the uninterrupted run "
+                        "beside the first configuration instead of before the soak (it shares the machine with it)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", default=None, help="a folder to keep the runs in (default: a temporary one)")
     args = parser.parse_args()
