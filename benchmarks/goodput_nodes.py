@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -186,6 +187,8 @@ def main() -> int:
     parser.add_argument("--last-call", type=int, default=2, help="--rdzv-last-call of a node range, in seconds")
     parser.add_argument("--reference", default=None, help="the uninterrupted run's folder; one of --soak-steps steps "
                         "already there is used (made earlier, e.g. with --configs ''), else it is run there first")
+    parser.add_argument("--reference-alongside", action="store_true", help="run the uninterrupted run beside the first "
+                        "configuration, on two hosts of its own, instead of before the soak (it shares the machine)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", default=None, help="a folder to keep the runs in (default: a temporary one)")
     args = parser.parse_args()
@@ -201,22 +204,38 @@ def main() -> int:
     if unknown:
         raise SystemExit(f"--configs {','.join(unknown)}: not a configuration; choose from {', '.join(configs)}")
     chosen = [configs[key] for key in keys]
-    with tempfile.TemporaryDirectory(prefix="paratrain-goodput-nodes-") as scratch, two_hosts() as hosts:
+    if args.reference_alongside and not chosen:
+        raise SystemExit("--reference-alongside runs the uninterrupted run beside the first configuration: name one in --configs")
+    with contextlib.ExitStack() as stack:
+        scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="paratrain-goodput-nodes-"))
+        hosts = stack.enter_context(two_hosts())
         workdir = Path(args.keep or scratch)
         workdir.mkdir(parents=True, exist_ok=True)
         reference = Path(args.reference).resolve() if args.reference else workdir / "reference"
 
-        def run_reference() -> None:
-            job = Job(hosts, reference, args.soak_steps, [], reference.with_suffix(".log"), args.nnodes, args.last_call)
+        def run_reference(on: tuple[Host, Host]) -> None:
+            job = Job(on, reference, args.soak_steps, [], reference.with_suffix(".log"), args.nnodes, args.last_call)
             soak("reference", job, float("inf"), random.Random(0), reference / "checkpoints" / "goodput.jsonl")
 
-        ideal = reference_run(reference, args.soak_steps, run_reference)
-        print(f"reference: {args.soak_steps} steps uninterrupted in {ideal:.0f} s (its ledger), {reference}", flush=True)
+        alongside = None
+        if args.reference_alongside:  # on two hosts of its own: the faults of the soak's hosts never reach it
+            other = stack.enter_context(two_hosts())
+            alongside = threading.Thread(target=run_reference, args=(other,), daemon=True)
+            alongside.start()
+        else:
+            ideal = reference_run(reference, args.soak_steps, lambda: run_reference(hosts))
+            print(f"reference: {args.soak_steps} steps uninterrupted in {ideal:.0f} s (its ledger), {reference}", flush=True)
         rows = []
         for index, (name, flags) in enumerate(chosen):
             out = workdir / f"soak-{index}"
             job = Job(hosts, out, args.soak_steps, flags, workdir / f"soak-{index}.log", args.nnodes, args.last_call)
             result = soak(name, job, args.mtbf, random.Random(args.seed), out / "checkpoints" / "goodput.jsonl")
+            if alongside is not None:
+                alongside.join(timeout=3600)
+                ideal = reference_run(reference, args.soak_steps, lambda: None)
+                print(f"reference (beside {chosen[0][0]}, on two hosts of its own): {args.soak_steps} steps uninterrupted "
+                      f"in {ideal:.0f} s (its ledger), {reference}", flush=True)
+                alongside = None
             rows.append(accounted(result, out, reference, workdir / f"soak-{index}.png", f"two nodes, {name}"))
     lines = [f"## goodput soak on two simulated nodes: digits, 1 process per node (--nnodes {args.nnodes}"
              + (f", --rdzv-last-call {args.last_call}" if ":" in args.nnodes else "") + f"), {args.soak_steps} steps, "
