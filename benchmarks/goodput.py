@@ -346,6 +346,7 @@ def soak(name: str, command: list[str], mtbf: float, rng: random.Random, log: Pa
     from a run that has one."""
     faults: dict[str, int] = {}
     runs = 0
+    injected: list[list] = []  # [time, kind] of each fault, for reading the ledger's attempts against them
     start = time.time()
     load = LoadSampler()
     next_fault = float("inf")  # the first fault comes once the run's ledger exists (see the docstring)
@@ -372,6 +373,7 @@ def soak(name: str, command: list[str], mtbf: float, rng: random.Random, log: Pa
                     else:
                         process.send_signal(signal.SIGTERM)
                     faults[kind] = faults.get(kind, 0) + 1
+                    injected.append([time.time(), kind])
                     next_fault = time.time() + rng.expovariate(1 / mtbf)
                 load.sample()
                 time.sleep(0.05)
@@ -379,7 +381,8 @@ def soak(name: str, command: list[str], mtbf: float, rng: random.Random, log: Pa
             _kill_group(process.pid)  # nothing of a killed job may outlive it
         if process.returncode == 0:
             break
-    return {"name": name, "outside": time.time() - start, "runs": runs, "faults": faults, "load": load.summary()}
+    return {"name": name, "outside": time.time() - start, "runs": runs, "faults": faults, "load": load.summary(),
+            "injected": injected}
 
 
 class LoadSampler:

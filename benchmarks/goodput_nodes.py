@@ -131,6 +131,7 @@ class Job:
 def soak(name: str, job: Job, mtbf: float, rng: random.Random, ledger_file: Path) -> dict:
     """Run ``job`` until it succeeds, injecting faults at exponential gaps once its ledger exists; the outside clock."""
     faults: dict[str, int] = {}
+    injected: list[list] = []  # [time, kind] of each fault, for reading the ledger's attempts against them
     start = time.time()
     load = LoadSampler()
     next_fault = float("inf")
@@ -158,6 +159,9 @@ def soak(name: str, job: Job, mtbf: float, rng: random.Random, ledger_file: Path
                         if node is not None and node.poll() is None:
                             node.send_signal(signal.SIGTERM)
                 faults[kind] = faults.get(kind, 0) + 1
+                injected.append([time.time(), kind])
+                with open(job.log, "a") as console:
+                    console.write(f"--- {time.strftime('%H:%M:%S')} fault: {kind}\n")
                 next_fault = time.time() + rng.expovariate(1 / mtbf)
             now_size = sum(path.stat().st_size for path in (ledger_file, job.out / "metrics.jsonl") if path.is_file())
             if now_size != size:
@@ -169,7 +173,7 @@ def soak(name: str, job: Job, mtbf: float, rng: random.Random, ledger_file: Path
     finally:
         job.stop()
     return {"name": name, "outside": time.time() - start, "launches": job.launches, "faults": faults,
-            "load": load.summary()}
+            "load": load.summary(), "injected": injected}
 
 
 def main() -> int:
