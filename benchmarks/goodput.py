@@ -32,6 +32,7 @@ ledger, flushes included), in microseconds, against the median digits and text-c
     python benchmarks/goodput.py --part cost --steps 100 --rounds 1 --modes none,background --baseline-src /tmp/base/src
     python benchmarks/goodput.py --part cost --strategy fsdp --steps 60 --rounds 1 --modes foreground,background
     python benchmarks/goodput.py --part soak --mtbf 60 --soak-steps 12000 --seed 1
+    python benchmarks/goodput.py --part soak --mtbf 60 --soak-steps 45000 --seed 2 --warm-workers --reference-alongside
     python benchmarks/goodput.py --part startup --rounds 3 --baseline-src /tmp/base/src
 """
 

@@ -17,6 +17,7 @@ outside clock, the ledger's wall time and categories, goodput by the ledger and 
 failures, and whether the final weights equal those of the same two-node job run without failures, bit for bit.
 
     python benchmarks/goodput_nodes.py --mtbf 60 --soak-steps 12000 --seed 1
+    python benchmarks/goodput_nodes.py --mtbf 60 --soak-steps 32000 --seed 2 --configs auto,background,foreground --warm-workers --nnodes 2 --reference-alongside
     python benchmarks/goodput_nodes.py --mtbf 20 --soak-steps 1500 --fixed 200 --configs background  # a short trial
 """
 
