@@ -32,6 +32,7 @@ ledger, flushes included), in microseconds, against the median digits and text-c
     python benchmarks/goodput.py --part cost --steps 100 --rounds 1 --modes none,background --baseline-src /tmp/base/src
     python benchmarks/goodput.py --part cost --strategy fsdp --steps 60 --rounds 1 --modes foreground,background
     python benchmarks/goodput.py --part soak --mtbf 60 --soak-steps 12000 --seed 1
+    python benchmarks/goodput.py --part soak --mtbf 60 --soak-steps 45000 --seed 2 --warm-workers --reference-alongside
     python benchmarks/goodput.py --part startup --rounds 3 --baseline-src /tmp/base/src
 """
 
@@ -346,7 +347,9 @@ def soak(name: str, command: list[str], mtbf: float, rng: random.Random, log: Pa
     from a run that has one."""
     faults: dict[str, int] = {}
     runs = 0
+    injected: list[list] = []  # [time, kind] of each fault, for reading the ledger's attempts against them
     start = time.time()
+    load = LoadSampler()
     next_fault = float("inf")  # the first fault comes once the run's ledger exists (see the docstring)
     while True:
         runs += 1
@@ -371,13 +374,35 @@ def soak(name: str, command: list[str], mtbf: float, rng: random.Random, log: Pa
                     else:
                         process.send_signal(signal.SIGTERM)
                     faults[kind] = faults.get(kind, 0) + 1
+                    injected.append([time.time(), kind])
                     next_fault = time.time() + rng.expovariate(1 / mtbf)
+                load.sample()
                 time.sleep(0.05)
         finally:  # also when this benchmark is interrupted: the job's session is its own, nothing else ends it
             _kill_group(process.pid)  # nothing of a killed job may outlive it
         if process.returncode == 0:
             break
-    return {"name": name, "outside": time.time() - start, "runs": runs, "faults": faults}
+    return {"name": name, "outside": time.time() - start, "runs": runs, "faults": faults, "load": load.summary(),
+            "injected": injected}
+
+
+class LoadSampler:
+    """The machine's 1-minute load average, read every ``every`` seconds while a soak runs (the soaks share
+    the machine with other work: their numbers move with it)."""
+
+    def __init__(self, every: float = 5.0):
+        self.every, self.values, self._next = every, [], 0.0
+
+    def sample(self) -> None:
+        if time.monotonic() >= self._next:
+            self.values.append(os.getloadavg()[0])
+            self._next = time.monotonic() + self.every
+
+    def summary(self) -> list[float]:
+        """``[mean, min, max]`` of the samples (NaN without any)."""
+        if not self.values:
+            return [float("nan")] * 3
+        return [statistics.fmean(self.values), min(self.values), max(self.values)]
 
 
 def _final_weights(out: Path) -> bytes:
@@ -388,25 +413,68 @@ def _final_weights(out: Path) -> bytes:
     return (path / "model.safetensors").read_bytes()
 
 
+def soak_configs(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
+    """``(name, flags)`` of each configuration in ``--configs``, in its order; ``--warm-workers`` adds the flag to each."""
+    known = {"foreground": ("foreground, every %d" % args.fixed, ["--save-every", str(args.fixed), "--no-background-save"]),
+             "background": ("background, every %d" % args.fixed, ["--save-every", str(args.fixed)]),
+             "auto": ("background, auto", ["--save-every", "auto", "--mtbf", str(args.mtbf)]),
+             "auto-warm": ("background, auto, warm workers", ["--save-every", "auto", "--mtbf", str(args.mtbf),
+                                                               "--warm-workers"])}
+    unknown = [key for key in args.configs if key not in known]
+    if unknown:
+        raise SystemExit(f"--configs {','.join(unknown)}: not a configuration; choose from {', '.join(known)}")
+    chosen = [known[key] for key in args.configs]
+    if args.warm_workers:
+        chosen = [(name if "warm" in name else f"{name}, warm workers",
+                   flags if "--warm-workers" in flags else [*flags, "--warm-workers"]) for name, flags in chosen]
+    return chosen
+
+
+def reference_run(reference: Path, steps: int, run) -> float:
+    """The uninterrupted run's wall seconds (by its ledger): ``run()`` makes it in ``reference`` unless a
+    complete one of ``steps`` steps is there already (``--reference``: made earlier, alone or beside another job)."""
+    from paratrain.checkpoint import catalog
+    from paratrain.goodput import accounting
+
+    done = (reference / "checkpoints").is_dir() and catalog.complete(reference / "checkpoints")
+    if not done or done[-1][1].step != steps:
+        if reference.exists() and any(reference.iterdir()):
+            raise SystemExit(f"--reference {reference}: not a finished run of {steps} steps; remove it or name another folder")
+        run()
+    return accounting.account(_records(reference)).wall
+
+
 def part_soak(args: argparse.Namespace, workdir: Path) -> list[str]:
-    reference = workdir / "reference"
-    started = time.time()
-    subprocess.run(soak_command(reference, args.soak_steps, []), env=_env(), check=True, capture_output=True)
-    ideal = time.time() - started
-    configs = [("foreground, every %d" % args.fixed, ["--save-every", str(args.fixed), "--no-background-save"]),
-               ("background, every %d" % args.fixed, ["--save-every", str(args.fixed)]),
-               ("background, auto", ["--save-every", "auto", "--mtbf", str(args.mtbf)]),
-               ("background, auto, warm workers", ["--save-every", "auto", "--mtbf", str(args.mtbf), "--warm-workers"])]
-    configs = [config for config, key in zip(configs, ("foreground", "background", "auto", "auto-warm"))
-               if key in args.configs]
+    """The uninterrupted run first (or, with ``--reference-alongside``, beside the first configuration: it then
+    shares the machine with it), then each configuration under faults, compared with it."""
+    reference = Path(args.reference).resolve() if args.reference else workdir / "reference"
+    alongside = None
+    if args.reference_alongside:
+        with open(workdir / "reference.log", "a") as console:
+            alongside = subprocess.Popen(soak_command(reference, args.soak_steps, []), env=_env(), stdout=console,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+    else:
+        ideal = reference_run(reference, args.soak_steps, lambda: subprocess.run(
+            soak_command(reference, args.soak_steps, []), env=_env(), check=True, capture_output=True))
+        print(f"reference: {args.soak_steps} steps uninterrupted in {ideal:.0f} s (its ledger), {reference}", flush=True)
+    configs = soak_configs(args)
+    if alongside is not None and not configs:
+        raise SystemExit("--reference-alongside runs the uninterrupted run beside the first configuration: name one in --configs")
     rows = []
     for index, (name, flags) in enumerate(configs):
         out = workdir / f"soak-{index}"
         result = soak(name, soak_command(out, args.soak_steps, flags), args.mtbf, random.Random(args.seed),
                       workdir / f"soak-{index}.log", out / "checkpoints" / "goodput.jsonl")
+        if alongside is not None:
+            if alongside.wait(timeout=3600) != 0:
+                raise SystemExit(f"the uninterrupted run failed (exit {alongside.returncode}): see {workdir / 'reference.log'}")
+            ideal = reference_run(reference, args.soak_steps, lambda: None)
+            print(f"reference (beside {configs[0][0]}): {args.soak_steps} steps uninterrupted in {ideal:.0f} s "
+                  f"(its ledger), {reference}", flush=True)
+            alongside = None
         rows.append(accounted(result, out, reference, workdir / f"soak-{index}.png", name))
     lines = [f"## goodput soak: digits, 2 processes, {args.soak_steps} steps, failures every {args.mtbf:.0f} s on "
-             f"average (seed {args.seed}); an uninterrupted run took {ideal:.0f} s", "", *soak_table(rows)]
+             f"average (seed {args.seed}); an uninterrupted run took {ideal:.0f} s (its ledger)", "", *soak_table(rows)]
     lines.append(f"\ntimelines: {workdir}/soak-*.png")
     return lines
 
@@ -428,16 +496,19 @@ def soak_table(rows: list[dict]) -> list[str]:
     """The soaks as a markdown table, one row per configuration (with its node launches where it has them)."""
     launches = any("launches" in r for r in rows)
     lines = ["| saves | wall (outside) | ledger wall | faults |" + (" node launches |" if launches else "")
-             + " goodput (ledger) | goodput (outside clock) | start-up | redone | save blocking | recovery | bit-identical |",
-             "|---" * (11 + launches) + "|"]
+             + " goodput (ledger) | goodput (outside clock) | start-up | redone | save blocking | evaluation | the rest "
+             "| recovery | load average: mean (min–max) | bit-identical |",
+             "|---" * (14 + launches) + "|"]
     for r in rows:
         s, wall = r["ledger"]["seconds"], r["ledger_wall"]
         faults = ", ".join(f"{k} {v}" for k, v in sorted(r["faults"].items())) or "none"
+        mean, low, high = r.get("load", [float("nan")] * 3)
         lines.append(f"| {r['name']} | {r['outside']:.0f} s | {wall:.0f} s | {faults} | "
                      + (f"{r['launches']} | " if launches else "")
-                     + f"{r['goodput']:.1%} | {r['outside_goodput']:.1%} | {s['startup'] / wall:.1%} | "
-                     f"{s['redone'] / wall:.1%} | {s['save'] / wall:.1%} | {s['recovery'] / wall:.1%} | "
-                     f"{'yes' if r['identical'] else 'NO'} |")
+                     + f"{r['goodput']:.1%} | {r['outside_goodput']:.1%} | {s.get('startup', 0.0) / wall:.1%} | "
+                     f"{s.get('redone', 0.0) / wall:.1%} | {s.get('save', 0.0) / wall:.1%} | {s.get('eval', 0.0) / wall:.1%} | "
+                     f"{s.get('rest', 0.0) / wall:.1%} | {s.get('recovery', 0.0) / wall:.1%} | "
+                     f"{mean:.1f} ({low:.1f}–{high:.1f}) | {'yes' if r['identical'] else 'NO'} |")
     return lines
 
 
@@ -463,11 +534,17 @@ def main() -> int:
     parser.add_argument("--configs", default="foreground,background,auto", help="--part soak: which configurations "
                         "(comma-separated: foreground and background at --fixed, auto, auto-warm: auto with "
                         "--warm-workers)")
+    parser.add_argument("--warm-workers", action="store_true", help="--part soak: every configuration with --warm-workers")
+    parser.add_argument("--reference", default=None, help="--part soak: the uninterrupted run's folder; one of "
+                        "--soak-steps steps already there is used (made earlier, e.g. with --configs ''), else it is "
+                        "run there first")
+    parser.add_argument("--reference-alongside", action="store_true", help="--part soak: run the uninterrupted run "
+                        "beside the first configuration instead of before the soak (it shares the machine with it)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", default=None, help="a folder to keep the runs in (default: a temporary one)")
     args = parser.parse_args()
     sys.path.insert(0, str(SRC))
-    args.modes, args.configs = args.modes.split(","), args.configs.split(",")
+    args.modes, args.configs = args.modes.split(","), [key for key in args.configs.split(",") if key]
     with tempfile.TemporaryDirectory(prefix="paratrain-goodput-") as scratch:
         workdir = Path(args.keep or scratch)
         workdir.mkdir(parents=True, exist_ok=True)

@@ -94,3 +94,34 @@ def test_kills_exit_codes_and_signals_pass_through_the_pool_and_nothing_outlives
     error_files = list((tmp_path / "logs").glob("*/attempt_2/1/error.json"))
     assert len(error_files) == 1 and "bad input 7" in error_files[0].read_text()
     assert "starts cold" not in stderr
+
+
+def test_the_pool_ends_without_an_interpreter_teardown_once_its_launcher_lets_go(tmp_path):
+    """The launcher waits for its pool at every end (the job's, a preemption's): asked to end, the pool exits 0 at
+    once, with no teardown of an interpreter that holds torch (an atexit hook it registered never runs)."""
+    import socket
+    import sys
+
+    from paratrain.launch import warm_pool
+
+    mark = tmp_path / "teardown-ran"
+    folder = tmp_path / "pool"
+    folder.mkdir()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(folder / warm_pool.SOCKET_NAME))
+    listener.listen(4)
+    read_end, write_end = os.pipe()
+    code = ("import atexit, sys; atexit.register(lambda: open(sys.argv[4], 'w').close()); "
+            "from paratrain.launch import warm_pool; sys.exit(warm_pool.main(sys.argv[1:4]))")
+    pool = subprocess.Popen([sys.executable, "-u", "-c", code, str(listener.fileno()), str(read_end), str(os.getpid()),
+                             str(mark)], pass_fds=(listener.fileno(), read_end), env=clean_env(),
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    os.close(read_end)
+    listener.close()
+    os.close(write_end)  # the launcher lets go: the pool sees it once its imports are done and it serves
+    try:
+        _, stderr = pool.communicate(timeout=WAIT_S)
+    finally:
+        pool.kill()
+    assert pool.returncode == 0, stderr
+    assert not mark.exists(), "the pool ran its interpreter's teardown (atexit) before ending"

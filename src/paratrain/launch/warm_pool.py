@@ -334,7 +334,13 @@ def main(argv: list[str]) -> int:
     listener = socket.socket(fileno=listener_fd)
     request = Pool(listener, control, unfit).serve()
     if request is None:
-        return 0
+        # The launcher is ending and waits for this process: nothing here needs tidying (its children are
+        # reaped, the launcher removes the socket's folder), and the teardown of an interpreter holding torch
+        # takes seconds on a busy machine (9 s at a load average of 22: longer than STOP_TIMEOUT_S).
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
     from paratrain.launch import warm_worker
 
     return warm_worker.become(request)
