@@ -42,7 +42,7 @@ from paratrain.checkpoint.background import BackgroundWrite
 from paratrain.checkpoint.manifest import Manifest, verify
 from paratrain.checkpoint.model_state import TorchStateAccess
 from paratrain.checkpoint.restoring import CheckpointState
-from paratrain.checkpoint.snapshot import HostBuffers, LiveState
+from paratrain.checkpoint.snapshot import CopiesBeforeStep, HostBuffers, LiveState
 from paratrain.checkpoint.stateful import Stateful, by_name, collect
 from paratrain.checkpoint.writer_lock import WriterLock
 from paratrain.errors import CheckpointError, ConfigError
@@ -164,6 +164,7 @@ class Checkpointer:
         #: background saves: torch's whole-tensor state read in place, copied into buffers kept between saves
         self.live_state = LiveState() if type(self.access) is TorchStateAccess else None
         self.host_buffers = HostBuffers()
+        self.copies_before_step = CopiesBeforeStep()  # rank 0: optimizer state copied by the writing thread
         weakref.finalize(self, self._lock.release)
 
     # ---- writing ---------------------------------------------------------------------------

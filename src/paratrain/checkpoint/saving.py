@@ -50,7 +50,7 @@ from paratrain.checkpoint.layout import (
 from paratrain.checkpoint.manifest import Manifest, seal
 from paratrain.checkpoint.model_state import model_state, optimizer_is_fresh, optimizer_state
 from paratrain.checkpoint.safe_load import check_plain
-from paratrain.checkpoint.snapshot import LiveState
+from paratrain.checkpoint.snapshot import LiveState, on_cpu
 from paratrain.checkpoint.writer import (
     check_free_space,
     safetensors_ready,
@@ -232,7 +232,7 @@ def _save_in_background(ckpt: Checkpointer, name: str, manifest: Manifest, step:
     def snapshot() -> Any:  # every rank: the check; rank 0: a host copy, into buffers the previous write freed
         if check is not None:
             check()
-        return _host_snapshot(ckpt, {**gathered, **per_rank}) if comm.is_main() else None
+        return _host_snapshot(ckpt, {**gathered, **per_rank}, name) if comm.is_main() else None
 
     taken, outcome, _ = run_here(f"saving checkpoint {name}", snapshot)
     ckpt.start_writing(name, _agree_then_write(ckpt, name, manifest, taken, outcome, rng_state, step, group))
@@ -259,7 +259,7 @@ def _agree_then_write(ckpt: Checkpointer, name: str, manifest: Manifest, taken: 
     """
 
     def write_here() -> str:  # rank 0
-        objects, pending = taken
+        objects, pending, _ = taken
         ckpt.host_buffers.ready()  # GPU copies still in flight
         temporary = _prepare(ckpt.directory, name)
         pause_if_requested(step, temporary, "prepared")
@@ -273,10 +273,16 @@ def _agree_then_write(ckpt: Checkpointer, name: str, manifest: Manifest, taken: 
     rng_states: list[Any] = []
 
     def write() -> str:
+        here = outcome
+        if taken is not None:  # rank 0: the copies left to this thread, then the checks that the state can be saved
+            try:
+                _, here, _ = run_here(f"saving checkpoint {name}", lambda: _finish_snapshot(ckpt, taken))
+            finally:
+                ckpt.copies_before_step.done()  # before any wait for another rank: training steps on
         comm.barrier(name=f"agreeing on checkpoint {name}", group=group)
         writing = False
         try:
-            rng_states[:] = agree(outcome, rng_state, group)
+            rng_states[:] = agree(here, rng_state, group)
             writing = True
             return main_then_share(f"writing checkpoint {name}", write_here, group)
         except CheckpointError as exc:
@@ -359,7 +365,7 @@ def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: 
     def written() -> None:
         future.result()  # this rank's shards; DCP fails every rank's Future when one rank failed
         if comm.is_main():
-            objects, pending = taken
+            objects, pending, _ = taken
             manifest.objects = _write_collected(ckpt, temporary, objects, pending, rng_states, step)
 
     def write() -> str:
@@ -380,18 +386,55 @@ def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: 
     return write
 
 
-def _host_snapshot(ckpt: Checkpointer, gathered: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str, Any]]]:
+def _host_snapshot(ckpt: Checkpointer, gathered: dict[str, Any], name: str | None = None) -> Any:
     """Rank 0, in the training thread: a host copy of everything the checkpoint holds but the generator
-    states, in buffers reused from the previous save (written by now), checked now: a state that cannot be
-    saved commits nothing at this save (a one-file background save raises it at the next save or wait)."""
+    states, in buffers reused from the previous save (written by now). A state that cannot be saved commits
+    nothing at this save (a one-file background save raises it at the next save or wait).
+
+    ``name`` (a one-file background save): the copy of the state of optimizers in host memory is left to the
+    save's writing thread, before their next step (:class:`~paratrain.checkpoint.snapshot.CopiesBeforeStep`),
+    and the checks that every part can be saved run there too (:func:`_finish_snapshot`, before the ranks
+    agree); without, both run here."""
     objects, pending = _collect(ckpt, gathered, ckpt.live_state)
-    pending = [(obj_name, kind, ckpt.host_buffers.copy(state, (obj_name,))) for obj_name, kind, state in pending]
+    copied: list[tuple[str, str, Any]] = []
+    later: list[tuple[dict[str, Any], str, Any]] = []  # (the copy, to complete; its object; the live state)
+    optimizers = []
+    for obj_name, kind, state in pending:
+        optimizer = ckpt.by_name[obj_name].obj if kind == "optimizer" else None
+        if (name is not None and isinstance(optimizer, torch.optim.Optimizer) and isinstance(state, dict)
+                and isinstance(state.get("state"), dict) and on_cpu(optimizer)):
+            # its hyperparameters now (a scheduler may change them before the next step), its tensors later
+            head = {key: None if key == "state" else ckpt.host_buffers.copy(value, (obj_name, key))
+                    for key, value in state.items()}
+            later.append((head, obj_name, state["state"]))
+            optimizers.append(optimizer)
+            copied.append((obj_name, kind, head))
+        else:
+            copied.append((obj_name, kind, ckpt.host_buffers.copy(state, (obj_name,))))
+    taken = (objects, copied, later)
+    if name is None:
+        _finish_snapshot(ckpt, taken)
+    elif optimizers:
+        ckpt.copies_before_step.leave(name, optimizers)  # the last thing: the writing thread then says done()
+    return taken
+
+
+def _finish_snapshot(ckpt: Checkpointer, taken: Any) -> None:
+    """Rank 0: the copies :func:`_host_snapshot` left made, then every one-file part checked (plain data; model
+    weights safetensors can hold).
+
+    Raises:
+        CheckpointError: a part that cannot be saved, named.
+    """
+    _, pending, later = taken
+    for head, obj_name, state in later:
+        head["state"] = ckpt.host_buffers.copy(state, (obj_name, "state"))
+    later.clear()
     for obj_name, kind, state in pending:
         if kind == "model":
             safetensors_ready(obj_name, state)
         else:
             check_plain(state, obj_name)
-    return objects, pending
 
 
 def _write_files(ckpt: Checkpointer, temporary: Path, rng_states: list[Any], step: int | None,
