@@ -88,7 +88,8 @@ class Checkpointer:
             ``best_metric`` and the one ``latest`` points to are always kept too.
         best_metric: a key of ``save(metrics=...)`` that ranks checkpoints.
         mode: ``"max"`` (higher is better) or ``"min"``.
-        background: after the first save, block only while rank 0 copies the state to host memory;
+        background: after the first save, block only while rank 0 copies the state to host memory (the
+            optimizers' state in host memory: its thread copies it, before their next ``step()``);
             a thread of every rank then agrees with the others (every rank's ``check`` and copy succeeded)
             and rank 0's writes, checksums, commits and prunes while training goes on (sharded checkpoints:
             every rank copies its shards and a thread of every rank writes them with DCP's ``async_save``;

@@ -8,7 +8,8 @@
    its visible name, fsyncs, points ``latest`` at it and applies retention.
 
 With ``background=True`` (after the first save) every rank blocks only for its own checks and, on
-rank 0, a host copy of the state; a thread on every rank then agrees with the others, and rank 0's runs
+rank 0, a host copy of the state (the optimizers' state in host memory: copied by rank 0's thread, before
+their next step); a thread on every rank then agrees with the others, and rank 0's runs
 steps 1, 3 and 4 (:mod:`.background`) only when every rank succeeded, while training goes on. Sharded checkpoints: rank 0 runs step 1 in the foreground, every rank copies its shards to
 host memory (DCP's ``async_save``, :mod:`.async_shards`) and a thread on every rank waits for them to
 be written; the threads agree, and rank 0's runs steps 3 and 4.
@@ -209,7 +210,8 @@ def _save_in_background(ckpt: Checkpointer, name: str, manifest: Manifest, step:
                         check: Callable[[], None] | None) -> Path:
     """Every rank blocks only for what it does alone: its thread of the previous save joined (that save's
     outcome, the same on every rank, raised here), ``check`` run, its generator states taken, and on rank 0
-    a host copy of the state. A thread on every rank then agrees with the others on the writing group, and
+    a host copy of the state (but the optimizers' state in host memory, which rank 0's thread copies before
+    their next step, and then checks that every part can be saved). A thread on every rank then agrees with the others on the writing group, and
     rank 0's writes the checkpoint only when every rank succeeded (:func:`_agree_then_write`). The first
     save of a run is written in the foreground (it also checks that every rank sees the storage).
     Collective, with no collective of its own in the training thread (but a strategy's per-rank state and
