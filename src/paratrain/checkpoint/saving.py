@@ -51,7 +51,7 @@ from paratrain.checkpoint.layout import (
 from paratrain.checkpoint.manifest import Manifest, seal
 from paratrain.checkpoint.model_state import model_state, optimizer_is_fresh, optimizer_state
 from paratrain.checkpoint.safe_load import check_plain
-from paratrain.checkpoint.snapshot import LiveState, on_cpu
+from paratrain.checkpoint.snapshot import LiveState, can_wait
 from paratrain.checkpoint.writer import (
     check_free_space,
     safetensors_ready,
@@ -403,8 +403,7 @@ def _host_snapshot(ckpt: Checkpointer, gathered: dict[str, Any], name: str | Non
     optimizers = []
     for obj_name, kind, state in pending:
         optimizer = ckpt.by_name[obj_name].obj if kind == "optimizer" else None
-        if (name is not None and isinstance(optimizer, torch.optim.Optimizer) and isinstance(state, dict)
-                and isinstance(state.get("state"), dict) and on_cpu(optimizer)):
+        if name is not None and isinstance(state, dict) and isinstance(state.get("state"), dict) and can_wait(optimizer):
             # its hyperparameters now (a scheduler may change them before the next step), its tensors later
             head = {key: None if key == "state" else ckpt.host_buffers.copy(value, (obj_name, key))
                     for key, value in state.items()}

@@ -82,13 +82,15 @@ class HostBuffers:
 class CopiesBeforeStep:
     """The host copy of optimizers' state, made by a background save's writing thread before their next step.
 
-    Only ``optimizer.step()`` changes the tensors of ``optimizer.state`` (a resume or another save waits for the
-    writing thread first; the step's hyperparameters, which a scheduler may change, are copied at the save), and
-    the next step comes after a whole forward and backward. So a background save hands these copies to its
-    thread, and a hook that torch runs before each ``step()`` of those optimizers
-    (``Optimizer.register_step_pre_hook``) waits for the copy when it is not done yet — that wait counts as save
-    blocking in the goodput ledger. CPU tensors only: a GPU copy is queued on the GPU without waiting and costs
-    the training thread little. Not collective.
+    Only ``optimizer.step()`` and ``optimizer.load_state_dict()`` change the tensors of ``optimizer.state`` (a
+    resume or another save waits for the writing thread first; the hyperparameters, which a scheduler may
+    change, are copied at the save), and the next step comes after a whole forward and backward. So a
+    background save hands these copies to its thread, and hooks that torch runs before each ``step()`` and
+    ``load_state_dict()`` of those optimizers (``Optimizer.register_step_pre_hook``,
+    ``register_load_state_dict_pre_hook``) wait for the copy when it is not done yet — a wait the goodput ledger
+    counts as save blocking. CPU tensors only (a GPU copy is queued on the GPU without waiting and costs the
+    training thread little), and only for optimizers whose class torch's hooks run for (:func:`can_wait`).
+    Not collective.
     """
 
     def __init__(self) -> None:
@@ -102,13 +104,17 @@ class CopiesBeforeStep:
         which calls :meth:`done` (always: also when it fails). Until then their ``step()`` waits."""
         for optimizer in optimizers:
             if optimizer not in self._hooked:
-                self._hooked[optimizer] = optimizer.register_step_pre_hook(self._before_step)
+                self._hooked[optimizer] = (optimizer.register_step_pre_hook(self._before_step),
+                                           optimizer.register_load_state_dict_pre_hook(self._before_load))
         self.name = name
         self._done.clear()
 
     def done(self) -> None:
         """Writing thread: the copies are made, or will not be: steps go on."""
         self._done.set()
+
+    def _before_load(self, optimizer: Any, state: Any) -> None:
+        self._before_step(optimizer, (), {})
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._done.is_set():
@@ -125,9 +131,13 @@ class CopiesBeforeStep:
             ledger.active().event("copy_wait", name=self.name, seconds=waited)
 
 
-def on_cpu(optimizer: torch.optim.Optimizer) -> bool:
-    """Every parameter ``optimizer`` trains is in host memory (so is its state)."""
-    return all(p.device.type == "cpu" for group in optimizer.param_groups for p in group["params"])
+def can_wait(optimizer: Any) -> bool:
+    """``optimizer``'s state may be copied by a writing thread (:class:`CopiesBeforeStep`): a torch optimizer
+    whose ``step()`` runs its hooks (torch marks the method so) and every parameter it trains (so its state) in
+    host memory."""
+    return (isinstance(optimizer, torch.optim.Optimizer) and getattr(type(optimizer).step, "hooked", False)
+            and hasattr(optimizer, "_optimizer_step_pre_hooks")
+            and all(p.device.type == "cpu" for group in optimizer.param_groups for p in group["params"]))
 
 
 class LiveState:
