@@ -119,7 +119,8 @@ def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
             print(f"  round {round_ + 1} {mode}{label}: {run['loop_s'] * 1000:.1f} ms/step, step {run['step_s'] * 1000:.1f} ms, "
                   f"blocking {', '.join(f'{s * 1000:.0f}' for s in run['saves'])} ms (ledger), "
                   f"{', '.join(f'{s * 1000:.0f}' for s in run['loop_saves'])} ms (the fit loop's whole save); "
-                  f"{len(run['copy_waits'])} step(s) waited for a copy ({sum(run['copy_waits']) * 1000:.1f} ms)", flush=True)
+                  f"{len(run['copy_waits'])} step(s) waited for a copy ({sum(run['copy_waits']) * 1000:.1f} ms)",
+                  flush=True)
     lines = [f"## what a save costs: {args.task}, 2 processes, strategy {args.strategy}, {args.steps} steps, saves every 10 steps, "
              f"{args.rounds} round(s); load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end", "",
              "| code | saves | step (same runs) | blocking p50 | blocking p99 | p50 / step | p99 / step "

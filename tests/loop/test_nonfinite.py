@@ -116,6 +116,7 @@ def test_the_weights_check_finds_one_bad_element_in_any_tensor_of_any_floating_d
 
 
 def test_the_weights_check_takes_large_finite_values_empty_and_zero_dim_tensors():
-    assert bool(local_weights_finite([torch.tensor([1e300, -1e300], dtype=torch.float64), torch.tensor([65504.0]).half()]))
+    large = [torch.tensor([1e300, -1e300], dtype=torch.float64), torch.tensor([65504.0]).half()]
+    assert bool(local_weights_finite(large))
     assert bool(local_weights_finite([torch.empty(0), torch.tensor(2.0)])) and bool(local_weights_finite([]))
     assert not bool(local_weights_finite([torch.empty(0), torch.tensor(float("nan"))]))

@@ -1,7 +1,8 @@
 """``manifest.json`` and ``COMPLETE``: what a checkpoint holds, and proof that it is whole.
 
 The manifest lists the counters, the run's configuration, which file holds which
-object, and the size and CRC-32 of every file (SHA-256 in checkpoints of format 1, still checked). ``COMPLETE`` is written last and
+object, and the size and CRC-32 of every file (SHA-256 in checkpoints of format 1, still checked).
+``COMPLETE`` is written last and
 holds the SHA-256 of the manifest, so a checkpoint is trusted only when the marker
 exists, the manifest matches it, and every file matches the manifest.
 """

@@ -211,8 +211,8 @@ def _save_in_background(ckpt: Checkpointer, name: str, manifest: Manifest, step:
     """Every rank blocks only for what it does alone: its thread of the previous save joined (that save's
     outcome, the same on every rank, raised here), ``check`` run, its generator states taken, and on rank 0
     a host copy of the state (but the optimizers' state in host memory, which rank 0's thread copies before
-    their next step, and then checks that every part can be saved). A thread on every rank then agrees with the others on the writing group, and
-    rank 0's writes the checkpoint only when every rank succeeded (:func:`_agree_then_write`). The first
+    their next step, and then checks that every part can be saved). A thread on every rank then agrees with
+    the others on the writing group, and rank 0's writes the checkpoint only when every rank succeeded (:func:`_agree_then_write`). The first
     save of a run is written in the foreground (it also checks that every rank sees the storage).
     Collective, with no collective of its own in the training thread (but a strategy's per-rank state and
     collective state reads, when there are any, gathered first as in a foreground save).
@@ -403,7 +403,8 @@ def _host_snapshot(ckpt: Checkpointer, gathered: dict[str, Any], name: str | Non
     optimizers = []
     for obj_name, kind, state in pending:
         optimizer = ckpt.by_name[obj_name].obj if kind == "optimizer" else None
-        if name is not None and isinstance(state, dict) and isinstance(state.get("state"), dict) and can_wait(optimizer):
+        if (name is not None and isinstance(state, dict) and isinstance(state.get("state"), dict)
+                and can_wait(optimizer)):
             # its hyperparameters now (a scheduler may change them before the next step), its tensors later
             head = {key: None if key == "state" else ckpt.host_buffers.copy(value, (obj_name, key))
                     for key, value in state.items()}
