@@ -2,9 +2,8 @@
 
 The manifest lists the counters, the run's configuration, which file holds which
 object, and the size and CRC-32 of every file (SHA-256 in checkpoints of format 1, still checked).
-``COMPLETE`` is written last and
-holds the SHA-256 of the manifest, so a checkpoint is trusted only when the marker
-exists, the manifest matches it, and every file matches the manifest.
+``COMPLETE`` is written last and holds the SHA-256 of the manifest, so a checkpoint is trusted only
+when the marker exists, the manifest matches it, and every file matches the manifest.
 """
 
 from __future__ import annotations
