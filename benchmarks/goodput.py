@@ -99,7 +99,9 @@ def cost_run(task: str, steps: int, mode: str, workdir: Path, src: Path = SRC, s
     in_loop = json.loads(Path(f"{record}.rank0.json").read_text())["saves"]  # one per save record, in order
     kept = [i for i, r in enumerate(events) if r.get("step", 0) < steps][1 if mode == "background" else 0:]
     share = seconds.get("save", 0.0) / (seconds.get("train", 0.0) + seconds.get("save", 0.0) + seconds.get("rest", 0.0))
-    return {"mode": mode, "step_s": step_s, "loop_s": loop_s, "share": share,
+    # a step that waited for a background save's copy of the optimizer's state (save blocking too, outside the save)
+    copy_waits = [float(r.get("seconds", 0.0)) for r in records if r.get("event") == "copy_wait"]
+    return {"mode": mode, "step_s": step_s, "loop_s": loop_s, "share": share, "copy_waits": copy_waits,
             "saves": [events[i]["end"] - events[i]["start"] for i in kept], "loop_saves": [in_loop[i] for i in kept]}
 
 
@@ -117,7 +119,9 @@ def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
             runs.setdefault((mode, label), []).append(run)
             print(f"  round {round_ + 1} {mode}{label}: {run['loop_s'] * 1000:.1f} ms/step, step {run['step_s'] * 1000:.1f} ms, "
                   f"blocking {', '.join(f'{s * 1000:.0f}' for s in run['saves'])} ms (ledger), "
-                  f"{', '.join(f'{s * 1000:.0f}' for s in run['loop_saves'])} ms (the fit loop's whole save)", flush=True)
+                  f"{', '.join(f'{s * 1000:.0f}' for s in run['loop_saves'])} ms (the fit loop's whole save); "
+                  f"{len(run['copy_waits'])} step(s) waited for a copy ({sum(run['copy_waits']) * 1000:.1f} ms)",
+                  flush=True)
     lines = [f"## what a save costs: {args.task}, 2 processes, strategy {args.strategy}, {args.steps} steps, saves every 10 steps, "
              f"{args.rounds} round(s); load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end", "",
              "| code | saves | step (same runs) | blocking p50 | blocking p99 | p50 / step | p99 / step "

@@ -108,3 +108,59 @@ def test_writer_killed_during_save_leaves_previous_checkpoint_loadable(tmp_path)
     ckpt.save(step=2)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name not in (LOCK_FILE, LEDGER_FILE)) == \
         ["latest", "step-000001", "step-000002"]
+
+
+def _rewrite_manifest(checkpoint, edit) -> None:
+    """Edit ``manifest.json``'s file table and reseal ``COMPLETE`` (a consistent edit)."""
+    import hashlib
+    import json
+
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    edit(manifest["files"])
+    text = json.dumps(manifest)
+    (checkpoint / "manifest.json").write_text(text)
+    (checkpoint / "COMPLETE").write_text(f"sha256 {hashlib.sha256(text.encode()).hexdigest()}\n")
+
+
+def test_a_format_1_checkpoint_checksummed_with_sha256_is_still_verified(tmp_path):
+    """Data files carry a CRC-32 now; a checkpoint written with SHA-256 (format 1) still verifies, and a flipped
+    byte in it is still found; a file entry with no checksum at all is damage."""
+    import hashlib
+
+    from paratrain.checkpoint.manifest import verify
+
+    save_steps(tmp_path)
+    checkpoint = tmp_path / "step-000002"
+    assert all(set(entry) == {"bytes", "crc32"} for entry in verify(checkpoint).files.values())
+
+    def as_format_1(files):
+        for name, entry in files.items():
+            entry["sha256"] = hashlib.sha256((checkpoint / name).read_bytes()).hexdigest()
+            del entry["crc32"]
+
+    _rewrite_manifest(checkpoint, as_format_1)
+    assert "sha256" in verify(checkpoint).files["optimizer.pt"]
+    flip_byte(checkpoint / "optimizer.pt")
+    with pytest.raises(CheckpointError, match="optimizer.pt: checksum mismatch"):
+        verify(checkpoint)
+    _rewrite_manifest(tmp_path / "step-000001", lambda files: files["optimizer.pt"].pop("crc32"))
+    with pytest.raises(CheckpointError, match="optimizer.pt: no checksum listed for it"):
+        verify(tmp_path / "step-000001")
+
+
+def test_the_checksum_finds_a_flipped_bit_and_a_zeroed_block_anywhere_in_a_file(tmp_path):
+    from paratrain.checkpoint.files import crc32_file
+
+    data = bytearray(os.urandom(3 << 20))
+    path = tmp_path / "data"
+    path.write_bytes(bytes(data))
+    whole = crc32_file(path)
+    for offset in (0, 1 << 20, len(data) - 1):  # either side of the 1 MiB chunks it reads
+        damaged = bytearray(data)
+        damaged[offset] ^= 0x10
+        path.write_bytes(bytes(damaged))
+        assert crc32_file(path) != whole, offset
+    damaged = bytearray(data)
+    damaged[4096:8192] = bytes(4096)  # a torn write: one page of zeros
+    path.write_bytes(bytes(damaged))
+    assert crc32_file(path) != whole

@@ -79,3 +79,77 @@ def test_host_buffers_hold_the_state_of_the_copy_and_are_reused_by_the_next_one(
     second = buffers.copy(state)
     assert second["w"].data_ptr() == first["w"].data_ptr() and second["w"][0, 0].item() == 100.0
     assert buffers.copy({"w": torch.zeros(4)})["w"].data_ptr() != first["w"].data_ptr()  # another shape: a new buffer
+
+
+def _background_checkpointer(tmp_path, model, optimizer):
+    import paratrain as pt
+
+    ckpt = pt.Checkpointer(None, tmp_path / "ckpt", background=True, model=model, optimizer=optimizer)
+    ckpt.save(step=1)  # the first save is written in the foreground
+    return ckpt
+
+
+def test_the_optimizer_state_copied_by_the_writing_thread_is_the_state_at_the_save_not_after_the_next_step(
+        tmp_path, monkeypatch):
+    """The writing thread copies the optimizer's state (here only once the step waits); the next ``step()`` waits
+    for it: the checkpoint holds the state of the save, the ledger counts the wait as save blocking."""
+    import json
+    import threading
+
+    from paratrain.checkpoint import saving
+    from paratrain.goodput.ledger import LEDGER_FILE
+
+    torch.manual_seed(0)
+    model = Tied()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    _train(model, optimizer)
+    ckpt = _background_checkpointer(tmp_path, model, optimizer)
+    finish, release = saving._finish_snapshot, threading.Event()
+
+    def slow_finish(*args):  # the thread copies once the step waits for it (or after 10 s: the step did not wait)
+        release.wait(10)
+        return finish(*args)
+
+    class Waiting(threading.Event):
+        def wait(self, timeout=None):
+            release.set()
+            return super().wait(timeout)
+
+    ckpt.copies_before_step._done = Waiting()
+    ckpt.copies_before_step._done.set()
+    monkeypatch.setattr(saving, "_finish_snapshot", slow_finish)
+    _train(model, optimizer, 1)
+    at_save = {key: value.clone() for key, value in optimizer.state[model.embed.weight].items()}
+    ckpt.save(step=3)
+    _train(model, optimizer, 1)  # its step() waits for the copy
+    assert not torch.equal(optimizer.state[model.embed.weight]["exp_avg"], at_save["exp_avg"])
+    ckpt.close()
+    saved = torch.load(tmp_path / "ckpt" / "step-000003" / "optimizer.pt", weights_only=True)["state"]["embed.weight"]
+    assert all(torch.equal(saved[key], at_save[key]) for key in ("exp_avg", "exp_avg_sq", "step"))
+    waits = [json.loads(line) for line in (tmp_path / "ckpt" / LEDGER_FILE).read_text().splitlines()
+             if '"copy_wait"' in line]
+    assert len(waits) == 1 and waits[0]["name"] == "step-000003" and waits[0]["seconds"] > 0
+
+
+def test_a_state_that_cannot_be_saved_is_still_refused_when_the_writing_thread_copies_it(tmp_path):
+    """The checks that a state can be saved run in the writing thread, on its copy: a non-plain object in the
+    optimizer's state commits nothing and is raised at the next save, and the step that followed did not wait."""
+    import pytest
+
+    import paratrain as pt
+
+    torch.manual_seed(0)
+    model = Tied()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    _train(model, optimizer)
+    ckpt = _background_checkpointer(tmp_path, model, optimizer)
+    optimizer.state[model.embed.weight]["note"] = object()  # not plain data: a checkpoint would need unpickling
+    ckpt.save(step=3)
+    _train(model, optimizer, 1)  # the hook lets it step: the thread said it was done, though it failed
+    with pytest.raises(pt.CheckpointError, match=r"checkpoint step-000003 was not saved: .*optimizer\.state_dict\(\) "
+                                                 r"holds a builtins.object at"):
+        ckpt.save(step=4)
+    del optimizer.state[model.embed.weight]["note"]
+    ckpt.save(step=5)
+    ckpt.close()
+    assert [path.name for path in ckpt.checkpoints()] == ["step-000001", "step-000005"]

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 import paratrain as pt
 from paratrain.checkpoint import catalog
 from paratrain.errors import ConfigError, WorkerError
-from paratrain.loop.nonfinite import NonFiniteGuard, Verdict, stop_message
+from paratrain.loop.nonfinite import NonFiniteGuard, Verdict, local_weights_finite, stop_message
 from tests.loop.workers import fit_nan_after, fit_nan_skips
 
 
@@ -101,3 +101,22 @@ def test_the_first_bad_step_is_kept_and_the_gradient_norm_counts_too():
     guard.observe(3, [torch.tensor(float("nan"))], None)
     verdict = guard.agree(3, [torch.ones(1)])
     assert (verdict.loss_step, verdict.norm_step, verdict.first_step) == (3, 2, 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_the_weights_check_finds_one_bad_element_in_any_tensor_of_any_floating_dtype(dtype, bad):
+    weights = [torch.randn(3000, generator=torch.Generator().manual_seed(i)).to(dtype) for i in range(5)]
+    weights.append(torch.arange(4))  # integers: always finite
+    assert bool(local_weights_finite(weights))
+    for tensor, index in ((0, 0), (2, 1234), (4, 2999)):  # the first, a middle and the last element
+        poisoned = [w.clone() for w in weights]
+        poisoned[tensor][index] = bad
+        assert not bool(local_weights_finite(poisoned)), (tensor, index)
+
+
+def test_the_weights_check_takes_large_finite_values_empty_and_zero_dim_tensors():
+    large = [torch.tensor([1e300, -1e300], dtype=torch.float64), torch.tensor([65504.0]).half()]
+    assert bool(local_weights_finite(large))
+    assert bool(local_weights_finite([torch.empty(0), torch.tensor(2.0)])) and bool(local_weights_finite([]))
+    assert not bool(local_weights_finite([torch.empty(0), torch.tensor(float("nan"))]))

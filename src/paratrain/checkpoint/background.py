@@ -3,8 +3,9 @@ see :func:`paratrain.checkpoint.saving._agree_then_write`; sharded ones:
 :func:`paratrain.checkpoint.saving._save_shards_in_background`).
 
 The training thread blocks only for its own rank's part: the save's checks, and on rank 0 the copy of the
-state to host memory (:mod:`.snapshot`). The threads of every rank then agree, and rank 0's makes the hidden
-directory, writes the files, checksums them, seals, renames, points ``latest`` and prunes — the same steps, in
+model's state to host memory (:mod:`.snapshot`); rank 0's thread first copies the optimizers' state, before
+their next step, and checks that the state can be saved. The threads of every rank then agree, and rank 0's
+makes the hidden directory, writes the files, checksums them, seals, renames, points ``latest`` and prunes — the same steps, in
 the same order, as a synchronous save, so a kill at any moment of it leaves the previous complete checkpoint as
 the newest. One write at a time: the next save, a resume, the end of a run and a preemption wait for it
 (:meth:`Checkpointer.finish_writing`), say so when it is still running, and raise what failed in it. The thread

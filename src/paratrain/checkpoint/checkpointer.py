@@ -42,7 +42,7 @@ from paratrain.checkpoint.background import BackgroundWrite
 from paratrain.checkpoint.manifest import Manifest, verify
 from paratrain.checkpoint.model_state import TorchStateAccess
 from paratrain.checkpoint.restoring import CheckpointState
-from paratrain.checkpoint.snapshot import HostBuffers, LiveState
+from paratrain.checkpoint.snapshot import CopiesBeforeStep, HostBuffers, LiveState
 from paratrain.checkpoint.stateful import Stateful, by_name, collect
 from paratrain.checkpoint.writer_lock import WriterLock
 from paratrain.errors import CheckpointError, ConfigError
@@ -88,7 +88,8 @@ class Checkpointer:
             ``best_metric`` and the one ``latest`` points to are always kept too.
         best_metric: a key of ``save(metrics=...)`` that ranks checkpoints.
         mode: ``"max"`` (higher is better) or ``"min"``.
-        background: after the first save, block only while rank 0 copies the state to host memory;
+        background: after the first save, block only while rank 0 copies the state to host memory (the
+            optimizers' state in host memory: its thread copies it, before their next ``step()``);
             a thread of every rank then agrees with the others (every rank's ``check`` and copy succeeded)
             and rank 0's writes, checksums, commits and prunes while training goes on (sharded checkpoints:
             every rank copies its shards and a thread of every rank writes them with DCP's ``async_save``;
@@ -164,6 +165,7 @@ class Checkpointer:
         #: background saves: torch's whole-tensor state read in place, copied into buffers kept between saves
         self.live_state = LiveState() if type(self.access) is TorchStateAccess else None
         self.host_buffers = HostBuffers()
+        self.copies_before_step = CopiesBeforeStep()  # rank 0: optimizer state copied by the writing thread
         weakref.finalize(self, self._lock.release)
 
     # ---- writing ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import shutil
 import sys
 import time
 import uuid
+import zlib
 from pathlib import Path
 
 from paratrain.errors import CheckpointError
@@ -71,6 +72,23 @@ def sha256_file(path: Path) -> str:
         while block := handle.read(_CHUNK):
             digest.update(block)
     return digest.hexdigest()
+
+
+def crc32_file(path: Path) -> str:
+    """CRC-32 of a file's bytes, eight hex digits.
+
+    The checksum of a checkpoint's data files: it must catch accidental damage — a bit flipped on the disk or
+    in a copy, a torn or partial write (a block of zeros or of stale data after a crash or a full disk), a file
+    of another checkpoint in its place (a truncated or extended file is caught by its size first). CRC-32
+    catches every burst of up to 32 flipped bits and misses other random damage with probability 2**-32; it
+    is not a signature, and neither was SHA-256 here (whoever can edit a file can rewrite the manifest and
+    ``COMPLETE``). zlib's runs at several GB/s, about five times SHA-256's speed on this path.
+    """
+    checksum = 0
+    with open(path, "rb") as handle:
+        while block := handle.read(_CHUNK):
+            checksum = zlib.crc32(block, checksum)
+    return f"{checksum:08x}"
 
 
 def remove_tree(path: Path, marker: str) -> None:

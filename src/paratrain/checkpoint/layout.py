@@ -11,7 +11,7 @@
             loader.pt, ...          every other stateful object
             rng.pt                  Python/NumPy/torch/CUDA generators of every rank
             sharded/                fsdp: torch.distributed.checkpoint files (model, optimizer)
-            manifest.json           counters, run config, objects, sha256 of every file
+            manifest.json           counters, run config, objects, size and CRC-32 of every file
             COMPLETE                written last: sha256 of manifest.json
         .step-000180.tmp-1a2b3c4d/  a save in progress (or killed): never read
 
@@ -33,7 +33,7 @@ LATEST = "latest"
 RNG_FILE = "rng.pt"
 SHARDED_DIR = "sharded"
 FORMAT = "paratrain-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: data files checksummed with CRC-32 (1: SHA-256; both read)
 
 #: Names that stateful objects may not take (they are files of their own).
 RESERVED_NAMES = frozenset({"rng", "manifest", "sharded", "latest", "complete"})

@@ -1,9 +1,9 @@
 """``manifest.json`` and ``COMPLETE``: what a checkpoint holds, and proof that it is whole.
 
 The manifest lists the counters, the run's configuration, which file holds which
-object, and the size and SHA-256 of every file. ``COMPLETE`` is written last and
-holds the SHA-256 of the manifest, so a checkpoint is trusted only when the marker
-exists, the manifest matches it, and every file matches the manifest.
+object, and the size and CRC-32 of every file (SHA-256 in checkpoints of format 1, still checked).
+``COMPLETE`` is written last and holds the SHA-256 of the manifest, so a checkpoint is trusted only
+when the marker exists, the manifest matches it, and every file matches the manifest.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from paratrain.checkpoint.files import fsync_path, sha256_file, write_atomic
+from paratrain.checkpoint.files import crc32_file, fsync_path, sha256_file, write_atomic
 from paratrain.checkpoint.layout import COMPLETE, FORMAT, FORMAT_VERSION, MANIFEST
 from paratrain.errors import CheckpointError
 
@@ -33,7 +33,7 @@ class Manifest:
     run: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: object name → {"kind": "model"|"optimizer"|"state", "file": …} or {"kind", "sharded": key}
     objects: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    #: path relative to the checkpoint → {"bytes": n, "sha256": hex}
+    #: path relative to the checkpoint → {"bytes": n, "crc32": hex} (format 1: "sha256")
     files: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     sharded: bool = False
     created: str = ""
@@ -66,7 +66,7 @@ def seal(directory: Path, manifest: Manifest) -> None:
         fsync_path(path)
         manifest.files[path.relative_to(directory).as_posix()] = {
             "bytes": path.stat().st_size,
-            "sha256": sha256_file(path),
+            "crc32": crc32_file(path),
         }
     for sub in sorted({p.parent for p in data_files(directory)} - {directory}):
         fsync_path(sub)
@@ -135,9 +135,20 @@ def file_problems(directory: Path, manifest: Manifest) -> dict[str, str]:
             problems[relative] = "missing"
         elif path.stat().st_size != expected["bytes"]:
             problems[relative] = f"truncated or extended: {path.stat().st_size} bytes, expected {expected['bytes']}"
-        elif sha256_file(path) != expected["sha256"]:
+        elif not any(kind in expected for kind in _CHECKSUMS):
+            problems[relative] = "no checksum listed for it (the manifest is damaged or was edited)"
+        elif not _matches(path, expected):
             problems[relative] = "checksum mismatch (corrupted)"
     return problems
+
+
+#: how a manifest's file entry may be checksummed: CRC-32 (format 2), SHA-256 (format 1)
+_CHECKSUMS = {"crc32": crc32_file, "sha256": sha256_file}
+
+
+def _matches(path: Path, expected: dict[str, Any]) -> bool:
+    """The file has the checksum its manifest entry lists (every one it lists)."""
+    return all(checksum(path) == expected[kind] for kind, checksum in _CHECKSUMS.items() if kind in expected)
 
 
 def verify(directory: Path) -> Manifest:

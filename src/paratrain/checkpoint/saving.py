@@ -8,7 +8,8 @@
    its visible name, fsyncs, points ``latest`` at it and applies retention.
 
 With ``background=True`` (after the first save) every rank blocks only for its own checks and, on
-rank 0, a host copy of the state; a thread on every rank then agrees with the others, and rank 0's runs
+rank 0, a host copy of the state (the optimizers' state in host memory: copied by rank 0's thread, before
+their next step); a thread on every rank then agrees with the others, and rank 0's runs
 steps 1, 3 and 4 (:mod:`.background`) only when every rank succeeded, while training goes on. Sharded checkpoints: rank 0 runs step 1 in the foreground, every rank copies its shards to
 host memory (DCP's ``async_save``, :mod:`.async_shards`) and a thread on every rank waits for them to
 be written; the threads agree, and rank 0's runs steps 3 and 4.
@@ -50,7 +51,7 @@ from paratrain.checkpoint.layout import (
 from paratrain.checkpoint.manifest import Manifest, seal
 from paratrain.checkpoint.model_state import model_state, optimizer_is_fresh, optimizer_state
 from paratrain.checkpoint.safe_load import check_plain
-from paratrain.checkpoint.snapshot import LiveState
+from paratrain.checkpoint.snapshot import LiveState, can_wait
 from paratrain.checkpoint.writer import (
     check_free_space,
     safetensors_ready,
@@ -209,8 +210,9 @@ def _save_in_background(ckpt: Checkpointer, name: str, manifest: Manifest, step:
                         check: Callable[[], None] | None) -> Path:
     """Every rank blocks only for what it does alone: its thread of the previous save joined (that save's
     outcome, the same on every rank, raised here), ``check`` run, its generator states taken, and on rank 0
-    a host copy of the state. A thread on every rank then agrees with the others on the writing group, and
-    rank 0's writes the checkpoint only when every rank succeeded (:func:`_agree_then_write`). The first
+    a host copy of the state (but the optimizers' state in host memory, which rank 0's thread copies before
+    their next step, and then checks that every part can be saved). A thread on every rank then agrees with
+    the others on the writing group, and rank 0's writes the checkpoint only when every rank succeeded (:func:`_agree_then_write`). The first
     save of a run is written in the foreground (it also checks that every rank sees the storage).
     Collective, with no collective of its own in the training thread (but a strategy's per-rank state and
     collective state reads, when there are any, gathered first as in a foreground save).
@@ -232,7 +234,7 @@ def _save_in_background(ckpt: Checkpointer, name: str, manifest: Manifest, step:
     def snapshot() -> Any:  # every rank: the check; rank 0: a host copy, into buffers the previous write freed
         if check is not None:
             check()
-        return _host_snapshot(ckpt, {**gathered, **per_rank}) if comm.is_main() else None
+        return _host_snapshot(ckpt, {**gathered, **per_rank}, name) if comm.is_main() else None
 
     taken, outcome, _ = run_here(f"saving checkpoint {name}", snapshot)
     ckpt.start_writing(name, _agree_then_write(ckpt, name, manifest, taken, outcome, rng_state, step, group))
@@ -259,7 +261,7 @@ def _agree_then_write(ckpt: Checkpointer, name: str, manifest: Manifest, taken: 
     """
 
     def write_here() -> str:  # rank 0
-        objects, pending = taken
+        objects, pending, _ = taken
         ckpt.host_buffers.ready()  # GPU copies still in flight
         temporary = _prepare(ckpt.directory, name)
         pause_if_requested(step, temporary, "prepared")
@@ -273,10 +275,16 @@ def _agree_then_write(ckpt: Checkpointer, name: str, manifest: Manifest, taken: 
     rng_states: list[Any] = []
 
     def write() -> str:
+        here = outcome
+        if taken is not None:  # rank 0: the copies left to this thread, then the checks that the state can be saved
+            try:
+                _, here, _ = run_here(f"saving checkpoint {name}", lambda: _finish_snapshot(ckpt, taken))
+            finally:
+                ckpt.copies_before_step.done()  # before any wait for another rank: training steps on
         comm.barrier(name=f"agreeing on checkpoint {name}", group=group)
         writing = False
         try:
-            rng_states[:] = agree(outcome, rng_state, group)
+            rng_states[:] = agree(here, rng_state, group)
             writing = True
             return main_then_share(f"writing checkpoint {name}", write_here, group)
         except CheckpointError as exc:
@@ -359,7 +367,7 @@ def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: 
     def written() -> None:
         future.result()  # this rank's shards; DCP fails every rank's Future when one rank failed
         if comm.is_main():
-            objects, pending = taken
+            objects, pending, _ = taken
             manifest.objects = _write_collected(ckpt, temporary, objects, pending, rng_states, step)
 
     def write() -> str:
@@ -380,18 +388,55 @@ def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: 
     return write
 
 
-def _host_snapshot(ckpt: Checkpointer, gathered: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str, Any]]]:
+def _host_snapshot(ckpt: Checkpointer, gathered: dict[str, Any], name: str | None = None) -> Any:
     """Rank 0, in the training thread: a host copy of everything the checkpoint holds but the generator
-    states, in buffers reused from the previous save (written by now), checked now: a state that cannot be
-    saved commits nothing at this save (a one-file background save raises it at the next save or wait)."""
+    states, in buffers reused from the previous save (written by now). A state that cannot be saved commits
+    nothing at this save (a one-file background save raises it at the next save or wait).
+
+    ``name`` (a one-file background save): the copy of the state of optimizers in host memory is left to the
+    save's writing thread, before their next step (:class:`~paratrain.checkpoint.snapshot.CopiesBeforeStep`),
+    and the checks that every part can be saved run there too (:func:`_finish_snapshot`, before the ranks
+    agree); without, both run here."""
     objects, pending = _collect(ckpt, gathered, ckpt.live_state)
-    pending = [(obj_name, kind, ckpt.host_buffers.copy(state, (obj_name,))) for obj_name, kind, state in pending]
+    copied: list[tuple[str, str, Any]] = []
+    later: list[tuple[dict[str, Any], str, Any]] = []  # (the copy, to complete; its object; the live state)
+    optimizers = []
+    for obj_name, kind, state in pending:
+        optimizer = ckpt.by_name[obj_name].obj if kind == "optimizer" else None
+        if (name is not None and isinstance(state, dict) and isinstance(state.get("state"), dict)
+                and can_wait(optimizer)):
+            # its hyperparameters now (a scheduler may change them before the next step), its tensors later
+            head = {key: None if key == "state" else ckpt.host_buffers.copy(value, (obj_name, key))
+                    for key, value in state.items()}
+            later.append((head, obj_name, state["state"]))
+            optimizers.append(optimizer)
+            copied.append((obj_name, kind, head))
+        else:
+            copied.append((obj_name, kind, ckpt.host_buffers.copy(state, (obj_name,))))
+    taken = (objects, copied, later)
+    if name is None:
+        _finish_snapshot(ckpt, taken)
+    elif optimizers:
+        ckpt.copies_before_step.leave(name, optimizers)  # the last thing: the writing thread then says done()
+    return taken
+
+
+def _finish_snapshot(ckpt: Checkpointer, taken: Any) -> None:
+    """Rank 0: the copies :func:`_host_snapshot` left made, then every one-file part checked (plain data; model
+    weights safetensors can hold).
+
+    Raises:
+        CheckpointError: a part that cannot be saved, named.
+    """
+    _, pending, later = taken
+    for head, obj_name, state in later:
+        head["state"] = ckpt.host_buffers.copy(state, (obj_name, "state"))
+    later.clear()
     for obj_name, kind, state in pending:
         if kind == "model":
             safetensors_ready(obj_name, state)
         else:
             check_plain(state, obj_name)
-    return objects, pending
 
 
 def _write_files(ckpt: Checkpointer, temporary: Path, rng_states: list[Any], step: int | None,

@@ -8,17 +8,25 @@ size) and copying the tensors. :class:`LiveState` reads the model and optimizer 
 the very same tensors, the same hyperparameters); anything else (DTensors, a layout it does not match)
 is read through torch every time. :class:`HostBuffers` copies into host buffers kept from one save to the
 next (page-locked for GPU tensors, copied without waiting for the GPU; :meth:`HostBuffers.ready` waits).
+:class:`CopiesBeforeStep` leaves the copy of an optimizer's state (two thirds of the bytes with Adam) to the
+writing thread, which makes it while training runs the next forward and backward, before that optimizer's
+next step.
 """
 
 from __future__ import annotations
 
 import copy
+import threading
+import time
 import weakref
 from typing import Any
 
 import torch
 
+from paratrain import comm
 from paratrain.checkpoint.model_state import model_layout, model_state, optimizer_is_fresh, optimizer_state
+from paratrain.errors import CheckpointError
+from paratrain.goodput import ledger
 
 
 class HostBuffers:
@@ -69,6 +77,67 @@ class HostBuffers:
         Any thread."""
         if self._event is not None:
             self._event.synchronize()
+
+
+class CopiesBeforeStep:
+    """The host copy of optimizers' state, made by a background save's writing thread before their next step.
+
+    Only ``optimizer.step()`` and ``optimizer.load_state_dict()`` change the tensors of ``optimizer.state`` (a
+    resume or another save waits for the writing thread first; the hyperparameters, which a scheduler may
+    change, are copied at the save), and the next step comes after a whole forward and backward. So a
+    background save hands these copies to its thread, and hooks that torch runs before each ``step()`` and
+    ``load_state_dict()`` of those optimizers (``Optimizer.register_step_pre_hook``,
+    ``register_load_state_dict_pre_hook``) wait for the copy when it is not done yet — a wait the goodput ledger
+    counts as save blocking. CPU tensors only (a GPU copy is queued on the GPU without waiting and costs the
+    training thread little), and only for optimizers whose class torch's hooks run for (:func:`can_wait`).
+    Not collective.
+    """
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._done.set()
+        self._hooked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer → its hook's handle
+        self.name: str | None = None
+
+    def leave(self, name: str, optimizers: list[torch.optim.Optimizer]) -> None:
+        """Training thread: the copies of checkpoint ``name`` for ``optimizers`` are left to its writing thread,
+        which calls :meth:`done` (always: also when it fails). Until then their ``step()`` waits."""
+        for optimizer in optimizers:
+            if optimizer not in self._hooked:
+                self._hooked[optimizer] = (optimizer.register_step_pre_hook(self._before_step),
+                                           optimizer.register_load_state_dict_pre_hook(self._before_load))
+        self.name = name
+        self._done.clear()
+
+    def done(self) -> None:
+        """Writing thread: the copies are made, or will not be: steps go on."""
+        self._done.set()
+
+    def _before_load(self, optimizer: Any, state: Any) -> None:
+        self._before_step(optimizer, (), {})
+
+    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._done.is_set():
+            return
+        started = time.perf_counter()
+        if not self._done.wait(comm.DEFAULT_TIMEOUT_S):
+            raise CheckpointError(
+                f"the optimizer's step waited {comm.DEFAULT_TIMEOUT_S:g}s for the writing thread of checkpoint "
+                f"{self.name} to copy the optimizer's state; that thread hangs (a stack dump shows where)"
+            )
+        waited = time.perf_counter() - started
+        ledger.within_step("save", waited)
+        if ledger.active() is not None:
+            ledger.active().event("copy_wait", name=self.name, seconds=waited)
+
+
+def can_wait(optimizer: Any) -> bool:
+    """``optimizer``'s state may be copied by a writing thread (:class:`CopiesBeforeStep`): a torch optimizer
+    whose ``step()`` runs its hooks (torch marks the method so) and every parameter it trains (so its state) in
+    host memory."""
+    return (isinstance(optimizer, torch.optim.Optimizer) and getattr(type(optimizer).step, "hooked", False)
+            and hasattr(optimizer, "_optimizer_step_pre_hooks")
+            and all(p.device.type == "cpu" for group in optimizer.param_groups for p in group["params"]))
 
 
 class LiveState:

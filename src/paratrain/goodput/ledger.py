@@ -200,6 +200,13 @@ class Ledger:
             self.event(name, start=start, end=end, step=self.step, **extra)
             self.flush(end)
 
+    def within_step(self, category: str, seconds: float) -> None:
+        """The last ``seconds`` of the running span were ``category``, not the step they fall in (a wait inside
+        the optimizer's step for a background save's copy): counted there, and left out of the step's time."""
+        seconds = max(0.0, min(seconds, time.time() - self._since))
+        self.totals[category] += seconds
+        self._since += seconds
+
     def step_seconds(self) -> float | None:
         """The mean time of this attempt's steps after the first one (None before the second)."""
         return self.timed_seconds / self.timed_steps if self.timed_steps else None
@@ -327,6 +334,12 @@ def step_done() -> None:
     """An optimizer step ended (``rt.step``); nothing without an open ledger."""
     if _active is not None:
         _active.step_done()
+
+
+def within_step(category: str, seconds: float) -> None:
+    """See :meth:`Ledger.within_step`; nothing without an open ledger."""
+    if _active is not None:
+        _active.within_step(category, seconds)
 
 
 @contextlib.contextmanager
