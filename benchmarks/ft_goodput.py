@@ -141,6 +141,57 @@ def commits(out: Path) -> list[tuple[int, float]]:
     return sorted(found, key=lambda pair: pair[1])
 
 
+def records(out: Path, stem: str) -> list[dict]:
+    """Every record of ``OUT/<stem>-*.jsonl`` (ft_workers' committed steps, ``steps``, or dropped ones, ``drops``)."""
+    return [json.loads(line) for path in out.glob(f"{stem}-*.jsonl")
+            for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def kill_terms(out: Path, kills: list[float]) -> list[dict]:
+    """For each kill of an ft job, the terms of the time to the next new committed step, from the survivors' logs:
+    ``dropped_s``, to the first step a survivor dropped (its all-reduce with the dead group failed and the vote
+    said no; None when no step was in flight); ``quorum_s``, to the quorum of the next committed step (the
+    Lighthouse dropped the dead group); ``step_s``, that step from its quorum to its commit."""
+    steps, drops = records(out, "steps"), records(out, "drops")
+    terms = []
+    for kill in kills:
+        after = [r for r in steps if r["time"] > kill and "began" in r]
+        first = min(after, key=lambda r: r["time"], default=None)
+        dropped = min((r["time"] for r in drops if r["time"] > kill), default=None)
+        terms.append({"dropped_s": None if dropped is None else dropped - kill,
+                      "quorum_s": None if first is None else first["began"] - kill,
+                      "step_s": None if first is None else first["time"] - first["began"]})
+    return terms
+
+
+def left_quorum_lines(out: Path) -> int:
+    """The survivors' lines naming a group that left the quorum (in a run without kills: a live group dropped)."""
+    return sum(path.read_text(errors="replace").count("left the quorum") for path in out.glob("job*.log"))
+
+
+class Stalls:
+    """The worst lateness of a thread that sleeps ``period`` s in a loop, while the job runs: how long this machine
+    left a ready thread unscheduled (the margin a heartbeat timeout needs over its interval)."""
+
+    def __init__(self, period: float = 0.05):
+        import threading
+
+        self.period, self.worst, self._done = period, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            before = time.monotonic()
+            time.sleep(self.period)
+            self.worst = max(self.worst, time.monotonic() - before - self.period)
+
+    def stop(self) -> float:
+        self._done.set()
+        self._thread.join()
+        return self.worst
+
+
 def _stop_all(jobs: list[subprocess.Popen]) -> None:
     for job in jobs:
         _stop(job)
@@ -182,7 +233,7 @@ def run_mode(mode: str, duration: float, schedule: list[tuple[float, int]], step
             if time.monotonic() > waited:
                 raise SystemExit(f"{mode}: no step committed within {START_GUARD_S:g} s of the start; see {out}/job*.log")
             time.sleep(0.1)
-        began = time.time()
+        began, stalls = time.time(), Stalls()
         kills, skipped, pending = [], 0, list(schedule)
         while time.time() < began + duration and running():
             if pending and time.time() >= began + pending[0][0]:
@@ -194,7 +245,7 @@ def run_mode(mode: str, duration: float, schedule: list[tuple[float, int]], step
                 except (OSError, ValueError):
                     skipped += 1  # that process is down already (restarting): nothing to kill
             time.sleep(0.05)
-        ended, ended_early = time.time(), not running()
+        ended, ended_early, worst_stall = time.time(), not running(), stalls.stop()
     finally:  # also when this benchmark is interrupted: the job runs in a session of its own, nothing else ends it
         _stop_all(jobs)
     seen, distinct, new_at = set(), 0, []
@@ -208,7 +259,9 @@ def run_mode(mode: str, duration: float, schedule: list[tuple[float, int]], step
     latencies = [next((at for at in new_at if at > kill), ended) - kill for kill in kills]
     return {"mode": mode, "wall_s": ended - began, "kills": len(kills), "skipped_kills": skipped,
             "distinct_steps": distinct, "median_step_s": step_s,
-            "kill_to_next_new_step_s": latencies, "ended_early": ended_early, "out": str(out)}
+            "kill_to_next_new_step_s": latencies, "ended_early": ended_early, "out": str(out),
+            "kill_terms": kill_terms(out, kills) if mode == "ft" else [], "left_quorum_lines": left_quorum_lines(out),
+            "worst_stall_s": worst_stall}
 
 
 def main() -> None:
@@ -246,6 +299,8 @@ def measure(args: argparse.Namespace, hosts) -> None:
         baseline = run_mode(mode, args.baseline, [], args.step_sleep, hosts)  # the same job, nothing killed
         result = run_mode(mode, args.duration, schedule, args.step_sleep, hosts)
         result["steps_per_s_without_failures"] = baseline["distinct_steps"] / baseline["wall_s"]
+        result["baseline_left_quorum_lines"] = baseline["left_quorum_lines"]
+        result["baseline_worst_stall_s"] = baseline["worst_stall_s"]
         result["goodput"] = result["distinct_steps"] / result["wall_s"] / result["steps_per_s_without_failures"]
         results.append(result)
         lat = result["kill_to_next_new_step_s"]
@@ -257,6 +312,13 @@ def measure(args: argparse.Namespace, hosts) -> None:
               f"{statistics.median(lat) if lat else float('nan'):.1f} s, max {max(lat) if lat else float('nan'):.1f} s"
               + ("; A LAUNCHER ENDED BEFORE THE END (see its job log)" if result["ended_early"] else ""),
               flush=True)
+        print(f"{'':8s} without kills: {baseline['left_quorum_lines']} live group(s) dropped from a quorum; worst "
+              f"scheduling stall {max(baseline['worst_stall_s'], result['worst_stall_s']) * 1000:.0f} ms", flush=True)
+        for name in ("dropped_s", "quorum_s", "step_s"):
+            values = [t[name] for t in result["kill_terms"] if t[name] is not None]
+            if values:
+                print(f"{'':8s} kill → {name[:-2]}: median {statistics.median(values):.2f} s, max {max(values):.2f} s "
+                      f"({len(values)} kills)", flush=True)
     if len(results) == 2 and results[1]["distinct_steps"]:
         print(f"ft / elastic distinct steps in the same wall time: "
               f"{results[0]['distinct_steps'] / results[1]['distinct_steps']:.2f}")
