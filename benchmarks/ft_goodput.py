@@ -148,19 +148,23 @@ def records(out: Path, stem: str) -> list[dict]:
 
 
 def kill_terms(out: Path, kills: list[float]) -> list[dict]:
-    """For each kill of an ft job, the terms of the time to the next new committed step, from the survivors' logs:
-    ``dropped_s``, to the first step a survivor dropped (its all-reduce with the dead group failed and the vote
-    said no; None when no step was in flight); ``quorum_s``, to the quorum of the next committed step (the
-    Lighthouse dropped the dead group); ``step_s``, that step from its quorum to its commit."""
+    """For each kill of an ft job, the terms of the time to the next committed step, from the groups' logs:
+    ``dropped_s``, to the first step a group dropped before it (its all-reduce with the dead group failed and the
+    vote said no; None when no step was in flight); ``quorum_s``, to the quorum of that step (the Lighthouse
+    dropped the dead group); ``step_s``, that step from its quorum to its commit. ``survivor``: that step was
+    committed by a process that had committed before the kill (False: every other group was down or still
+    starting then, and the step came from a restarted one; no survivor to bound)."""
     steps, drops = records(out, "steps"), records(out, "drops")
     terms = []
     for kill in kills:
-        after = [r for r in steps if r["time"] > kill and "began" in r]
-        first = min(after, key=lambda r: r["time"], default=None)
-        dropped = min((r["time"] for r in drops if r["time"] > kill), default=None)
+        first = min((r for r in steps if r["time"] > kill), key=lambda r: r["time"], default=None)
+        until = first["time"] if first is not None else float("inf")
+        dropped = min((r["time"] for r in drops if kill < r["time"] < until), default=None)
         terms.append({"dropped_s": None if dropped is None else dropped - kill,
                       "quorum_s": None if first is None else first["began"] - kill,
-                      "step_s": None if first is None else first["time"] - first["began"]})
+                      "step_s": None if first is None else first["time"] - first["began"],
+                      "survivor": first is not None and any(r["pid"] == first["pid"] and r["time"] < kill
+                                                            for r in steps)})
     return terms
 
 
@@ -260,7 +264,8 @@ def run_mode(mode: str, duration: float, schedule: list[tuple[float, int]], step
     return {"mode": mode, "wall_s": ended - began, "kills": len(kills), "skipped_kills": skipped,
             "distinct_steps": distinct, "median_step_s": step_s,
             "kill_to_next_new_step_s": latencies, "ended_early": ended_early, "out": str(out),
-            "kill_terms": kill_terms(out, kills) if mode == "ft" else [], "left_quorum_lines": left_quorum_lines(out),
+            "kill_times": kills, "kill_terms": kill_terms(out, kills) if mode == "ft" else [],
+            "left_quorum_lines": left_quorum_lines(out),
             "worst_stall_s": worst_stall}
 
 
@@ -314,11 +319,16 @@ def measure(args: argparse.Namespace, hosts) -> None:
               flush=True)
         print(f"{'':8s} without kills: {baseline['left_quorum_lines']} live group(s) dropped from a quorum; worst "
               f"scheduling stall {max(baseline['worst_stall_s'], result['worst_stall_s']) * 1000:.0f} ms", flush=True)
-        for name in ("dropped_s", "quorum_s", "step_s"):
-            values = [t[name] for t in result["kill_terms"] if t[name] is not None]
+        survived = [(t, at) for t, at in zip(result["kill_terms"], lat) if t["survivor"]]
+        if result["kill_terms"]:
+            print(f"{'':8s} {len(survived)} of {len(lat)} kills left a survivor (a group that had committed before "
+                  "the kill committed the next step); over those:", flush=True)
+        for name in ("next_step_s", "dropped_s", "quorum_s", "step_s"):
+            values = [at if name == "next_step_s" else t[name] for t, at in survived]
+            values = [v for v in values if v is not None]
             if values:
-                print(f"{'':8s} kill → {name[:-2]}: median {statistics.median(values):.2f} s, max {max(values):.2f} s "
-                      f"({len(values)} kills)", flush=True)
+                print(f"{'':8s}   kill → {name[:-2]}: median {statistics.median(values):.2f} s, max "
+                      f"{max(values):.2f} s ({len(values)} kills)", flush=True)
     if len(results) == 2 and results[1]["distinct_steps"]:
         print(f"ft / elastic distinct steps in the same wall time: "
               f"{results[0]['distinct_steps'] / results[1]['distinct_steps']:.2f}")
