@@ -26,6 +26,14 @@ across the pair); ``elastic``: ``paratrain run --nnodes 2 --nproc-per-node 2 --r
 --master-addr NODE0 --max-restarts 1000`` on each node (a kill restarts every process of both nodes from the last checkpoint).
 
     sudo python benchmarks/ft_goodput.py --nodes netns --mean 20 --duration 45 --baseline 15   # the short trial
+
+With ``--modes ft`` it also prints each kill's terms (docs/fault-tolerance.md, "The pause after a kill"): when a
+survivor dropped the step in flight, when the quorum without the dead group came, the step after it; how many
+live groups left a quorum in the run without kills; and the worst delay of a thread waking from a sleep here (the
+margin the Lighthouse's heartbeat timeout keeps over one interval):
+
+    python benchmarks/ft_goodput.py --modes ft --mean 15 --duration 150 --baseline 20              # 5 kills land
+    sudo python benchmarks/ft_goodput.py --modes ft --nodes netns --mean 20 --duration 150 --baseline 20 --victims 2,3
 """
 
 from __future__ import annotations
@@ -148,16 +156,20 @@ def records(out: Path, stem: str) -> list[dict]:
 
 
 def kill_terms(out: Path, kills: list[float]) -> list[dict]:
-    """For each kill of an ft job, the terms of the time to the next committed step, from the groups' logs:
+    """For each kill of an ft job, the terms of the time to the next new committed step, from the groups' logs:
     ``dropped_s``, to the first step a group dropped before it (its all-reduce with the dead group failed and the
     vote said no; None when no step was in flight); ``quorum_s``, to the quorum of that step (the Lighthouse
     dropped the dead group); ``step_s``, that step from its quorum to its commit. ``survivor``: that step was
     committed by a process that had committed before the kill (False: every other group was down or still
     starting then, and the step came from a restarted one; no survivor to bound)."""
-    steps, drops = records(out, "steps"), records(out, "drops")
+    steps, drops, seen, new = sorted(records(out, "steps"), key=lambda r: r["time"]), records(out, "drops"), set(), []
+    for record in steps:  # the first commit of each step (a step trained again after a restart counts once)
+        if record["step"] not in seen:
+            seen.add(record["step"])
+            new.append(record)
     terms = []
     for kill in kills:
-        first = min((r for r in steps if r["time"] > kill), key=lambda r: r["time"], default=None)
+        first = next((r for r in new if r["time"] > kill), None)
         until = first["time"] if first is not None else float("inf")
         dropped = min((r["time"] for r in drops if kill < r["time"] < until), default=None)
         terms.append({"dropped_s": None if dropped is None else dropped - kill,
@@ -213,15 +225,17 @@ def _stop(job: subprocess.Popen) -> None:
         job.wait()
 
 
-def kill_schedule(duration: float, mean: float, seed: int, processes: int = PROCESSES) -> list[tuple[float, int]]:
-    """(seconds after the first committed step, process) of every kill: exponential gaps of mean ``mean``;
-    the same schedule for both modes."""
+def kill_schedule(duration: float, mean: float, seed: int, processes: int = PROCESSES,
+                  victims: list[int] | None = None) -> list[tuple[float, int]]:
+    """(seconds after the first committed step, process) of every kill: exponential gaps of mean ``mean``, each
+    process drawn from ``victims`` (default: all ``processes``); the same schedule for both modes."""
     rng, schedule, at = random.Random(seed), [], 0.0
+    victims = victims if victims is not None else list(range(processes))
     while True:
         at += rng.expovariate(1 / mean)
         if at >= duration:
             return schedule
-        schedule.append((at, rng.randrange(processes)))
+        schedule.append((at, rng.choice(victims)))
 
 
 def run_mode(mode: str, duration: float, schedule: list[tuple[float, int]], step_sleep: float, hosts=None) -> dict:
@@ -277,6 +291,8 @@ def main() -> None:
                         help="seconds of each mode without failures first (its steps per second)")
     parser.add_argument("--step-sleep", type=float, default=0.2, help="stand-in compute seconds per step")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--victims", help="the processes the kills pick from, e.g. 2,3 (node 1's with --nodes netns; "
+                        "default: every process)")
     parser.add_argument("--modes", default="ft,elastic")
     parser.add_argument("--nodes", choices=["one", "netns"], default="one",
                         help="one: this machine; netns: two network namespaces, 2 processes each (needs root)")
@@ -296,7 +312,8 @@ def main() -> None:
 
 def measure(args: argparse.Namespace, hosts) -> None:
     results = []
-    schedule = kill_schedule(args.duration, args.mean, args.seed, PROCESSES if hosts is None else 2 * PER_NODE)
+    victims = [int(v) for v in args.victims.split(",")] if args.victims else None
+    schedule = kill_schedule(args.duration, args.mean, args.seed, PROCESSES if hosts is None else 2 * PER_NODE, victims)
     where = "this machine" if hosts is None else f"2 nodes ({hosts[0].address}, {hosts[1].address}) of {PER_NODE}"
     print(f"on {where}; kill schedule (s after the first step, process): "
           f"{[(round(at, 1), who) for at, who in schedule]}")
