@@ -156,12 +156,14 @@ def records(out: Path, stem: str) -> list[dict]:
 
 
 def kill_terms(out: Path, kills: list[float]) -> list[dict]:
-    """For each kill of an ft job, the terms of the time to the next new committed step, from the groups' logs:
-    ``dropped_s``, to the first step a group dropped before it (its all-reduce with the dead group failed and the
-    vote said no; None when no step was in flight); ``quorum_s``, to the quorum of that step (the Lighthouse
-    dropped the dead group); ``step_s``, that step from its quorum to its commit. ``survivor``: that step was
-    committed by a process that had committed before the kill (False: every other group was down or still
-    starting then, and the step came from a restarted one; no survivor to bound)."""
+    """For each kill of an ft job, its pause and the pause's terms, from the groups' logs. ``pause_s``: to the
+    first new committed step whose quorum came after the kill (a step in flight may still commit just after it:
+    the pause is the wait for the next quorum, which drops the dead group); ``dropped_s``, to the first step a
+    group dropped before it (its all-reduce with the dead group failed and the vote said no; None when no step was
+    in flight); ``quorum_s``, to that step's quorum (the Lighthouse dropped the dead group); ``step_s``, that step
+    from its quorum to its commit. ``survivor``: that step was committed by a process that had committed before
+    the kill (False: every other group was down or still starting then, and the step came from a restarted one;
+    no survivor to bound)."""
     steps, drops, seen, new = sorted(records(out, "steps"), key=lambda r: r["time"]), records(out, "drops"), set(), []
     for record in steps:  # the first commit of each step (a step trained again after a restart counts once)
         if record["step"] not in seen:
@@ -169,10 +171,11 @@ def kill_terms(out: Path, kills: list[float]) -> list[dict]:
             new.append(record)
     terms = []
     for kill in kills:
-        first = next((r for r in new if r["time"] > kill), None)
+        first = next((r for r in new if r["began"] > kill), None)
         until = first["time"] if first is not None else float("inf")
         dropped = min((r["time"] for r in drops if kill < r["time"] < until), default=None)
-        terms.append({"dropped_s": None if dropped is None else dropped - kill,
+        terms.append({"pause_s": None if first is None else first["time"] - kill,
+                      "dropped_s": None if dropped is None else dropped - kill,
                       "quorum_s": None if first is None else first["began"] - kill,
                       "step_s": None if first is None else first["time"] - first["began"],
                       "survivor": first is not None and any(r["pid"] == first["pid"] and r["time"] < kill
@@ -336,13 +339,12 @@ def measure(args: argparse.Namespace, hosts) -> None:
               flush=True)
         print(f"{'':8s} without kills: {baseline['left_quorum_lines']} live group(s) dropped from a quorum; worst "
               f"scheduling stall {max(baseline['worst_stall_s'], result['worst_stall_s']) * 1000:.0f} ms", flush=True)
-        survived = [(t, at) for t, at in zip(result["kill_terms"], lat) if t["survivor"]]
+        survived = [t for t in result["kill_terms"] if t["survivor"]]
         if result["kill_terms"]:
             print(f"{'':8s} {len(survived)} of {len(lat)} kills left a survivor (a group that had committed before "
-                  "the kill committed the next step); over those:", flush=True)
-        for name in ("next_step_s", "dropped_s", "quorum_s", "step_s"):
-            values = [at if name == "next_step_s" else t[name] for t, at in survived]
-            values = [v for v in values if v is not None]
+                  "the kill committed the first step quorumed after it); over those:", flush=True)
+        for name in ("pause_s", "dropped_s", "quorum_s", "step_s"):
+            values = [t[name] for t in survived if t[name] is not None]
             if values:
                 print(f"{'':8s}   kill → {name[:-2]}: median {statistics.median(values):.2f} s, max "
                       f"{max(values):.2f} s ({len(values)} kills)", flush=True)

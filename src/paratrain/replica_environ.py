@@ -2,7 +2,8 @@
 
 ``paratrain run --fault-tolerance replicas`` (:mod:`paratrain.launch.replica_groups`) writes these
 variables and ``strategy="ft-ddp"`` (:mod:`paratrain.strategy.ft_ddp`) reads them; the two sides
-live in different layers, so the names live here, below both.
+live in different layers, so the names live here, below both; so does the clock of the groups' liveness, which
+the Lighthouse (launcher side) and every group's Manager (ft-ddp's side) must agree on.
 """
 
 from __future__ import annotations
