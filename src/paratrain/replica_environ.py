@@ -18,7 +18,7 @@ LIGHTHOUSE_ENV, GROUP_ENV, GROUPS_ENV = "TORCHFT_LIGHTHOUSE", "REPLICA_GROUP_ID"
 ADDRESS_ENV = "PARATRAIN_FT_ADDRESS"
 
 #: The clock of the groups' liveness, which bounds the survivors' pause after a group is killed
-#: (docs/fault-tolerance.md, "The bound"). Every group's Manager server heartbeats to the Lighthouse every
+#: (docs/fault-tolerance.md, "The pause after a kill"). Every group's Manager server heartbeats to the Lighthouse every
 #: ``HEARTBEAT_INTERVAL_MS`` (torchft's default, given explicitly so that the timeout below stays its multiple).
 HEARTBEAT_INTERVAL_MS = 100
 #: Heartbeats in a row a group may miss and stay in the quorum: the Lighthouse drops a group whose heartbeat
@@ -26,10 +26,11 @@ HEARTBEAT_INTERVAL_MS = 100
 #: dropped only if its Manager server's thread waits for a core longer than the timeout less one interval
 #: (0.9 s); the worst wait measured on a loaded 2-core machine is in docs/fault-tolerance.md.
 HEARTBEAT_MISSES = 10
-HEARTBEAT_TIMEOUT_MS = int(os.environ.get("PARATRAIN_FT_HEARTBEAT_TIMEOUT_MS", HEARTBEAT_MISSES * HEARTBEAT_INTERVAL_MS))
+HEARTBEAT_TIMEOUT_MS = int(os.environ.get("PARATRAIN_FT_HEARTBEAT_TIMEOUT_MS",
+                                          HEARTBEAT_MISSES * HEARTBEAT_INTERVAL_MS))
 #: How long a quorum waits for a group that heartbeats but has not asked for it (a group still starting, or
-#: stuck; torchft's default is 60 s). Not a term of the pause after a kill: a dead group stops heartbeating and
-#: leaves after ``HEARTBEAT_TIMEOUT_MS`` whichever is shorter.
+#: stuck; torchft's default is 60 s). Not a term of the pause after a kill: a dead group stops heartbeating, so
+#: it leaves after ``HEARTBEAT_TIMEOUT_MS`` however long this is.
 JOIN_TIMEOUT_MS = int(os.environ.get("PARATRAIN_FT_JOIN_TIMEOUT_MS", "2000"))
 #: How often the Lighthouse looks again at a quorum that is waiting (torchft's default is 100 ms): the delay
 #: between a dead group's heartbeat timeout and the survivors' quorum.

@@ -217,7 +217,7 @@ class FTDDPStrategy(Strategy):
                 timeout=timeout, quorum_timeout=timedelta(seconds=o.quorum_timeout), connect_timeout=timeout,
                 rank=self.group_rank, world_size=self.group_size, store_addr=host, store_port=store_port,
                 lighthouse_addr=self.lighthouse, replica_id=f"group{self.group}", max_retries=o.heal_retries,
-                heartbeat_interval=timedelta(milliseconds=HEARTBEAT_INTERVAL_MS),  # the Lighthouse's timeout is its multiple
+                heartbeat_interval=timedelta(milliseconds=HEARTBEAT_INTERVAL_MS),  # the Lighthouse's timeout: × 10
                 # torchft's Manager server advertises http://{hostname}:{port}: an IPv6 literal needs brackets.
                 hostname=url_host(host), checkpoint_transport=_advertising_transport(host, timeout),
             )
