@@ -69,8 +69,8 @@ def test_a_group_whose_heartbeats_stop_leaves_the_quorum_one_that_heartbeats_sta
         heartbeats = threading.Thread(target=heartbeat, args=(live_client,), daemon=True)
         heartbeats.start()
         with ThreadPoolExecutor(2) as pool:
+            silent_since = time.monotonic()  # before: the Lighthouse records the heartbeat after this
             killed_client.heartbeat("killed")
-            silent_since = time.monotonic()
             first = [pool.submit(quorum, live_client, "live"), pool.submit(quorum, survivor_client, "survivor")]
             assert [f.result() for f in first] == [["live", "survivor"]] * 2
             waited = time.monotonic() - silent_since
