@@ -26,6 +26,14 @@ across the pair); ``elastic``: ``paratrain run --nnodes 2 --nproc-per-node 2 --r
 --master-addr NODE0 --max-restarts 1000`` on each node (a kill restarts every process of both nodes from the last checkpoint).
 
     sudo python benchmarks/ft_goodput.py --nodes netns --mean 20 --duration 45 --baseline 15   # the short trial
+
+With ``--modes ft`` it also prints each kill's terms (docs/fault-tolerance.md, "The pause after a kill"): when a
+survivor dropped the step in flight, when the quorum without the dead group came, the step after it; how many
+live groups left a quorum in the run without kills; and the worst delay of a thread waking from a sleep here (the
+margin the Lighthouse's heartbeat timeout keeps over one interval):
+
+    python benchmarks/ft_goodput.py --modes ft --mean 15 --duration 150 --baseline 20              # 5 kills land
+    sudo python benchmarks/ft_goodput.py --modes ft --nodes netns --mean 20 --duration 150 --baseline 20 --victims 2,3
 """
 
 from __future__ import annotations
@@ -141,6 +149,68 @@ def commits(out: Path) -> list[tuple[int, float]]:
     return sorted(found, key=lambda pair: pair[1])
 
 
+def records(out: Path, stem: str) -> list[dict]:
+    """Every record of ``OUT/<stem>-*.jsonl`` (ft_workers' committed steps, ``steps``, or dropped ones, ``drops``)."""
+    return [json.loads(line) for path in out.glob(f"{stem}-*.jsonl")
+            for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def kill_terms(out: Path, kills: list[float]) -> list[dict]:
+    """For each kill of an ft job, its pause and the pause's terms, from the groups' logs. ``pause_s``: to the
+    first new committed step whose quorum came after the kill (a step in flight may still commit just after it:
+    the pause is the wait for the next quorum, which drops the dead group); ``dropped_s``, to the first step a
+    group dropped before it (its all-reduce with the dead group failed and the vote said no; None when no step was
+    in flight); ``quorum_s``, to that step's quorum (the Lighthouse dropped the dead group); ``step_s``, that step
+    from its quorum to its commit. ``survivor``: that step was committed by a process that had committed before
+    the kill (False: every other group was down or still starting then, and the step came from a restarted one;
+    no survivor to bound)."""
+    steps, drops, seen, new = sorted(records(out, "steps"), key=lambda r: r["time"]), records(out, "drops"), set(), []
+    for record in steps:  # the first commit of each step (a step trained again after a restart counts once)
+        if record["step"] not in seen:
+            seen.add(record["step"])
+            new.append(record)
+    terms = []
+    for kill in kills:
+        first = next((r for r in new if r["began"] > kill), None)
+        until = first["time"] if first is not None else float("inf")
+        dropped = min((r["time"] for r in drops if kill < r["time"] < until), default=None)
+        terms.append({"pause_s": None if first is None else first["time"] - kill,
+                      "dropped_s": None if dropped is None else dropped - kill,
+                      "quorum_s": None if first is None else first["began"] - kill,
+                      "step_s": None if first is None else first["time"] - first["began"],
+                      "survivor": first is not None and any(r["pid"] == first["pid"] and r["time"] < kill
+                                                            for r in steps)})
+    return terms
+
+
+def left_quorum_lines(out: Path) -> int:
+    """The survivors' lines naming a group that left the quorum (in a run without kills: a live group dropped)."""
+    return sum(path.read_text(errors="replace").count("left the quorum") for path in out.glob("job*.log"))
+
+
+class Stalls:
+    """The worst lateness of a thread that sleeps ``period`` s in a loop, while the job runs: how long this machine
+    left a ready thread unscheduled (the margin a heartbeat timeout needs over its interval)."""
+
+    def __init__(self, period: float = 0.05):
+        import threading
+
+        self.period, self.worst, self._done = period, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            before = time.monotonic()
+            time.sleep(self.period)
+            self.worst = max(self.worst, time.monotonic() - before - self.period)
+
+    def stop(self) -> float:
+        self._done.set()
+        self._thread.join()
+        return self.worst
+
+
 def _stop_all(jobs: list[subprocess.Popen]) -> None:
     for job in jobs:
         _stop(job)
@@ -158,15 +228,17 @@ def _stop(job: subprocess.Popen) -> None:
         job.wait()
 
 
-def kill_schedule(duration: float, mean: float, seed: int, processes: int = PROCESSES) -> list[tuple[float, int]]:
-    """(seconds after the first committed step, process) of every kill: exponential gaps of mean ``mean``;
-    the same schedule for both modes."""
+def kill_schedule(duration: float, mean: float, seed: int, processes: int = PROCESSES,
+                  victims: list[int] | None = None) -> list[tuple[float, int]]:
+    """(seconds after the first committed step, process) of every kill: exponential gaps of mean ``mean``, each
+    process drawn from ``victims`` (default: all ``processes``); the same schedule for both modes."""
     rng, schedule, at = random.Random(seed), [], 0.0
+    victims = victims if victims is not None else list(range(processes))
     while True:
         at += rng.expovariate(1 / mean)
         if at >= duration:
             return schedule
-        schedule.append((at, rng.randrange(processes)))
+        schedule.append((at, rng.choice(victims)))
 
 
 def run_mode(mode: str, duration: float, schedule: list[tuple[float, int]], step_sleep: float, hosts=None) -> dict:
@@ -182,7 +254,7 @@ def run_mode(mode: str, duration: float, schedule: list[tuple[float, int]], step
             if time.monotonic() > waited:
                 raise SystemExit(f"{mode}: no step committed within {START_GUARD_S:g} s of the start; see {out}/job*.log")
             time.sleep(0.1)
-        began = time.time()
+        began, stalls = time.time(), Stalls()
         kills, skipped, pending = [], 0, list(schedule)
         while time.time() < began + duration and running():
             if pending and time.time() >= began + pending[0][0]:
@@ -194,7 +266,7 @@ def run_mode(mode: str, duration: float, schedule: list[tuple[float, int]], step
                 except (OSError, ValueError):
                     skipped += 1  # that process is down already (restarting): nothing to kill
             time.sleep(0.05)
-        ended, ended_early = time.time(), not running()
+        ended, ended_early, worst_stall = time.time(), not running(), stalls.stop()
     finally:  # also when this benchmark is interrupted: the job runs in a session of its own, nothing else ends it
         _stop_all(jobs)
     seen, distinct, new_at = set(), 0, []
@@ -208,7 +280,10 @@ def run_mode(mode: str, duration: float, schedule: list[tuple[float, int]], step
     latencies = [next((at for at in new_at if at > kill), ended) - kill for kill in kills]
     return {"mode": mode, "wall_s": ended - began, "kills": len(kills), "skipped_kills": skipped,
             "distinct_steps": distinct, "median_step_s": step_s,
-            "kill_to_next_new_step_s": latencies, "ended_early": ended_early, "out": str(out)}
+            "kill_to_next_new_step_s": latencies, "ended_early": ended_early, "out": str(out),
+            "kill_times": kills, "kill_terms": kill_terms(out, kills) if mode == "ft" else [],
+            "left_quorum_lines": left_quorum_lines(out),
+            "worst_stall_s": worst_stall}
 
 
 def main() -> None:
@@ -219,6 +294,8 @@ def main() -> None:
                         help="seconds of each mode without failures first (its steps per second)")
     parser.add_argument("--step-sleep", type=float, default=0.2, help="stand-in compute seconds per step")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--victims", help="the processes the kills pick from, e.g. 2,3 (node 1's with --nodes netns; "
+                        "default: every process)")
     parser.add_argument("--modes", default="ft,elastic")
     parser.add_argument("--nodes", choices=["one", "netns"], default="one",
                         help="one: this machine; netns: two network namespaces, 2 processes each (needs root)")
@@ -238,7 +315,8 @@ def main() -> None:
 
 def measure(args: argparse.Namespace, hosts) -> None:
     results = []
-    schedule = kill_schedule(args.duration, args.mean, args.seed, PROCESSES if hosts is None else 2 * PER_NODE)
+    victims = [int(v) for v in args.victims.split(",")] if args.victims else None
+    schedule = kill_schedule(args.duration, args.mean, args.seed, PROCESSES if hosts is None else 2 * PER_NODE, victims)
     where = "this machine" if hosts is None else f"2 nodes ({hosts[0].address}, {hosts[1].address}) of {PER_NODE}"
     print(f"on {where}; kill schedule (s after the first step, process): "
           f"{[(round(at, 1), who) for at, who in schedule]}")
@@ -246,6 +324,8 @@ def measure(args: argparse.Namespace, hosts) -> None:
         baseline = run_mode(mode, args.baseline, [], args.step_sleep, hosts)  # the same job, nothing killed
         result = run_mode(mode, args.duration, schedule, args.step_sleep, hosts)
         result["steps_per_s_without_failures"] = baseline["distinct_steps"] / baseline["wall_s"]
+        result["baseline_left_quorum_lines"] = baseline["left_quorum_lines"]
+        result["baseline_worst_stall_s"] = baseline["worst_stall_s"]
         result["goodput"] = result["distinct_steps"] / result["wall_s"] / result["steps_per_s_without_failures"]
         results.append(result)
         lat = result["kill_to_next_new_step_s"]
@@ -257,6 +337,17 @@ def measure(args: argparse.Namespace, hosts) -> None:
               f"{statistics.median(lat) if lat else float('nan'):.1f} s, max {max(lat) if lat else float('nan'):.1f} s"
               + ("; A LAUNCHER ENDED BEFORE THE END (see its job log)" if result["ended_early"] else ""),
               flush=True)
+        print(f"{'':8s} without kills: {baseline['left_quorum_lines']} live group(s) dropped from a quorum; worst "
+              f"scheduling stall {max(baseline['worst_stall_s'], result['worst_stall_s']) * 1000:.0f} ms", flush=True)
+        survived = [t for t in result["kill_terms"] if t["survivor"]]
+        if result["kill_terms"]:
+            print(f"{'':8s} {len(survived)} of {len(lat)} kills left a survivor (a group that had committed before "
+                  "the kill committed the first step quorumed after it); over those:", flush=True)
+        for name in ("pause_s", "dropped_s", "quorum_s", "step_s"):
+            values = [t[name] for t in survived if t[name] is not None]
+            if values:
+                print(f"{'':8s}   kill → {name[:-2]}: median {statistics.median(values):.2f} s, max "
+                      f"{max(values):.2f} s ({len(values)} kills)", flush=True)
     if len(results) == 2 and results[1]["distinct_steps"]:
         print(f"ft / elastic distinct steps in the same wall time: "
               f"{results[0]['distinct_steps'] / results[1]['distinct_steps']:.2f}")

@@ -2,7 +2,8 @@
 
 ``paratrain run --fault-tolerance replicas`` (:mod:`paratrain.launch.replica_groups`) writes these
 variables and ``strategy="ft-ddp"`` (:mod:`paratrain.strategy.ft_ddp`) reads them; the two sides
-live in different layers, so the names live here, below both.
+live in different layers, so the names live here, below both; so does the clock of the groups' liveness, which
+the Lighthouse (launcher side) and every group's Manager (ft-ddp's side) must agree on.
 """
 
 from __future__ import annotations
@@ -15,6 +16,25 @@ LIGHTHOUSE_ENV, GROUP_ENV, GROUPS_ENV = "TORCHFT_LIGHTHOUSE", "REPLICA_GROUP_ID"
 #: The address of this node that the other groups reach (set by ``paratrain run --fault-tolerance replicas
 #: --nnodes M``: the one that routes to node 0); without it a group uses ``MASTER_ADDR``, its own (one node).
 ADDRESS_ENV = "PARATRAIN_FT_ADDRESS"
+
+#: The clock of the groups' liveness, which bounds the survivors' pause after a group is killed
+#: (docs/fault-tolerance.md, "The pause after a kill"). Every group's Manager server heartbeats to the Lighthouse every
+#: ``HEARTBEAT_INTERVAL_MS`` (torchft's default, given explicitly so that the timeout below stays its multiple).
+HEARTBEAT_INTERVAL_MS = 100
+#: Heartbeats in a row a group may miss and stay in the quorum: the Lighthouse drops a group whose heartbeat
+#: stopped for ``HEARTBEAT_MISSES × HEARTBEAT_INTERVAL_MS`` (1 s; torchft's default is 5 s). A live group is
+#: dropped only if its Manager server's thread waits for a core longer than the timeout less one interval
+#: (0.9 s); the worst wait measured on a loaded 2-core machine is in docs/fault-tolerance.md.
+HEARTBEAT_MISSES = 10
+HEARTBEAT_TIMEOUT_MS = int(os.environ.get("PARATRAIN_FT_HEARTBEAT_TIMEOUT_MS",
+                                          HEARTBEAT_MISSES * HEARTBEAT_INTERVAL_MS))
+#: How long a quorum waits for a group that heartbeats but has not asked for it (a group still starting, or
+#: stuck; torchft's default is 60 s). Not a term of the pause after a kill: a dead group stops heartbeating, so
+#: it leaves after ``HEARTBEAT_TIMEOUT_MS`` however long this is.
+JOIN_TIMEOUT_MS = int(os.environ.get("PARATRAIN_FT_JOIN_TIMEOUT_MS", "2000"))
+#: How often the Lighthouse looks again at a quorum that is waiting (torchft's default is 100 ms): the delay
+#: between a dead group's heartbeat timeout and the survivors' quorum.
+QUORUM_TICK_MS = 50
 
 
 def in_replica_group(environ: Mapping[str, str] | None = None) -> bool:

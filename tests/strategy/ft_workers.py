@@ -5,8 +5,9 @@ Each group trains ``EPOCHS`` epochs of a seeded order over ``SAMPLES`` rows in g
 ``GLOBAL``, checkpoints to ``OUT/group<i>`` every ``SAVE_EVERY`` (``FT_SAVE_EVERY``) committed steps, and each of its
 processes appends one line per committed step to ``OUT/steps-<i>.jsonl`` (group rank 0; rank ``r``
 of a group of several: ``steps-<i>.<r>.jsonl``): its pid, the committed step, the epoch, the step's
-whole slice, its own part, the part's loss weight and the number of parts. ``FT_KILL_IN_ALLREDUCE=G:S``
-makes group G's rank 0 kill itself with SIGKILL inside the gradient all-reduce across groups of committed
+whole slice, its own part, the part's loss weight, the number of parts, and when the step's quorum came and when
+it committed (``began``, ``time``); a dropped step appends those two times to ``OUT/drops-<i>.jsonl``.
+``FT_KILL_IN_ALLREDUCE=G:S`` makes group G's rank 0 kill itself with SIGKILL inside the gradient all-reduce across groups of committed
 step S, once per run (a marker file in OUT); ``G:S:R``: its rank R, at the all-reduce, before its part is
 sent, so that the peers of its ring wait for it inside the collective.
 ``FT_STRATEGY`` picks the strategy (``ft-ddp``; ``ft-fsdp``). ``FT_STEP_SLEEP`` seconds between steps stretch the run until the harness is done (``OUT/harness-done``):
@@ -117,9 +118,11 @@ def main(out: Path) -> None:
     ckpt.resume()
     kill_in_allreduce(rt, out)
     pause = float(os.environ.get("FT_STEP_SLEEP", "0"))
-    with open(out / _name("steps", group, rank, ".jsonl"), "a") as log:
+    with open(out / _name("steps", group, rank, ".jsonl"), "a") as log, \
+            open(out / _name("drops", group, rank, ".jsonl"), "a") as drops:
         while train.epoch < int(os.environ.get("FT_EPOCHS", EPOCHS)):
             for x, y, ids in train:
+                began = time.time()  # the step's quorum came
                 whole, epoch, weight = train.slices.next_slice(), train.epoch, rt.strategy.loss_weight
                 loss = F.binary_cross_entropy_with_logits(net(x), y)
                 rt.backward(loss)
@@ -127,10 +130,13 @@ def main(out: Path) -> None:
                     step = rt.strategy.committed_steps
                     log.write(json.dumps({"pid": os.getpid(), "step": step, "epoch": epoch, "slice": whole,
                                           "part": ids.tolist(), "weight": weight, "parts": train.last_parts,
-                                          "time": time.time()}) + "\n")
+                                          "began": began, "time": time.time()}) + "\n")
                     log.flush()
                     if step % int(os.environ.get("FT_SAVE_EVERY", SAVE_EVERY)) == 0:
                         ckpt.save(step=step)
+                else:  # the step was dropped (a peer failed it): its quorum, and when the vote said no
+                    drops.write(json.dumps({"pid": os.getpid(), "began": began, "time": time.time()}) + "\n")
+                    drops.flush()
                 if pause and not (out / "harness-done").exists():
                     time.sleep(pause)
     state = {name: getattr(tensor, "full_tensor", lambda t=tensor: t)().tolist()  # ft-fsdp: gathered in the group

@@ -20,12 +20,8 @@ import tempfile
 import time
 
 from paratrain.errors import LaunchError
+from paratrain.replica_environ import HEARTBEAT_TIMEOUT_MS, JOIN_TIMEOUT_MS, QUORUM_TICK_MS
 
-#: How long the Lighthouse waits for a heartbeat before it drops a replica group from the quorum
-#: (torchft's default is 5 s: the pause of the survivors after a group dies), and for a group that
-#: heartbeats but has not asked for a quorum yet (torchft's: 60 s).
-HEARTBEAT_TIMEOUT_MS = int(os.environ.get("PARATRAIN_FT_HEARTBEAT_TIMEOUT_MS", "2000"))
-JOIN_TIMEOUT_MS = int(os.environ.get("PARATRAIN_FT_JOIN_TIMEOUT_MS", "2000"))
 START_S = 30.0  # a guard: the Lighthouse prints its address within a second
 #: On nodes other than 0: how often the Lighthouse is asked whether it still listens (a TCP connect), and
 #: how many refusals in a row count as its loss (node 0 restarts it within seconds, never faster than this).
@@ -36,7 +32,7 @@ _SERVER = """\
 import signal, sys
 from torchft._torchft import LighthouseServer
 server = LighthouseServer(bind="{bind}", min_replicas={min_replicas}, join_timeout_ms={join},
-                          heartbeat_timeout_ms={heartbeat})
+                          quorum_tick_ms={tick}, heartbeat_timeout_ms={heartbeat})
 print(server.address(), flush=True)
 signal.sigwait([signal.SIGTERM, signal.SIGINT])
 server.shutdown()
@@ -89,7 +85,7 @@ class Lighthouse:
             LaunchError: it exited or printed nothing within ``START_S`` (names why, torchft missing included).
         """
         bind = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-        code = _SERVER.format(bind=bind, min_replicas=self.min_replicas, join=JOIN_TIMEOUT_MS,
+        code = _SERVER.format(bind=bind, min_replicas=self.min_replicas, join=JOIN_TIMEOUT_MS, tick=QUORUM_TICK_MS,
                               heartbeat=HEARTBEAT_TIMEOUT_MS)
         # Its log (a line per quorum) goes to a file: a pipe nobody reads would fill and stall it.
         log = tempfile.TemporaryFile(mode="w+")

@@ -51,7 +51,8 @@ import torch
 from paratrain import comm
 from paratrain.arguments import option, option_field
 from paratrain.errors import CollectiveTimeoutError, ConfigError, DistributedError, MissingDependencyError
-from paratrain.replica_environ import ADDRESS_ENV, GROUP_ENV, LIGHTHOUSE_ENV, lighthouse_url, url_host
+from paratrain.replica_environ import (ADDRESS_ENV, GROUP_ENV, HEARTBEAT_INTERVAL_MS, LIGHTHOUSE_ENV, lighthouse_url,
+                                       url_host)
 from paratrain.store_server import store_server
 from paratrain.strategy import register_strategy
 from paratrain.strategy.api import NOT_STEPPED, Strategy, StepResult, StrategyOptions
@@ -216,6 +217,7 @@ class FTDDPStrategy(Strategy):
                 timeout=timeout, quorum_timeout=timedelta(seconds=o.quorum_timeout), connect_timeout=timeout,
                 rank=self.group_rank, world_size=self.group_size, store_addr=host, store_port=store_port,
                 lighthouse_addr=self.lighthouse, replica_id=f"group{self.group}", max_retries=o.heal_retries,
+                heartbeat_interval=timedelta(milliseconds=HEARTBEAT_INTERVAL_MS),  # the Lighthouse's timeout: × 10
                 # torchft's Manager server advertises http://{hostname}:{port}: an IPv6 literal needs brackets.
                 hostname=url_host(host), checkpoint_transport=_advertising_transport(host, timeout),
             )
