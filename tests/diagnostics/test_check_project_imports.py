@@ -30,6 +30,15 @@ def project(root: Path, files: dict[str, str]) -> Path:
     return root / next(iter(files))
 
 
+def git_project(root: Path, files: dict[str, str]) -> Path:
+    """Write the files under ``root``, marked as a checkout (``.git``), and return its ``train.py``."""
+    (root / ".git").mkdir()
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root / "train.py"
+
+
 def script_text(body: str) -> str:
     """A script's text: the torch imports, then ``body``."""
     return HEADER + textwrap.dedent(body)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from paratrain.diagnostics.check import check_file, check_source
+from tests.diagnostics.test_check_project_imports import git_project
 
 _SPAWNING = """\
 import os
@@ -47,14 +48,6 @@ init_dist(launcher="slurm")
 """
     assert _rendezvous(check_source(source)) == [7]
     assert _rendezvous(check_source(source.replace('launcher="slurm")\n', 'launcher="slurm", port=args.port)\n'))) == []
-
-
-def _project(tmp_path: Path, files: dict[str, str]) -> Path:
-    (tmp_path / ".git").mkdir()
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    return tmp_path / "train.py"
 
 
 _OPTIONS = """\
@@ -106,14 +99,14 @@ slurm.init_distributed_mode(opt)
 
 
 def test_options_of_another_file_reach_the_rendezvous_and_the_local_rank(tmp_path: Path) -> None:
-    script = _project(tmp_path, {"src/__init__.py": "", "src/options.py": _OPTIONS, "src/slurm.py": _SLURM,
+    script = git_project(tmp_path, {"src/__init__.py": "", "src/options.py": _OPTIONS, "src/slurm.py": _SLURM,
                                  "train.py": _SCRIPT})
     assert {(finding.line, finding.rule) for finding in check_file(script)} == {
         (5, "local-rank-argument"), (6, "hardcoded-rendezvous")}
 
 
 def test_a_literal_port_base_written_by_a_project_function(tmp_path: Path) -> None:
-    script = _project(tmp_path, {"src/__init__.py": "", "src/options.py": _OPTIONS, "src/slurm.py": _SLURM,
+    script = git_project(tmp_path, {"src/__init__.py": "", "src/options.py": _OPTIONS, "src/slurm.py": _SLURM,
                                  "train.py": "from src import slurm\n\nslurm.setup_distributed(8)\n"})
     assert _rendezvous(check_file(script)) == [3]
 
@@ -121,6 +114,6 @@ def test_a_literal_port_base_written_by_a_project_function(tmp_path: Path) -> No
 def test_a_port_that_fills_an_unset_variable_is_a_default(tmp_path: Path) -> None:
     unset = _SLURM.replace('    if "SLURM_JOB_ID" in os.environ:\n        os.environ["MASTER_PORT"] = str(29567',
                            '    if "MASTER_PORT" not in os.environ:\n        os.environ["MASTER_PORT"] = str(29567')
-    script = _project(tmp_path, {"src/__init__.py": "", "src/options.py": _OPTIONS, "src/slurm.py": unset,
+    script = git_project(tmp_path, {"src/__init__.py": "", "src/options.py": _OPTIONS, "src/slurm.py": unset,
                                  "train.py": "from src import slurm\n\nslurm.setup_distributed(8)\n"})
     assert _rendezvous(check_file(script)) == []

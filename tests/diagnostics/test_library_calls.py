@@ -6,14 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from paratrain.diagnostics.check import check_file
-
-
-def _project(tmp_path: Path, files: dict[str, str]) -> Path:
-    (tmp_path / ".git").mkdir()
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    return tmp_path / "train.py"
+from tests.diagnostics.test_check_project_imports import git_project
 
 
 def _rules(script: Path) -> set[tuple[int, str]]:
@@ -47,12 +40,12 @@ logger.info("starting")
 
 
 def test_a_project_logger_returning_accelerates_adapter_logs_on_the_main_process_only(tmp_path: Path) -> None:
-    assert _rules(_project(tmp_path, {"utils/logger.py": _LOGGER, "train.py": _LOGGING_SCRIPT})) == set()
+    assert _rules(git_project(tmp_path, {"utils/logger.py": _LOGGER, "train.py": _LOGGING_SCRIPT})) == set()
 
 
 def test_the_same_logger_without_the_adapter_logs_on_every_rank(tmp_path: Path) -> None:
     plain = _LOGGER.replace("    if use_accelerate:\n        return MultiProcessAdapter(logger, {})\n", "")
-    assert _rules(_project(tmp_path, {"utils/logger.py": plain, "train.py": _LOGGING_SCRIPT})) == {
+    assert _rules(git_project(tmp_path, {"utils/logger.py": plain, "train.py": _LOGGING_SCRIPT})) == {
         (6, "log-on-every-rank")}
 
 
@@ -69,13 +62,13 @@ model.print_trainable_parameters()
 
 
 def test_pefts_print_trainable_parameters_prints_on_every_rank(tmp_path: Path) -> None:
-    assert _rules(_project(tmp_path, {"train.py": _PEFT_SCRIPT})) == {(8, "print-on-every-rank")}
+    assert _rules(git_project(tmp_path, {"train.py": _PEFT_SCRIPT})) == {(8, "print-on-every-rank")}
 
 
 def test_pefts_print_trainable_parameters_under_a_rank_test_is_quiet(tmp_path: Path) -> None:
     guarded = _PEFT_SCRIPT.replace("model.print_trainable_parameters()", "if local_rank == 0 and dist.get_rank() == 0:\n"
                                    "    model.print_trainable_parameters()")
-    assert _rules(_project(tmp_path, {"train.py": guarded})) == set()
+    assert _rules(git_project(tmp_path, {"train.py": guarded})) == set()
 
 
 _IGNITE_SCRIPT = """\
@@ -94,10 +87,10 @@ with idist.Parallel(backend="nccl", nproc_per_node=2) as parallel:
 
 
 def test_ignites_parallel_runs_several_processes_and_its_eval_loader_pads(tmp_path: Path) -> None:
-    assert _rules(_project(tmp_path, {"train.py": _IGNITE_SCRIPT})) == {
+    assert _rules(git_project(tmp_path, {"train.py": _IGNITE_SCRIPT})) == {
         (6, "padded-eval-sampler"), (7, "print-on-every-rank")}
 
 
 def test_an_ignite_eval_loader_given_its_own_sampler_is_not_read(tmp_path: Path) -> None:
     given = _IGNITE_SCRIPT.replace('shuffle=False)', 'sampler=exact_sampler)')
-    assert _rules(_project(tmp_path, {"train.py": given})) == {(7, "print-on-every-rank")}
+    assert _rules(git_project(tmp_path, {"train.py": given})) == {(7, "print-on-every-rank")}
