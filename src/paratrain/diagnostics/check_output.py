@@ -11,6 +11,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from paratrain.diagnostics.call_names import keyword
 from paratrain.diagnostics.check_finding import Finding
 from paratrain.diagnostics.library_calls import peft_prints
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
@@ -85,10 +86,18 @@ def _print_silenced(facts: ScriptFacts) -> bool:
         imported.callee(call) not in imported.read for call in facts.calls_named(*_PRINT_SILENCING_HELPERS))
 
 
+def _pretty_prints(facts: ScriptFacts) -> list[ast.Call]:
+    """The standard library's pretty printer writing to stdout (``pprint(config)`` after ``from pprint import
+    pprint``, ``pprint.pprint(...)``, ``pp``): a print like any other; one given a ``stream`` writes elsewhere."""
+    return [call for call in facts.calls_named("pprint", "pp")
+            if facts.full_name(call) in ("pprint.pprint", "pprint.pp") and keyword(call, "stream") is None]
+
+
 def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     if not facts.distributed or _print_silenced(facts) or _print_replaced(facts):
         return
     library = peft_prints(facts)  # a library's own print on every rank (PEFT's print_trainable_parameters)
+    library += _pretty_prints(facts)
     prints = [
         call for call in [*facts.calls_named("print"), *library]
         if (isinstance(call.func, ast.Name) or call in library) and not facts.guard(call)
