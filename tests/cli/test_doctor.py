@@ -51,3 +51,12 @@ def test_doctor_names_a_problem_and_exits_non_zero():
     assert "fix: unset GLOO_SOCKET_IFNAME or name one of those" in run.stdout
     assert "[problem] launcher variables: RANK set in this shell" in run.stdout
     assert run.stdout.strip().endswith("2 problem(s)")
+
+
+def test_doctor_warns_of_a_python_whose_forked_loader_workers_can_hang_at_birth():
+    from paratrain.cli.doctor_checks import fork_safety
+
+    assert [fork_safety(v).status for v in [(3, 11, 7), (3, 10, 12), (3, 11, 9)]] == ["warning"] * 3
+    assert [fork_safety(v).status for v in [(3, 11, 10), (3, 10, 15), (3, 12, 0), (3, 13, 1)]] == ["ok"] * 4
+    finding = fork_safety((3, 11, 7))
+    assert "gh-112275" in finding.detail and "3.11.10" in finding.fix

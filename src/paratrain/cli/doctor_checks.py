@@ -54,6 +54,7 @@ def software() -> list[Finding]:
     python = platform.python_version()
     found.append(Finding("python", OK if sys.version_info >= (3, 10) else PROBLEM, python,
                          "" if sys.version_info >= (3, 10) else "use Python 3.10 or newer"))
+    found.append(fork_safety(sys.version_info))
     found.append(Finding("torch", OK, torch.__version__))
     if not dist.is_available():
         return found + [Finding("torch.distributed", PROBLEM, "this torch build has no torch.distributed",
@@ -73,6 +74,21 @@ def software() -> list[Finding]:
         found.append(Finding("CUDA", INFO, f"no CUDA device visible (torch CUDA: {built}); jobs run on CPU with gloo"))
         found.append(Finding("NCCL", INFO, "not usable without CUDA; gloo is the backend"))
     return found
+
+
+def fork_safety(version: tuple[int, ...]) -> Finding:
+    """Can a forked DataLoader worker hang at birth on this Python? CPython before 3.12 took the
+    interpreter's thread-list lock in the child before making it anew (gh-112275, fixed in 3.11.10,
+    3.10.15 and 3.9.20): a fork while a C++ thread (gloo's, NCCL's) entered Python leaves the child
+    waiting forever."""
+    major, minor, micro = version[:3]
+    fixed = (major, minor) >= (3, 12) or (minor, micro) >= (11, 10) or (minor == 10 and micro >= 15)
+    if fixed:
+        return Finding("fork safety", OK, "forked loader workers cannot inherit the interpreter's thread-list lock")
+    return Finding("fork safety", WARNING,
+                   f"on Python {major}.{minor}.{micro} a forked DataLoader worker can hang at birth (CPython "
+                   "gh-112275); rt.loader finds and replaces such a worker, a plain DataLoader waits forever",
+                   "use Python 3.11.10+ or 3.12+, or pass multiprocessing_context='forkserver' to plain DataLoaders")
 
 
 def devices() -> list[Finding]:

@@ -45,6 +45,7 @@ from paratrain.data.exact import ExactShardSampler
 from paratrain.data.global_order import GlobalBatchSampler, Split
 from paratrain.data.resumable import ResumableSampler, ResumableWrapper
 from paratrain.data.sampler import ResumableDistributedSampler, dataset_length
+from paratrain.data.worker_births import BirthWatch, forks_workers
 from paratrain.data.batches import move_to
 from paratrain.errors import DataError
 from paratrain.seeding import rank_seed
@@ -97,6 +98,8 @@ class DistributedLoader:
         self._trained = 0  # batches of the current pass trained by an optimizer step
         self._at_forward: int | None = None  # batches handed out when a model last ran, since the last step
         self._warned_untracked = False
+        # Forked workers stuck at birth are replaced without changing a batch (see worker_births).
+        self._births = BirthWatch(dataloader) if forks_workers(dataloader) else None
 
     def add_position_listener(self, listener: Any) -> None:
         """Tell ``listener`` where each batch sits in its pass: ``listener.loader_batch(index, total)``
@@ -150,15 +153,20 @@ class DistributedLoader:
         # iterator; worker i gets base_seed + i): distinct per rank, worker and epoch,
         # and the same in a rerun. Persistent workers keep their first epoch's seeds.
         generator = self.dataloader.generator
-        if generator is not None:
-            generator.manual_seed((self._worker_seed + 7919 * self.sampler.epoch) % 2**63)
+        worker_seed = (self._worker_seed + 7919 * self.sampler.epoch) % 2**63
+
+        def new_iterator() -> Iterator[Any]:
+            if generator is not None:  # a replacement iterator draws the same worker seeds
+                generator.manual_seed(worker_seed)
+            return iter(self.dataloader)
+
         self._pass_len = len(self.dataloader)
         self._taken = 0
         self._trained = 0
         if self._at_forward is not None:
             self._at_forward = 0  # the model last ran before this pass: none of its batches yet
         self._started = True
-        return self._count(iter(self.dataloader))
+        return self._count(self._births.iterate(new_iterator) if self._births else new_iterator())
 
     def _count(self, batches: Iterator[Any]) -> Iterator[Any]:
         try:
