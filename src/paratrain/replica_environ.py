@@ -26,15 +26,40 @@ HEARTBEAT_INTERVAL_MS = 100
 #: dropped only if its Manager server's thread waits for a core longer than the timeout less one interval
 #: (0.9 s); the worst wait measured on a loaded 2-core machine is in docs/fault-tolerance.md.
 HEARTBEAT_MISSES = 10
-HEARTBEAT_TIMEOUT_MS = int(os.environ.get("PARATRAIN_FT_HEARTBEAT_TIMEOUT_MS",
-                                          HEARTBEAT_MISSES * HEARTBEAT_INTERVAL_MS))
+HEARTBEAT_TIMEOUT_MS = HEARTBEAT_MISSES * HEARTBEAT_INTERVAL_MS
 #: How long a quorum waits for a group that heartbeats but has not asked for it (a group still starting, or
 #: stuck; torchft's default is 60 s). Not a term of the pause after a kill: a dead group stops heartbeating, so
 #: it leaves after ``HEARTBEAT_TIMEOUT_MS`` however long this is.
-JOIN_TIMEOUT_MS = int(os.environ.get("PARATRAIN_FT_JOIN_TIMEOUT_MS", "2000"))
+JOIN_TIMEOUT_MS = 2000
+#: The variables that set the two timeouts above for one launch.
+HEARTBEAT_TIMEOUT_ENV, JOIN_TIMEOUT_ENV = "PARATRAIN_FT_HEARTBEAT_TIMEOUT_MS", "PARATRAIN_FT_JOIN_TIMEOUT_MS"
 #: How often the Lighthouse looks again at a quorum that is waiting (torchft's default is 100 ms): the delay
 #: between a dead group's heartbeat timeout and the survivors' quorum.
 QUORUM_TICK_MS = 50
+
+
+def liveness_ms(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """The Lighthouse's heartbeat and join timeouts in milliseconds: the defaults above, or the variables'.
+
+    Raises:
+        ConfigError: a value that is not a whole number of milliseconds, or a heartbeat timeout under two
+            heartbeat intervals (a live group would be dropped between two of its own heartbeats); the line names
+            the variable and a value to write.
+    """
+    from paratrain.errors import ConfigError
+
+    environ = os.environ if environ is None else environ
+    least = {HEARTBEAT_TIMEOUT_ENV: 2 * HEARTBEAT_INTERVAL_MS, JOIN_TIMEOUT_ENV: 1}
+    values = {HEARTBEAT_TIMEOUT_ENV: HEARTBEAT_TIMEOUT_MS, JOIN_TIMEOUT_ENV: JOIN_TIMEOUT_MS}
+    for name, default in list(values.items()):
+        text = environ.get(name, "").strip()
+        if not text:
+            continue
+        if not text.isdigit() or int(text) < least[name]:
+            raise ConfigError(f"{name}={text!r} must be a whole number of milliseconds of at least {least[name]} "
+                              f"(the default is {default}); unset it or write e.g. {name}={default}")
+        values[name] = int(text)
+    return values[HEARTBEAT_TIMEOUT_ENV], values[JOIN_TIMEOUT_ENV]
 
 
 def in_replica_group(environ: Mapping[str, str] | None = None) -> bool:

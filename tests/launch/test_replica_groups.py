@@ -48,3 +48,29 @@ def test_a_sharded_strategy_in_a_replica_group_is_refused_in_one_line_and_the_gr
         said[-3000:]
     assert said.count("replica group 0 exited with code 2, a configuration error") == 1, said[-3000:]
     assert "starting it again (" not in said and not (tmp_path / "train.py.ran").exists(), said[-3000:]
+
+
+def test_a_lighthouse_timeout_variable_that_is_not_milliseconds_is_refused_in_one_line_before_anything_starts(tmp_path):
+    """``PARATRAIN_FT_HEARTBEAT_TIMEOUT_MS`` / ``PARATRAIN_FT_JOIN_TIMEOUT_MS`` set the Lighthouse's clock: a word, a
+    fraction, or a heartbeat timeout under two heartbeats (a live group dropped between its own heartbeats) is refused
+    in one line naming the variable and a value to write; no Lighthouse, no group, no script."""
+    import subprocess
+
+    from tests.support import clean_env, paratrain_cmd
+
+    script = tmp_path / "train.py"
+    script.write_text("open(__file__ + '.ran', 'w').close()\n")
+    for name, value in [("PARATRAIN_FT_HEARTBEAT_TIMEOUT_MS", "1s"), ("PARATRAIN_FT_HEARTBEAT_TIMEOUT_MS", "150"),
+                        ("PARATRAIN_FT_JOIN_TIMEOUT_MS", "0.5")]:
+        done = subprocess.run(paratrain_cmd("run", "--fault-tolerance", "replicas", "--replica-groups", "2", str(script)),
+                              env={**clean_env(), name: value}, capture_output=True, text=True, timeout=120)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode != 0 and len(lines) == 1, done.stderr
+        assert f"{name}='{value}' must be a whole number of milliseconds of at least" in lines[0], lines
+        assert f"write e.g. {name}=" in lines[0], lines
+        assert "replica group" not in done.stdout + done.stderr
+    assert not (tmp_path / "train.py.ran").exists()
+    from paratrain.replica_environ import liveness_ms
+
+    assert liveness_ms({}) == (1000, 2000)
+    assert liveness_ms({"PARATRAIN_FT_HEARTBEAT_TIMEOUT_MS": " 3000 ", "PARATRAIN_FT_JOIN_TIMEOUT_MS": "500"}) == (3000, 500)

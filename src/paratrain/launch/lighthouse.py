@@ -20,7 +20,7 @@ import tempfile
 import time
 
 from paratrain.errors import LaunchError
-from paratrain.replica_environ import HEARTBEAT_TIMEOUT_MS, JOIN_TIMEOUT_MS, QUORUM_TICK_MS
+from paratrain.replica_environ import QUORUM_TICK_MS, liveness_ms
 
 START_S = 30.0  # a guard: the Lighthouse prints its address within a second
 #: On nodes other than 0: how often the Lighthouse is asked whether it still listens (a TCP connect), and
@@ -54,6 +54,10 @@ class Lighthouse:
         own: whether this launcher starts it (node 0).
         min_replicas: fewest groups a quorum may hold.
         wait_s: how long :meth:`wait` waits for a peer's Lighthouse (``--rdzv-timeout``).
+
+    Raises:
+        ConfigError: ``PARATRAIN_FT_HEARTBEAT_TIMEOUT_MS`` or ``PARATRAIN_FT_JOIN_TIMEOUT_MS`` is not a valid
+            number of milliseconds (:func:`~paratrain.replica_environ.liveness_ms`).
     """
 
     def __init__(self, host: str, port: int, own: bool, min_replicas: int = 1, wait_s: float = 600.0):
@@ -62,6 +66,7 @@ class Lighthouse:
         self.process: subprocess.Popen | None = None
         self.address = "" if own else self._url(port)
         self._next_probe, self._misses = 0.0, 0
+        self.heartbeat_ms, self.join_ms = liveness_ms()  # bad values are refused before anything starts
 
     def _url(self, port: int) -> str:
         return f"http://{f'[{self.host}]' if ':' in self.host else self.host}:{port}"
@@ -85,8 +90,8 @@ class Lighthouse:
             LaunchError: it exited or printed nothing within ``START_S`` (names why, torchft missing included).
         """
         bind = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-        code = _SERVER.format(bind=bind, min_replicas=self.min_replicas, join=JOIN_TIMEOUT_MS, tick=QUORUM_TICK_MS,
-                              heartbeat=HEARTBEAT_TIMEOUT_MS)
+        code = _SERVER.format(bind=bind, min_replicas=self.min_replicas, join=self.join_ms, tick=QUORUM_TICK_MS,
+                              heartbeat=self.heartbeat_ms)
         # Its log (a line per quorum) goes to a file: a pipe nobody reads would fill and stall it.
         log = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=log, text=True,

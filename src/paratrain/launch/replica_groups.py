@@ -94,7 +94,8 @@ class ReplicaGroups:
 
     Raises:
         LaunchError: fewer than one group.
-        ConfigError: node 0 of several does not own ``master_addr``, or it does not resolve.
+        ConfigError: node 0 of several does not own ``master_addr``, or it does not resolve; a Lighthouse
+            timeout variable that is not a valid number of milliseconds.
     """
 
     def __init__(self, run_args: list[str], groups: int, restarts: int, min_replicas: int = 1,
