@@ -9,14 +9,15 @@ leaves the interpreter's thread-list lock held, and the child waits on it foreve
 ``os.fork()``, before any line of the worker runs. The DataLoader then waits forever for that
 worker's first batch.
 
-So a training loader that forks its workers records, in memory shared with them, which workers
-have run their first line (the ``worker_init_fn`` it wraps). A batch wait is cut into rounds of
-:data:`BIRTH_DEADLINE_S`; at the end of a round a worker that is alive and has not started in
-that time is stuck at birth. Its loader iterator is shut down, the stuck processes are killed,
-and a new iterator with the same worker seeds replaces it, skipping the batches already handed
-out: the loop sees the same batches, in the same order, as if nothing happened, and a warning
-names the workers. A slow batch from started workers is waited for as long as it takes (or up
-to the user's own ``timeout``). After :data:`MAX_REBIRTHS` replacements in one pass it raises.
+So a loader of ``rt.loader`` whose workers fork records, in memory shared with them, which
+workers have run their first line (the ``worker_init_fn`` it wraps). A batch wait is cut into
+rounds of 5 s (torch's own interval between its checks for dead workers); at the end of a round,
+a worker that is alive and has not started :data:`BIRTH_DEADLINE_S` after its fork is stuck at
+birth. Its loader iterator is shut down, the stuck processes are killed, and a new iterator with
+the same worker seeds replaces it, skipping the batches already handed out: the loop sees the
+same batches, in the same order, as if nothing happened, and a warning names the workers. A slow
+batch from started workers is waited for as long as it takes (or up to the user's own
+``timeout``). After :data:`MAX_REBIRTHS` replacements in one pass it raises.
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ BIRTH_DEADLINE_S = 20.0
 MAX_REBIRTHS = 3
 # torch's wording when a batch wait reaches the DataLoader's ``timeout``.
 _TIMED_OUT = "DataLoader timed out after"
+
+
+def signal_handling_interval() -> float:
+    """How often torch's DataLoader looks for dead workers while it waits (``MP_STATUS_CHECK_INTERVAL``)."""
+    from torch.utils.data._utils import MP_STATUS_CHECK_INTERVAL
+
+    return float(MP_STATUS_CHECK_INTERVAL)
 
 
 def forks_workers(dataloader: DataLoader) -> bool:
@@ -72,8 +80,8 @@ class BirthWatch:
     """Watches the forked workers of one DataLoader (see the module's docstring).
 
     Installs itself on ``dataloader``: its ``worker_init_fn`` (wrapping the user's) and, when the
-    user set no ``timeout``, a ``timeout`` of :data:`BIRTH_DEADLINE_S` — the length of one round
-    of a batch wait, not a limit on it.
+    user set no ``timeout``, a ``timeout`` of torch's interval between its checks for dead workers
+    (5 s) — the length of one round of a batch wait, not a limit on it.
     """
 
     def __init__(self, dataloader: DataLoader):
@@ -82,8 +90,8 @@ class BirthWatch:
         self._started = multiprocessing.get_context("fork").RawArray("b", dataloader.num_workers)
         self._user_timeout = dataloader.timeout
         dataloader.worker_init_fn = _MarkStarted(self._started, dataloader.worker_init_fn)
-        if self._user_timeout == 0:
-            dataloader.timeout = BIRTH_DEADLINE_S
+        if self._user_timeout == 0:  # rounds as long as torch's own between its checks for dead workers
+            dataloader.timeout = min(signal_handling_interval(), BIRTH_DEADLINE_S)
         self._born_at = 0.0
 
     def iterate(self, new_iterator: Callable[[], Iterator[Any]]) -> Iterator[Any]:
