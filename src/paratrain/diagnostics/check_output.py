@@ -80,10 +80,27 @@ def _print_replaced(facts: ScriptFacts) -> bool:
 
 
 def _print_silenced(facts: ScriptFacts) -> bool:
-    """The script, or a function of its project that it calls, replaces builtins.print or stdout."""
+    """The script, or a function of its project that it calls, replaces builtins.print or stdout for good."""
     imported = facts.imported
-    return imported.print_replaced or facts.mentions(_PRINT_SILENCED.pattern) or any(
+    return imported.print_replaced or (facts.mentions(_PRINT_SILENCED.pattern) and not _stdout_restored(facts)) or any(
         imported.callee(call) not in imported.read for call in facts.calls_named(*_PRINT_SILENCING_HELPERS))
+
+
+def _stdout_restored(facts: ScriptFacts) -> bool:
+    """The script mutes stdout only for a while: it sends ``sys.stdout`` to /dev/null and puts it back
+    (``sys.stdout = sys.__stdout__``, or a stream it saved from ``sys.stdout``), as bts's ``block_print()`` /
+    ``enable_print()`` around one call, and never replaces ``print`` itself.
+
+    Invariant: only a mute that is never undone silences the other ranks' prints for the rest of the run; an
+    undone one silences the block it surrounds, and the prints elsewhere in the file still run on every rank.
+    """
+    if facts.mentions(r"builtins\.print\s*=|__builtin__\.print\s*="):
+        return False
+    saved = {name for name, values in facts.assigned.items()
+             if any(ast.unparse(value) == "sys.stdout" for value in values)}
+    return any(isinstance(node, ast.Assign) and any(ast.unparse(t) == "sys.stdout" for t in node.targets)
+               and (ast.unparse(node.value) == "sys.__stdout__" or ast.unparse(node.value) in saved)
+               for node in ast.walk(facts.tree))
 
 
 def _pretty_prints(facts: ScriptFacts) -> list[ast.Call]:
