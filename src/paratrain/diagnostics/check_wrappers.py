@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from paratrain.diagnostics.check_finding import Finding
 from paratrain.diagnostics.project_norms import norm_aliases
 from paratrain.diagnostics.script_facts import ScriptFacts, last_name, returned_module
+from paratrain.diagnostics.syncbn_conversion import off_by_default, syncbn_converts
 
 WRAPPERS = ("DistributedDataParallel", "DDP", "DataParallel")
 
@@ -213,7 +214,8 @@ def _saved_later(facts: ScriptFacts, call: ast.expr) -> bool:
 def batchnorm_without_syncbn(facts: ScriptFacts) -> Iterator[Finding]:
     wraps = (facts.calls_named(*WRAPPERS[:2]) or facts.lightning_on_several_devices()
              or (facts.calls_named("Fabric", "Accelerator") and facts.calls_named("setup", "prepare")))
-    if facts.mentions(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn"):
+    if facts.mentions(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn") and syncbn_converts(
+            facts.tree, facts.lines, off_by_default([facts.tree]) | facts.imported.off_options):
         return
     if not wraps:
         yield from _project_model_norms(facts)

@@ -62,7 +62,10 @@ class ImportedNames:
     # → (file, line) of a BatchNorm layer in the model they build (`make_model(cfg)`), read only when the
     # script or a callee wraps in DDP and no module read mentions SyncBatchNorm
     batchnorm_builders: dict[str, tuple[str, int]] = field(default_factory=dict)
-    syncbn_in_project: bool = False  # a module of the project read mentions SyncBatchNorm / sync_bn
+    # a module of the project read converts to SyncBatchNorm (syncbn_conversion.py: not in help texts, docstrings,
+    # or behind a switch that is off unless passed)
+    syncbn_in_project: bool = False
+    off_options: set[str] = field(default_factory=set)  # argparse options of the project off unless passed
 
     @staticmethod
     def callee(call: ast.Call) -> str:

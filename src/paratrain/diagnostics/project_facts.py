@@ -43,6 +43,7 @@ from paratrain.diagnostics.project_savers import in_memory, nested_call_guarded,
 from paratrain.diagnostics.project_wrapped_saves import might_save_a_wrapper, wrapped_save
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
+from paratrain.diagnostics.syncbn_conversion import SYNCBN, off_by_default, syncbn_converts
 
 _SAMPLERS = ("DistributedSampler",)
 _GROUP_CALLS = ("init_process_group", "DistributedDataParallel")
@@ -51,7 +52,6 @@ _VERBOSE_LEVEL = re.compile(r"\b(?:INFO|DEBUG|NOTSET)\b|^(?:10|20)$")
 _RANK_WORD = re.compile(r"rank|main|master|process_index|primary")
 _PRINT_TARGETS = ("builtins.print", "__builtin__.print", "sys.stdout")
 _DDP = ("DistributedDataParallel", "DDP")
-_SYNCBN = re.compile(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn", re.IGNORECASE)
 _HOPS = 2  # calls followed inside the project from a function the script calls
 # A function longer than this is a program's body (a `train()`), not a helper: not read, which keeps a
 # check within its time on projects of large files.
@@ -115,7 +115,11 @@ class _Reader:
     def _learn_norms(self, names: ImportedNames, facts: ScriptFacts) -> None:
         """Which model builders of the project reach a BatchNorm layer: read only where DDP wraps something
         (in the script or a callee) and no module read converts to SyncBatchNorm."""
-        names.syncbn_in_project = any(_SYNCBN.search(module.source) for module in self.imports.modules())
+        modules = self.imports.modules()
+        names.off_options = off_by_default([module.tree for module in modules])
+        off = names.off_options | off_by_default([facts.tree])
+        names.syncbn_in_project = any(SYNCBN.search(module.source) and syncbn_converts(
+            module.tree, module.source.splitlines(), off) for module in modules)
         if names.syncbn_in_project or not (names.ddp_wrappers or facts.calls_named(*_DDP)):
             return
         norms = ProjectNorms(self.imports)
