@@ -48,7 +48,14 @@ from paratrain.diagnostics.project_local_rank import (
 from paratrain.diagnostics.project_rendezvous import fixed_rendezvous_calls
 from paratrain.diagnostics.project_norms import ProjectNorms
 from paratrain.diagnostics.project_prints import ProjectPrints
-from paratrain.diagnostics.project_savers import in_memory, nested_call_guarded, per_rank_path, under_rank_test
+from paratrain.diagnostics.project_savers import (
+    in_memory,
+    nested_call_guarded,
+    per_rank_path,
+    stored_rank_flags,
+    under_rank_flag,
+    under_rank_test,
+)
 from paratrain.diagnostics.project_wrapped_saves import might_save_a_wrapper, wrapped_save
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
@@ -77,10 +84,12 @@ class _Reader:
     def __init__(self, imports: ProjectImports) -> None:
         self.imports = imports
         self._facts: dict[Path, ScriptFacts] = {}
+        self._rank_flags: set[str] = set()  # the script's attributes set to a rank-0 test
 
     def read(self, facts: ScriptFacts) -> ImportedNames:
         """What every call of the script to a project function tells (keyed by the callee as written)."""
         names = ImportedNames()
+        self._rank_flags = stored_rank_flags(facts)
         callees = {ImportedNames.callee(call) for call in facts.calls if isinstance(call.func, (ast.Name, ast.Attribute))}
         builders = ProjectBuilders(self.imports, facts)
         prints = ProjectPrints(self.imports, builders)
@@ -241,6 +250,7 @@ class _Reader:
         mf = self.facts_of(module)  # the module's reading, made only for a function that saves
         saves = [save for save in saves if mf.full_name(save) == "torch.save"]
         return bool(saves) and not any(mf.guard_in_function(save) or under_rank_test(function, save)
+                                       or under_rank_flag(function, save, self._rank_flags)
                                        or path_names_rank(mf, save) or per_rank_path(function, save)
                                        or in_memory(function, save) or nested_call_guarded(mf, function, save)
                                        for save in saves)
