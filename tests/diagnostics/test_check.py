@@ -15,8 +15,10 @@ from tests.support import EXAMPLES, ROOT, clean_env, paratrain_cmd
 SEEDS = Path(__file__).parent / "seed_scripts"
 
 EXPECTED = {
+    # its SyncBN conversion runs only with --sync_bn, a switch off unless passed: BatchNorm in DDP by default
     "seed001_apex_launch.py": {"deprecated-launcher", "sampler-not-passed", "padded-eval-sampler",
-                               "wrapped-state-dict", "save-on-every-rank", "local-rank-argument"},
+                               "wrapped-state-dict", "save-on-every-rank", "local-rank-argument",
+                               "batchnorm-without-syncbn"},
     "seed002_dataparallel.py": {"model-before-seed", "data-parallel", "wrapped-state-dict"},
     # its --local-rank flag is never read (mp.spawn hands the rank to main_worker): harmless; the spawn
     # index it names local_rank is what init_process_group takes as the rank, so the save under

@@ -80,10 +80,27 @@ def _print_replaced(facts: ScriptFacts) -> bool:
 
 
 def _print_silenced(facts: ScriptFacts) -> bool:
-    """The script, or a function of its project that it calls, replaces builtins.print or stdout."""
+    """The script, or a function of its project that it calls, replaces builtins.print or stdout for good."""
     imported = facts.imported
-    return imported.print_replaced or facts.mentions(_PRINT_SILENCED.pattern) or any(
+    return imported.print_replaced or (facts.mentions(_PRINT_SILENCED.pattern) and not _stdout_restored(facts)) or any(
         imported.callee(call) not in imported.read for call in facts.calls_named(*_PRINT_SILENCING_HELPERS))
+
+
+def _stdout_restored(facts: ScriptFacts) -> bool:
+    """The script mutes stdout only for a while: it sends ``sys.stdout`` to /dev/null and puts it back
+    (``sys.stdout = sys.__stdout__``, or a stream it saved from ``sys.stdout``), as bts's ``block_print()`` /
+    ``enable_print()`` around one call, and never replaces ``print`` itself.
+
+    Invariant: only a mute that is never undone silences the other ranks' prints for the rest of the run; an
+    undone one silences the block it surrounds, and the prints elsewhere in the file still run on every rank.
+    """
+    if facts.mentions(r"builtins\.print\s*=|__builtin__\.print\s*="):
+        return False
+    saved = {name for name, values in facts.assigned.items()
+             if any(ast.unparse(value) == "sys.stdout" for value in values)}
+    return any(isinstance(node, ast.Assign) and any(ast.unparse(t) == "sys.stdout" for t in node.targets)
+               and (ast.unparse(node.value) == "sys.__stdout__" or ast.unparse(node.value) in saved)
+               for node in ast.walk(facts.tree))
 
 
 def _pretty_prints(facts: ScriptFacts) -> list[ast.Call]:
@@ -123,22 +140,36 @@ def project_call_prints(facts: ScriptFacts) -> Iterator[Finding]:
     if not facts.distributed or _print_silenced(facts) or _print_replaced(facts):
         return
     printing = facts.imported.every_rank_prints
-    by_file: dict[str, list[tuple[ast.Call, int]]] = {}
-    for call in facts.calls:
-        found = printing.get(facts.imported.callee(call))
-        if found is not None and not facts.guard(call) and not facts.in_launcher(call):
-            by_file.setdefault(found[0], []).append((call, found[1]))
-    for path, calls in by_file.items():
-        calls.sort(key=lambda item: (item[0].lineno, item[0].col_offset))
-        first, line = calls[0]
-        others = sorted({call.lineno for call, _ in calls[1:]} - {first.lineno})
-        also = f" (also lines {', '.join(map(str, others))})" if others else ""
+    for calls, path, line in _calls_by_file(facts, printing, lambda call: True):
+        first = calls[0]
         yield Finding(
             first.lineno, "print-on-every-rank",
             f"`{facts.imported.callee(first)}` prints on every rank ({path}:{line}, no rank test on the way): "
-            f"each line appears once per process, interleaved{also}",
+            f"each line appears once per process, interleaved{_also(calls)}",
             "print under `if dist.get_rank() == 0:` in that function (or pt.print), or call it on rank 0 only",
         )
+
+
+def _calls_by_file(facts: ScriptFacts, found: dict[str, tuple], keep) -> list[tuple[list[ast.Call], str, int]]:
+    """The script's calls to the callees of ``found`` (callee → (file, line, …)) made on every rank, outside a
+    launcher's parent, that ``keep`` keeps, grouped by that file: (the calls in line order, the file, the line
+    the first one reaches)."""
+    by_file: dict[str, list[tuple[ast.Call, int]]] = {}
+    for call in facts.calls:
+        where = found.get(facts.imported.callee(call))
+        if where is not None and not facts.guard(call) and not facts.in_launcher(call) and keep(call):
+            by_file.setdefault(where[0], []).append((call, where[1]))
+    groups = []
+    for path, calls in by_file.items():
+        calls.sort(key=lambda item: (item[0].lineno, item[0].col_offset))
+        groups.append(([call for call, _ in calls], path, calls[0][1]))
+    return groups
+
+
+def _also(calls: list[ast.Call]) -> str:
+    """" (also lines …)": the lines of the calls after the first, when they are other lines."""
+    others = sorted({call.lineno for call in calls[1:]} - {calls[0].lineno})
+    return f" (also lines {', '.join(map(str, others))})" if others else ""
 
 
 def _literal_rank_prints(facts: ScriptFacts) -> list[ast.Call]:
@@ -163,6 +194,8 @@ def _literal_rank_prints(facts: ScriptFacts) -> list[ast.Call]:
 # helper that takes the rank (Swin's `create_logger(dist_rank=…)`, detectron2's `setup_logger`).
 _RANK_AWARE_LOG_SETUP = re.compile(r"get_process_log_level|should_log")
 _LOG_SETUP_CALLS = ("basicConfig", "setLevel", "set_verbosity", "addHandler", "disable")
+VERBOSE_LEVEL = re.compile(r"\b(?:INFO|DEBUG|NOTSET)\b|^(?:10|20)$|^['\"](?:INFO|DEBUG)['\"]$")
+_CONSOLE = re.compile(r"(?:sys\.)?std(?:out|err)")
 _LOGGER_HELPER = re.compile(r"(?:setup|init|create|get|make)_?log\w*|setup_logging|\w*_logger", re.IGNORECASE)
 
 
@@ -271,6 +304,74 @@ def _in_loop_around(facts: ScriptFacts, sink: ast.Call, call: ast.Call) -> bool:
             return True
         parent = facts.parents.get(parent)
     return False
+
+
+def verbose_console_setup(call: ast.Call) -> bool:
+    """``logging.basicConfig(level=INFO)``, with ``stream=sys.stdout`` or ``handlers=[StreamHandler(sys.stdout)]``
+    at most: INFO lines of every logger that reaches the root logger go to the console."""
+    if last_name(call) != "basicConfig" or keyword(call, "filename") is not None:
+        return False
+    level, handlers = keyword(call, "level"), keyword(call, "handlers")
+    if level is None or not VERBOSE_LEVEL.search(ast.unparse(level)):
+        return False
+    if handlers is None:
+        return True
+    return isinstance(handlers, (ast.List, ast.Tuple)) and all(
+        isinstance(h, ast.Call) and last_name(h) == "StreamHandler"
+        and all(_CONSOLE.fullmatch(ast.unparse(a)) for a in h.args[:1]) for h in handlers.elts)
+
+
+def _root_verbose(facts: ScriptFacts) -> bool:
+    """The root logger writes INFO to the console in every process: a module of the project set it so at import,
+    or the script does, under no rank test; and nothing in the script sets up the root logger otherwise
+    (another level, a rank-aware setup, a project helper that chooses by rank): that would be an unknown.
+
+    Only for a script run as the program (its ``if __name__ == "__main__":``): ``basicConfig`` does nothing once
+    the root logger has a handler, so a module that a launcher of the project imports (I-JEPA's ``app/main.py``,
+    which sets the level by rank first) logs as that launcher chose."""
+    imported = facts.imported
+    if facts.main_block() is None or facts.mentions(_RANK_AWARE_LOG_SETUP.pattern) or any(
+            imported.callee(call) in imported.rank_aware_loggers for call in facts.calls):
+        return False
+    verbose = [call for call in facts.calls_named("basicConfig") if verbose_console_setup(call)
+               and not facts.guard(call) and not _rank_chosen(facts, call)]
+    others = [call for call in facts.calls_named(*_LOG_SETUP_CALLS) if call not in verbose and not _named_logger(call)]
+    return not others and (imported.root_verbose_at_import or bool(verbose))
+
+
+def _named_logger(setup: ast.Call) -> bool:
+    """``logging.getLogger("matplotlib").setLevel(logging.WARNING)``: a named logger's own setup, not the root's."""
+    receiver = setup.func.value if isinstance(setup.func, ast.Attribute) else None
+    return (isinstance(receiver, ast.Call) and last_name(receiver) == "getLogger" and bool(receiver.args)
+            and isinstance(receiver.args[0], ast.Constant) and bool(receiver.args[0].value))
+
+
+def project_call_logs(facts: ScriptFacts) -> Iterator[Finding]:
+    """A call into the script's own project that logs at INFO in every process that makes it
+    (:mod:`paratrain.diagnostics.project_logs`), made on every rank: reported at the script's first such call,
+    the others named in it; as the script's own logging, one finding per script, and none where that is reported.
+
+    Invariant: the gates of the script's own logging (a multi-process script, stdout not silenced, the call under
+    no rank test, not in a launcher's parent nor an ``except`` block), the callee's line proved to run on the way
+    from that call, and its logger proved verbose on every rank: its own console handler, or the root logger's
+    (:func:`_root_verbose`).
+    """
+    if not facts.distributed or _print_silenced(facts) or next(log_on_every_rank(facts), None) is not None:
+        return
+    root = _root_verbose(facts)
+    logging = {callee: where for callee, where in facts.imported.every_rank_logs.items() if root or not where[2]}
+    groups = _calls_by_file(facts, logging, lambda call: not _handling_an_exception(facts, call))
+    if groups:
+        _, path, line = min(groups, key=lambda group: (group[0][0].lineno, group[0][0].col_offset))
+        calls = sorted((call for group in groups for call in group[0]), key=lambda call: (call.lineno, call.col_offset))
+        first = calls[0]
+        yield Finding(
+            first.lineno, "log-on-every-rank",
+            f"`{facts.imported.callee(first)}` logs on every rank ({path}:{line}, a console handler at INFO in every "
+            f"process, no rank test on the way): each message appears once per process, interleaved{_also(calls)}",
+            "set the logging level by rank where the handler is set up (INFO on rank 0, WARNING elsewhere), "
+            "or call it on rank 0 only",
+        )
 
 
 def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:

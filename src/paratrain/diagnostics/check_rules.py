@@ -16,7 +16,13 @@ from collections.abc import Iterator
 from paratrain.diagnostics.check_finding import Finding, Rule
 from paratrain.diagnostics.check_launch import deprecated_launcher, local_rank_argument
 from paratrain.diagnostics.check_rendezvous import hardcoded_rendezvous
-from paratrain.diagnostics.check_output import RANK_TAG, log_on_every_rank, print_on_every_rank, project_call_prints
+from paratrain.diagnostics.check_output import (
+    RANK_TAG,
+    log_on_every_rank,
+    print_on_every_rank,
+    project_call_logs,
+    project_call_prints,
+)
 from paratrain.diagnostics.check_samplers import (
     EVAL_NAME, LOADERS, SAMPLERS, imported_sampler_bindings, is_eval, no_set_epoch, padded_eval_sampler,
     sampler_not_passed, shuffle_beside_sampler,
@@ -310,6 +316,6 @@ def _in_dataset_build(facts: ScriptFacts, node: ast.AST) -> bool:
 RULES: tuple[Rule, ...] = (
     sampler_not_passed, shuffle_beside_sampler, no_set_epoch, padded_eval_sampler, local_rank_argument,
     deprecated_launcher, hardcoded_rendezvous, save_on_every_rank, print_on_every_rank, project_call_prints, wrapped_state_dict,
-    batchnorm_without_syncbn, model_before_seed, data_parallel, log_on_every_rank, ungathered_metric,
+    batchnorm_without_syncbn, model_before_seed, data_parallel, log_on_every_rank, project_call_logs, ungathered_metric,
     unseeded_split,
 )

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from paratrain.diagnostics.check_finding import Finding
 from paratrain.diagnostics.project_norms import norm_aliases
 from paratrain.diagnostics.script_facts import ScriptFacts, last_name, returned_module
+from paratrain.diagnostics.syncbn_conversion import off_by_default, syncbn_converts
 
 WRAPPERS = ("DistributedDataParallel", "DDP", "DataParallel")
 
@@ -119,7 +120,8 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
     for call in facts.calls_named("state_dict"):
         owner = call.func.value if isinstance(call.func, ast.Attribute) else None
         if (owner is None or (_holder(owner) not in wrapped and _holder(owner) not in inner)
-                or facts.single_process(call) or _rebound(facts, owner, call, makers)):
+                or facts.single_process(call) or _rebound(facts, owner, call, makers)
+                or _unwrapped_branch(facts, owner, call)):
             continue
         if not saved_state_dict(facts, call):
             continue
@@ -141,6 +143,37 @@ def wrapped_state_dict(facts: ScriptFacts) -> Iterator[Finding]:
             f"save {ast.unparse(owner)}.module.state_dict(); with paratrain, pt.Checkpointer or "
             "`paratrain ckpt export` (no prefixes)",
         )
+
+
+def _unwrapped_branch(facts: ScriptFacts, owner: ast.expr, call: ast.Call) -> bool:
+    """``call`` runs only when ``owner`` is no wrapper: in the ``else`` of ``if hasattr(model, "module"):`` or of
+    ``if isinstance(model, DistributedDataParallel):`` (or the body of their negation), in its own function.
+
+    Invariant: a model with no ``module`` attribute, or not a DDP/DataParallel instance, is the unwrapped model,
+    and its state dict keys carry no ``module.`` prefix.
+    """
+    holder = _holder(owner)
+    child, parent = call, facts.parents.get(call)
+    while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
+            test, negated = parent.test, False
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                test, negated = test.operand, True
+            in_else = child in parent.orelse if isinstance(parent, ast.If) else child is parent.orelse
+            if _tells_a_wrapper(test, holder) and in_else != negated:
+                return True
+        child, parent = parent, facts.parents.get(parent)
+    return False
+
+
+def _tells_a_wrapper(test: ast.expr, holder: str) -> bool:
+    """``hasattr(model, "module")`` or ``isinstance(model, (DDP, nn.DataParallel))`` about ``holder``."""
+    if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and len(test.args) == 2
+            and _holder(test.args[0]) == holder):
+        return False
+    if test.func.id == "hasattr":
+        return isinstance(test.args[1], ast.Constant) and test.args[1].value == "module"
+    return test.func.id == "isinstance" and re.search(r"DataParallel|DDP", ast.unparse(test.args[1])) is not None
 
 
 def saved_state_dict(facts: ScriptFacts, call: ast.Call) -> bool:
@@ -213,7 +246,8 @@ def _saved_later(facts: ScriptFacts, call: ast.expr) -> bool:
 def batchnorm_without_syncbn(facts: ScriptFacts) -> Iterator[Finding]:
     wraps = (facts.calls_named(*WRAPPERS[:2]) or facts.lightning_on_several_devices()
              or (facts.calls_named("Fabric", "Accelerator") and facts.calls_named("setup", "prepare")))
-    if facts.mentions(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn"):
+    if facts.mentions(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn") and syncbn_converts(
+            facts.tree, facts.lines, off_by_default([facts.tree]) | facts.imported.off_options):
         return
     if not wraps:
         yield from _project_model_norms(facts)

@@ -56,13 +56,20 @@ class ImportedNames:
     fixed_rendezvous: dict[str, tuple[str, str]] = field(default_factory=dict)
     # → (the file, relative to the project's root, and line of a print it runs in every process that calls it)
     every_rank_prints: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # → (file, line, through the root logger) of an INFO/DEBUG logging line they run in every process, to the
+    # console: through the root logger (then heard where that is verbose) or a logger verbose on its own (project_logs.py)
+    every_rank_logs: dict[str, tuple[str, int, bool]] = field(default_factory=dict)
+    root_verbose_at_import: bool = False  # a module of the project runs basicConfig(level=INFO) at its top
     # → (file, line) of the state_dict() they save of a DDP/DataParallel wrapper they made themselves
     wrapper_state_savers: dict[str, tuple[str, int]] = field(default_factory=dict)
     ddp_wrappers: set[str] = field(default_factory=set)  # wrap something in DistributedDataParallel (or call one that does)
     # → (file, line) of a BatchNorm layer in the model they build (`make_model(cfg)`), read only when the
     # script or a callee wraps in DDP and no module read mentions SyncBatchNorm
     batchnorm_builders: dict[str, tuple[str, int]] = field(default_factory=dict)
-    syncbn_in_project: bool = False  # a module of the project read mentions SyncBatchNorm / sync_bn
+    # a module of the project read converts to SyncBatchNorm (syncbn_conversion.py: not in help texts, docstrings,
+    # or behind a switch that is off unless passed)
+    syncbn_in_project: bool = False
+    off_options: set[str] = field(default_factory=set)  # argparse options of the project off unless passed
 
     @staticmethod
     def callee(call: ast.Call) -> str:

@@ -18,10 +18,8 @@ test the rank), a tuple of wrappers, a level from a variable, are unknowns, and 
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
-from paratrain.diagnostics.assigned_values import bound_values
 from paratrain.diagnostics.check_rendezvous import environ_parameters
 from paratrain.diagnostics.check_rules import path_names_rank
 from paratrain.diagnostics.check_wrappers import WRAPPERS, saved_state_dict
@@ -30,6 +28,17 @@ from paratrain.diagnostics.library_calls import returns_main_process_logger
 from paratrain.diagnostics.project_builders import ProjectBuilders
 from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.project_loaders import loader_bindings
+from paratrain.diagnostics.project_logs import ProjectLogs, root_verbose_at_import
+from paratrain.diagnostics.project_loggers import (
+    assigned_in,
+    chooses_by_rank,
+    console_handler_of_module,
+    makes_logger,
+    returned_index,
+    tags_the_rank,
+    to_console,
+    verbose_level,
+)
 from paratrain.diagnostics.project_local_rank import (
     attributes_read_before_set,
     attributes_tested_then_stored,
@@ -39,19 +48,24 @@ from paratrain.diagnostics.project_local_rank import (
 from paratrain.diagnostics.project_rendezvous import fixed_rendezvous_calls
 from paratrain.diagnostics.project_norms import ProjectNorms
 from paratrain.diagnostics.project_prints import ProjectPrints
-from paratrain.diagnostics.project_savers import in_memory, nested_call_guarded, per_rank_path, under_rank_test
+from paratrain.diagnostics.project_savers import (
+    in_memory,
+    nested_call_guarded,
+    per_rank_path,
+    stored_rank_flags,
+    under_rank_flag,
+    under_rank_test,
+)
 from paratrain.diagnostics.project_wrapped_saves import might_save_a_wrapper, wrapped_save
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
+from paratrain.diagnostics.syncbn_conversion import SYNCBN, off_by_default, syncbn_converts
 
 _SAMPLERS = ("DistributedSampler",)
 _GROUP_CALLS = ("init_process_group", "DistributedDataParallel")
 _LOG_SETUPS = ("basicConfig", "setLevel", "addHandler", "StreamHandler", "set_verbosity", "disable")
-_VERBOSE_LEVEL = re.compile(r"\b(?:INFO|DEBUG|NOTSET)\b|^(?:10|20)$")
-_RANK_WORD = re.compile(r"rank|main|master|process_index|primary")
 _PRINT_TARGETS = ("builtins.print", "__builtin__.print", "sys.stdout")
 _DDP = ("DistributedDataParallel", "DDP")
-_SYNCBN = re.compile(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn", re.IGNORECASE)
 _HOPS = 2  # calls followed inside the project from a function the script calls
 # A function longer than this is a program's body (a `train()`), not a helper: not read, which keeps a
 # check within its time on projects of large files.
@@ -70,17 +84,23 @@ class _Reader:
     def __init__(self, imports: ProjectImports) -> None:
         self.imports = imports
         self._facts: dict[Path, ScriptFacts] = {}
+        self._rank_flags: set[str] = set()  # the script's attributes set to a rank-0 test
 
     def read(self, facts: ScriptFacts) -> ImportedNames:
         """What every call of the script to a project function tells (keyed by the callee as written)."""
         names = ImportedNames()
+        self._rank_flags = stored_rank_flags(facts)
         callees = {ImportedNames.callee(call) for call in facts.calls if isinstance(call.func, (ast.Name, ast.Attribute))}
         builders = ProjectBuilders(self.imports, facts)
         prints = ProjectPrints(self.imports, builders)
+        logs = ProjectLogs(self.imports, prints, self._helper_kind)
         for callee in sorted(callees):
             printed = prints.reached(callee)
             if printed is not None:
                 names.every_rank_prints[callee] = (self.imports.shown(printed[0]), printed[1].lineno)
+            logged = logs.reached(callee)
+            if logged is not None:
+                names.every_rank_logs[callee] = (self.imports.shown(logged[0]), logged[1].lineno, logged[2])
             if builders.wraps_in_data_parallel(callee):
                 names.data_parallel_makers.add(callee)
             found = self.imports.definition(callee) or builders.method(callee)  # `train_state.save(...)`
@@ -97,6 +117,7 @@ class _Reader:
             if _too_long(found[1]):
                 continue
             self._learn(names, callee, *found)
+        names.root_verbose_at_import = root_verbose_at_import(self.imports)
         names.loader_bindings = loader_bindings(self.imports, facts)
         names.fixed_rendezvous = fixed_rendezvous_calls(self.imports, facts)
         self._learn_norms(names, facts)
@@ -115,7 +136,11 @@ class _Reader:
     def _learn_norms(self, names: ImportedNames, facts: ScriptFacts) -> None:
         """Which model builders of the project reach a BatchNorm layer: read only where DDP wraps something
         (in the script or a callee) and no module read converts to SyncBatchNorm."""
-        names.syncbn_in_project = any(_SYNCBN.search(module.source) for module in self.imports.modules())
+        modules = self.imports.modules()
+        names.off_options = off_by_default([module.tree for module in modules])
+        off = names.off_options | off_by_default([facts.tree])
+        names.syncbn_in_project = any(SYNCBN.search(module.source) and syncbn_converts(
+            module.tree, module.source.splitlines(), off) for module in modules)
         if names.syncbn_in_project or not (names.ddp_wrappers or facts.calls_named(*_DDP)):
             return
         norms = ProjectNorms(self.imports)
@@ -170,7 +195,7 @@ class _Reader:
             # fairseq's `call_main(cfg, main)` reaches `distributed_init`, which sets the root logger's level
             # by rank (`if is_master(...): setLevel(INFO) else: setLevel(WARNING)`) before `main` logs
             setups = [node for node in ast.walk(reached) if isinstance(node, ast.Call) and last_name(node) in _LOG_SETUPS]
-            if setups and _chooses_by_rank(reached, setups):
+            if setups and chooses_by_rank(reached, setups):
                 names.rank_aware_loggers.add(callee)
             # XLM's `init_distributed_mode(params)` makes the process group in slurm.py: the script is distributed
             names.joins_process_group |= any(isinstance(node, ast.Call) and last_name(node) in _GROUP_CALLS
@@ -207,6 +232,13 @@ class _Reader:
                 return module, stmt
         return self.imports.function(callee, within=module)
 
+    def _helper_kind(self, module: Module, call: ast.Call) -> str | None:
+        """``"every"`` when the project function ``call`` (in ``module``) runs returns a logger with a verbose
+        level and a console handler in every process (``logger = init_logger(__name__)``)."""
+        found = self._in_module(module, ast.unparse(call.func))
+        kind = None if found is None or _too_long(found[1]) else self._logger_kind(*found, 0)
+        return "every" if isinstance(kind, tuple) and kind[1] is None else None
+
     def _unguarded_saver(self, module: Module, function: _Function) -> bool:
         """``torch.save`` in the body, each with no rank test around it there, into a path that does not
         name the rank; not decorated (a decorator may run it on rank 0 only, as ResNeSt's ``@master_only``)."""
@@ -218,6 +250,7 @@ class _Reader:
         mf = self.facts_of(module)  # the module's reading, made only for a function that saves
         saves = [save for save in saves if mf.full_name(save) == "torch.save"]
         return bool(saves) and not any(mf.guard_in_function(save) or under_rank_test(function, save)
+                                       or under_rank_flag(function, save, self._rank_flags)
                                        or path_names_rank(mf, save) or per_rank_path(function, save)
                                        or in_memory(function, save) or nested_call_guarded(mf, function, save)
                                        for save in saves)
@@ -250,24 +283,24 @@ class _Reader:
         it sets a verbose level (INFO, DEBUG) and adds a console handler with no rank test, or returns the
         logger of such a function of the project (``index``: where that logger is in the tuple it returns,
         None for the value itself); None otherwise."""
-        if not _makes_logger(function):
+        if not makes_logger(function):
             return None
         if returns_main_process_logger(module.tree, function):
             return "rank"  # accelerate's MultiProcessAdapter: the main process only
         setups = [node for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) in _LOG_SETUPS]
-        if _chooses_by_rank(function, setups) or _tags_the_rank(module, function):
+        if chooses_by_rank(function, setups) or tags_the_rank(module, function):
             return "rank"
-        console = any(last_name(s) == "StreamHandler" and _to_console(s) for s in setups) or any(
+        console = any(last_name(s) == "StreamHandler" and to_console(s) for s in setups) or any(
             last_name(s) == "basicConfig" and keyword(s, "filename") is None and keyword(s, "handlers") is None
-            for s in setups)
-        verbose = any(_verbose_level(function, s) for s in setups if last_name(s) in ("setLevel", "basicConfig"))
+            for s in setups) or any(console_handler_of_module(module, s) for s in setups if last_name(s) == "addHandler")
+        verbose = any(verbose_level(function, s) for s in setups if last_name(s) in ("setLevel", "basicConfig"))
         if console and verbose:
-            return "every", _returned_index(function)
+            return "every", returned_index(function)
         if depth >= 1:
             return None
         # `logger = create_logger(...)`, then `return logger` (XLM's initialize_exp): the helper's logger.
         for ret in (n for n in ast.walk(function) if isinstance(n, ast.Return) and isinstance(n.value, ast.Name)):
-            for value in _assigned_in(function, ret.value.id):
+            for value in assigned_in(function, ret.value.id):
                 if not (isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute))):
                     continue
                 found = self._in_module(module, ast.unparse(value.func))
@@ -304,88 +337,13 @@ def _returned_calls(function: _Function, names: tuple[str, ...]) -> list[ast.Cal
     (``model = DDP(model)`` in one branch, ``return model``); not inside a tuple."""
     found = []
     for ret in (n for n in ast.walk(function) if isinstance(n, ast.Return) and n.value is not None):
-        values = _assigned_in(function, ret.value.id) if isinstance(ret.value, ast.Name) else [ret.value]
+        values = assigned_in(function, ret.value.id) if isinstance(ret.value, ast.Name) else [ret.value]
         for value in values:
             for choice in ((value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,)):
                 choice = returned_module(choice)
                 if isinstance(choice, ast.Call) and last_name(choice) in names:
                     found.append(choice)
     return found
-
-
-def _assigned_in(function: _Function, name: str) -> list[ast.expr]:
-    return [value for node in ast.walk(function) for target, value in bound_values(node)
-            if isinstance(target, ast.Name) and target.id == name]
-
-
-def _chooses_by_rank(function: _Function, setups: list[ast.Call]) -> bool:
-    """A level or handler depends on the rank: a rank in a setup call (``setLevel(INFO if rank == 0 else
-    WARN)``), a test of a rank around one (``if dist_rank == 0: logger.addHandler(console)``), or an early
-    return on a rank before them (``if distributed_rank > 0: return logger``). A test that only names a file
-    per rank (``if rank > 0: filepath = f"{filepath}-{rank}"``) leaves the console as it is."""
-    console = [s for s in setups if "FileHandler" not in ast.unparse(s)
-               and not any("FileHandler" in ast.unparse(v) for n in ast.walk(s) if isinstance(n, ast.Name)
-                           for v in _assigned_in(function, n.id))]
-    if any(_RANK_WORD.search(ast.unparse(setup)) for setup in console):
-        return True
-    for test in (node for node in ast.walk(function) if isinstance(node, ast.If) and _RANK_WORD.search(ast.unparse(node.test))):
-        inside = {id(node) for node in ast.walk(test)}
-        if any(id(setup) in inside for setup in console) or any(isinstance(node, ast.Return) for node in ast.walk(test)):
-            return True
-    return False
-
-
-def _tags_the_rank(module: Module, function: _Function) -> bool:
-    """The handlers' formatter writes the rank on every line: a format string naming it
-    (``Formatter("%(asctime)s [rank {rank}] %(message)s")``), or a ``logging.Formatter`` subclass of the
-    module that reads it (lingua's ``LogFormatter``): one line per rank, told apart on purpose."""
-    formatters = [node.args[0] for node in ast.walk(function) if isinstance(node, ast.Call)
-                  and last_name(node) == "setFormatter" and node.args]
-    tagging = {cls.name for cls in ast.walk(module.tree) if isinstance(cls, ast.ClassDef)
-               and any(last_name(base) == "Formatter" for base in cls.bases) and "rank" in ast.unparse(cls).lower()}
-    made = [value for f in formatters for value in ([f] if not isinstance(f, ast.Name) else _assigned_in(function, f.id))]
-    return any(isinstance(value, ast.Call) and (last_name(value) in tagging or (
-        last_name(value) == "Formatter" and "rank" in ast.unparse(value).lower())) for value in made)
-
-
-def _makes_logger(function: _Function) -> bool:
-    """Named for logging (``setup_logger``, ``get_logger``) or returning a logger (``return logger``,
-    ``return logger, out_dir``): a helper whose logging set-up is its job, not a whole training run's."""
-    returned = [node.value for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None]
-    names = [item for value in returned for item in (value.elts if isinstance(value, ast.Tuple) else [value])]
-    return "log" in function.name.lower() or any(isinstance(n, ast.Name) and "log" in n.id.lower() for n in names)
-
-
-def _to_console(handler: ast.Call) -> bool:
-    """``StreamHandler()``, ``StreamHandler(sys.stdout)``, ``StreamHandler(stream=sys.stderr)``."""
-    given = handler.args[:1] + [kw.value for kw in handler.keywords if kw.arg == "stream"]
-    return all(re.fullmatch(r"(?:sys\.)?std(?:out|err)", ast.unparse(value)) for value in given)
-
-
-def _verbose_level(function: _Function, setup: ast.Call) -> bool:
-    """The level set is INFO or lower: written so, or a parameter of the function defaulting to it
-    (``def get_logger(name, level=logging.DEBUG)``)."""
-    level = setup.args[0] if last_name(setup) == "setLevel" and setup.args else keyword(setup, "level")
-    if level is None:
-        return False
-    if isinstance(level, ast.Name):
-        arguments = function.args
-        positional = arguments.posonlyargs + arguments.args
-        defaults = dict(zip([a.arg for a in positional][len(positional) - len(arguments.defaults):], arguments.defaults))
-        defaults.update({a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None})
-        level = defaults.get(level.id, level)
-    return bool(_VERBOSE_LEVEL.search(ast.unparse(level)))
-
-
-def _returned_index(function: _Function) -> int | None:
-    """Where the logger is in what the function returns: None for the value itself (or nothing), the index
-    of the item named like a logger in a returned tuple (HRNet's ``return logger, out_dir, tb_dir``)."""
-    for ret in (n for n in ast.walk(function) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)):
-        for index, item in enumerate(ret.value.elts):
-            if isinstance(item, ast.Name) and "log" in item.id.lower():
-                return index
-        return -1  # a tuple without a logger in it: nothing to follow
-    return None
 
 
 def _replaces_print(node: ast.AST) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 
 from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.check_output import rank_tagged
@@ -42,6 +43,8 @@ _OWN_PRINT = re.compile(r"^\s*(?:def\s+print\b|print\s*=|(?:builtins|__builtin__
 _CONSOLE = re.compile(r"(?:sys\.)?std(?:out|err)")
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 _Step = tuple[Module, _Function, tuple[Module, ast.ClassDef] | None]  # the function, the instance's class
+# (the function's module, its prints, its other calls, each run whenever it runs) → the call to report, or None
+Picker = Callable[[Module, list[ast.Call], list[ast.Call]], "ast.Call | None"]
 
 
 class ProjectPrints:
@@ -55,12 +58,18 @@ class ProjectPrints:
     def reached(self, callee: str) -> tuple[Module, ast.Call] | None:
         """The first print (in the order the calls are followed) that calling ``callee`` runs in every
         process; None when there is none or it cannot be proved."""
+        return self.reached_by(callee, lambda module, prints, _calls: next(
+            (p for p in prints if _builtin_console_print(module, p)), None))
+
+    def reached_by(self, callee: str, pick: Picker) -> tuple[Module, ast.Call] | None:
+        """As :meth:`reached`, for the first call that ``pick`` chooses among the prints and the other calls
+        a function on the way runs in every process (a logging line, :mod:`~paratrain.diagnostics.project_logs`)."""
         try:
-            return self._reached(callee)
+            return self._reached(callee, pick)
         except RecursionError:  # a pathologically nested expression: unknown
             return None
 
-    def _reached(self, callee: str) -> tuple[Module, ast.Call] | None:
+    def _reached(self, callee: str, pick: Picker) -> tuple[Module, ast.Call] | None:
         start = self._entry(callee)
         if start is None:
             return None
@@ -72,9 +81,9 @@ class ProjectPrints:
                 if _chooses(function) or _too_long(function):
                     continue
                 prints, calls = _unguarded(function)
-                found = [p for p in prints if _builtin_console_print(module, p)]
-                if found:
-                    return module, found[0]
+                found = pick(module, prints, calls)
+                if found is not None:
+                    return module, found
                 if hop == _HOPS:
                     continue
                 for call in calls:

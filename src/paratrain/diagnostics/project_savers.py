@@ -29,6 +29,33 @@ def under_rank_test(function: _Function, node: ast.AST) -> bool:
     return False
 
 
+def stored_rank_flags(facts: ScriptFacts) -> set[str]:
+    """The attributes the script sets to a rank-0 test and nothing else (Chinese-CLIP's ``args.should_save =
+    args.logs is not None and is_master(args)``), by their last name: the object carrying them is handed to the
+    project's functions, which test the flag instead of the rank."""
+    flags = set()
+    for name, values in facts.assigned.items():
+        kept = [v for v in values if not (isinstance(v, ast.Constant) and v.value in (False, None))]
+        if "." in name and kept and all(facts.test_kind(v) == "global" for v in kept):
+            flags.add(name.rpartition(".")[2])
+    return flags
+
+
+def under_rank_flag(function: _Function, node: ast.AST, flags: set[str]) -> bool:
+    """An ``if`` holding ``node`` tests one of ``flags`` (``if args.should_save and step % every == 0:``): alone or
+    as a part of an ``and``, not negated.
+
+    Invariant: the flag is true only where the script's rank-0 test is, so what runs under it runs on rank 0.
+    """
+    for test in (n for n in ast.walk(function) if isinstance(n, ast.If) and any(m is node for m in ast.walk(n))):
+        if any(m is node for m in ast.walk(test.test)) or any(m is node for s in test.orelse for m in ast.walk(s)):
+            continue  # in the test itself or in the `else`: not under the flag
+        parts = test.test.values if isinstance(test.test, ast.BoolOp) and isinstance(test.test.op, ast.And) else [test.test]
+        if any(isinstance(part, ast.Attribute) and part.attr in flags for part in parts):
+            return True
+    return False
+
+
 def nested_call_guarded(mf: ScriptFacts, function: _Function, node: ast.AST) -> bool:
     """``node`` lies in a function nested in ``function`` whose every call there is under a rank test
     (YOLOv6's ``calibrate`` runs its inner ``save_calib_model`` under ``if self.main_process:``)."""

@@ -207,6 +207,11 @@ class RankGuards:
             kind = kind or found
         return kind
 
+    def test_kind(self, test: ast.expr) -> str:
+        """``"global"`` for a rank-0 test (written, combined, kept in a name, through a helper), ``"local"`` for a
+        local-rank test, else ``""``."""
+        return self._test_kind(test)
+
     def _test_kind(self, test: ast.expr, _depth: int = 0) -> str:
         if isinstance(test, ast.BoolOp):
             return self._bool_test_kind(test, _depth)
