@@ -3,9 +3,9 @@
 After ``main`` returns, Python ends a process in steps: it joins the threads that are not daemons, runs the
 ``atexit`` handlers, flushes ``sys.stdout``/``sys.stderr``, then tears the interpreter down — every module's
 globals cleared, every object left collected (torch's tensors, gloo and CUDA objects, the DDP reducer), C++
-static destructors. In a process holding torch that last part took ~9 s at a load average of 22 on 2 cores
-(docs/goodput.md, "Start-up, part by part"), time in which a preempted job's launcher has not yet exited and
-the next one cannot start. It frees nothing that outlives the process: the kernel takes back its memory,
+static destructors. In a process holding torch that last part takes seconds on a loaded machine
+(docs/goodput.md, "Stop and exit after a fault"): time in which a preempted job's launcher has not yet exited
+and the next one cannot start. It frees nothing that outlives the process: the kernel takes back its memory,
 descriptors and the GPU's context either way.
 
 :func:`exit_without_teardown` keeps the first steps and skips the last: the threads joined, every
@@ -15,9 +15,10 @@ then ``os._exit(code)``. What is lost is only what an object's ``__del__`` would
 beyond flushing a file.
 
 Only the processes whose code paratrain owns end this way: ``paratrain run`` / ``paratrain train``'s
-launcher (``python -m paratrain``, the ``paratrain`` command) and ``paratrain train``'s workers. A user's
-own script under ``paratrain run`` — ``pt.fit`` or ``pt.Runtime`` in it included — keeps Python's normal
-exit: its objects' finalizers are its own.
+launcher (``python -m paratrain``, the ``paratrain`` command) and ``paratrain train``'s workers (a task
+file's code runs there too: its atexit handlers run and its open files are flushed). A user's own script
+under ``paratrain run`` — ``pt.fit`` or ``pt.Runtime`` in it included — keeps Python's normal exit: its
+objects' finalizers are its own.
 """
 
 from __future__ import annotations
@@ -44,9 +45,15 @@ def exit_without_teardown(code: int) -> NoReturn:
     """
     if isinstance(code, bool) or not isinstance(code, int):
         raise TypeError(f"exit_without_teardown() takes an int exit code, not {code!r}")
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon and thread.is_alive():
-            thread.join()
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        # The interpreter's own first step at exit: the threading module's exit callbacks (an executor
+        # never shut down wakes its threads there), then every thread that is not a daemon joined.
+        shutdown()
+    else:  # an interpreter without it: the joins alone
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon and thread.is_alive():
+                thread.join()
     atexit._run_exitfuncs()  # the public atexit has no other way to run them; each runs once, here
     _flush_open_files()
     os._exit(code % 256)  # what the operating system keeps of any exit code
