@@ -24,6 +24,10 @@ the newest checkpoint), its start-up from the launch to the first step split int
 load, the rest), wall and CPU seconds of rank 0's worker; with ``--baseline-src``, another tree's code restarted
 alternately with this one's (``--part cost`` too: each mode with both, one run after the other).
 
+``--part fault-cost``: one SIGTERM and one worker SIGKILL of a digits job on 2 processes, each fault's seconds to the
+next first step split into the stop, the exit and the start by the run's ledger, with the CPU seconds of the stop and
+exit (``--rounds`` rounds; with ``--baseline-src``, another tree's code in alternate rounds).
+
 ``--part overhead``: the ledger's own cost per step (:func:`paratrain.goodput.ledger.step_done` with an open
 ledger, flushes included), in microseconds, against the median digits and text-cls steps of ``--part cost``.
 
@@ -34,6 +38,7 @@ ledger, flushes included), in microseconds, against the median digits and text-c
     python benchmarks/goodput.py --part soak --mtbf 60 --soak-steps 12000 --seed 1
     python benchmarks/goodput.py --part soak --mtbf 60 --soak-steps 45000 --seed 2 --warm-workers --reference-alongside
     python benchmarks/goodput.py --part startup --rounds 3 --baseline-src /tmp/base/src
+    python benchmarks/goodput.py --part fault-cost --rounds 3 --baseline-src /tmp/base/src
 """
 
 from __future__ import annotations
@@ -292,6 +297,171 @@ def part_startup(args: argparse.Namespace, workdir: Path) -> list[str]:
     return lines
 
 
+# ---- what one fault costs -------------------------------------------------------------------------
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and its living descendants, and of the children they reaped."""
+    total = 0.0
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return total
+    for process in processes:
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+        except psutil.Error:
+            continue
+    return total
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _first_step(out: Path, attempt: int) -> float | None:
+    """When ``attempt``'s first step was done (its ledger: origin + start-up), once it has one."""
+    for record in _records(out):
+        if record.get("event") == "ledger" and record.get("attempt") == attempt and (record.get("seconds") or {}).get("train"):
+            from paratrain.goodput import accounting
+
+            run = accounting.account(_records(out))
+            found = [a for a in run.attempts if a.number == attempt]
+            return found[0].origin + found[0].seconds.get("startup", 0.0) if found else None
+    return None
+
+
+def _wait_first_step(out: Path, attempt: int, process: subprocess.Popen, log: Path) -> tuple[float, float]:
+    """(when ``attempt``'s first step was done, the job's CPU seconds by then, sampled when this script saw it)."""
+    deadline = time.monotonic() + 600
+    while (first := _first_step(out, attempt)) is None:
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the job ended or hung before attempt {attempt}'s first step; see {log}")
+        time.sleep(0.05)
+    return first, _tree_cpu(process.pid)
+
+
+def _agents_worker(launcher: int, rank: int) -> psutil.Process | None:
+    """Rank ``rank``'s worker: the process torch's agent (in the launcher) started."""
+    for process in psutil.Process(launcher).children():
+        try:
+            if "paratrain.cli.workers.train" in " ".join(process.cmdline()) and process.environ().get("RANK") == str(rank):
+                return process
+        except psutil.Error:
+            continue
+    return None
+
+
+def fault_cost_round(workdir: Path, label: str, src: Path, train_s: float) -> dict[str, float]:
+    """One SIGTERM and one worker SIGKILL of a digits job on 2 processes, split by the ledger (see ``part_fault_cost``)."""
+    out = workdir / f"fault-{label.replace(' ', '-')}-{time.monotonic_ns()}"
+    log = out.with_suffix(".log")
+    command = [sys.executable, "-m", "paratrain", "train", "digits", "--nproc-per-node", "2", "--batch-size", "2",
+               "--max-steps", "1000000", "--save-every", "50", "--max-restarts", "1", "--no-eval-per-epoch",
+               "--log-every", "100000", "--keep-last", "2", "--no-tensorboard", "--no-progress", "--out", str(out)]
+    result: dict[str, float] = {}
+    with open(log, "a") as console:
+        first = subprocess.Popen(command, env=_env(src), stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            _wait_first_step(out, 1, first, log)
+            time.sleep(train_s)
+            workers = [p for p in psutil.Process(first.pid).children() if "paratrain.cli.workers.train" in " ".join(p.cmdline())]
+            cpu_before = _tree_cpu(first.pid)
+            signalled = time.time()
+            first.send_signal(signal.SIGTERM)
+            workers_gone = None
+            while True:  # the launcher's rusage counts the workers it reaped
+                pid, status, usage = os.wait4(first.pid, os.WNOHANG)
+                if pid:
+                    break
+                if workers_gone is None and not any(_alive(w) for w in workers):
+                    workers_gone = time.time()
+                time.sleep(0.01)
+            exited = time.time()
+            workers_gone = workers_gone or exited
+            first.returncode = os.waitstatus_to_exitcode(status)
+        finally:
+            _kill_group(first.pid)
+        if first.returncode != 75:
+            raise SystemExit(f"{label}: SIGTERM ended the job with {first.returncode}, not 75; see {log}")
+        stop_cpu = usage.ru_utime + usage.ru_stime - cpu_before
+        launched = time.time()
+        second = subprocess.Popen(command, env=_env(src), stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            step2, start_cpu = _wait_first_step(out, 2, second, log)
+            time.sleep(train_s)
+            worker = _agents_worker(second.pid, 1)
+            if worker is None:
+                raise SystemExit(f"{label}: no worker of rank 1 to kill; see {log}")
+            killed = time.time()
+            worker.kill()
+            step3, _ = _wait_first_step(out, 3, second, log)
+            second.send_signal(signal.SIGTERM)
+            second.wait(timeout=600)
+        finally:
+            _kill_group(second.pid)
+    records = _records(out)
+    ledger1 = [r for r in records if r.get("event") == "ledger" and r.get("attempt") == 1]
+    end1 = [r["time"] for r in records if r.get("event") == "end" and signalled <= r["time"] <= exited + 1]
+    ledger2 = [r for r in records if r.get("event") == "ledger" and r.get("attempt") == 2]
+    # a process's start is read from /proc on a clock whose boot time has whole seconds: put it on time.time()'s
+    boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+    skew = time.time() - float(Path("/proc/uptime").read_text().split()[0]) - boot
+    origin3 = [r.get("origin", r["time"]) + skew for r in records if r.get("event") == "attempt" and r.get("attempt") == 3]
+    if not (ledger1 and end1 and ledger2 and origin3):
+        raise SystemExit(f"{label}: the ledger lacks a record this benchmark reads; see {out}")
+    result["SIGTERM → rank 0's last ledger record (the step, the final save)"] = ledger1[-1]["time"] - signalled
+    result["→ both workers ended"] = workers_gone - ledger1[-1]["time"]
+    result["→ the launcher's end record"] = end1[0] - workers_gone
+    result["stop: SIGTERM → the launcher's end record"] = end1[0] - signalled
+    result["exit: the launcher's end record → its exit"] = exited - end1[0]
+    result["its exit → next launch (this script)"] = launched - exited
+    result["start: next launch → first step"] = step2 - launched
+    result["SIGTERM → next first step"] = step2 - signalled
+    result["CPU: the stop and exit (launcher + workers)"] = stop_cpu
+    result["CPU: the next job's start-up (launcher + workers)"] = start_cpu
+    kill_last = [r["time"] for r in ledger2 if r["time"] >= killed]
+    result["kill -9: → attempt's last record"] = (max(kill_last) if kill_last else killed) - killed
+    result["kill -9: last record → new workers' start"] = origin3[0] - (max(kill_last) if kill_last else killed)
+    result["kill -9: new workers' start → first step"] = step3 - origin3[0]
+    result["kill -9 → next first step"] = step3 - killed
+    return result
+
+
+def part_fault_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
+    """``--rounds`` rounds of a digits job on 2 processes (batches of 2, a save every 50 steps, ``--max-restarts 1``):
+    ``--train`` seconds after its first step, SIGTERM to the launcher (the workers save and exit 75); the same
+    command again at once, which resumes; ``--train`` seconds after its first step, rank 1's worker SIGKILLed (the agent
+    restarts the group), then SIGTERM. The seconds from each fault to the next first step, split by the ledger: the
+    stop (the signal to the launcher's last record: the step, the final save, the workers' and the agent's end), the
+    exit (that record to the launcher's exit, by this script's clock), the start (the next launch to its first step);
+    for the kill, the surviving rank's last record, the agent's restart, the new workers' start-up. CPU seconds of the
+    launcher and its workers: from the SIGTERM to the launcher's exit (``wait4``'s rusage less the tree's CPU before),
+    and of the next job up to its first step (sampled when this script sees it). With ``--baseline-src``, another
+    tree's code in alternate rounds."""
+    trees = [("this tree", SRC)] + ([("baseline", Path(args.baseline_src).resolve())] if args.baseline_src else [])
+    results: dict[str, list[dict[str, float]]] = {label: [] for label, _ in trees}
+    loads = [os.getloadavg()[0]]
+    for round_ in range(args.rounds):
+        for label, src in (trees if round_ % 2 == 0 else list(reversed(trees))):
+            row = fault_cost_round(workdir, label, src, args.train)
+            results[label].append(row)
+            loads.append(os.getloadavg()[0])
+            print(f"  round {round_ + 1} {label}: SIGTERM → first step {row['SIGTERM → next first step']:.2f} s, "
+                  f"kill -9 → first step {row['kill -9 → next first step']:.2f} s", flush=True)
+    names = list(results[trees[0][0]][0])
+    lines = [f"## what a fault costs: digits, 2 processes, median of {args.rounds} round(s); 1-minute load average "
+             f"{min(loads):.1f}–{max(loads):.1f}", "",
+             "| part | " + " | ".join(label for label, _ in trees) + " |", "|---|" + "---|" * len(trees)]
+    for name in names:
+        lines.append(f"| {name} | " + " | ".join(f"{statistics.median(r[name] for r in results[label]):.2f} s"
+                                                  for label, _ in trees) + " |")
+    return lines
+
+
 # ---- the ledger's own cost -----------------------------------------------------------------------
 def part_overhead(args: argparse.Namespace, workdir: Path) -> list[str]:
     from paratrain.goodput import ledger
@@ -520,7 +690,8 @@ def main() -> int:
     if sys.argv[1:2] == ["--startup-worker"]:
         return startup_worker(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("cost", "soak", "overhead", "startup"), required=True)
+    parser.add_argument("--part", choices=("cost", "soak", "overhead", "startup", "fault-cost"), required=True)
+    parser.add_argument("--train", type=float, default=3.0, help="--part fault-cost: seconds a job trains before a fault")
     parser.add_argument("--digits-step", type=float, default=None, help="--part overhead: a digits step in ms")
     parser.add_argument("--text-step", type=float, default=None, help="--part overhead: a text-cls step in ms")
     parser.add_argument("--task", default="text-cls")
@@ -553,7 +724,7 @@ def main() -> int:
         workdir = Path(args.keep or scratch)
         workdir.mkdir(parents=True, exist_ok=True)
         lines = {"cost": part_cost, "soak": part_soak, "overhead": part_overhead,
-                 "startup": part_startup}[args.part](args, workdir)
+                 "startup": part_startup, "fault-cost": part_fault_cost}[args.part](args, workdir)
     print("\n".join(lines))
     return 0
 

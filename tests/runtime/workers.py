@@ -15,7 +15,9 @@ def groups_one_after_another(times: int) -> list[float]:
         model = rt.setup(torch.nn.Linear(4, 1))
         sums.append(float(pt.all_reduce(torch.tensor(float(rt.rank + round_)), op="sum")))
         del model  # the DDP wrapper goes before its group (see Runtime.close)
+        assert rt.owns_process_group  # close() collects garbage, then leaves the group it made
         rt.close()
+        assert not rt.owns_process_group
     return sums
 
 
@@ -30,6 +32,7 @@ def in_the_users_own_group() -> tuple[bool, float, bool]:
     rt = pt.Runtime(strategy="ddp", timeout=60)
     flag = bool(comm.any_rank(torch.tensor([rt.rank == 1])).item())  # the preemption poll's collective
     total = float(pt.all_reduce(torch.tensor(float(rt.rank + 1)), op="sum"))
+    assert not rt.owns_process_group  # the user's group: pt.fit collects before leaving it (Trainer.release_wrappers)
     rt.close()
     kept = dist.is_initialized()
     dist.destroy_process_group()

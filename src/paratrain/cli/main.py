@@ -29,6 +29,9 @@ from paratrain.errors import ParatrainError
 CPP_LOG_LEVEL_VAR = "TORCH_CPP_LOG_LEVEL"
 # Each module has `register(subparsers)` that adds its parser and sets `handler`.
 COMMAND_MODULES = ("run", "train", "predict", "ckpt", "goodput", "bench", "doctor", "check")
+#: The commands whose process ends without the interpreter's teardown once ``main`` returns
+#: (:mod:`paratrain.env.fast_exit`): the launchers, whose end a restarted or preempted job waits for.
+FAST_EXIT_COMMANDS = ("run", "train")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,5 +90,21 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def entry() -> None:
+    """The ``paratrain`` command and ``python -m paratrain``: :func:`main`, then its exit code.
+
+    ``run`` and ``train`` end without the interpreter's teardown once everything they started has ended
+    and what they wrote is flushed (:func:`paratrain.env.fast_exit.exit_without_teardown`: the atexit
+    handlers still run); an exception that escapes ``main`` takes Python's normal way out, as do the
+    other commands.
+    """
+    code = main()
+    if sys.argv[1:2] and sys.argv[1] in FAST_EXIT_COMMANDS:
+        from paratrain.env.fast_exit import exit_without_teardown
+
+        exit_without_teardown(code)
+    raise SystemExit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()

@@ -468,6 +468,12 @@ class Runtime:
             trackers.log({k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}, step)
 
     # ---- teardown ---------------------------------------------------------------------
+    @property
+    def owns_process_group(self) -> bool:
+        """True while this Runtime holds a process group it made, which :meth:`close` collects garbage
+        before leaving; False for a group the user made (it stays) and after ``close``."""
+        return bool(getattr(self, "_owns_group", False))
+
     def close(self) -> None:
         """Leave the process group if this Runtime joined it (idempotent); a group the
         user made stays.
