@@ -185,7 +185,9 @@ class FTDDPStrategy(Strategy):
             ConfigError: the store cannot listen on the group's address (:func:`group_address`).
             DistributedError: the Lighthouse cannot be reached.
         """
-        from torchft import Manager, ProcessGroupGloo, ProcessGroupNCCL
+        from torchft import Manager
+
+        from paratrain.strategy.ft_rings import ring as new_ring
 
         o = self.options
         timeout = timedelta(seconds=o.collective_timeout)
@@ -207,7 +209,7 @@ class FTDDPStrategy(Strategy):
                 raise ConfigError(f"replica group {self.group} cannot listen on {variable}={host} ({exc.strerror}); "
                                   f"set {variable} to an address of this machine") from None
             store_port = self._store.port
-        ring = ProcessGroupNCCL(timeout=timeout) if self.device.type == "cuda" else ProcessGroupGloo(timeout=timeout)
+        ring = new_ring(self.device.type, timeout)  # its set-up waits ROLL_CALL_S, not `timeout`, for a dead member
         try:
             self.manager = Manager(
                 pg=ring, load_state_dict=None, state_dict=None, min_replica_size=o.min_replicas,
