@@ -34,6 +34,9 @@ DISTRIBUTED_MARKERS = {
     "init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn", "init",
     "initialize", "Accelerator", "DistributedOptimizer", "Fabric", "init_distributed", *JOB_EXECUTORS,
 }
+# Markers so generic that a project names its own functions so (`init(model_s, model_t, loader)`, a
+# distillation warm-up): a call to the project's own `init` is judged by what the function does, not by its name.
+_GENERIC_SETUP = ("init", "initialize")
 # Set-up calls named like a launcher's that keep to one process: apex's `amp.initialize(model, optimizer)`
 # prepares mixed precision.
 _ONE_PROCESS_SETUP = ("apex.amp.",)
@@ -181,6 +184,8 @@ class ScriptFacts(RankGuards, LauncherParent):
         """A call that starts or joins several processes: DDP, a sampler, spawn, Horovod, Fabric, a launcher,
         a Lightning Trainer on several devices, a torch.distributed collective."""
         own = self.own_functions
+        if last_name(call) in _GENERIC_SETUP and self._project_function(call):
+            return False  # RepDistiller's `from helper.pretrain import init`: judged by what it does (joins_process_group)
         return bool(
             callee_names(call) & DISTRIBUTED_MARKERS and self.full_name(call).partition(".")[0] not in _TRACKERS
             and not self.full_name(call).startswith(_ONE_PROCESS_SETUP)
@@ -188,6 +193,12 @@ class ScriptFacts(RankGuards, LauncherParent):
             or (last_name(call) == "launch" and not (isinstance(call.func, ast.Name) and call.func.id in own))
             or self._lightning_on_several_devices(call) or ignite_distributed(self, call)
             or self.full_name(call).startswith("torch.distributed.") and last_name(call) in _COLLECTIVE_CALLS)
+
+    def _project_function(self, call: ast.Call) -> bool:
+        """``call`` calls a function defined in this file or read in its project (not a library's)."""
+        if isinstance(call.func, ast.Name) and call.func.id in self.own_functions:
+            return True
+        return self.imported.callee(call) in self.imported.read
 
     def _one_process_fabric(self, call: ast.Call) -> bool:
         """``Fabric(devices=1)`` (and ``fabric.launch()`` of one): a Fabric of one device on one node starts
