@@ -56,6 +56,7 @@ import time
 from pathlib import Path
 
 import psutil
+from warm_restart import agents_worker  # run as `python benchmarks/goodput.py`: its folder is on the path
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -344,17 +345,6 @@ def _wait_first_step(out: Path, attempt: int, process: subprocess.Popen, log: Pa
     return first, _tree_cpu(process.pid)
 
 
-def _agents_worker(launcher: int, rank: int) -> psutil.Process | None:
-    """Rank ``rank``'s worker: the process torch's agent (in the launcher) started."""
-    for process in psutil.Process(launcher).children():
-        try:
-            if "paratrain.cli.workers.train" in " ".join(process.cmdline()) and process.environ().get("RANK") == str(rank):
-                return process
-        except psutil.Error:
-            continue
-    return None
-
-
 def fault_cost_round(workdir: Path, label: str, src: Path, train_s: float) -> dict[str, float]:
     """One SIGTERM and one worker SIGKILL of a digits job on 2 processes, split by the ledger (see ``part_fault_cost``)."""
     out = workdir / f"fault-{label.replace(' ', '-')}-{time.monotonic_ns()}"
@@ -393,7 +383,7 @@ def fault_cost_round(workdir: Path, label: str, src: Path, train_s: float) -> di
         try:
             step2, start_cpu = _wait_first_step(out, 2, second, log)
             time.sleep(train_s)
-            worker = _agents_worker(second.pid, 1)
+            worker = agents_worker(second.pid, 1)
             if worker is None:
                 raise SystemExit(f"{label}: no worker of rank 1 to kill; see {log}")
             killed = time.time()

@@ -55,7 +55,8 @@ def _stepped(out: Path, attempt: int) -> bool:
                for r in _records(out))
 
 
-def _agents_worker(launcher: int, rank: int) -> psutil.Process | None:
+def agents_worker(launcher: int, rank: int) -> psutil.Process | None:
+    """Rank ``rank``'s worker: the process torch's agent (in the launcher ``launcher``) started; None before it."""
     for process in psutil.Process(launcher).children():
         try:
             if "paratrain.cli.workers.train" in " ".join(process.cmdline()) and process.environ().get("RANK") == str(rank):
@@ -84,7 +85,7 @@ def job(out: Path, warm: bool, restarts: int, train_s: float) -> list[dict]:
             if attempt > restarts:
                 break
             time.sleep(train_s)
-            worker = _agents_worker(launcher.pid, 1)
+            worker = agents_worker(launcher.pid, 1)
             if worker is None:
                 raise SystemExit(f"no worker of rank 1 in attempt {attempt}; see {out.with_suffix('.log')}")
             kills[attempt + 1] = time.time()
