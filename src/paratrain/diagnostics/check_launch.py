@@ -105,10 +105,12 @@ def _parsed_local_rank_read(facts: ScriptFacts, dest: str = "local_rank") -> boo
 
 
 def _reads_local_rank_env(facts: ScriptFacts) -> bool:
-    """``os.environ["LOCAL_RANK"]``, ``os.getenv("LOCAL_RANK")``, ``os.environ.get("LOCAL_RANK", …)``."""
+    """``os.environ["LOCAL_RANK"]``, ``os.getenv("LOCAL_RANK")``, ``os.environ.get("LOCAL_RANK", …)``. A write
+    (``os.environ["LOCAL_RANK"] = str(args.local_rank)``, gmflow handing the flag on) reads nothing from the launcher."""
     return any(
         isinstance(node, ast.Constant) and node.value == "LOCAL_RANK"
-        and (isinstance(facts.parents.get(node), ast.Subscript) or isinstance(facts.parents.get(node), ast.Call))
+        and (isinstance(facts.parents.get(node), ast.Subscript) and not isinstance(facts.parents[node].ctx, ast.Store)
+             or isinstance(facts.parents.get(node), ast.Call))
         and re.search(r"environ|getenv", ast.unparse(facts.parents[node]))
         for node in ast.walk(facts.tree)
     ) and facts.mentions(r"environ|getenv")

@@ -18,6 +18,9 @@ from paratrain.diagnostics.syncbn_conversion import off_by_default, syncbn_conve
 
 WRAPPERS = ("DistributedDataParallel", "DDP", "DataParallel")
 
+# A helper whose name asks whether a model is wrapped: `is_parallel`, `is_ddp`, `is_data_parallel`, `is_wrapped`.
+_WRAPPER_QUESTION = re.compile(r"^is_(?:\w+_)?(?:parallel|ddp|wrapped)$")
+
 
 def own_subclasses(facts: ScriptFacts, *bases: str) -> set[str]:
     """Classes of the script that derive from one of ``bases`` (directly or through each other):
@@ -167,7 +170,11 @@ def _unwrapped_branch(facts: ScriptFacts, owner: ast.expr, call: ast.Call) -> bo
 
 
 def _tells_a_wrapper(test: ast.expr, holder: str) -> bool:
-    """``hasattr(model, "module")`` or ``isinstance(model, (DDP, nn.DataParallel))`` about ``holder``."""
+    """``hasattr(model, "module")`` or ``isinstance(model, (DDP, nn.DataParallel))`` about ``holder``, or a helper
+    named for that question (the YOLO family's ``is_parallel(model)``: ``type(model) in (DataParallel, DDP)``)."""
+    if (isinstance(test, ast.Call) and len(test.args) == 1 and _holder(test.args[0]) == holder
+            and _WRAPPER_QUESTION.match(last_name(test))):
+        return True  # taken as asked (a wrong guess only keeps a finding back)
     if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and len(test.args) == 2
             and _holder(test.args[0]) == holder):
         return False

@@ -30,9 +30,10 @@ RANK_ZERO_TEST = re.compile(
 _LOCAL_GUARD = re.compile(r"local_rank|LOCAL_RANK|local_process_index|is_local_\w*")
 # An `if` that tells a multi-process run from a single-process one: its `else:` runs on one process.
 # llama-recipes' `train_config.enable_fsdp` is its one switch to several processes (no DDP mode beside it).
+# Any case: a YACS config spells its keys in capitals (HigherHRNet's `cfg.MULTIPROCESSING_DISTRIBUTED`).
 _DISTRIBUTED_TEST = re.compile(
     r"^(?:\w+\.)*(?:ddp|distributed|is_distributed|use_ddp|multiprocessing_distributed|is_initialized\(\)"
-    r"|is_dist_avail_and_initialized\(\)|enable_fsdp|multi_gpu|use_multi_gpu)$|world_size\s*>\s*1$")
+    r"|is_dist_avail_and_initialized\(\)|enable_fsdp|multi_gpu|use_multi_gpu)$|world_size\s*>\s*1$", re.IGNORECASE)
 # The device index a process was started on (`gpu`, `gpu_id`, `device_id`): `mp.spawn` hands each
 # process its rank on the one machine, so the tutorials (pytorch/examples' ddp-tutorial-series) test
 # it as their rank 0; read as a global guard unless the file assigns it from LOCAL_RANK.
