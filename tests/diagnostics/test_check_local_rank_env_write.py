@@ -28,3 +28,15 @@ def test_a_local_rank_flag_written_into_the_environment_is_still_the_flag(tmp_pa
         "main.py": script_text(BODY.format(hand_on="args.local_rank = int(os.environ['LOCAL_RANK'])")),
     })
     assert "local-rank-argument" not in [rule for _, rule in rules(read)]
+
+
+def test_a_flag_only_mirrored_into_the_environment_for_the_old_launcher_is_not_reported(tmp_path):
+    """mmdetection's tools: ``if 'LOCAL_RANK' not in os.environ: os.environ['LOCAL_RANK'] = str(args.local_rank)``
+    and nothing else reads the flag (the framework's ``init_dist`` reads the environment): under torchrun the
+    environment already holds each process's value."""
+    mirrored = project(tmp_path, {
+        "train.py": script_text(BODY.format(hand_on="if 'LOCAL_RANK' not in os.environ:\n"
+                                                    "        os.environ['LOCAL_RANK'] = str(args.local_rank)")
+                                .replace("torch.cuda.set_device(args.local_rank)", "init_dist('pytorch')")),
+    })
+    assert "local-rank-argument" not in [rule for _, rule in rules(mirrored)]

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 
 from paratrain.diagnostics.check_finding import Finding
-from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword
+from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
 
 
 def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
@@ -100,8 +100,22 @@ def _parsed_local_rank_read(facts: ScriptFacts, dest: str = "local_rank") -> boo
         return False  # the script's own process starter sets each worker's value before it starts
     return any(
         not any(facts.scope(store) is facts.scope(read) and store.lineno < read.lineno for store in stores)
+        and not _mirrored_into_environ(facts, read)
         for read in facts.loaded_attrs.get(dest, [])
     )
+
+
+def _mirrored_into_environ(facts: ScriptFacts, read: ast.AST) -> bool:
+    """``read`` only hands the flag on to the environment (``os.environ['LOCAL_RANK'] = str(args.local_rank)``,
+    ``os.environ.setdefault(…)``; mmdetection's tools under ``if 'LOCAL_RANK' not in os.environ:``): what reads
+    the environment afterwards sees the launcher's value where there is one, so that read is not the flag's use."""
+    node = facts.parents.get(read)
+    while node is not None and not isinstance(node, ast.stmt):
+        if isinstance(node, ast.Call) and last_name(node) == "setdefault" and "environ" in ast.unparse(node.func):
+            return True
+        node = facts.parents.get(node)
+    return (isinstance(node, ast.Assign)
+            and all(isinstance(t, ast.Subscript) and "environ" in ast.unparse(t.value) for t in node.targets))
 
 
 def _reads_local_rank_env(facts: ScriptFacts) -> bool:
