@@ -144,8 +144,10 @@ class _Reader:
         if names.syncbn_in_project or not (names.ddp_wrappers or facts.calls_named(*_DDP)):
             return
         norms = ProjectNorms(self.imports)
-        built = {ImportedNames.callee(value) for values in facts.assigned.values() for value in values
-                 if isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute))}
+        # `backbone = get_model(name).cuda()`: the build under the moves chained on it
+        built = {ImportedNames.callee(returned_module(value)) for values in facts.assigned.values() for value in values
+                 if isinstance(returned_module(value), ast.Call)
+                 and isinstance(returned_module(value).func, (ast.Name, ast.Attribute))}
         for callee in sorted(built):
             found = norms.reached(callee)
             if found is not None:
