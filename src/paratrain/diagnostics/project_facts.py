@@ -141,7 +141,8 @@ class _Reader:
         off = names.off_options | off_by_default([facts.tree])
         names.syncbn_in_project = any(SYNCBN.search(module.source) and syncbn_converts(
             module.tree, module.source.splitlines(), off) for module in modules)
-        if names.syncbn_in_project or not (names.ddp_wrappers or facts.calls_named(*_DDP)):
+        if names.syncbn_in_project or not (names.ddp_wrappers or facts.calls_named(*_DDP)
+                                           or facts.lightning_on_several_devices()):
             return
         norms = ProjectNorms(self.imports)
         # `backbone = get_model(name).cuda()`: the build under the moves chained on it
