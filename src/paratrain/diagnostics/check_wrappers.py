@@ -282,31 +282,65 @@ def _project_model_norms(facts: ScriptFacts) -> Iterator[Finding]:
     """A model built by the script's project (``model = make_model(cfg)``) holding BatchNorm layers
     (:mod:`paratrain.diagnostics.project_norms`), reported at the build.
 
-    Invariant: the name the build is bound to goes into DDP itself, in the script (``DDP(model, ...)``) or as an
-    argument of a project function that wraps in DDP (``do_train(cfg, model, ...)``), and neither the script
+    Invariant: the name the build is bound to goes into DDP itself, in the script (``DDP(model, ...)``), as an
+    argument of a project function that wraps in DDP (``do_train(cfg, model, ...)``), or as the module a
+    Lightning Trainer that may start a process per device fits (``trainer.fit(model, dm)``, the trainer bound
+    to ``Trainer.from_argparse_args(args)``: Lightning wraps it in DDP there), and neither the script
     nor any module of the project read mentions SyncBatchNorm; DataParallel and one-process code say nothing.
+    The build may be moved on the way (``backbone = get_model(name).cuda()``: ``.cuda()``/``.to(device)``/
+    ``.train()`` hand back the same module, so the name holds what the build made). The finding names the
+    wrapping line too (its also-lines): that is where the BatchNorm model enters DDP unconverted.
     """
     imported = facts.imported
     if imported.syncbn_in_project:
         return
-    wrapping = [call for call in facts.calls
-                if last_name(call) in WRAPPERS[:2] or imported.callee(call) in imported.ddp_wrappers]
+    # each call the model goes into, with the line that puts it in DDP (a Lightning fit: the Trainer's)
+    wrapping = [(call, call.lineno) for call in facts.calls
+                if last_name(call) in WRAPPERS[:2] or imported.callee(call) in imported.ddp_wrappers
+                ] + _lightning_fits(facts)
     for call in facts.calls:
         found = imported.batchnorm_builders.get(imported.callee(call))
-        name = facts.bound_name(call) if found is not None else None
+        name = facts.bound_name(_moved(facts, call)) if found is not None else None
         if name is None or facts.single_process(call):
             continue
-        if any(w.lineno > call.lineno and name in {ast.unparse(returned_module(arg)) for arg in _arguments(w)}
-               for w in wrapping):
+        wraps = [line for w, line in wrapping
+                 if w.lineno > call.lineno and name in {ast.unparse(returned_module(arg)) for arg in _arguments(w)}]
+        if wraps:
+            also = f" (also lines {wraps[0]})" if wraps[0] != call.lineno else ""
             yield Finding(
                 call.lineno, "batchnorm-without-syncbn",
                 f"the model `{imported.callee(call)}` builds holds BatchNorm layers ({found[0]}:{found[1]}) and goes "
-                "into DistributedDataParallel: each process normalises with its own small batch, so statistics "
+                f"into DistributedDataParallel{also}: each process normalises with its own small batch, so statistics "
                 "differ per rank and running stats drift apart",
                 f"{name} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({name}) before DDP, or "
                 "pt.Runtime(sync_batchnorm=True)",
             )
             return
+
+
+def _lightning_fits(facts: ScriptFacts) -> list[tuple[ast.Call, int]]:
+    """``trainer.fit(model, ...)`` where every binding of ``trainer`` is a Lightning Trainer that may start a
+    process per device (:meth:`ScriptFacts.lightning_on_several_devices`), with the line of the Trainer's
+    construction (where its strategy, DDP, is chosen)."""
+    fits = []
+    for call in facts.calls_named("fit"):
+        owner = call.func.value if isinstance(call.func, ast.Attribute) else None
+        values = facts.assigned.get(ast.unparse(owner), []) if owner is not None else []
+        if values and all(isinstance(v, ast.Call) and facts._lightning_on_several_devices(v) for v in values):
+            fits.append((call, values[0].lineno))
+    return fits
+
+
+def _moved(facts: ScriptFacts, call: ast.Call) -> ast.expr:
+    """The outermost of the calls chained on ``call`` that hand back the same module (``get_model(n).cuda()``
+    → the ``.cuda()`` call; :func:`returned_module` read backwards); ``call`` itself when none is."""
+    value: ast.expr = call
+    while True:
+        attribute = facts.parents.get(value)
+        outer = facts.parents.get(attribute) if isinstance(attribute, ast.Attribute) else None
+        if not (isinstance(outer, ast.Call) and outer.func is attribute and returned_module(outer) is call):
+            return value
+        value = outer
 
 
 def _replications(facts: ScriptFacts) -> list[ast.Call]:

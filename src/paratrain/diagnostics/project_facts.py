@@ -141,11 +141,14 @@ class _Reader:
         off = names.off_options | off_by_default([facts.tree])
         names.syncbn_in_project = any(SYNCBN.search(module.source) and syncbn_converts(
             module.tree, module.source.splitlines(), off) for module in modules)
-        if names.syncbn_in_project or not (names.ddp_wrappers or facts.calls_named(*_DDP)):
+        if names.syncbn_in_project or not (names.ddp_wrappers or facts.calls_named(*_DDP)
+                                           or facts.lightning_on_several_devices()):
             return
         norms = ProjectNorms(self.imports)
-        built = {ImportedNames.callee(value) for values in facts.assigned.values() for value in values
-                 if isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute))}
+        # `backbone = get_model(name).cuda()`: the build under the moves chained on it
+        built = {ImportedNames.callee(returned_module(value)) for values in facts.assigned.values() for value in values
+                 if isinstance(returned_module(value), ast.Call)
+                 and isinstance(returned_module(value).func, (ast.Name, ast.Attribute))}
         for callee in sorted(built):
             found = norms.reached(callee)
             if found is not None:
