@@ -73,3 +73,12 @@ def test_a_ddp_strategy_stored_on_the_config_a_trainer_unpacks_makes_the_script_
 def test_lightnings_rank_zero_experiment_runs_on_rank_zero_only() -> None:
     undecorated = _LIGHTNING.replace("    @rank_zero_experiment\n", "")
     assert (8, "print-on-every-rank") in _findings(undecorated)
+
+
+@pytest.mark.parametrize("variable", ["LOCAL_RANK", "RANK"])
+def test_a_launcher_variables_presence_in_the_environment_guards_nothing(variable: str) -> None:
+    # the launcher sets it in every process it starts: the test holds on all ranks
+    source = _HEAD + f"if {variable!r} in os.environ:\n    torch.save(model.state_dict(), 'm.pt')\n"
+    found = _findings(source)
+    assert list(found) == [(10, "save-on-every-rank")]
+    assert "once per machine" not in found[(10, "save-on-every-rank")]

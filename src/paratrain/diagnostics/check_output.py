@@ -218,9 +218,11 @@ def _loggers(facts: ScriptFacts) -> set[str] | None:
         return None
     # A logger helper of a library or of the project, called anywhere (`logger = get_logger(...)`, or
     # detectron2's `setup_logger()` on its own line), that was not read as one for every rank: it may
-    # choose handlers by rank (accelerate's and detectron2's do), where this reading cannot see.
+    # choose handlers by rank (accelerate's and detectron2's do), where this reading cannot see. One called in
+    # the launcher's parent only (HigherHRNet's `create_logger` before `mp.spawn`) sets up the parent's loggers:
+    # the spawned workers are fresh interpreters that do not run that code, so it cannot change their logging.
     if any(_LOGGER_HELPER.fullmatch(last_name(call)) and last_name(call) != "getLogger" and call not in helpers
-           for call in facts.calls):
+           and not facts.in_launcher(call) for call in facts.calls):
         return None
     names = {"logging"} if facts.modules.get("logging") == "logging" else set()
     for name, values in facts.assigned.items():

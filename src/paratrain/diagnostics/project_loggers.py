@@ -29,7 +29,12 @@ def chooses_by_rank(function: _Function, setups: list[ast.Call]) -> bool:
     """A level or handler depends on the rank: a rank in a setup call (``setLevel(INFO if rank == 0 else
     WARN)``), a test of a rank around one (``if dist_rank == 0: logger.addHandler(console)``), or an early
     return on a rank before them (``if distributed_rank > 0: return logger``). A test that only names a file
-    per rank (``if rank > 0: filepath = f"{filepath}-{rank}"``) leaves the console as it is."""
+    per rank (``if rank > 0: filepath = f"{filepath}-{rank}"``) leaves the console as it is.
+
+    Invariant: a bare ``return`` under a rank test chooses nothing when the function sets up no logger at all
+    (mistral-finetune's ``MetricsLogger.log``: ``if not self.is_master: return`` before writing metrics): it
+    skips its own work off the main process and leaves every logger's level and handlers as they were; a
+    returned value (another logger by rank) still counts as a choice."""
     console = [s for s in setups if "FileHandler" not in ast.unparse(s)
                and not any("FileHandler" in ast.unparse(v) for n in ast.walk(s) if isinstance(n, ast.Name)
                            for v in assigned_in(function, n.id))]
@@ -37,7 +42,8 @@ def chooses_by_rank(function: _Function, setups: list[ast.Call]) -> bool:
         return True
     for test in (node for node in ast.walk(function) if isinstance(node, ast.If) and _RANK_WORD.search(ast.unparse(node.test))):
         inside = {id(node) for node in ast.walk(test)}
-        if any(id(setup) in inside for setup in console) or any(isinstance(node, ast.Return) for node in ast.walk(test)):
+        returns = [node for node in ast.walk(test) if isinstance(node, ast.Return)]
+        if any(id(setup) in inside for setup in console) or any(setups or ret.value is not None for ret in returns):
             return True
     return False
 

@@ -13,6 +13,12 @@ under ``global`` in one of its functions) to
   module: it writes through the root logger (``through_root``), so it is heard where the root logger is set to
   INFO with a console handler in every process — by a ``logging.basicConfig`` run at import of a project module
   (glow-tts's and RVC's ``utils.py``) or by the script, under no rank test (the rule asks);
+* ``logging.get_logger(__name__)`` of transformers or diffusers (``from diffusers.utils import logging``), as
+  ``logging.getLogger(__name__)``: that ``get_logger`` only sets up the library's own root logger
+  ("transformers", "diffusers", which the library's ``set_verbosity_*`` quieten) and returns
+  ``logging.getLogger(name)``; a project module's name is outside that hierarchy, so its lines go to the root
+  logger like any other (Moore-AnimateAnyone's ``src/models/unet_3d.py``). Not for a module inside a folder named
+  for the library (a vendored copy, whose ``__name__`` may be in the hierarchy);
 * what a project helper returns that gives the logger a verbose level and a console handler in every process
   (OpenRLHF's ``init_logger``, whose handler its module makes at import).
 
@@ -73,9 +79,10 @@ class ProjectLogs:
 
     def _read_loggers(self, module: Module) -> dict[str, bool]:
         logging_names = _logging_aliases(module.tree)
+        library = _library_logging_aliases(module) - logging_names
         found = {name: True for name in logging_names}
         for name, values in module_bindings(module.tree).items():
-            kinds = {self._kind(module, value, logging_names) for value in values}
+            kinds = {self._kind(module, value, logging_names, library) for value in values}
             if None in kinds or not kinds:
                 continue
             through_root = "root" in kinds
@@ -84,7 +91,7 @@ class ProjectLogs:
             found[name] = through_root
         return found
 
-    def _kind(self, module: Module, value: ast.expr, logging_names: set[str]) -> str | None:
+    def _kind(self, module: Module, value: ast.expr, logging_names: set[str], library: set[str]) -> str | None:
         if isinstance(value, ast.Name) and value.id in logging_names:  # `logger = logging`
             return "root"
         if not isinstance(value, ast.Call) or not isinstance(value.func, (ast.Name, ast.Attribute)):
@@ -92,6 +99,9 @@ class ProjectLogs:
         func = ast.unparse(value.func)
         if func.rpartition(".")[0] in logging_names and last_name(value) == "getLogger":
             return "root"
+        if (func.rpartition(".")[0] in library and last_name(value) == "get_logger" and not value.keywords
+                and len(value.args) == 1 and isinstance(value.args[0], ast.Name) and value.args[0].id == "__name__"):
+            return "root"  # transformers' / diffusers' get_logger(__name__) of a project module
         return "own" if self.helper_kind(module, value) == "every" else None
 
 
@@ -100,6 +110,25 @@ def root_verbose_at_import(imports: ProjectImports) -> bool:
     every process that imports it logs INFO lines of loggers that reach the root logger."""
     return any(verbose_console_setup(stmt.value) for module in imports.modules() for stmt in module.tree.body
                if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call))
+
+
+_LIBRARY_LOGGING = ("transformers", "diffusers")  # their utils.logging.get_logger(name) is logging.getLogger(name)
+
+
+def _library_logging_aliases(module: Module) -> set[str]:
+    """Names the module binds at its top to ``transformers.utils.logging`` or ``diffusers.utils.logging``
+    (``from diffusers.utils import logging``, ``import transformers.utils.logging as hf_logging``); none for a
+    module inside a folder named for one of the libraries (a vendored copy)."""
+    if any(part in _LIBRARY_LOGGING for part in module.path.parts[:-1]):
+        return set()
+    names = set()
+    for stmt in module.tree.body:
+        if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module in {f"{lib}.utils" for lib in _LIBRARY_LOGGING}:
+            names |= {alias.asname or alias.name for alias in stmt.names if alias.name == "logging"}
+        elif isinstance(stmt, ast.Import):
+            names |= {alias.asname for alias in stmt.names if alias.asname
+                      and alias.name in {f"{lib}.utils.logging" for lib in _LIBRARY_LOGGING}}
+    return names
 
 
 def _logging_aliases(tree: ast.Module) -> set[str]:

@@ -74,6 +74,17 @@ def returned_test_kind(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
                            and re.search(r"==\s*0|\bnot\b|is_main|master|primary|zero", text) for text in texts) else ""
 
 
+def _environ_presence(test: ast.expr) -> bool:
+    """``"LOCAL_RANK" in os.environ``: whether a launcher set the variable, not which rank this is.
+
+    Invariant: a launcher sets its variables in every process it starts, so the test holds on all of them
+    (mistral-finetune's ``if "LOCAL_RANK" in os.environ: … logger.info("Going to init comms...")``): it limits
+    nothing to one rank or one machine, whatever the variable's name."""
+    return (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.In, ast.NotIn))
+            and isinstance(test.left, ast.Constant) and isinstance(test.left.value, str)
+            and re.fullmatch(r"(?:os\.)?environ", ast.unparse(test.comparators[0])) is not None)
+
+
 def not_main_membership(test: ast.expr) -> bool:
     """``rank not in (-1, 0)``: a rank name's absence from a literal list, tuple or set of exactly -1 and 0."""
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotIn)):
@@ -266,6 +277,8 @@ class RankGuards:
             self._binding_guards_asked.discard(value)
 
     def _direct_test_kind(self, test: ast.expr) -> str:
+        if _environ_presence(test):
+            return ""
         text = ast.unparse(test)
         called = {last_name(node) for node in ast.walk(test) if isinstance(node, ast.Call)}
         if called & self.machine_helpers:

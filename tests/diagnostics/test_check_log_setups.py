@@ -1,0 +1,174 @@
+"""paratrain check reads who sets up a script's logging before judging its ``logger.info`` lines.
+
+Three readings, each with its quiet counterpart:
+
+* a method named for logging that only returns early off the main process (a metrics logger's ``log``) sets up
+  no logger: the root logger made verbose by a project helper still logs the script's lines on every rank;
+* a logger helper called only in the parent that starts the workers with ``mp.spawn`` sets up the parent's
+  logging, not the workers': the workers' own console setup decides;
+* ``from diffusers.utils import logging; logger = logging.get_logger(__name__)`` in a project module is a plain
+  logger under the project's name, heard through a root logger set to INFO in every process.
+
+Each project is written for the test in tmp_path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from paratrain.diagnostics.check import check_file
+from tests.diagnostics.test_check_project_imports import project
+
+
+def _logs(script: Path) -> list[int]:
+    return [f.line for f in check_file(script) if f.rule == "log-on-every-rank"]
+
+
+ROOT_HELPER = """\
+    import logging
+    import sys
+
+
+    def set_logger(level=logging.INFO):
+        root = logging.getLogger()
+        root.setLevel(level)
+        root.addHandler(logging.StreamHandler(sys.stdout))
+    """
+METRICS = """\
+    class MetricsLogger:
+        def __init__(self, is_master):
+            self.is_master = is_master
+
+        def log(self, metrics, step):
+            if not self.is_master:
+                return{value}
+            print(step, metrics)
+    """
+TORCHRUN_SCRIPT = """\
+    import logging
+    import torch.distributed as dist
+    from log_utils import set_logger
+    from metrics import MetricsLogger
+
+    logger = logging.getLogger("train")
+
+
+    def train():
+        set_logger(logging.INFO)
+        dist.init_process_group("gloo")
+        metrics = MetricsLogger(dist.get_rank() == 0)
+        logger.info("Going to train")
+        metrics.log({"loss": 1.0}, step=0)
+
+
+    if __name__ == "__main__":
+        train()
+    """
+
+
+def test_a_metrics_log_method_that_skips_other_ranks_does_not_hide_a_verbose_root_logger(tmp_path):
+    files = {"train.py": TORCHRUN_SCRIPT, "log_utils.py": ROOT_HELPER}
+    script = project(tmp_path / "bare", {**files, "metrics.py": METRICS.format(value="")})
+    assert _logs(script) == [13]
+    # returning another object by rank is a choice of logger this reading does not follow
+    script = project(tmp_path / "valued", {**files, "metrics.py": METRICS.format(value=" None")})
+    assert _logs(script) == []
+
+
+SPAWN_SCRIPT = """\
+    import logging
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from utils import create_logger, setup_logger
+
+
+    def main():
+        logger, out_dir = create_logger("cfg.yaml")
+        logger.info("starting")
+        mp.spawn(worker, nprocs=2, args=(2,))
+
+
+    def worker(rank, world_size):
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        logger, _ = setup_logger("out", rank)
+        logger.info("dataset ready")
+
+
+    if __name__ == "__main__":
+        main()
+    """
+SPAWN_UTILS = """\
+    import logging
+
+
+    def setup_logger(out_dir, rank):
+        log_file = f"{out_dir}/train_rank{rank}.log"
+        logging.basicConfig(filename=log_file)
+        logger = logging.getLogger()
+        logger.setLevel(logging.INFO)
+        logging.getLogger("").addHandler(logging.StreamHandler())
+        return logger, out_dir
+
+
+    def create_logger(cfg):
+        logger = logging.getLogger()
+        logger.setLevel(logging.INFO)
+        return logger, cfg
+    """
+
+
+def test_a_logger_helper_of_the_launching_parent_leaves_the_workers_setup_to_decide(tmp_path):
+    script = project(tmp_path / "parent", {"train.py": SPAWN_SCRIPT, "utils.py": SPAWN_UTILS})
+    assert _logs(script) == [16]
+    # the same helper called in the worker too may choose its handlers there: unknown, so quiet
+    in_worker = SPAWN_SCRIPT.replace('        logger, _ = setup_logger("out", rank)\n',
+                                     '        logger, _ = setup_logger("out", rank)\n        create_logger("cfg.yaml")\n')
+    script = project(tmp_path / "worker", {"train.py": in_worker, "utils.py": SPAWN_UTILS})
+    assert _logs(script) == []
+
+
+LIBRARY_MODEL = """\
+    from diffusers.utils import logging
+
+    logger = logging.get_logger(__name__)
+
+
+    class UNet3D:
+        @classmethod
+        def from_pretrained_2d(cls, path):
+            logger.info(f"loaded temporal unet's pretrained weights from {path} ...")
+            return cls()
+    """
+ACCELERATE_SCRIPT = """\
+    import logging
+    from accelerate import Accelerator
+    from src.models.unet_3d import UNet3D
+
+
+    def main():
+        accelerator = Accelerator()
+        logging.basicConfig(format="%(message)s", level=logging.INFO)
+        unet = UNet3D.from_pretrained_2d("base")
+        accelerator.print("built")
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+
+def test_a_library_get_logger_of_a_project_module_logs_through_the_root_logger(tmp_path):
+    files = {"train.py": ACCELERATE_SCRIPT, "src/__init__.py": "", "src/models/__init__.py": ""}
+    script = project(tmp_path / "project", {**files, "src/models/unet_3d.py": LIBRARY_MODEL})
+    [finding] = [f for f in check_file(script) if f.rule == "log-on-every-rank"]
+    assert finding.line == 9 and "src/models/unet_3d.py:9" in finding.problem
+    # accelerate's get_logger logs on the main process only
+    accelerate = LIBRARY_MODEL.replace("from diffusers.utils import logging", "from accelerate import logging")
+    script = project(tmp_path / "accelerate", {**files, "src/models/unet_3d.py": accelerate})
+    assert _logs(script) == []
+    # a copy of the library inside the project: its module names may be in the library's quietened hierarchy
+    vendored = {"train.py": ACCELERATE_SCRIPT.replace("src.models.unet_3d", "diffusers.models.unet_3d"),
+                "diffusers/__init__.py": "", "diffusers/models/__init__.py": "",
+                "diffusers/models/unet_3d.py": LIBRARY_MODEL}
+    script = project(tmp_path / "vendored", vendored)
+    assert _logs(script) == []
