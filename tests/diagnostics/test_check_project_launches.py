@@ -90,3 +90,13 @@ def test_a_command_naming_another_file_of_the_same_name_tells_nothing_of_this_on
     # the bare name, from a file beside neither script, is ambiguous: silence for both
     (tmp_path / "scripts" / "run.sh").write_text("deepspeed train.py\n")
     assert _prints(path) == []
+
+
+def test_without_a_project_root_only_the_scripts_own_directory_is_read(tmp_path):
+    script = tmp_path / "job" / "train.py"
+    script.parent.mkdir()
+    script.write_text(SCRIPT)
+    (tmp_path / "README.md").write_text("torchrun --nproc_per_node=8 job/train.py\n")
+    assert multi_process_launch(script) is None
+    (script.parent / "run.sh").write_text("torchrun --nproc_per_node=8 train.py\n")
+    assert multi_process_launch(script).where == "run.sh:1"

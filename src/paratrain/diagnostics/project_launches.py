@@ -20,7 +20,9 @@ or no other ``.py`` file of the project has that name. One process: ``torchrun``
 ``auto``, a number above 1, or ``deepspeed`` with no count at all (every GPU of the machine) is several.
 A command commented out (``# torchrun …``) does not count; anything not understood is no launch.
 
-Bounded so that a check stays well under a second: hidden directories, ``node_modules``, ``site-packages`` and
+The project is the directory that marks its root (``.git``, ``pyproject.toml``, ``setup.py``, ``setup.cfg``)
+at or above the script's; without one, only the script's own directory and those below it are read. Bounded so
+that a check stays well under a second: hidden directories, ``node_modules``, ``site-packages`` and
 virtual environments are skipped, at most ``MAX_FILES`` command files of at most ``MAX_BYTES`` each are read
 (the script's own directory first, then the shallowest), and the reading stops at the first launch found.
 """
@@ -32,13 +34,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from paratrain.diagnostics.project_imports import project_root
+from paratrain.diagnostics.project_imports import ROOT_MARKERS, project_root
 
 __all__ = ["Launch", "multi_process_launch"]
 
 MAX_FILES = 400
 MAX_BYTES = 256_000
-_MAX_ENTRIES = 50_000  # directory entries listed while looking for command files
+_MAX_ENTRIES = 20_000  # directory entries listed while looking for command files
 _SUFFIXES = (".sh", ".bash", ".md", ".rst", ".yaml", ".yml")
 _NAMES = ("Makefile",)
 _SKIPPED_DIRECTORIES = {"node_modules", "site-packages", "__pycache__", "venv", "env", "virtualenv", "virtualenvs"}
@@ -66,11 +68,17 @@ class Launch:
 
 def multi_process_launch(script: Path) -> Launch | None:
     """The first command of the script's project that starts it in several processes (see the module's
-    docstring); None when none is found within the bounds. Never raises: an unreadable file is skipped."""
-    script = script.resolve()
-    root = project_root(script)
-    if root not in script.parents:
+    docstring); None when none is found within the bounds. Never raises: what cannot be read is skipped."""
+    try:
+        return _first_launch(script.resolve())
+    except (OSError, ValueError, RuntimeError):
         return None
+
+
+def _first_launch(script: Path) -> Launch | None:
+    root = project_root(script)
+    if root not in script.parents or not any((root / marker).exists() for marker in ROOT_MARKERS):
+        root = script.parent
     files, same_name = _command_files(root, script)
     names = _Names(script, root, unique=same_name == 1)
     for path in files:
@@ -114,7 +122,12 @@ def _command_files(root: Path, script: Path) -> tuple[list[Path], int]:
 
 def _skipped(directory: Path) -> bool:
     name = directory.name
-    return name.startswith(".") or name in _SKIPPED_DIRECTORIES or (directory / "pyvenv.cfg").exists()
+    if name.startswith(".") or name in _SKIPPED_DIRECTORIES:
+        return True
+    try:
+        return (directory / "pyvenv.cfg").exists()
+    except OSError:
+        return True
 
 
 def _commands(text: str):
