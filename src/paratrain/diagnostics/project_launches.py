@@ -80,7 +80,7 @@ def _first_launch(script: Path) -> Launch | None:
     if root not in script.parents or not any((root / marker).exists() for marker in ROOT_MARKERS):
         root = script.parent
     files, same_name = _command_files(root, script)
-    names = _Names(script, root, unique=same_name == 1)
+    names = _Names(script, root, unique=same_name == 1)  # 0: the listing stopped before it
     for path in files:
         try:
             if path.stat().st_size > MAX_BYTES:
@@ -107,6 +107,7 @@ def _command_files(root: Path, script: Path) -> tuple[list[Path], int]:
     for directory, subdirectories, names in os.walk(root):
         listed += len(subdirectories) + len(names)
         if listed > _MAX_ENTRIES:
+            same_name = 0  # not every file was seen: the script's name is not known to be its own
             break
         subdirectories[:] = sorted(d for d in subdirectories if not _skipped(Path(directory, d)))
         here = Path(directory)
@@ -155,20 +156,16 @@ class _Names:
     unique: bool  # no other .py file of the project has its name
 
     def named(self, word: str, directory: Path) -> bool:
+        """``word``, written in a command file of ``directory``, is the script: a path that leads to it from
+        there or from the root (one that leads to another file of the project is not), a path ending in its
+        path from the root (``$ROOT/train/sft.py``), or its bare name where that is not ambiguous."""
         word = word.removeprefix("./")
-        relative = self.script.relative_to(self.root).as_posix()
-        if word == relative or word.endswith("/" + relative):
-            return True
         if "/" in word:
-            return any(_resolves(base / word, self.script) for base in (directory, self.root))
+            existing = [path.resolve() for path in (directory / word, self.root / word) if path.is_file()]
+            if existing:
+                return self.script in existing
+            return word.endswith("/" + self.script.relative_to(self.root).as_posix())
         return word == self.script.name and (directory == self.script.parent or self.unique)
-
-
-def _resolves(path: Path, script: Path) -> bool:
-    try:
-        return path.resolve() == script
-    except (OSError, RuntimeError):
-        return False
 
 
 def _launched(command: str, directory: Path, names: _Names) -> str | None:
