@@ -101,10 +101,10 @@ def read_labels(path: Path) -> dict[ScriptFile, dict[tuple[int, str], bool]]:
 
 
 def script_path(repos: Path, script: ScriptFile, trees: Path) -> Path:
-    """The file on disk beside the rest of its project, so that ``check`` can follow its imports: for a git
-    directory, the tree at the labelled commit written once under ``trees/owner+name@commit`` (its Python
-    files and packaging files, with an empty ``.git`` marking the root as a checkout's would); a plain
-    folder as it lies."""
+    """The file on disk beside the rest of its project, so that ``check`` can follow its imports and read its
+    launch commands: for a git directory, the tree at the labelled commit written once under
+    ``trees/owner+name@commit`` (its Python, packaging and command files, with an empty ``.git`` marking the
+    root as a checkout's would; rewritten when it was written for other files); a plain folder as it lies."""
     base = repos / script.repository.replace("/", "+")
     for git_dir in (base / "repo", base, base / ".git", base / "repo" / ".git"):  # bare, or a checkout's
         if (git_dir / "HEAD").is_file() and (git_dir / "objects").is_dir():
@@ -123,7 +123,7 @@ def script_path(repos: Path, script: ScriptFile, trees: Path) -> Path:
 
 
 def _write_tree(git_dir: Path, commit: str, tree: Path) -> None:
-    """The commit's Python and packaging files (``git ls-tree``, then their blobs through one
+    """The commit's Python, packaging and command files (``git ls-tree``, then their blobs through one
     ``git cat-file --batch``), written under ``tree``."""
     git = ["git", f"--git-dir={git_dir}"]
     listed = subprocess.run([*git, "ls-tree", "-r", "-z", commit], capture_output=True, check=False)
