@@ -90,7 +90,7 @@ def test_a_command_naming_another_file_of_the_same_name_tells_nothing_of_this_on
     # a path ending in this script's name but leading to the other one names the other one
     path = _project(tmp_path, "train.py", "scripts/run.sh", "torchrun --nproc_per_node=8 b/train.py\n")
     assert _prints(path) == []
-    # the bare name, from a file beside neither script, is ambiguous: silence for both
+    # the bare name, from a file beside none of the three scripts, is ambiguous: silence
     (tmp_path / "scripts" / "run.sh").write_text("deepspeed train.py\n")
     assert _prints(path) == []
 
