@@ -65,8 +65,11 @@ from pathlib import Path
 from paratrain.diagnostics.check import check_file
 
 LABELS = Path(__file__).with_name("check_corpus_labels.csv")
-# The files of a project that check reads beside the script: its modules and what marks its root.
-_PROJECT_FILES = (b".py", b"pyproject.toml", b"setup.cfg")
+# The files of a project that check reads beside the script: its modules, what marks its root, and where its
+# launch commands are written (shell scripts, READMEs and docs, YAML job files).
+_PROJECT_FILES = (b".py", b"pyproject.toml", b"setup.cfg", b".sh", b".bash", b"Makefile", b".md", b".rst",
+                  b".yaml", b".yml")
+_COMPLETE = " ".join(suffix.decode() for suffix in _PROJECT_FILES)  # a tree written for other files is rewritten
 # Where the labelled commits' trees are written, outside the repository.
 TREES = Path(tempfile.gettempdir()) / "paratrain-check-trees"
 HALVES = ("all", "tuned", "held-out")
@@ -98,15 +101,16 @@ def read_labels(path: Path) -> dict[ScriptFile, dict[tuple[int, str], bool]]:
 
 
 def script_path(repos: Path, script: ScriptFile, trees: Path) -> Path:
-    """The file on disk beside the rest of its project, so that ``check`` can follow its imports: for a git
-    directory, the tree at the labelled commit written once under ``trees/owner+name@commit`` (its Python
-    files and packaging files, with an empty ``.git`` marking the root as a checkout's would); a plain
-    folder as it lies."""
+    """The file on disk beside the rest of its project, so that ``check`` can follow its imports and read its
+    launch commands: for a git directory, the tree at the labelled commit written once under
+    ``trees/owner+name@commit`` (its Python, packaging and command files, with an empty ``.git`` marking the
+    root as a checkout's would; rewritten when it was written for other files); a plain folder as it lies."""
     base = repos / script.repository.replace("/", "+")
     for git_dir in (base / "repo", base, base / ".git", base / "repo" / ".git"):  # bare, or a checkout's
         if (git_dir / "HEAD").is_file() and (git_dir / "objects").is_dir():
             tree = trees / f"{base.name}@{script.commit}"
-            if not (tree / ".complete").is_file():
+            marker = tree / ".complete"
+            if not marker.is_file() or marker.read_text() != _COMPLETE:
                 _write_tree(git_dir, script.commit, tree)
             path = tree / script.path
             if not path.is_file():
@@ -119,7 +123,7 @@ def script_path(repos: Path, script: ScriptFile, trees: Path) -> Path:
 
 
 def _write_tree(git_dir: Path, commit: str, tree: Path) -> None:
-    """The commit's Python and packaging files (``git ls-tree``, then their blobs through one
+    """The commit's Python, packaging and command files (``git ls-tree``, then their blobs through one
     ``git cat-file --batch``), written under ``tree``."""
     git = ["git", f"--git-dir={git_dir}"]
     listed = subprocess.run([*git, "ls-tree", "-r", "-z", commit], capture_output=True, check=False)
@@ -142,7 +146,7 @@ def _write_tree(git_dir: Path, commit: str, tree: Path) -> None:
         target.write_bytes(blobs[header_end + 1:header_end + 1 + size])
         offset = header_end + 1 + size + 1  # the blob, then a newline
     (tree / ".git").mkdir(parents=True, exist_ok=True)
-    (tree / ".complete").touch()
+    (tree / ".complete").write_text(_COMPLETE)
 
 
 def fetch(repos: Path, scripts: list[ScriptFile]) -> None:

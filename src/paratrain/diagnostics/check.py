@@ -37,7 +37,7 @@ def check_source(source: str, filename: str = "<script>", script: Path | None = 
     except SyntaxError as exc:
         raise ConfigError(f"{filename}:{exc.lineno}: not valid Python ({exc.msg}); fix the syntax first") from None
     if script is not None:
-        facts.learn(read_project_facts(facts, script))
+        facts.learn(read_project_facts(facts, script), script)
     findings = [finding for rule in RULES for finding in rule(facts)]
     return sorted((f for f in findings if not _ignored(facts.lines, f)), key=lambda f: (f.line, f.rule))
 

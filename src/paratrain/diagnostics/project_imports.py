@@ -27,7 +27,7 @@ from pathlib import Path
 
 from paratrain.diagnostics.sys_path import added_directories
 
-_ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
+ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 _LEVELS_WITHOUT_ROOT = 3  # directories above the script searched when no marker names the project's root
 MAX_DEPTH = 2  # the script's imports, and theirs
 MAX_MODULES = 30
@@ -50,7 +50,7 @@ def project_root(script: Path) -> Path:
     directory ``_LEVELS_WITHOUT_ROOT`` above the script's (or the highest there is)."""
     start = script.resolve().parent
     for directory in (start, *start.parents):
-        if any((directory / marker).exists() for marker in _ROOT_MARKERS):
+        if any((directory / marker).exists() for marker in ROOT_MARKERS):
             return directory
     above = [start, *start.parents]
     return above[min(_LEVELS_WITHOUT_ROOT, len(above) - 1)]

@@ -17,12 +17,14 @@ import ast
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 
 from paratrain.diagnostics.assigned_values import bound_values
 from paratrain.diagnostics.call_names import callee_names, is_true, keyword, last_name, returned_module
 from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.launcher_parent import JOB_EXECUTORS, LauncherParent
 from paratrain.diagnostics.library_calls import ignite_distributed
+from paratrain.diagnostics.project_launches import Launch, multi_process_launch
 from paratrain.diagnostics.rank_guards import RANK_ZERO_TEST, RankGuards, returned_test_kind
 
 __all__ = ["DISTRIBUTED_MARKERS", "ScriptFacts", "callee_names", "is_true", "keyword", "last_name",
@@ -68,6 +70,7 @@ class ScriptFacts(RankGuards, LauncherParent):
     machine_helpers: set[str] = field(default_factory=set)  # ... that return `rank % gpus_per_node == 0`
     own_functions: set[str] = field(default_factory=set)  # names of the functions defined in this file
     imported: ImportedNames = field(default_factory=ImportedNames)  # what its project's imported functions do
+    script: Path | None = None  # the file, when read from one (its project's launch commands are read then)
     _uses_of: dict[ast.AST, list[ast.expr]] = field(default_factory=dict, repr=False)
     _binding_guards_asked: set[ast.AST] = field(default_factory=set, repr=False)
 
@@ -114,10 +117,12 @@ class ScriptFacts(RankGuards, LauncherParent):
         facts.rank_helpers = {name for name, kind in kinds.items() if kind == "global"}
         return facts
 
-    def learn(self, imported: ImportedNames) -> None:
+    def learn(self, imported: ImportedNames, script: Path | None = None) -> None:
         """Take in what the functions the script imports from its project do (read from their files): their
-        rank tests count as the file's own helpers'. Called before any question is asked."""
+        rank tests count as the file's own helpers'; with ``script``, the file's path, its project's launch
+        commands are read when asked (:attr:`launch`). Called before any question is asked."""
         self.imported = imported
+        self.script = script
         self.rank_helpers |= {name.rpartition(".")[2] for name in imported.rank_tests}
         self.machine_helpers |= {name.rpartition(".")[2] for name in imported.machine_tests}
 
@@ -166,7 +171,9 @@ class ScriptFacts(RankGuards, LauncherParent):
     def distributed(self) -> bool:
         """The script starts or joins several processes (DDP, a sampler, spawn, Horovod, Fabric, a Lightning
         Trainer on several devices, a torch.distributed collective, …), reads the launcher's WORLD_SIZE / LOCAL_RANK (an HF Trainer
-        script run by torchrun), calls a function of its project that makes the process group, or branches on a rank."""
+        script run by torchrun), calls a function of its project that makes the process group, branches on a rank,
+        or is started by its own project with a multi-process launcher (:attr:`launch`, read only when the code
+        alone does not tell)."""
         return any(self._starts_processes(call) and not self._one_process_fabric(call) for call in self.calls
                    ) or self.mentions(
             r"environ(?:\.get\(|\[)\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)[\"']|getenv\(\s*[\"'](?:WORLD_SIZE|LOCAL_RANK)"
@@ -178,7 +185,14 @@ class ScriptFacts(RankGuards, LauncherParent):
             # a branch for rank 0 (`if training_args.local_rank in [-1, 0]:`): its author runs it on several
             isinstance(node, ast.If) and RANK_ZERO_TEST.search(ast.unparse(node.test)) and self._direct_test_kind(node.test)
             for node in ast.walk(self.tree)
-        )
+        ) or self.launch is not None
+
+    @cached_property
+    def launch(self) -> Launch | None:
+        """The command of the script's project (a README's ``deepspeed fine-tune.py``, a ``run.sh``'s
+        ``torchrun --nproc_per_node 8 train.py``) that starts it in several processes, with its ``file:line``
+        (:mod:`~paratrain.diagnostics.project_launches`); None for a source read alone."""
+        return multi_process_launch(self.script) if self.script is not None else None
 
     def _starts_processes(self, call: ast.Call) -> bool:
         """A call that starts or joins several processes: DDP, a sampler, spawn, Horovod, Fabric, a launcher,

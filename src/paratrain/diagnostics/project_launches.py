@@ -1,0 +1,232 @@
+"""The command of a script's own project that starts it under a multi-process launcher, for ``paratrain check``.
+
+    launch = multi_process_launch(Path("fine-tune/fine-tune.py"))
+    launch.where   # "README.md:483", the line the command starts on
+
+Invariant: a script that its own project starts with ``torchrun``, ``python -m torch.distributed.launch`` (or
+``.run``) or the ``deepspeed`` launcher, asking for more than one process, runs in several processes, whatever
+its code shows: an HF Trainer or DeepSpeed fine-tuning script has no rank marker of its own, and its prints
+still run once per rank.
+
+Read from the project's shell scripts (``*.sh``, ``*.bash``, ``Makefile``), READMEs and docs (``*.md``,
+``*.rst``) and YAML job files, line by line, a backslash continuation joined to its line. A command counts when
+the launcher is its command word (``--deepspeed ds_config.json`` is a flag of the script, not the launcher),
+the first word after the launcher's options is this script, and its process count is not literally one.
+The script is named by a word ending in its path from the project's root, by a path from the command's file
+or the root that leads to it, or by its bare file name when the command's file sits in the script's directory
+or no other ``.py`` file of the project has that name. One process: ``torchrun``/``launch`` with neither
+``--nproc_per_node`` nor ``--nnodes``, or both literally 1; ``deepspeed --num_gpus 1`` (on one node) or
+``--include localhost:0``, or ``CUDA_VISIBLE_DEVICES=0 deepspeed``. A variable (``--nproc_per_node=$GPUS``),
+``auto``, a number above 1, or ``deepspeed`` with no count at all (every GPU of the machine) is several.
+A command commented out (``# torchrun …``) does not count; anything not understood is no launch.
+
+The project is the directory that marks its root (``.git``, ``pyproject.toml``, ``setup.py``, ``setup.cfg``)
+at or above the script's; without one, only the script's own directory and those below it are read. Bounded so
+that a check stays well under a second: hidden directories, ``node_modules``, ``site-packages`` and
+virtual environments are skipped, at most ``MAX_FILES`` command files of at most ``MAX_BYTES`` each are read
+(the script's own directory first, then the shallowest), and the reading stops at the first launch found.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from paratrain.diagnostics.project_imports import ROOT_MARKERS, project_root
+
+__all__ = ["Launch", "multi_process_launch"]
+
+MAX_FILES = 400
+MAX_BYTES = 256_000
+_MAX_ENTRIES = 20_000  # directory entries listed while looking for command files
+_SUFFIXES = (".sh", ".bash", ".md", ".rst", ".yaml", ".yml")
+_NAMES = ("Makefile",)
+_SKIPPED_DIRECTORIES = {"node_modules", "site-packages", "__pycache__", "venv", "env", "virtualenv", "virtualenvs"}
+_WORDS = (b"torchrun", b"torch.distributed.", b"deepspeed")  # a file without one holds no launch
+_TORCH_MODULES = ("torch.distributed.launch", "torch.distributed.run")
+# Options of the launchers that take no value (the word after them is not theirs).
+_FLAGS = {"--standalone", "--no-python", "--no_python", "--use-env", "--use_env", "--run-path", "--run_path",
+          "--no_local_rank", "--no-local-rank", "--force_multi", "--force-multi", "--bind_cores_to_rank",
+          "--enable_each_rank_log", "--save_pid", "--module", "-m"}
+_QUOTES = "\"'`,[]()"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A launcher command of the project that starts the script in several processes."""
+
+    file: str  # the command's file, from the project's root
+    line: int  # the line its command starts on
+    launcher: str  # "torchrun", "torch.distributed.launch", "torch.distributed.run" or "deepspeed"
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+def multi_process_launch(script: Path) -> Launch | None:
+    """The first command of the script's project that starts it in several processes (see the module's
+    docstring); None when none is found within the bounds. Never raises: what cannot be read is skipped."""
+    try:
+        return _first_launch(script.resolve())
+    except (OSError, ValueError, RuntimeError):
+        return None
+
+
+def _first_launch(script: Path) -> Launch | None:
+    root = project_root(script)
+    if root not in script.parents or not any((root / marker).exists() for marker in ROOT_MARKERS):
+        root = script.parent
+    files, same_name = _command_files(root, script)
+    names = _Names(script, root, unique=same_name == 1)  # 0: the listing stopped before it
+    for path in files:
+        try:
+            if path.stat().st_size > MAX_BYTES:
+                continue
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if not any(word in data for word in _WORDS) or script.name.encode() not in data:
+            continue
+        text = data.decode("utf-8", "replace")
+        for number, command in _commands(text):
+            launcher = _launched(command, path.parent, names)
+            if launcher is not None:
+                return Launch(path.relative_to(root).as_posix(), number, launcher)
+    return None
+
+
+def _command_files(root: Path, script: Path) -> tuple[list[Path], int]:
+    """The project's command files, the script's directory's first, then by depth (at most ``MAX_FILES``),
+    and how many ``.py`` files of the project bear the script's name."""
+    found: list[tuple[int, str, Path]] = []
+    same_name = 0
+    listed = 0
+    for directory, subdirectories, names in os.walk(root):
+        listed += len(subdirectories) + len(names)
+        if listed > _MAX_ENTRIES:
+            same_name = 0  # not every file was seen: the script's name is not known to be its own
+            break
+        subdirectories[:] = sorted(d for d in subdirectories if not _skipped(Path(directory, d)))
+        here = Path(directory)
+        rank = 0 if here == script.parent else len(here.relative_to(root).parts) + 1
+        for name in names:
+            if name == script.name:
+                same_name += 1
+            if name.endswith(_SUFFIXES) or name in _NAMES:
+                found.append((rank, name, here / name))
+    found.sort(key=lambda item: (item[0], item[1]))
+    return [path for _, _, path in found[:MAX_FILES]], same_name
+
+
+def _skipped(directory: Path) -> bool:
+    name = directory.name
+    if name.startswith(".") or name in _SKIPPED_DIRECTORIES:
+        return True
+    try:
+        return (directory / "pyvenv.cfg").exists()
+    except OSError:
+        return True
+
+
+def _commands(text: str):
+    """(first line's number, the command) for every line of ``text``, a backslash continuation joined."""
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        start, parts = index + 1, [lines[index]]
+        while parts[-1].rstrip().endswith("\\") and index + 1 < len(lines):
+            parts[-1] = parts[-1].rstrip()[:-1]
+            index += 1
+            parts.append(lines[index])
+        index += 1
+        command = " ".join(parts).strip()
+        if command and not command.startswith("#"):
+            yield start, command
+
+
+@dataclass(frozen=True)
+class _Names:
+    """How a command may name the script."""
+
+    script: Path
+    root: Path
+    unique: bool  # no other .py file of the project has its name
+
+    def named(self, word: str, directory: Path) -> bool:
+        """``word``, written in a command file of ``directory``, is the script: a path that leads to it from
+        there or from the root (one that leads to another file of the project is not), a path ending in its
+        path from the root (``$ROOT/train/sft.py``), or its bare name where that is not ambiguous."""
+        word = word.removeprefix("./")
+        if "/" in word:
+            existing = [path.resolve() for path in (directory / word, self.root / word) if path.is_file()]
+            if existing:
+                return self.script in existing
+            return word.endswith("/" + self.script.relative_to(self.root).as_posix())
+        return word == self.script.name and (directory == self.script.parent or self.unique)
+
+
+def _launched(command: str, directory: Path, names: _Names) -> str | None:
+    """The launcher of ``command`` when it starts the script in several processes; else None."""
+    words = [word.strip(_QUOTES) for word in command.split()]
+    for at, word in enumerate(words):
+        launcher = _launcher_at(words, at)
+        if launcher is None:
+            continue
+        options, target = _options(words[at + (2 if launcher in _TORCH_MODULES else 1):])
+        if target is None or not names.named(target, directory):
+            continue
+        if _several(launcher, options, words[:at]):
+            return launcher
+    return None
+
+
+def _launcher_at(words: list[str], at: int) -> str | None:
+    """``torchrun`` / ``deepspeed`` as a command word (not the value of an option), or ``-m torch.distributed.…``."""
+    word = words[at]
+    if word.rpartition("/")[2] in ("torchrun", "deepspeed"):
+        return None if at and words[at - 1].startswith("-") else word.rpartition("/")[2]
+    if word == "-m" and at + 1 < len(words) and words[at + 1] in _TORCH_MODULES:
+        return words[at + 1]
+    return None
+
+
+def _options(words: list[str]) -> tuple[dict[str, str], str | None]:
+    """The launcher's options (``--nproc_per_node=8`` and ``--nproc_per_node 8`` alike) and the script it
+    starts: the first word that is no option nor an option's value, when it is a ``.py`` file (or ``-m pkg.mod``)."""
+    options: dict[str, str] = {}
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word in ("-m", "--module") and index + 1 < len(words):
+            return options, words[index + 1].replace(".", "/") + ".py"
+        if not word.startswith("-"):
+            return options, word if word.endswith(".py") else None
+        name, equals, value = word.partition("=")
+        if not equals and name not in _FLAGS and index + 1 < len(words):
+            index += 1
+            value = words[index]
+        options[name.replace("-", "_").lstrip("_")] = value
+        index += 1
+    return options, None
+
+
+def _several(launcher: str, options: dict[str, str], before: list[str]) -> bool:
+    """The launcher, given these options, starts more than one process (a count it cannot read is several)."""
+    if launcher == "deepspeed":
+        include = options.get("include")
+        if include is not None:
+            return not re.fullmatch(r"[\w.-]+:\d+", include)
+        gpus = options.get("num_gpus")
+        if gpus is None and any(re.fullmatch(r"CUDA_VISIBLE_DEVICES=\d+", word) for word in before):
+            gpus = "1"
+        return gpus != "1" or options.get("num_nodes", "1") != "1" or "hostfile" in options and "num_nodes" not in options
+    count = 1
+    for name in ("nproc_per_node", "nnodes"):
+        value = options.get(name, "1")
+        if not value.isdigit():
+            return True
+        count *= int(value)
+    return count > 1

@@ -1,0 +1,105 @@
+"""A script that its own project starts with a multi-process launcher is multi-process.
+
+Baichuan2-like: an HF Trainer fine-tuning script has no rank marker in its code; the README starts it with
+``deepspeed`` (or ``torchrun --nproc_per_node 8``), so its unguarded prints run once per rank. A launch of one
+process, or a command naming another file of the same name, tells nothing about this one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from paratrain.diagnostics.check import check_file
+from paratrain.diagnostics.project_launches import multi_process_launch
+
+SCRIPT = """\
+from transformers import Trainer, TrainingArguments
+
+
+def train():
+    args = TrainingArguments(output_dir="out")
+    print("trainable parameters: 7B")
+    Trainer(args=args).train()
+
+
+if __name__ == "__main__":
+    train()
+"""
+
+
+def _project(root: Path, script: str, command_file: str, command: str) -> Path:
+    (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    path = root / script
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(SCRIPT)
+    commands = root / command_file
+    commands.parent.mkdir(parents=True, exist_ok=True)
+    commands.write_text(command)
+    return path
+
+
+def _prints(path: Path) -> list[int]:
+    return [f.line for f in check_file(path) if f.rule == "print-on-every-rank"]
+
+
+README = """\
+# Fine-tuning
+
+```shell
+torchrun --nproc_per_node {count} finetune.py \\
+    --model_name_or_path base \\
+    --output_dir out
+```
+"""
+
+
+def test_a_readme_torchrun_of_eight_makes_the_script_multi_process(tmp_path):
+    path = _project(tmp_path, "finetune.py", "README.md", README.format(count=8))
+    assert _prints(path) == [6]
+    launch = multi_process_launch(path)
+    assert launch is not None and (launch.where, launch.launcher) == ("README.md:4", "torchrun")
+
+
+def test_a_launch_of_one_process_tells_nothing(tmp_path):
+    path = _project(tmp_path, "finetune.py", "README.md", README.format(count=1).replace("node 1", "node=1"))
+    assert _prints(path) == []
+    readme = tmp_path / "README.md"
+    for one in ("torchrun --nproc-per-node 1 finetune.py", "deepspeed --num_gpus=1 finetune.py",
+                "deepspeed --include localhost:0 finetune.py", "CUDA_VISIBLE_DEVICES=0 deepspeed finetune.py",
+                "torchrun finetune.py", "python -m torch.distributed.launch --nproc_per_node 1 --use_env finetune.py"):
+        readme.write_text(f"```\n{one}\n```\n")
+        assert multi_process_launch(path) is None, one
+    # a count the launcher reads from a variable is several
+    readme.write_text("python -u -m torch.distributed.launch --nproc_per_node=$GPUS --use_env finetune.py\n")
+    assert _prints(path) == [6]
+
+
+def test_a_deepspeed_shell_script_naming_the_path_from_the_root(tmp_path):
+    path = _project(tmp_path, "train/sft.py", "scripts/run.sh",
+                    "#!/bin/bash\n# torchrun --nproc_per_node=1 train/sft.py\ndeepspeed --num_gpus 4 train/sft.py --deepspeed ds.json\n")
+    assert _prints(path) == [6]
+    assert multi_process_launch(path).where == "scripts/run.sh:3"
+
+
+def test_a_command_naming_another_file_of_the_same_name_tells_nothing_of_this_one(tmp_path):
+    path = _project(tmp_path, "a/train.py", "scripts/run.sh", "torchrun --nproc_per_node=8 b/train.py\n")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "train.py").write_text(SCRIPT)
+    assert _prints(path) == []
+    assert _prints(tmp_path / "b" / "train.py") == [6]
+    # a path ending in this script's name but leading to the other one names the other one
+    path = _project(tmp_path, "train.py", "scripts/run.sh", "torchrun --nproc_per_node=8 b/train.py\n")
+    assert _prints(path) == []
+    # the bare name, from a file beside none of the three scripts, is ambiguous: silence
+    (tmp_path / "scripts" / "run.sh").write_text("deepspeed train.py\n")
+    assert _prints(path) == []
+
+
+def test_without_a_project_root_only_the_scripts_own_directory_is_read(tmp_path):
+    script = tmp_path / "job" / "train.py"
+    script.parent.mkdir()
+    script.write_text(SCRIPT)
+    (tmp_path / "README.md").write_text("torchrun --nproc_per_node=8 job/train.py\n")
+    assert multi_process_launch(script) is None
+    (script.parent / "run.sh").write_text("torchrun --nproc_per_node=8 train.py\n")
+    assert multi_process_launch(script).where == "run.sh:1"
