@@ -205,3 +205,18 @@ def test_a_link_bound_run_is_judged_on_its_links_after_seconds_not_minutes():
     noisy = StragglerWatch()
     assert all(noisy.observe([RankInterval(0, "h0", 10, 0.002, 0.09, 2.0, 0.001),
                               RankInterval(1, "h1", 10, 0.002, 0.03, 2.0, 0.001)], s) == [] for s in range(12))
+
+
+def test_a_rank_slowed_by_a_cpu_quota_is_named_though_the_others_mostly_wait_for_it():
+    """Rank 1 under a CPU quota computes 18 ms a step; rank 0 computes 1.5 ms and waits 40 ms for it. Each rank's own
+    work (10 ms a step at the median) takes 100 steps to add up to a judged second, while the links are judged
+    every 3 s of steps (73 steps): the links' verdicts must not empty the own-work pool, or rank 1 is never named."""
+    from paratrain.diagnostics.stragglers import RankInterval, StragglerWatch
+
+    watch, lines = StragglerWatch(), []
+    for interval in range(60):
+        steps = 10
+        ranks = [RankInterval(0, "a", steps, 0.00015 * steps, 0.0015 * steps, 0.040 * steps, link_s=0.0001),
+                 RankInterval(1, "b", steps, 0.0002 * steps, 0.018 * steps, 0.023 * steps, link_s=0.0001)]
+        lines += watch.observe(ranks, step=steps * (interval + 1))
+    assert len(lines) == 1 and lines[0].startswith("straggler: rank 1 (b) is") and ": compute" in lines[0], lines

@@ -117,18 +117,27 @@ class StragglerWatch:
     flagged: dict[int, Slowness] = field(default_factory=dict)  # the stragglers now
     history: dict[tuple[int, str], dict] = field(default_factory=dict)  # (rank, part) -> summary of its episodes
     min_judged_s: float = MIN_JUDGED_S
-    pending: list[RankInterval] = field(default_factory=list)
+    pending: list[RankInterval] = field(default_factory=list)  # intervals pooled for the own-work parts
+    link_pending: list[RankInterval] = field(default_factory=list)  # ... and for the links alone
 
     def observe(self, ranks: list[RankInterval], step: int) -> list[str]:
         """One log interval's timings at ``step``; the lines to log (none on most intervals)."""
-        if self.pending and len(self.pending) == len(ranks):
-            ranks = [a.plus(b) for a, b in zip(self.pending, ranks)]
+        latest = ranks
+        ranks = _pooled(self.pending, latest)
         busy = [r.data_s + r.compute_s for r in ranks if r.steps]
         own_work = bool(busy) and statistics.median(busy) >= self.min_judged_s
-        if not own_work and (not busy or statistics.median(r.step_s for r in ranks if r.steps) < MIN_LINK_JUDGED_S):
+        if own_work:
+            self.pending, self.link_pending = [], []
+        else:
+            # The own-work parts keep pooling while the links are judged on a pool of their own: a rank that
+            # waits most of each step for a slow peer (little own work a step) still gets its own work judged
+            # once it adds up, instead of the links' verdict emptying the pool every few seconds.
             self.pending = ranks
-            return []
-        self.pending = []
+            ranks = _pooled(self.link_pending, latest)
+            if not busy or statistics.median(r.step_s for r in ranks if r.steps) < MIN_LINK_JUDGED_S:
+                self.link_pending = ranks
+                return []
+            self.link_pending = []
         slow = slow_ranks(ranks, self.threshold, own_work=own_work)
         lines = []
         for rank in sorted(set(self.streaks) | set(slow)):
@@ -161,6 +170,11 @@ class StragglerWatch:
     def summary(self) -> list[dict]:
         """Every straggler episode of the run (rank, host, part, first and last step, intervals, most slower)."""
         return list(self.history.values())
+
+
+def _pooled(pending: list[RankInterval], ranks: list[RankInterval]) -> list[RankInterval]:
+    """``ranks``' intervals added to the pooled ones, rank by rank (the pool is dropped if the ranks changed)."""
+    return [a.plus(b) for a, b in zip(pending, ranks)] if pending and len(pending) == len(ranks) else ranks
 
 
 def straggler_line(s: Slowness, intervals: int, threshold: float = THRESHOLD) -> str:
