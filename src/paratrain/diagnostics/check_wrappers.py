@@ -326,7 +326,7 @@ def _lightning_fits(facts: ScriptFacts) -> list[tuple[ast.Call, int]]:
     for call in facts.calls_named("fit"):
         owner = call.func.value if isinstance(call.func, ast.Attribute) else None
         values = facts.assigned.get(ast.unparse(owner), []) if owner is not None else []
-        if values and all(isinstance(v, ast.Call) and facts._lightning_on_several_devices(v) for v in values):
+        if values and all(isinstance(v, ast.Call) and facts.lightning_trainer_on_several_devices(v) for v in values):
             fits.append((call, values[0].lineno))
     return fits
 

@@ -205,7 +205,7 @@ class ScriptFacts(RankGuards, LauncherParent):
             and not self.full_name(call).startswith(_ONE_PROCESS_SETUP)
             or last_name(call).endswith("DistributedDataParallel")  # mmcv's MMDistributedDataParallel, apex's
             or (last_name(call) == "launch" and not (isinstance(call.func, ast.Name) and call.func.id in own))
-            or self._lightning_on_several_devices(call) or ignite_distributed(self, call)
+            or self.lightning_trainer_on_several_devices(call) or ignite_distributed(self, call)
             or self.full_name(call).startswith("torch.distributed.") and last_name(call) in _COLLECTIVE_CALLS)
 
     def _project_function(self, call: ast.Call) -> bool:
@@ -228,9 +228,9 @@ class ScriptFacts(RankGuards, LauncherParent):
 
     def lightning_on_several_devices(self) -> bool:
         """A Lightning Trainer of this file may start a process per device."""
-        return any(self._lightning_on_several_devices(call) for call in self.calls)
+        return any(self.lightning_trainer_on_several_devices(call) for call in self.calls)
 
-    def _lightning_on_several_devices(self, call: ast.Call) -> bool:
+    def lightning_trainer_on_several_devices(self, call: ast.Call) -> bool:
         """``pl.Trainer(devices=4, strategy="ddp")``, ``Trainer.from_argparse_args(args)``: a Lightning
         Trainer (imported from ``lightning``/``pytorch_lightning``) that may start a process per device.
         ``devices=1`` alone is one process; the HF Trainer (``transformers``) is not Lightning's."""
