@@ -340,3 +340,14 @@ def test_two_ipv6_nodes_groups_of_two_processes_one_killed_heals_across_nodes_wh
           f"node 0's next committed step {after_kill[0]['step']} {after_kill[0]['time'] - kills[0]['time']:.2f} s "
           f"later; node 1's healed step {healed['step']} {healed['time'] - kills[0]['time']:.1f} s after the kill; "
           f"max |w - reference| {result['max_abs_diff']}")
+
+
+@pytest.mark.parametrize("value", ["one", "1.5"])
+def test_a_replica_group_id_that_is_not_an_integer_is_one_line_naming_the_variable(monkeypatch, value):
+    from paratrain.strategy.ft_ddp import replica_group
+
+    monkeypatch.setenv("REPLICA_GROUP_ID", value)
+    with pytest.raises(ConfigError, match=r"REPLICA_GROUP_ID='.*' is not an integer"):
+        replica_group()
+    monkeypatch.setenv("REPLICA_GROUP_ID", "")
+    assert replica_group() == 0  # set but empty: outside a fault-tolerant launch, as unset

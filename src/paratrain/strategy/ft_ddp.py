@@ -51,6 +51,7 @@ import torch
 from paratrain import comm
 from paratrain.arguments import option, option_field
 from paratrain.errors import CollectiveTimeoutError, ConfigError, DistributedError, MissingDependencyError
+from paratrain.env.api import env_int
 from paratrain.replica_environ import (ADDRESS_ENV, GROUP_ENV, HEARTBEAT_INTERVAL_MS, LIGHTHOUSE_ENV, lighthouse_url,
                                        url_host)
 from paratrain.store_server import store_server
@@ -68,8 +69,11 @@ def group_address() -> str:
 
 
 def replica_group() -> int:
-    """This process's replica group (``REPLICA_GROUP_ID``; 0 outside a fault-tolerant launch)."""
-    return int(os.environ.get(GROUP_ENV, "0"))
+    """This process's replica group (``REPLICA_GROUP_ID``; 0 outside a fault-tolerant launch).
+
+    Raises:
+        ConfigError: the variable is not an integer (named)."""
+    return env_int(os.environ, GROUP_ENV, 0)
 
 
 def _unreachable(url: str, timeout_s: float) -> str | None:

@@ -32,8 +32,7 @@ class WandbTracker(Tracker):
         import wandb
 
         run_id = run.run_id or secrets.token_hex(4)  # chosen here, so it is kept even if init fails
-        settings = wandb.Settings(console="off", silent=True,
-                                  init_timeout=float(os.environ.get("WANDB_INIT_TIMEOUT", 30)))
+        settings = wandb.Settings(console="off", silent=True, init_timeout=_init_timeout())
         # resume="allow": the same id continues the run; W&B itself drops a step below the last one it has.
         self._run: Any = wandb.init(project=os.environ.get("WANDB_PROJECT", DEFAULT_PROJECT), id=run_id,
                                     name=run.name, dir=str(run.directory), config=run.config, resume="allow",
@@ -57,3 +56,23 @@ class WandbTracker(Tracker):
 
     def close(self, failed: bool = False) -> None:
         self._run.finish(exit_code=1 if failed else 0)
+
+
+def _init_timeout() -> float:
+    """``WANDB_INIT_TIMEOUT`` in seconds (30 when unset).
+
+    Raises:
+        ConfigError: a value that is not a positive number of seconds (named, with one to write)."""
+    from paratrain.errors import ConfigError
+
+    text = os.environ.get("WANDB_INIT_TIMEOUT", "").strip()
+    if not text:
+        return 30.0
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(f"WANDB_INIT_TIMEOUT={text!r} must be a positive number of seconds; unset it or write "
+                          "e.g. WANDB_INIT_TIMEOUT=30")
+    return seconds
