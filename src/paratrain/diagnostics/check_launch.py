@@ -13,7 +13,7 @@ from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, la
 
 
 def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
-    for call, line in [(call, call.lineno) for call in facts.calls_named("add_argument")] + _project_flags(facts):
+    for call, line, also in [(call, call.lineno, []) for call in facts.calls_named("add_argument")] + _project_flags(facts):
         flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         flag = next((f for f in flags if f in ("--local_rank", "--local-rank")), None)
         if flag is None:
@@ -38,6 +38,8 @@ def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
             f"`{flag}` defaults to {ast.unparse(default)}: torchrun and paratrain run pass LOCAL_RANK in the "
             "environment, not as an argument, so every process gets the default and uses the same device"
         )
+        if also:
+            why += f" (also lines {', '.join(map(str, also))})"
         yield Finding(
             line, "local-rank-argument", why,
             "read int(os.environ['LOCAL_RANK']) (or pt.Runtime().local_rank); or keep the flag and start "
@@ -45,11 +47,13 @@ def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
         )
 
 
-def _project_flags(facts: ScriptFacts) -> list[tuple[ast.Call, int]]:
+def _project_flags(facts: ScriptFacts) -> list[tuple[ast.Call, int, list[int]]]:
     """``--local_rank`` defined by a parser-building function (or options class) of the project that the script
     calls (``args = parser.get_args()``, ``parse_args()`` of utils/options.py, ``Options().parse()``), with the
     line to report: where the script parses the options it built (``opt = options.parse()``), else its first
-    read of the option (where the device or the guard comes from it), else the call. Left out
+    read of the option (where the device or the guard comes from it), else the call; and the other lines where
+    the flag enters the script, which the finding names too: the call, and argparse's parse of the parser it
+    returned (``args = get_parser().parse_args()``) — a fix goes at either end. Left out
     when a project function the script calls stores the option (LoRA's ``parse_gpu`` setting
     ``args.local_rank`` from the launcher's variables): which value the reads see is not known; unless that
     function tests the option in an ``if`` or ``assert`` before it stores it (it decides on the parsed value)."""
@@ -64,8 +68,24 @@ def _project_flags(facts: ScriptFacts) -> list[tuple[ast.Call, int]]:
         # else `params.local_rank = 0`) decides on the parsed value: the flag still matters.
         if calls and (dest not in imported.attributes_stored or dest in imported.attributes_read_then_stored):
             parsed = _parsed_at(facts, calls[0])
-            found.append((flag, parsed or min([read.lineno for read in reads] or [calls[0].lineno])))
+            line = parsed or min([read.lineno for read in reads] or [calls[0].lineno])
+            entries = {calls[0].lineno, *_argparse_parses(facts, calls[0])}
+            found.append((flag, line, sorted(entries - {line})))
     return found
+
+
+def _argparse_parses(facts: ScriptFacts, built: ast.Call) -> list[int]:
+    """The lines where argparse parses the parser a project call returned: chained
+    (``get_parser().parse_args()``) or on the name it is bound to (``parser = get_parser()``, then
+    ``args = parser.parse_args()``)."""
+    attribute = facts.parents.get(built)
+    chained = facts.parents.get(attribute) if isinstance(attribute, ast.Attribute) else None
+    if isinstance(chained, ast.Call) and chained.func is attribute and attribute.attr in _ARGPARSE_PARSES:
+        return [chained.lineno]
+    name = facts.bound_name(built)
+    return [call.lineno for call in facts.calls if name is not None and isinstance(call.func, ast.Attribute)
+            and call.func.attr in _ARGPARSE_PARSES and ast.unparse(call.func.value) == name
+            and call.lineno >= built.lineno][:1]
 
 
 # argparse's own parsing: a project function that returns the parser leaves the script's first read the line to report
