@@ -7,7 +7,11 @@ Three readings, each with its quiet counterpart:
 * a logger helper called only in the parent that starts the workers with ``mp.spawn`` sets up the parent's
   logging, not the workers': the workers' own console setup decides;
 * ``from diffusers.utils import logging; logger = logging.get_logger(__name__)`` in a project module is a plain
-  logger under the project's name, heard through a root logger set to INFO in every process.
+  logger under the project's name, heard through a root logger set to INFO in every process;
+* a project function named like a logger helper that calls nothing of logging (a Lightning logger's config maker)
+  does not hide a console logger a project helper set up on every rank; but a module with no main block (run by
+  another entry point) or one that a launcher of the project imports after setting the root's level by rank
+  leaves its helper's setup unproven.
 
 Each project is written for the test in tmp_path.
 """
@@ -172,3 +176,88 @@ def test_a_library_get_logger_of_a_project_module_logs_through_the_root_logger(t
                 "diffusers/models/unet_3d.py": LIBRARY_MODEL}
     script = project(tmp_path / "vendored", vendored)
     assert _logs(script) == []
+
+
+PER_RANK_LOGGER = """\
+    import logging
+
+
+    def set_logger(logfile, name="mainlogger"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO)
+        logger.addHandler(logging.FileHandler(logfile))
+        logger.addHandler(logging.StreamHandler())
+        return logger
+
+
+    def get_trainer_logger(config, logdir):
+        return {"target": "pytorch_lightning.loggers.TensorBoardLogger", "params": {"save_dir": logdir}}
+    """
+LIGHTNING_SCRIPT = """\
+    import pytorch_lightning as pl
+    from utils_train import get_trainer_logger, set_logger
+
+    if __name__ == "__main__":
+        logger = set_logger("log.txt")
+        logger.info("configuring the model")
+        trainer = pl.Trainer(devices=8, strategy="ddp", logger=get_trainer_logger({}, "logs"))
+    """
+
+
+def test_a_helper_named_for_loggers_that_calls_nothing_of_logging_hides_nothing(tmp_path):
+    script = project(tmp_path, {"main/trainer.py": LIGHTNING_SCRIPT, "main/utils_train.py": PER_RANK_LOGGER})
+    assert _logs(script) == [6]
+
+
+ROOT_INFO_HELPER = """\
+    import logging
+    import sys
+
+
+    def get_logger(name=None):
+        logging.basicConfig(stream=sys.stdout, level=logging.INFO)
+        return logging.getLogger(name)
+    """
+TRAINING_MODULE = """\
+    import torch.distributed as dist
+    from src.log_utils import get_logger
+
+    logger = get_logger(__name__)
+
+
+    def main(args):
+        dist.init_process_group("nccl")
+        logger.info("iterations per epoch: 10")
+    {main_block}"""
+LAUNCHER = """\
+    import logging
+    import torch.multiprocessing as mp
+    from src.msn_train import main as msn
+
+
+    def process_main(rank, args):
+        logging.basicConfig()
+        logger = logging.getLogger()
+        if rank == 0:
+            logger.setLevel(logging.INFO)
+        else:
+            logger.setLevel(logging.ERROR)
+        msn(args)
+
+
+    if __name__ == "__main__":
+        mp.spawn(process_main, nprocs=2, args=({},))
+    """
+
+
+def test_a_training_module_run_by_a_launcher_that_sets_levels_by_rank_is_not_judged_on_its_helper(tmp_path):
+    run_directly = "\n\n    if __name__ == '__main__':\n        main({})\n"
+    alone = project(tmp_path / "alone", {"src/msn_train.py": TRAINING_MODULE.format(main_block=run_directly),
+                                         "src/log_utils.py": ROOT_INFO_HELPER})
+    assert _logs(alone) == [9]  # run as a script, its helper makes the root verbose on every rank
+    no_main = project(tmp_path / "no_main", {"src/msn_train.py": TRAINING_MODULE.format(main_block=""),
+                                             "src/log_utils.py": ROOT_INFO_HELPER})
+    assert _logs(no_main) == []
+    launched = project(tmp_path / "launched", {"src/msn_train.py": TRAINING_MODULE.format(main_block=run_directly),
+                                               "src/log_utils.py": ROOT_INFO_HELPER, "main.py": LAUNCHER})
+    assert _logs(launched) == []

@@ -206,9 +206,14 @@ def _loggers(facts: ScriptFacts) -> set[str] | None:
     if facts.mentions(_RANK_AWARE_LOG_SETUP.pattern):
         return None
     imported = facts.imported
-    if any(imported.callee(call) in imported.rank_aware_loggers for call in facts.calls):
+    if imported.levels_chosen_by_importer or any(imported.callee(call) in imported.rank_aware_loggers
+                                                 for call in facts.calls):
         return None
-    helpers = [call for call in facts.calls if imported.callee(call) in imported.every_rank_loggers]
+    # A helper's `basicConfig(level=INFO)` sets the level only where no handler was set up before. A module with no
+    # main block is run by another entry point (I-JEPA's app/main.py imports it after setting the root's level by
+    # rank): what its helper's setup then changes is not known, so the helper proves nothing.
+    helpers = [call for call in facts.calls if imported.callee(call) in imported.every_rank_loggers
+               and facts.main_block() is not None]
     setups = facts.calls_named(*_LOG_SETUP_CALLS)
     if any(_rank_chosen(facts, call) for call in setups):
         return None
@@ -218,11 +223,13 @@ def _loggers(facts: ScriptFacts) -> set[str] | None:
         return None
     # A logger helper of a library or of the project, called anywhere (`logger = get_logger(...)`, or
     # detectron2's `setup_logger()` on its own line), that was not read as one for every rank: it may
-    # choose handlers by rank (accelerate's and detectron2's do), where this reading cannot see. One called in
+    # choose handlers by rank (accelerate's and detectron2's do), where this reading cannot see; not one of the
+    # project read and found to call nothing of logging (a Lightning logger's maker). One called in
     # the launcher's parent only (HigherHRNet's `create_logger` before `mp.spawn`) sets up the parent's loggers:
     # the spawned workers are fresh interpreters that do not run that code, so it cannot change their logging.
     if any(_LOGGER_HELPER.fullmatch(last_name(call)) and last_name(call) != "getLogger" and call not in helpers
-           and not facts.in_launcher(call) for call in facts.calls):
+           and imported.callee(call) not in imported.logging_free and not facts.in_launcher(call)
+           for call in facts.calls):
         return None
     names = {"logging"} if facts.modules.get("logging") == "logging" else set()
     for name, values in facts.assigned.items():

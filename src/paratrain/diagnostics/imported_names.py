@@ -24,6 +24,11 @@ class ImportedNames:
     # → None when the logger is what they return, i: the i-th item of the tuple they return
     every_rank_loggers: dict[str, int | None] = field(default_factory=dict)  # INFO and a console handler, any rank
     rank_aware_loggers: set[str] = field(default_factory=set)  # choose a level or handler by rank
+    # call nothing of logging (no call named *log*), however they are named (`get_trainer_logger` making a
+    # Lightning logger's config): they leave the process's loggers as they were
+    logging_free: set[str] = field(default_factory=set)
+    # a launcher of the project imports the script after setting the root logger's level by rank (MSN's main.py)
+    levels_chosen_by_importer: bool = False
     unguarded_savers: set[str] = field(default_factory=set)  # torch.save with no rank test of their own
     # → (their positional parameters, the ones whose state_dict() they save): NVIDIA's
     # `eval_metrics(iou_acc, args, net, …)` puts `net.state_dict()` in the checkpoint's dict

@@ -23,6 +23,7 @@ from pathlib import Path
 from paratrain.diagnostics.check_rendezvous import environ_parameters
 from paratrain.diagnostics.check_rules import path_names_rank
 from paratrain.diagnostics.check_wrappers import WRAPPERS, saved_state_dict
+from paratrain.diagnostics.importing_entry_points import levels_chosen_by_an_importer
 from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.library_calls import returns_main_process_logger
 from paratrain.diagnostics.project_builders import ProjectBuilders
@@ -118,6 +119,7 @@ class _Reader:
                 continue
             self._learn(names, callee, *found)
         names.root_verbose_at_import = root_verbose_at_import(self.imports)
+        names.levels_chosen_by_importer = levels_chosen_by_an_importer(self.imports.script)
         names.loader_bindings = loader_bindings(self.imports, facts)
         names.fixed_rendezvous = fixed_rendezvous_calls(self.imports, facts)
         self._learn_norms(names, facts)
@@ -187,7 +189,11 @@ class _Reader:
             names.rank_aware_loggers.add(callee)
         elif logger is not None:
             names.every_rank_loggers[callee] = logger[1]
-        for owner, reached in self._reached(module, function):
+        reach = self._reached(module, function)
+        if not any(isinstance(node, ast.Call) and "log" in last_name(node).lower()
+                   for _, reached in reach for node in ast.walk(reached)):
+            names.logging_free.add(callee)
+        for owner, reached in reach:
             if any(isinstance(node, ast.Call) and last_name(node) in _DDP for node in ast.walk(reached)):
                 names.ddp_wrappers.add(callee)
             # TransReID's `do_train(model, ...)` wraps the model in DDP, then saves `model.state_dict()`
