@@ -9,8 +9,8 @@ Three readings, each with its quiet counterpart:
 * ``from diffusers.utils import logging; logger = logging.get_logger(__name__)`` in a project module is a plain
   logger under the project's name, heard through a root logger set to INFO in every process;
 * a project function named like a logger helper that calls nothing of logging (a Lightning logger's config maker)
-  does not hide a console logger a project helper set up on every rank; but a module with no main block (run by
-  another entry point) or one that a launcher of the project imports after setting the root's level by rank
+  does not hide a console logger a project helper set up on every rank; but a module that is no entry point (no
+  main block, its work in functions only) or one that a launcher of the project imports after setting the root's level by rank
   leaves its helper's setup unproven.
 
 Each project is written for the test in tmp_path.

@@ -103,3 +103,14 @@ def test_without_a_project_root_only_the_scripts_own_directory_is_read(tmp_path)
     assert multi_process_launch(script) is None
     (script.parent / "run.sh").write_text("torchrun --nproc_per_node=8 train.py\n")
     assert multi_process_launch(script).where == "run.sh:1"
+
+
+def test_a_fifo_or_a_huge_file_among_the_command_files_is_skipped_not_waited_on(tmp_path):
+    import os
+
+    path = _project(tmp_path, "finetune.py", "README.md", "# Fine-tuning\n")
+    (tmp_path / "a_train.sh").write_text("torchrun --nproc_per_node 8 finetune.py\n" + "#" * 300_000)  # too big
+    os.mkfifo(tmp_path / "b_run.sh")  # read before c_launch.sh; nothing ever writes to it
+    (tmp_path / "c_launch.sh").write_text("torchrun --nproc_per_node 8 finetune.py\n")
+    launch = multi_process_launch(path)
+    assert launch is not None and launch.where == "c_launch.sh:1"

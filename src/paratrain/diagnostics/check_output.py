@@ -209,11 +209,11 @@ def _loggers(facts: ScriptFacts) -> set[str] | None:
     if imported.levels_chosen_by_importer or any(imported.callee(call) in imported.rank_aware_loggers
                                                  for call in facts.calls):
         return None
-    # A helper's `basicConfig(level=INFO)` sets the level only where no handler was set up before. A module with no
-    # main block is run by another entry point (I-JEPA's app/main.py imports it after setting the root's level by
+    # A helper's `basicConfig(level=INFO)` sets the level only where no handler was set up before. A module that is
+    # not an entry point is run by another one (I-JEPA's app/main.py imports it after setting the root's level by
     # rank): what its helper's setup then changes is not known, so the helper proves nothing.
-    helpers = [call for call in facts.calls if imported.callee(call) in imported.every_rank_loggers
-               and facts.main_block() is not None]
+    entry_point = _entry_point(facts)
+    helpers = [call for call in facts.calls if imported.callee(call) in imported.every_rank_loggers and entry_point]
     setups = facts.calls_named(*_LOG_SETUP_CALLS)
     if any(_rank_chosen(facts, call) for call in setups):
         return None
@@ -244,6 +244,18 @@ def _loggers(facts: ScriptFacts) -> set[str] | None:
             if index < len(items) and isinstance(items[index], (ast.Name, ast.Attribute)):
                 names.add(ast.unparse(items[index]))
     return names
+
+
+def _entry_point(facts: ScriptFacts) -> bool:
+    """The file runs as a program: it has a main block, or its top level (outside functions and classes) logs,
+    joins the process group or calls a function of its own. A module of ``def main(args)`` and imports only is run
+    by some other entry point."""
+    if facts.main_block() is not None:
+        return True
+    work = {"info", "debug", "init_process_group", *facts.own_functions}
+    return any(isinstance(node, ast.Call) and last_name(node) in work
+               for stmt in facts.tree.body if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+               for node in ast.walk(stmt))
 
 
 def _rank_chosen(facts: ScriptFacts, setup: ast.Call) -> bool:

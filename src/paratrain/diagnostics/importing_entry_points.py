@@ -17,7 +17,7 @@ import ast
 from pathlib import Path
 
 from paratrain.diagnostics.call_names import last_name
-from paratrain.diagnostics.project_imports import MAX_BYTES, project_root
+from paratrain.diagnostics.project_imports import MAX_BYTES, project_root, read_small_file
 from paratrain.diagnostics.project_loggers import chooses_by_rank
 
 __all__ = ["levels_chosen_by_an_importer"]
@@ -36,12 +36,10 @@ def levels_chosen_by_an_importer(script: Path) -> bool:
 
 
 def _chooses_then_imports(path: Path, stem: str) -> bool:
-    try:
-        if path.stat().st_size > MAX_BYTES:
-            return False
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+    data = read_small_file(path, MAX_BYTES)
+    if data is None:
         return False
+    source = data.decode("utf-8", "replace")
     if stem not in source or "setLevel" not in source:
         return False
     try:

@@ -21,6 +21,7 @@ known, and the rules stay quiet.
 from __future__ import annotations
 
 import ast
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,18 @@ class Module:
     source: str
     tree: ast.Module
     depth: int
+
+
+def read_small_file(path: Path, limit: int = MAX_BYTES) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes, else None (also when it cannot
+    be read). A FIFO or a device is never opened: reading one would wait for a writer, or never end."""
+    try:
+        status = path.stat()
+        if not stat.S_ISREG(status.st_mode) or status.st_size > limit:
+            return None
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def project_root(script: Path) -> Path:

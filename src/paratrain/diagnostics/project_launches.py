@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from paratrain.diagnostics.project_imports import ROOT_MARKERS, project_root
+from paratrain.diagnostics.project_imports import ROOT_MARKERS, project_root, read_small_file
 
 __all__ = ["Launch", "multi_process_launch"]
 
@@ -82,11 +82,8 @@ def _first_launch(script: Path) -> Launch | None:
     files, same_name = _command_files(root, script)
     names = _Names(script, root, unique=same_name == 1)  # 0: the listing stopped before it
     for path in files:
-        try:
-            if path.stat().st_size > MAX_BYTES:
-                continue
-            data = path.read_bytes()
-        except OSError:
+        data = read_small_file(path, MAX_BYTES)
+        if data is None:
             continue
         if not any(word in data for word in _WORDS) or script.name.encode() not in data:
             continue
