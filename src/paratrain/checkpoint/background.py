@@ -12,7 +12,8 @@ the newest. One write at a time: the next save, a resume, the end of a run and a
 is not a daemon: a process that exits normally (also ``SystemExit(75)`` after a preemption) finishes the write
 first.
 
-The thread is started once per process, at its first background save, and then waits for the next one
+The thread is started once per process, at the run's first save (written in the foreground), and then waits for
+the next one
 (a one-worker :class:`~concurrent.futures.ThreadPoolExecutor`, whose thread the interpreter lets finish its work at
 exit). Starting a thread per save cost the training thread 5–20 ms at the save, on a loaded machine: ``start()``
 waits until the new thread has run, and then for the interpreter lock that thread holds for up to a switch
@@ -39,6 +40,12 @@ def _writing_thread() -> ThreadPoolExecutor:
         if _writer is None or _writer[0] != os.getpid():
             _writer = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="paratrain-checkpoint"))
         return _writer[1]
+
+
+def start_writing_thread() -> None:
+    """Start this process's writing thread now and wait until it runs, so that the first background save hands
+    its write to a waiting thread too (called at a run's first save, which is written in the foreground)."""
+    _writing_thread().submit(lambda: None).result()
 
 
 class BackgroundWrite:

@@ -35,6 +35,7 @@ from paratrain import comm
 from paratrain.checkpoint import catalog, rng
 from paratrain.checkpoint.all_or_none import Outcome, agree, main_then_share, on_all_ranks, on_all_ranks_sharing, run_here
 from paratrain.checkpoint.async_shards import start_writing_shards
+from paratrain.checkpoint.background import start_writing_thread
 from paratrain.checkpoint.files import (
     check_writable_directory,
     fsync_path,
@@ -136,6 +137,7 @@ def save(
             _warn_unless_every_rank_sees(Path(final))
             if ckpt.background:
                 ckpt.writing_group()  # collective: made here, where every rank waits anyway, not in a background save
+                start_writing_thread()  # and the thread the next saves hand their writes to
     except CheckpointError:
         # Raised on every rank together (agreement): remove the half-written directory,
         # then let all ranks return only once it is gone. Earlier checkpoints and
