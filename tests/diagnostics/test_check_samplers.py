@@ -50,3 +50,22 @@ for step, batch in zip(range(100), batches(loader)):
     inline = source.replace("sampler=data_sampler(range(8), shuffle=True, distributed=True)",
                             "sampler=DistributedSampler(range(8))")
     assert rules(inline) == [(15, "no-set-epoch")]
+
+
+def test_a_sampler_stored_in_a_dict_whose_item_gets_set_epoch_is_not_reported():
+    stored = """
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
+
+dist.init_process_group("nccl")
+train_sampler = DistributedSampler(train_set)
+loaders = {"train": DataLoader(train_set, sampler=train_sampler, batch_size=8)}
+loaders["train_sampler"] = train_sampler
+for epoch in range(10):
+    loaders["train_sampler"].set_epoch(epoch)
+    for batch in loaders["train"]:
+        pass
+"""
+    assert [f.rule for f in check_source(stored)].count("no-set-epoch") == 0
+    never_set = stored.replace('    loaders["train_sampler"].set_epoch(epoch)\n', "")
+    assert [(f.line, f.rule) for f in check_source(never_set) if f.rule == "no-set-epoch"] == [(6, "no-set-epoch")]

@@ -41,14 +41,20 @@ def _sampler_uses(facts: ScriptFacts) -> set[str]:
 
 def _handed_on(facts: ScriptFacts, name: str) -> bool:
     """``name`` is an argument of a call other than a DataLoader: the callee (maybe in another
-    file, like pytorch/examples' FSDP ``train(..., sampler=sampler1)``) may call ``set_epoch``."""
+    file, like pytorch/examples' FSDP ``train(..., sampler=sampler1)``) may call ``set_epoch``; or it is stored in a
+    container whose items get ``set_epoch`` (3detr: ``dataloaders[split + "_sampler"] = sampler``, then
+    ``dataloaders["train_sampler"].set_epoch(epoch)``)."""
     for call in facts.calls:
         if last_name(call) in LOADERS:
             continue
         values = list(call.args) + [kw.value for kw in call.keywords]
         if any(ast.unparse(value) == name for value in values):
             return True
-    return False
+    containers = {ast.unparse(target.value) for node in ast.walk(facts.tree) if isinstance(node, ast.Assign)
+                  and ast.unparse(node.value) == name for target in node.targets if isinstance(target, ast.Subscript)}
+    return any(isinstance(call.func, ast.Attribute) and call.func.attr == "set_epoch"
+               and isinstance(call.func.value, ast.Subscript) and ast.unparse(call.func.value.value) in containers
+               for call in facts.calls)
 
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.comprehension)
