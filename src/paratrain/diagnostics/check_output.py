@@ -110,11 +110,21 @@ def _pretty_prints(facts: ScriptFacts) -> list[ast.Call]:
             if facts.full_name(call) in ("pprint.pprint", "pprint.pp") and keyword(call, "stream") is None]
 
 
+def _tqdm_writes(facts: ScriptFacts) -> list[ast.Call]:
+    """``tqdm.write(msg)`` and ``bar.write(msg)`` on a name bound to a ``tqdm(...)``/``trange(...)`` bar: a print
+    that writes even where that process's bar is disabled (doctr's ``pbar.write`` on every rank)."""
+    bars = {name for name, values in facts.assigned.items() for value in values
+            if isinstance(value, ast.Call) and facts.full_name(value).split(".")[0] == "tqdm"
+            and last_name(value) in ("tqdm", "trange")}
+    return [call for call in facts.calls_named("write") if isinstance(call.func, ast.Attribute)
+            and (ast.unparse(call.func.value) in bars or facts.full_name(call.func.value) in ("tqdm.tqdm", "tqdm.auto.tqdm"))]
+
+
 def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     if not facts.distributed or _print_silenced(facts) or _print_replaced(facts):
         return
     library = peft_prints(facts)  # a library's own print on every rank (PEFT's print_trainable_parameters)
-    library += _pretty_prints(facts)
+    library += _pretty_prints(facts) + _tqdm_writes(facts)
     prints = [
         call for call in [*facts.calls_named("print"), *library]
         if (isinstance(call.func, ast.Name) or call in library) and not facts.guard(call)
