@@ -13,9 +13,8 @@ is not a daemon: a process that exits normally (also ``SystemExit(75)`` after a 
 first.
 
 The thread is started once per process, at the run's first save (written in the foreground), and then waits for
-the next one
-(a one-worker :class:`~concurrent.futures.ThreadPoolExecutor`, whose thread the interpreter lets finish its work at
-exit). Starting a thread per save cost the training thread 5–20 ms at the save, on a loaded machine: ``start()``
+the next write (a one-worker :class:`~concurrent.futures.ThreadPoolExecutor`, whose thread the interpreter lets
+finish its work at exit). Starting a thread per save cost the training thread 5–20 ms at the save, on a loaded machine: ``start()``
 waits until the new thread has run, and then for the interpreter lock that thread holds for up to a switch
 interval (5 ms); handing a write to a waiting thread costs tens of microseconds.
 """
@@ -34,7 +33,8 @@ _writer_made = threading.Lock()
 
 
 def _writing_thread() -> ThreadPoolExecutor:
-    """This process's writing thread (made at its first background save; a forked child makes its own)."""
+    """This process's writing thread (made at the run's first save, else at its first background save; a forked
+    child makes its own)."""
     global _writer
     with _writer_made:
         if _writer is None or _writer[0] != os.getpid():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from paratrain.diagnostics.check_finding import Finding
 from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
@@ -74,20 +74,6 @@ def _project_flags(facts: ScriptFacts) -> list[tuple[ast.Call, int, list[int]]]:
     return found
 
 
-def _argparse_parses(facts: ScriptFacts, built: ast.Call) -> list[int]:
-    """The lines where argparse parses the parser a project call returned: chained
-    (``get_parser().parse_args()``) or on the name it is bound to (``parser = get_parser()``, then
-    ``args = parser.parse_args()``)."""
-    attribute = facts.parents.get(built)
-    chained = facts.parents.get(attribute) if isinstance(attribute, ast.Attribute) else None
-    if isinstance(chained, ast.Call) and chained.func is attribute and attribute.attr in _ARGPARSE_PARSES:
-        return [chained.lineno]
-    name = facts.bound_name(built)
-    return [call.lineno for call in facts.calls if name is not None and isinstance(call.func, ast.Attribute)
-            and call.func.attr in _ARGPARSE_PARSES and ast.unparse(call.func.value) == name
-            and call.lineno >= built.lineno][:1]
-
-
 # argparse's own parsing: a project function that returns the parser leaves the script's first read the line to report
 _ARGPARSE_PARSES = ("parse_args", "parse_known_args")
 
@@ -95,11 +81,25 @@ _ARGPARSE_PARSES = ("parse_args", "parse_known_args")
 def _parsed_at(facts: ScriptFacts, built: ast.Call) -> int | None:
     """Where the script parses the options object a project call built: its own ``parse()`` on the name it
     bound (``options = Options()``, then ``opt = options.parse()``); None when it parses nothing so."""
+    parses = _parses(facts, built, lambda method: method.startswith("parse") and method not in _ARGPARSE_PARSES)
+    return parses[0] if parses else None
+
+
+def _argparse_parses(facts: ScriptFacts, built: ast.Call) -> list[int]:
+    """The line where argparse parses the parser a project call returned: chained (``get_parser().parse_args()``)
+    or on the name it is bound to (``parser = get_parser()``, then ``args = parser.parse_args()``)."""
+    attribute = facts.parents.get(built)
+    chained = facts.parents.get(attribute) if isinstance(attribute, ast.Attribute) else None
+    if isinstance(chained, ast.Call) and chained.func is attribute and attribute.attr in _ARGPARSE_PARSES:
+        return [chained.lineno]
+    return _parses(facts, built, lambda method: method in _ARGPARSE_PARSES)[:1]
+
+
+def _parses(facts: ScriptFacts, built: ast.Call, parses: Callable[[str], bool]) -> list[int]:
+    """The lines, from ``built``'s on, of the calls of a method ``parses`` accepts on the name ``built`` is bound to."""
     name = facts.bound_name(built)
-    parses = [call for call in facts.calls if name is not None and isinstance(call.func, ast.Attribute)
-              and ast.unparse(call.func.value) == name and call.func.attr.startswith("parse")
-              and call.func.attr not in _ARGPARSE_PARSES and call.lineno >= built.lineno]
-    return parses[0].lineno if parses else None
+    return [call.lineno for call in facts.calls if name is not None and isinstance(call.func, ast.Attribute)
+            and ast.unparse(call.func.value) == name and parses(call.func.attr) and call.lineno >= built.lineno]
 
 
 def _dest(call: ast.Call, flags: list[str]) -> str:
