@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from paratrain.diagnostics.call_names import keyword
 from paratrain.diagnostics.check_finding import Finding
-from paratrain.diagnostics.library_calls import peft_prints
+from paratrain.diagnostics.library_calls import peft_prints, pretty_prints, tqdm_writes
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, last_name
 from paratrain.diagnostics.unreached_methods import unreached_method
@@ -103,28 +103,10 @@ def _stdout_restored(facts: ScriptFacts) -> bool:
                for node in ast.walk(facts.tree))
 
 
-def _pretty_prints(facts: ScriptFacts) -> list[ast.Call]:
-    """The standard library's pretty printer writing to stdout (``pprint(config)`` after ``from pprint import
-    pprint``, ``pprint.pprint(...)``, ``pp``): a print like any other; one given a ``stream`` writes elsewhere."""
-    return [call for call in facts.calls_named("pprint", "pp")
-            if facts.full_name(call) in ("pprint.pprint", "pprint.pp") and keyword(call, "stream") is None]
-
-
-def _tqdm_writes(facts: ScriptFacts) -> list[ast.Call]:
-    """``tqdm.write(msg)`` and ``bar.write(msg)`` on a name bound to a ``tqdm(...)``/``trange(...)`` bar: a print
-    that writes even where that process's bar is disabled (doctr's ``pbar.write`` on every rank)."""
-    bars = {name for name, values in facts.assigned.items() for value in values
-            if isinstance(value, ast.Call) and facts.full_name(value).split(".")[0] == "tqdm"
-            and last_name(value) in ("tqdm", "trange")}
-    return [call for call in facts.calls_named("write") if isinstance(call.func, ast.Attribute)
-            and (ast.unparse(call.func.value) in bars or facts.full_name(call.func.value) in ("tqdm.tqdm", "tqdm.auto.tqdm"))]
-
-
 def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     if not facts.distributed or _print_silenced(facts) or _print_replaced(facts):
         return
-    library = peft_prints(facts)  # a library's own print on every rank (PEFT's print_trainable_parameters)
-    library += _pretty_prints(facts) + _tqdm_writes(facts)
+    library = peft_prints(facts) + pretty_prints(facts) + tqdm_writes(facts)  # printers other than print
     prints = [
         call for call in [*facts.calls_named("print"), *library]
         if (isinstance(call.func, ast.Name) or call in library) and not facts.guard(call)
@@ -222,7 +204,7 @@ def _loggers(facts: ScriptFacts) -> set[str] | None:
     # A helper's `basicConfig(level=INFO)` sets the level only where no handler was set up before. A module that is
     # not an entry point is run by another one (I-JEPA's app/main.py imports it after setting the root's level by
     # rank): what its helper's setup then changes is not known, so the helper proves nothing.
-    entry_point = _entry_point(facts)
+    entry_point = facts.runs_as_program()
     helpers = [call for call in facts.calls if imported.callee(call) in imported.every_rank_loggers and entry_point]
     setups = facts.calls_named(*_LOG_SETUP_CALLS)
     if any(_rank_chosen(facts, call) for call in setups):
@@ -254,18 +236,6 @@ def _loggers(facts: ScriptFacts) -> set[str] | None:
             if index < len(items) and isinstance(items[index], (ast.Name, ast.Attribute)):
                 names.add(ast.unparse(items[index]))
     return names
-
-
-def _entry_point(facts: ScriptFacts) -> bool:
-    """The file runs as a program: it has a main block, or its top level (outside functions and classes) logs,
-    joins the process group or calls a function of its own. A module of ``def main(args)`` and imports only is run
-    by some other entry point."""
-    if facts.main_block() is not None:
-        return True
-    work = {"info", "debug", "init_process_group", *facts.own_functions}
-    return any(isinstance(node, ast.Call) and last_name(node) in work
-               for stmt in facts.tree.body if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-               for node in ast.walk(stmt))
 
 
 def _rank_chosen(facts: ScriptFacts, setup: ast.Call) -> bool:

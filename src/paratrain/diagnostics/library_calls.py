@@ -1,7 +1,7 @@
 """Calls of libraries that ``paratrain check`` knows by what they do across processes.
 
-accelerate's logging adapter writes on the main process only; PEFT's ``print_trainable_parameters()`` prints in
-every process that calls it; pytorch-ignite's ``idist`` starts processes (``idist.Parallel``, ``idist.spawn``),
+accelerate's logging adapter writes on the main process only; PEFT's ``print_trainable_parameters()``, the
+standard library's ``pprint`` and tqdm's ``write`` print in every process that calls them; pytorch-ignite's ``idist`` starts processes (``idist.Parallel``, ``idist.spawn``),
 builds loaders on a padding DistributedSampler (``idist.auto_dataloader``) and wraps models in DDP
 (``idist.auto_model``, SyncBatchNorm only with ``sync_bn=True``).
 """
@@ -71,6 +71,23 @@ def peft_prints(facts: ScriptFacts) -> list[ast.Call]:
 # pytorch-ignite's idist: `Parallel` (and `spawn`) start or join the processes of a run; `auto_dataloader` and
 # `auto_model` shard the data and wrap the model for them.
 IGNITE_DISTRIBUTED = ("Parallel", "spawn", "auto_dataloader", "auto_model")
+
+
+def pretty_prints(facts: ScriptFacts) -> list[ast.Call]:
+    """The standard library's pretty printer writing to stdout (``pprint(config)`` after ``from pprint import
+    pprint``, ``pprint.pprint(...)``, ``pp``): a print like any other; one given a ``stream`` writes elsewhere."""
+    return [call for call in facts.calls_named("pprint", "pp")
+            if facts.full_name(call) in ("pprint.pprint", "pprint.pp") and keyword(call, "stream") is None]
+
+
+def tqdm_writes(facts: ScriptFacts) -> list[ast.Call]:
+    """``tqdm.write(msg)`` and ``bar.write(msg)`` on a name bound to a ``tqdm(...)``/``trange(...)`` bar: a print
+    that writes even where that process's bar is disabled (doctr's ``pbar.write`` on every rank)."""
+    bars = {name for name, values in facts.assigned.items() for value in values
+            if isinstance(value, ast.Call) and facts.full_name(value).split(".")[0] == "tqdm"
+            and last_name(value) in ("tqdm", "trange")}
+    return [call for call in facts.calls_named("write") if isinstance(call.func, ast.Attribute)
+            and (ast.unparse(call.func.value) in bars or facts.full_name(call.func.value) in ("tqdm.tqdm", "tqdm.auto.tqdm"))]
 
 
 def ignite_distributed(facts: ScriptFacts, call: ast.Call) -> bool:

@@ -272,6 +272,17 @@ class ScriptFacts(RankGuards, LauncherParent):
         return next((stmt for stmt in self.tree.body
                      if isinstance(stmt, ast.If) and "__name__" in ast.unparse(stmt.test)), None)
 
+    def runs_as_program(self) -> bool:
+        """The file runs as a program: it has a main block, or its top level (outside functions and classes) logs,
+        joins the process group or calls a function of its own. A module of ``def main(args)`` and imports only is
+        run by some other entry point."""
+        if self.main_block() is not None:
+            return True
+        work = {"info", "debug", "init_process_group", *self.own_functions}
+        return any(isinstance(node, ast.Call) and last_name(node) in work
+                   for stmt in self.tree.body if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                   for node in ast.walk(stmt))
+
     def docstring_lines(self) -> set[int]:
         """Line numbers inside the module's, classes' and functions' docstrings."""
         lines = set()
