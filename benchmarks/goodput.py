@@ -102,13 +102,39 @@ def cost_run(task: str, steps: int, mode: str, workdir: Path, src: Path = SRC, s
     step_s = seconds.get("train", 0.0) / timed
     loop_s = (seconds.get("train", 0.0) + seconds.get("save", 0.0) + seconds.get("rest", 0.0)) / timed
     events = [r for r in records if r.get("event") == "save"]
-    in_loop = json.loads(Path(f"{record}.rank0.json").read_text())["saves"]  # one per save record, in order
+    worker = json.loads(Path(f"{record}.rank0.json").read_text())
+    in_loop = worker["saves"]  # one per save record, in order
     kept = [i for i, r in enumerate(events) if r.get("step", 0) < steps][1 if mode == "background" else 0:]
     share = seconds.get("save", 0.0) / (seconds.get("train", 0.0) + seconds.get("save", 0.0) + seconds.get("rest", 0.0))
     # a step that waited for a background save's copy of the optimizer's state (save blocking too, outside the save)
     copy_waits = [float(r.get("seconds", 0.0)) for r in records if r.get("event") == "copy_wait"]
+    writes = [r for r in records if r.get("event") == "written"]
     return {"mode": mode, "step_s": step_s, "loop_s": loop_s, "share": share, "copy_waits": copy_waits,
-            "saves": [events[i]["end"] - events[i]["start"] for i in kept], "loop_saves": [in_loop[i] for i in kept]}
+            "saves": [events[i]["end"] - events[i]["start"] for i in kept], "loop_saves": [in_loop[i] for i in kept],
+            **_cost_within_run(worker["steps"], writes)}
+
+
+#: steps between saves in the cost runs; the steps at places COST_FAR of each cycle are far from any save
+COST_EVERY, COST_FAR = 10, (5, 6, 7, 8, 9, 0)
+
+
+def _cost_within_run(ends: list[float], writes: list[dict]) -> dict:
+    """What saving every COST_EVERY steps costs, measured inside one run against its own steps (so a load that
+    changes between runs does not enter it): the time of the steps after the first save over the time the same
+    number of steps takes far from a save (the mean of the steps at places COST_FAR of a cycle), minus one.
+    ``late``: the background writes still running when the first far step of their cycle began (where the figure
+    would miss part of a write's cost). A run without saves gives the same figure for its steps at the same
+    places: the noise of the statistic. ``ends``: when each step ended (step k is ``ends[k - 1]``)."""
+    intervals = {step: ends[step - 1] - ends[step - 2] for step in range(COST_EVERY + 2, len(ends) + 1)}
+    far = [seconds for step, seconds in intervals.items() if step % COST_EVERY in COST_FAR]
+    first_far = {}  # a save's step: when the first far step after it began (the end of the step before)
+    for write in writes:
+        saved_at = int(write["name"].rsplit("-", 1)[-1])
+        if saved_at + COST_FAR[0] - 2 < len(ends):
+            first_far[write["name"]] = ends[saved_at + COST_FAR[0] - 2]
+    late = sum(1 for write in writes if write["name"] in first_far and write["end"] > first_far[write["name"]])
+    within = sum(intervals.values()) / (len(intervals) * statistics.mean(far)) - 1 if far else float("nan")
+    return {"within": within, "late": late}
 
 
 def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
@@ -126,13 +152,15 @@ def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
             print(f"  round {round_ + 1} {mode}{label}: {run['loop_s'] * 1000:.1f} ms/step, step {run['step_s'] * 1000:.1f} ms, "
                   f"blocking {', '.join(f'{s * 1000:.0f}' for s in run['saves'])} ms (ledger), "
                   f"{', '.join(f'{s * 1000:.0f}' for s in run['loop_saves'])} ms (the fit loop's whole save); "
-                  f"{len(run['copy_waits'])} step(s) waited for a copy ({sum(run['copy_waits']) * 1000:.1f} ms)",
+                  f"{len(run['copy_waits'])} step(s) waited for a copy ({sum(run['copy_waits']) * 1000:.1f} ms); "
+                  f"in the run {run['within']:+.1%} against its steps far from a save ({run['late']} late writes)",
                   flush=True)
     lines = [f"## what a save costs: {args.task}, 2 processes, strategy {args.strategy}, {args.steps} steps, saves every 10 steps, "
              f"{args.rounds} round(s); load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end", "",
              "| code | saves | step (same runs) | blocking p50 | blocking p99 | p50 / step | p99 / step "
-             "| the loop's whole save: p50 / step | p99 / step | save blocking / loop time | s per step vs no saves |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| the loop's whole save: p50 / step | p99 / step | save blocking / loop time | s per step vs no saves "
+             "| in the run: its steps against those far from a save (each round) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, _ in trees:
         plain = runs.get(("none", label)) or [r for (m, l), rs in runs.items() if l == label for r in rs]
         base = statistics.median(r["loop_s"] for r in plain)
@@ -146,8 +174,9 @@ def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
             cells = (f"{_percentile(blocks, 0.5) * 1000:.1f} ms | {_percentile(blocks, 0.99) * 1000:.1f} ms | "
                      f"{_percentile(ratios, 0.5):.1%} | {_percentile(ratios, 0.99):.1%} | "
                      f"{_percentile(whole, 0.5):.1%} | {_percentile(whole, 0.99):.1%}") if blocks else "— | — | — | — | — | —"
+            within = ", ".join(f"{r['within']:+.1%}" for r in done)
             lines.append(f"| {label.strip(' ()') or 'this tree'} | {mode} | {step_s * 1000:.0f} ms | {cells} | "
-                         f"{statistics.median(r['share'] for r in done):.1%} | {loop / base - 1:+.1%} |")
+                         f"{statistics.median(r['share'] for r in done):.1%} | {loop / base - 1:+.1%} | {within} |")
     return lines
 
 
@@ -213,8 +242,11 @@ def startup_worker(argv: list[str]) -> int:
     trainer.Trainer._fit = fit
     original_step = ledger.Ledger.step_done
 
+    steps: list[float] = []  # when each step ended (the ledger's step number is its place in this list)
+
     def step_done(self):
         original_step(self)
+        steps.append(time.time())
         if "first step" not in marks:
             marks["first step"], cpu["first step"] = time.time(), time.process_time()
 
@@ -234,7 +266,7 @@ def startup_worker(argv: list[str]) -> int:
         return worker.main(argv)
     finally:
         with open(f"{out}.rank{os.environ.get('RANK', '0')}.json", "w") as file:
-            json.dump({"marks": marks, "cpu": cpu, "spans": spans, "saves": saves}, file)
+            json.dump({"marks": marks, "cpu": cpu, "spans": spans, "saves": saves, "steps": steps}, file)
 
 
 def startup_parts(record: dict) -> dict[str, tuple[float, float | None]]:

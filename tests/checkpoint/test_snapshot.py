@@ -153,3 +153,31 @@ def test_a_state_that_cannot_be_saved_is_still_refused_when_the_writing_thread_c
     ckpt.save(step=5)
     ckpt.close()
     assert [path.name for path in ckpt.checkpoints()] == ["step-000001", "step-000005"]
+
+
+def test_the_first_background_save_reads_in_place_into_buffers_the_first_save_made(tmp_path, monkeypatch):
+    """The run's first save (in the foreground) also makes what the background saves reuse: the check that the
+    state can be read in place, and the host buffers. So the first background save blocks as briefly as the
+    later ones: torch's state reads are not called, and no buffer is allocated."""
+    torch.manual_seed(0)
+    model = Tied()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    _train(model, optimizer)
+    ckpt = _background_checkpointer(tmp_path, model, optimizer)
+    assert ckpt.live_state._optimizers[optimizer] is True and ckpt.live_state._models[model][1] is not None
+    buffers = dict(ckpt.host_buffers._buffers)
+    assert {path[0] for path in buffers} == {"model", "optimizer"} and len(buffers) >= 7  # 3 weights + BN, Adam's
+    calls = []
+    monkeypatch.setattr(dsd, "get_model_state_dict", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(dsd, "get_optimizer_state_dict", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: calls.append(a))
+    _train(model, optimizer, 1)
+    ckpt.save(step=3)
+    _train(model, optimizer, 1)  # the writing thread's copy of Adam's state, into the buffers made at the first save
+    ckpt.finish_writing("the test")
+    monkeypatch.undo()
+    ckpt.close()
+    assert calls == [] and ckpt.host_buffers._buffers.keys() == buffers.keys()
+    assert all(ckpt.host_buffers._buffers[path] is buffer for path, buffer in buffers.items())
+    saved = torch.load(tmp_path / "ckpt" / "step-000003" / "optimizer.pt", weights_only=True)["state"]
+    assert float(saved["embed.weight"]["step"]) == 3.0  # the state at the save, copied into those buffers
