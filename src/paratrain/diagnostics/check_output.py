@@ -14,17 +14,11 @@ from collections.abc import Iterator
 from paratrain.diagnostics.call_names import keyword
 from paratrain.diagnostics.check_finding import Finding
 from paratrain.diagnostics.library_calls import peft_prints, pretty_prints, tqdm_writes
+from paratrain.diagnostics.print_silencing import print_replaced, print_silenced, runs_before, silencing_calls
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, last_name
 from paratrain.diagnostics.unreached_methods import unreached_method
 
-# DeiT/DINO/MAE/DETR's shared `utils.init_distributed_mode(args)` reads RANK/LOCAL_RANK from the
-# environment (args.gpu) and calls `setup_for_distributed(is_master)`, which replaces builtins.print
-# on the other ranks: taken on its name where its file was not read.
-_PRINT_SILENCING_HELPERS = ("init_distributed_mode", "setup_for_distributed")
-# `sys.stdout = open(os.devnull, "w")` (under a rank test) silences print, and logging to sys.stdout set up after it.
-_PRINT_SILENCED = re.compile(r"builtins\.print\s*=|__builtin__\.print\s*=|sys\.stdout\s*=\s*open\(\s*os\.devnull")
-_PRINT_KEYWORDS = ("sep", "end", "file", "flush")
 # A value in an f-string that tells the ranks' lines apart (f"[GPU{rank}] …", f"[{os.getpid()}] …").
 RANK_TAG = re.compile(r"\w*rank|gpu|gpu_id|getpid|device_id|\w*process_index", re.IGNORECASE)
 
@@ -71,40 +65,8 @@ def _handling_an_exception(facts: ScriptFacts, call: ast.Call) -> bool:
     return False
 
 
-def _print_replaced(facts: ScriptFacts) -> bool:
-    """A ``print(..., force=True)`` (or any keyword builtins.print does not take) only runs once the
-    project has replaced builtins.print, as DeiT's ``setup_for_distributed`` does to quiet the other
-    ranks; the call would raise TypeError otherwise."""
-    return any(kw.arg is not None and kw.arg not in _PRINT_KEYWORDS
-               for call in facts.calls_named("print") if isinstance(call.func, ast.Name) for kw in call.keywords)
-
-
-def _print_silenced(facts: ScriptFacts) -> bool:
-    """The script, or a function of its project that it calls, replaces builtins.print or stdout for good."""
-    imported = facts.imported
-    return imported.print_replaced or (facts.mentions(_PRINT_SILENCED.pattern) and not _stdout_restored(facts)) or any(
-        imported.callee(call) not in imported.read for call in facts.calls_named(*_PRINT_SILENCING_HELPERS))
-
-
-def _stdout_restored(facts: ScriptFacts) -> bool:
-    """The script mutes stdout only for a while: it sends ``sys.stdout`` to /dev/null and puts it back
-    (``sys.stdout = sys.__stdout__``, or a stream it saved from ``sys.stdout``), as bts's ``block_print()`` /
-    ``enable_print()`` around one call, and never replaces ``print`` itself.
-
-    Invariant: only a mute that is never undone silences the other ranks' prints for the rest of the run; an
-    undone one silences the block it surrounds, and the prints elsewhere in the file still run on every rank.
-    """
-    if facts.mentions(r"builtins\.print\s*=|__builtin__\.print\s*="):
-        return False
-    saved = {name for name, values in facts.assigned.items()
-             if any(ast.unparse(value) == "sys.stdout" for value in values)}
-    return any(isinstance(node, ast.Assign) and any(ast.unparse(t) == "sys.stdout" for t in node.targets)
-               and (ast.unparse(node.value) == "sys.__stdout__" or ast.unparse(node.value) in saved)
-               for node in ast.walk(facts.tree))
-
-
 def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
-    if not facts.distributed or _print_silenced(facts) or _print_replaced(facts):
+    if not facts.distributed:
         return
     library = peft_prints(facts) + pretty_prints(facts) + tqdm_writes(facts)  # printers other than print
     prints = [
@@ -112,9 +74,16 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         if (isinstance(call.func, ast.Name) or call in library) and not facts.guard(call)
         and not facts.in_launcher(call) and not rank_tagged(call) and not unreached_method(facts, call)
     ]
-    prints = sorted(prints + _literal_rank_prints(facts), key=lambda call: (call.lineno, call.col_offset))
+    why = "print runs on every rank: each line appears once per process, interleaved"
+    if print_silenced(facts) or print_replaced(facts):
+        silencing = silencing_calls(facts)
+        prints = [call for call in prints if any(runs_before(facts, call, then) for then in silencing)]
+        why = (f"print runs on every rank before `{last_name(silencing[0])}` (line {silencing[0].lineno}) quiets "
+               "the other ranks: each line appears once per process, interleaved") if silencing else why
+    else:
+        prints += _literal_rank_prints(facts)
     yield from _first_of(
-        prints, "print-on-every-rank", "print runs on every rank: each line appears once per process, interleaved",
+        sorted(prints, key=lambda call: (call.lineno, call.col_offset)), "print-on-every-rank", why,
         "pt.print(...) or `if dist.get_rank() == 0:` for messages; gather values first "
         "(pt.all_reduce) when every rank's number matters",
     )
@@ -129,7 +98,7 @@ def project_call_prints(facts: ScriptFacts) -> Iterator[Finding]:
     silenced, the call under no rank test and not in a launcher's parent), and the callee's print proved to
     run unconditionally on the way from that call.
     """
-    if not facts.distributed or _print_silenced(facts) or _print_replaced(facts):
+    if not facts.distributed or print_silenced(facts) or print_replaced(facts):
         return
     printing = facts.imported.every_rank_prints
     for calls, path, line in _calls_by_file(facts, printing, lambda call: True):
@@ -357,7 +326,7 @@ def project_call_logs(facts: ScriptFacts) -> Iterator[Finding]:
     from that call, and its logger proved verbose on every rank: its own console handler, or the root logger's
     (:func:`_root_verbose`).
     """
-    if not facts.distributed or _print_silenced(facts) or next(log_on_every_rank(facts), None) is not None:
+    if not facts.distributed or print_silenced(facts) or next(log_on_every_rank(facts), None) is not None:
         return
     root = _root_verbose(facts)
     logging = {callee: where for callee, where in facts.imported.every_rank_logs.items() if root or not where[2]}
@@ -376,7 +345,7 @@ def project_call_logs(facts: ScriptFacts) -> Iterator[Finding]:
 
 
 def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
-    if not facts.distributed or _print_silenced(facts):
+    if not facts.distributed or print_silenced(facts):
         return
     loggers = (_loggers(facts) or set()) | _loguru_loggers(facts)
     early = _loguru_lines_before_sinks(facts)

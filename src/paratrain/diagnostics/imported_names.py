@@ -41,6 +41,8 @@ class ImportedNames:
     wrapper_classes: dict[str, str] = field(default_factory=dict)
     joins_process_group: bool = False  # a called function calls init_process_group or wraps in DDP
     print_replaced: bool = False  # a called function replaces builtins.print (or stdout)
+    print_replaced_at_import: bool = False  # an imported module's own statements do (DLRM's extend_distributed)
+    print_replacers: set[str] = field(default_factory=set)  # the called functions that replace it
     reads_local_rank_env: bool = False  # a called function (or an imported module's import) reads LOCAL_RANK
     # → the parameter test their prints run under (`print_rank_0(msg, rank)`: `if rank <= 0: print(msg)`)
     rank_argument_prints: dict[str, RankArgumentPrint] = field(default_factory=dict)

@@ -128,7 +128,8 @@ class _Reader:
         imported = [stmt for module in self.imports.modules() for stmt in module.tree.body
                     if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
         names.reads_local_rank_env |= any(reads_local_rank_env(stmt) for stmt in imported)
-        names.print_replaced |= any(_replaces_print(stmt) for stmt in imported)
+        names.print_replaced_at_import = any(_replaces_print(stmt) for stmt in imported)
+        names.print_replaced |= names.print_replaced_at_import
         # OpenPCDet's `init_dist_slurm(tcp_port, …)` writes `os.environ["MASTER_PORT"] = str(tcp_port)`
         for module in self.imports.modules():
             if "MASTER_" in module.source:
@@ -209,7 +210,9 @@ class _Reader:
             # XLM's `init_distributed_mode(params)` makes the process group in slurm.py: the script is distributed
             names.joins_process_group |= any(isinstance(node, ast.Call) and last_name(node) in _GROUP_CALLS
                                              for node in ast.walk(reached))
-            names.print_replaced |= _replaces_print(reached)
+            if _replaces_print(reached):
+                names.print_replaced = True
+                names.print_replacers.add(callee)
             names.reads_local_rank_env |= reads_local_rank_env(reached)
             names.attributes_read |= attributes_read_before_set(reached)
             names.attributes_stored |= {node.attr for node in ast.walk(reached)

@@ -1,0 +1,95 @@
+"""How a script quiets print on the ranks other than the first, and from which statement on.
+
+DeiT/DINO/MAE/DETR's ``setup_for_distributed`` replaces builtins.print with one that prints on the main process
+only; others send stdout to /dev/null. A replacement made by a call quiets what runs after that call: the prints
+of the same function before it still run on every rank (:func:`runs_before`).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from paratrain.diagnostics.script_facts import ScriptFacts, last_name
+
+# DeiT/DINO/MAE/DETR's shared `utils.init_distributed_mode(args)` reads RANK/LOCAL_RANK from the
+# environment (args.gpu) and calls `setup_for_distributed(is_master)`, which replaces builtins.print
+# on the other ranks: taken on its name where its file was not read.
+_PRINT_SILENCING_HELPERS = ("init_distributed_mode", "setup_for_distributed")
+# `sys.stdout = open(os.devnull, "w")` (under a rank test) silences print, and logging to sys.stdout set up after it.
+_PRINT_SILENCED = re.compile(r"builtins\.print\s*=|__builtin__\.print\s*=|sys\.stdout\s*=\s*open\(\s*os\.devnull")
+_PRINT_KEYWORDS = ("sep", "end", "file", "flush")
+
+
+def print_replaced(facts: ScriptFacts) -> bool:
+    """A ``print(..., force=True)`` (or any keyword builtins.print does not take) only runs once the
+    project has replaced builtins.print, as DeiT's ``setup_for_distributed`` does to quiet the other
+    ranks; the call would raise TypeError otherwise."""
+    return any(kw.arg is not None and kw.arg not in _PRINT_KEYWORDS
+               for call in facts.calls_named("print") if isinstance(call.func, ast.Name) for kw in call.keywords)
+
+
+def print_silenced(facts: ScriptFacts) -> bool:
+    """The script, or a function of its project that it calls, replaces builtins.print or stdout for good."""
+    imported = facts.imported
+    return imported.print_replaced or (facts.mentions(_PRINT_SILENCED.pattern) and not _stdout_restored(facts)) or any(
+        imported.callee(call) not in imported.read for call in facts.calls_named(*_PRINT_SILENCING_HELPERS))
+
+
+def _stdout_restored(facts: ScriptFacts) -> bool:
+    """The script mutes stdout only for a while: it sends ``sys.stdout`` to /dev/null and puts it back
+    (``sys.stdout = sys.__stdout__``, or a stream it saved from ``sys.stdout``), as bts's ``block_print()`` /
+    ``enable_print()`` around one call, and never replaces ``print`` itself.
+
+    Invariant: only a mute that is never undone silences the other ranks' prints for the rest of the run; an
+    undone one silences the block it surrounds, and the prints elsewhere in the file still run on every rank.
+    """
+    if facts.mentions(r"builtins\.print\s*=|__builtin__\.print\s*="):
+        return False
+    saved = {name for name, values in facts.assigned.items()
+             if any(ast.unparse(value) == "sys.stdout" for value in values)}
+    return any(isinstance(node, ast.Assign) and any(ast.unparse(t) == "sys.stdout" for t in node.targets)
+               and (ast.unparse(node.value) == "sys.__stdout__" or ast.unparse(node.value) in saved)
+               for node in ast.walk(facts.tree))
+
+
+def silencing_calls(facts: ScriptFacts) -> list[ast.Call]:
+    """The script's calls that quiet print on the other ranks from then on (a project function that replaces
+    builtins.print or stdout; DeiT's helpers by name), when that is the only way print is quieted: none when the
+    script replaces print itself, an imported module does so at its import, or a print's keyword says print was
+    replaced where no such call shows when (every print is then taken as quieted)."""
+    imported = facts.imported
+    if facts.mentions(_PRINT_SILENCED.pattern) or imported.print_replaced_at_import:
+        return []
+    return [call for call in facts.calls
+            if imported.callee(call) in imported.print_replacers
+            or (last_name(call) in _PRINT_SILENCING_HELPERS and imported.callee(call) not in imported.read)]
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Module)
+
+
+def runs_before(facts: ScriptFacts, first: ast.AST, then: ast.AST) -> bool:
+    """``first`` runs before ``then`` each time ``then`` runs: both in one function (or both at module level),
+    ``first`` in a statement of the block that holds ``then``'s statement, further up (3detr's `main`: two prints,
+    then `init_distributed(...)`, in one `if args.ngpus > 1:`). Not when they sit in two branches of an ``if`` or
+    a ``try``, or one of them in a function defined inside the other's."""
+    path: dict[ast.AST, ast.AST] = {}  # each enclosing node of `then`, up to its scope → its child on the way
+    child, node = then, facts.parents.get(then)
+    while node is not None:
+        path[node] = child
+        if isinstance(node, _SCOPES):
+            break
+        child, node = node, facts.parents.get(node)
+    child, node = first, facts.parents.get(first)
+    while node is not None and node not in path:
+        if isinstance(node, _SCOPES):
+            return False  # another scope than `then`'s
+        child, node = node, facts.parents.get(node)
+    if node is None:
+        return False
+    for block in ("body", "orelse", "finalbody"):
+        statements = getattr(node, block, None)
+        if isinstance(statements, list) and child in statements and path[node] in statements:
+            return statements.index(child) < statements.index(path[node])
+    return False
