@@ -18,6 +18,7 @@ test the rank), a tuple of wrappers, a level from a variable, are unknowns, and 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
 
 from paratrain.diagnostics.check_rendezvous import environ_parameters
@@ -79,6 +80,21 @@ def read_project_facts(facts: ScriptFacts, script: Path) -> ImportedNames:
     return _Reader(ProjectImports(script, facts.tree)).read(facts)
 
 
+@dataclass(frozen=True)
+class _Does:
+    """What one function of the project does, as far as the facts of a call that reaches it go."""
+
+    calls_a_logger: bool  # a call whose name contains `log`
+    wraps_in_ddp: bool
+    sets_levels_by_rank: bool
+    joins_process_group: bool
+    replaces_print: bool  # builtins.print or sys.stdout assigned
+    reads_local_rank_env: bool
+    attributes_read: set[str]  # read before it sets them
+    attributes_stored: set[str]
+    attributes_read_then_stored: set[str]
+
+
 class _Reader:
     """One script's reading of its project: each module's :class:`ScriptFacts` made once, when first needed."""
 
@@ -86,6 +102,8 @@ class _Reader:
         self.imports = imports
         self._facts: dict[Path, ScriptFacts] = {}
         self._rank_flags: set[str] = set()  # the script's attributes set to a rank-0 test
+        # id of a reached function → (the function, what it does): read once, though many callees reach it
+        self._done_by: dict[int, tuple[_Function, _Does]] = {}
 
     def read(self, facts: ScriptFacts) -> ImportedNames:
         """What every call of the script to a project function tells (keyed by the callee as written)."""
@@ -191,33 +209,53 @@ class _Reader:
         elif logger is not None:
             names.every_rank_loggers[callee] = logger[1]
         reach = self._reached(module, function)
-        if not any(isinstance(node, ast.Call) and "log" in last_name(node).lower()
-                   for _, reached in reach for node in ast.walk(reached)):
+        does = [self._does(reached) for _, reached in reach]
+        if not any(done.calls_a_logger for done in does):
             names.logging_free.add(callee)
-        for owner, reached in reach:
-            if any(isinstance(node, ast.Call) and last_name(node) in _DDP for node in ast.walk(reached)):
+        for (owner, reached), done in zip(reach, does):
+            if done.wraps_in_ddp:
                 names.ddp_wrappers.add(callee)
             # TransReID's `do_train(model, ...)` wraps the model in DDP, then saves `model.state_dict()`
             if callee not in names.wrapper_state_savers and might_save_a_wrapper(owner.source):
                 line = wrapped_save(self.facts_of(owner), reached)
                 if line is not None:
                     names.wrapper_state_savers[callee] = (self.imports.shown(owner), line)
-            # fairseq's `call_main(cfg, main)` reaches `distributed_init`, which sets the root logger's level
-            # by rank (`if is_master(...): setLevel(INFO) else: setLevel(WARNING)`) before `main` logs
-            setups = [node for node in ast.walk(reached) if isinstance(node, ast.Call) and last_name(node) in _LOG_SETUPS]
-            if setups and chooses_by_rank(reached, setups):
+            if done.sets_levels_by_rank:
                 names.rank_aware_loggers.add(callee)
-            # XLM's `init_distributed_mode(params)` makes the process group in slurm.py: the script is distributed
-            names.joins_process_group |= any(isinstance(node, ast.Call) and last_name(node) in _GROUP_CALLS
-                                             for node in ast.walk(reached))
-            if _replaces_print(reached):
+            names.joins_process_group |= done.joins_process_group
+            if done.replaces_print:
                 names.print_replaced = True
                 names.print_replacers.add(callee)
-            names.reads_local_rank_env |= reads_local_rank_env(reached)
-            names.attributes_read |= attributes_read_before_set(reached)
-            names.attributes_stored |= {node.attr for node in ast.walk(reached)
-                                        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
-            names.attributes_read_then_stored |= attributes_tested_then_stored(reached)
+            names.reads_local_rank_env |= done.reads_local_rank_env
+            names.attributes_read |= done.attributes_read
+            names.attributes_stored |= done.attributes_stored
+            names.attributes_read_then_stored |= done.attributes_read_then_stored
+
+    def _does(self, reached: _Function) -> _Does:
+        """What ``reached`` does, whichever callee of the script reaches it (read once per function)."""
+        known = self._done_by.get(id(reached))
+        if known is not None and known[0] is reached:
+            return known[1]
+        nodes = list(ast.walk(reached))
+        calls = [node for node in nodes if isinstance(node, ast.Call)]
+        setups = [call for call in calls if last_name(call) in _LOG_SETUPS]
+        done = _Does(
+            calls_a_logger=any("log" in last_name(call).lower() for call in calls),
+            wraps_in_ddp=any(last_name(call) in _DDP for call in calls),
+            # fairseq's `call_main(cfg, main)` reaches `distributed_init`, which sets the root logger's level
+            # by rank (`if is_master(...): setLevel(INFO) else: setLevel(WARNING)`) before `main` logs
+            sets_levels_by_rank=bool(setups) and chooses_by_rank(reached, setups),
+            # XLM's `init_distributed_mode(params)` makes the process group in slurm.py: the script is distributed
+            joins_process_group=any(last_name(call) in _GROUP_CALLS for call in calls),
+            replaces_print=_replaces_print(reached),
+            reads_local_rank_env=reads_local_rank_env(reached),
+            attributes_read=attributes_read_before_set(reached),
+            attributes_stored={node.attr for node in nodes
+                               if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)},
+            attributes_read_then_stored=attributes_tested_then_stored(reached),
+        )
+        self._done_by[id(reached)] = (reached, done)
+        return done
 
     def _reached(self, module: Module, function: _Function) -> list[tuple[Module, _Function]]:
         """``function`` and the project functions it calls, followed ``_HOPS`` calls deep."""

@@ -54,6 +54,8 @@ class ProjectPrints:
         self.imports = imports
         self.builders = builders
         self.classes = builders.classes
+        # id of a function → (the function, its prints and calls in every process): both readers ask for the same
+        self._unguarded_in: dict[int, tuple[ast.AST, tuple[list[ast.Call], list[ast.Call]]]] = {}
 
     def reached(self, callee: str) -> tuple[Module, ast.Call] | None:
         """The first print (in the order the calls are followed) that calling ``callee`` runs in every
@@ -80,7 +82,7 @@ class ProjectPrints:
             for module, function, owner in frontier:
                 if _chooses(function) or _too_long(function):
                     continue
-                prints, calls = _unguarded(function)
+                prints, calls = self._unguarded(function)
                 found = pick(module, prints, calls)
                 if found is not None:
                     return module, found
@@ -93,6 +95,12 @@ class ProjectPrints:
                         following.append(step)
             frontier = following
         return None
+
+    def _unguarded(self, function: ast.AST) -> tuple[list[ast.Call], list[ast.Call]]:
+        known = self._unguarded_in.get(id(function))
+        if known is None or known[0] is not function:
+            known = self._unguarded_in[id(function)] = (function, _unguarded(function))
+        return known[1]
 
     def _entry(self, callee: str) -> _Step | None:
         found = self.imports.definition(callee)
