@@ -69,3 +69,25 @@ for epoch in range(10):
     assert [f.rule for f in check_source(stored)].count("no-set-epoch") == 0
     never_set = stored.replace('    loaders["train_sampler"].set_epoch(epoch)\n', "")
     assert [(f.line, f.rule) for f in check_source(never_set) if f.rule == "no-set-epoch"] == [(6, "no-set-epoch")]
+
+
+def test_a_sampler_handed_on_as_one_side_of_an_or_or_a_conditional_is_passed():
+    """minimind: ``SkipBatchSampler(train_sampler or indices, ...)`` feeds ``batch_sampler=``; the sampler where there
+    is one, a plain list of indices in one process."""
+    source = """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
+from samplers import SkipBatchSampler
+dist.init_process_group("nccl")
+data = list(range(8))
+train_sampler = DistributedSampler(data) if dist.is_initialized() else None
+for epoch in range(3):
+    train_sampler and train_sampler.set_epoch(epoch)
+    {hand_on}
+    loader = DataLoader(data, batch_sampler=batches)
+"""
+    for hand_on in ("batches = SkipBatchSampler(train_sampler or list(range(8)), 2, 0)",
+                    "batches = SkipBatchSampler(train_sampler if train_sampler else list(range(8)), 2, 0)"):
+        assert rules(source.format(hand_on=hand_on)) == []
+    assert rules(source.format(hand_on="batches = SkipBatchSampler(list(range(8)), 2, 0)")) == [(7, "sampler-not-passed")]

@@ -48,13 +48,23 @@ def _handed_on(facts: ScriptFacts, name: str) -> bool:
         if last_name(call) in LOADERS:
             continue
         values = list(call.args) + [kw.value for kw in call.keywords]
-        if any(ast.unparse(value) == name for value in values):
+        if any(ast.unparse(choice) == name for value in values for choice in _alternatives(value)):
             return True
     containers = {ast.unparse(target.value) for node in ast.walk(facts.tree) if isinstance(node, ast.Assign)
                   and ast.unparse(node.value) == name for target in node.targets if isinstance(target, ast.Subscript)}
     return any(isinstance(call.func, ast.Attribute) and call.func.attr == "set_epoch"
                and isinstance(call.func.value, ast.Subscript) and ast.unparse(call.func.value.value) in containers
                for call in facts.calls)
+
+
+def _alternatives(value: ast.expr) -> list[ast.expr]:
+    """The values an argument may be: itself, or each side of an ``or`` or a conditional expression (minimind's
+    ``SkipBatchSampler(train_sampler or indices, ...)``: the sampler where there is one)."""
+    if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or):
+        return [choice for operand in value.values for choice in _alternatives(operand)]
+    if isinstance(value, ast.IfExp):
+        return [*_alternatives(value.body), *_alternatives(value.orelse)]
+    return [value]
 
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.comprehension)
