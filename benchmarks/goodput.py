@@ -111,7 +111,14 @@ def cost_run(task: str, steps: int, mode: str, workdir: Path, src: Path = SRC, s
     writes = [r for r in records if r.get("event") == "written"]
     return {"mode": mode, "step_s": step_s, "loop_s": loop_s, "share": share, "copy_waits": copy_waits,
             "saves": [events[i]["end"] - events[i]["start"] for i in kept], "loop_saves": [in_loop[i] for i in kept],
-            **_cost_within_run(worker["steps"], writes)}
+            "write_cpu": [cpu for _, cpu in worker.get("writes", [])], **_cost_within_run(worker["steps"], writes)}
+
+
+def _cpu_per_write(cpu: list[float]) -> str:
+    """The CPU time rank 0's writing thread spent on each background write (median and most), in words."""
+    if not cpu:
+        return "wrote nothing in the background"
+    return f"{statistics.median(cpu) * 1000:.0f} ms CPU per write (most {max(cpu) * 1000:.0f} ms, {len(cpu)} writes)"
 
 
 #: steps between saves in the cost runs; the steps at places COST_FAR of each cycle are far from any save
@@ -153,7 +160,8 @@ def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
                   f"blocking {', '.join(f'{s * 1000:.0f}' for s in run['saves'])} ms (ledger), "
                   f"{', '.join(f'{s * 1000:.0f}' for s in run['loop_saves'])} ms (the fit loop's whole save); "
                   f"{len(run['copy_waits'])} step(s) waited for a copy ({sum(run['copy_waits']) * 1000:.1f} ms); "
-                  f"in the run {run['within']:+.1%} against its steps far from a save ({run['late']} late writes)",
+                  f"in the run {run['within']:+.1%} against its steps far from a save ({run['late']} late writes); "
+                  f"rank 0's writing thread {_cpu_per_write(run['write_cpu'])}",
                   flush=True)
     lines = [f"## what a save costs: {args.task}, 2 processes, strategy {args.strategy}, {args.steps} steps, saves every 10 steps, "
              f"{args.rounds} round(s); load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end", "",
@@ -262,11 +270,31 @@ def startup_worker(argv: list[str]) -> int:
             saves.append(time.perf_counter() - begin)
 
     trainer.Trainer._save = save
+    from paratrain.checkpoint import background
+
+    writes: list[list[float]] = []  # each background write: [wall seconds, its thread's CPU seconds]
+    original_run = background.BackgroundWrite._run
+
+    def run(self):
+        begin, begin_cpu = time.perf_counter(), time.thread_time()
+        import cProfile
+        prof = cProfile.Profile(time.thread_time) if os.environ.get("PROFW") and os.environ.get("RANK") == "0" else None
+        try:
+            if prof:
+                prof.enable()
+            return original_run(self)
+        finally:
+            if prof:
+                prof.disable(); prof.dump_stats(f"/tmp/profw-{len(writes)}.prof")
+            writes.append([time.perf_counter() - begin, time.thread_time() - begin_cpu])
+
+    background.BackgroundWrite._run = run
     try:
         return worker.main(argv)
     finally:
         with open(f"{out}.rank{os.environ.get('RANK', '0')}.json", "w") as file:
-            json.dump({"marks": marks, "cpu": cpu, "spans": spans, "saves": saves, "steps": steps}, file)
+            json.dump({"marks": marks, "cpu": cpu, "spans": spans, "saves": saves, "steps": steps, "writes": writes},
+                      file)
 
 
 def startup_parts(record: dict) -> dict[str, tuple[float, float | None]]:

@@ -18,6 +18,19 @@ def test_every_cpu_generator_continues_where_it_stopped():
     assert again[0] == expected[0] and torch.equal(again[1], expected[1])
 
 
+@pytest.mark.parametrize("written", ["tensor", "tuple of an older checkpoint"])
+def test_pythons_generator_is_one_tensor_on_disk_and_an_older_tuple_still_restores(tmp_path, written):
+    state = rng.capture()
+    version, internal, gauss = state["python"]
+    assert isinstance(internal, torch.Tensor) and internal.numel() == len(random.getstate()[1])
+    if written != "tensor":
+        state["python"] = random.getstate()
+    torch.save(state, tmp_path / "rng.pt")
+    expected = [random.random() for _ in range(3)]
+    rng.restore(torch.load(tmp_path / "rng.pt", weights_only=True))
+    assert [random.random() for _ in range(3)] == expected
+
+
 @pytest.mark.parametrize("visible", [2, 4])
 def test_gpu_generators_on_the_same_or_another_number_of_gpus(monkeypatch, visible):
     set_all, set_one = [], []

@@ -20,8 +20,11 @@ import torch
 def capture() -> dict[str, Any]:
     """This process's generator states (tensors, ints and tuples: ``weights_only`` loadable)."""
     kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    version, internal, gauss = random.getstate()
     state: dict[str, Any] = {
-        "python": random.getstate(),
+        # Python's 625 ints as one tensor, as NumPy's keys: a tuple of them is 625 objects to pickle (and to
+        # check) at every save, in the writing thread that shares the interpreter with training
+        "python": (version, torch.tensor(internal, dtype=torch.int64), gauss),
         "numpy": {
             "kind": str(kind),
             "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
@@ -40,8 +43,8 @@ def capture() -> dict[str, Any]:
 
 def restore(state: dict[str, Any]) -> None:
     """Put the generators back to :func:`capture`'s ``state``."""
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
+    version, internal, gauss = state["python"]  # internal: a tensor, or a tuple in older checkpoints
+    random.setstate((version, tuple(internal.tolist() if isinstance(internal, torch.Tensor) else internal), gauss))
     numpy_state = state["numpy"]
     np.random.set_state(
         (

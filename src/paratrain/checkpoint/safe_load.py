@@ -144,17 +144,25 @@ def first_non_plain(value: Any, where: str = "") -> tuple[str, str] | None:
         return None
     if kind not in _CONTAINERS:
         return where or "<top>", f"{kind.__module__}.{kind.__qualname__}"
+    # The key path is spelled only on the way back from a refused value: spelling it for every value
+    # checked cost more than the check, at every save
     if isinstance(value, dict):
         for key, item in value.items():
-            found = first_non_plain(key, f"{where}[key {key!r}]") or first_non_plain(item, f"{where}[{key!r}]")
+            found = first_non_plain(key, "") or first_non_plain(item, "")
             if found:
-                return found
+                return _below(where, f"[key {key!r}]" if first_non_plain(key, "") else f"[{key!r}]", found)
         return None
     for index, item in enumerate(value):
-        found = first_non_plain(item, f"{where}[{index}]")
+        found = first_non_plain(item, "")
         if found:
-            return found
+            return _below(where, f"[{index}]", found)
     return None
+
+
+def _below(where: str, step: str, found: tuple[str, str]) -> tuple[str, str]:
+    """``found``, refused below ``step`` of ``where``: its key path from the top."""
+    inner, type_name = found
+    return f"{where}{step}{'' if inner == '<top>' else inner}", type_name
 
 
 def check_plain(value: Any, owner: str) -> None:

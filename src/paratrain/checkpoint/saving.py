@@ -270,7 +270,7 @@ def _agree_then_write(ckpt: Checkpointer, name: str, manifest: Manifest, taken: 
         temporary = _prepare(ckpt.directory, name)
         pause_if_requested(step, temporary, "prepared")
         try:
-            manifest.objects = _write_collected(ckpt, temporary, objects, pending, rng_states, step)
+            manifest.objects = _write_collected(ckpt, temporary, objects, pending, rng_states, step, checked=True)
             return str(_commit(ckpt, temporary, manifest))
         except BaseException:
             shutil.rmtree(temporary, ignore_errors=True)
@@ -372,7 +372,7 @@ def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: 
         future.result()  # this rank's shards; DCP fails every rank's Future when one rank failed
         if comm.is_main():
             objects, pending, _ = taken
-            manifest.objects = _write_collected(ckpt, temporary, objects, pending, rng_states, step)
+            manifest.objects = _write_collected(ckpt, temporary, objects, pending, rng_states, step, checked=True)
 
     def write() -> str:
         try:
@@ -498,10 +498,13 @@ def _collect(ckpt: Checkpointer, gathered: dict[str, Any],
 
 
 def _write_collected(ckpt: Checkpointer, temporary: Path, objects: dict[str, Any], pending: list[tuple[str, str, Any]],
-                     rng_states: list[Any], step: int | None) -> dict[str, Any]:
+                     rng_states: list[Any], step: int | None, checked: bool = False) -> dict[str, Any]:
+    """Rank 0: the one-file parts and the generator states written into ``temporary``; returns the manifest's
+    object table. ``checked``: the parts were checked already (:func:`_finish_snapshot`)."""
     check_free_space(temporary, tensor_bytes([state for _, _, state in pending]) + tensor_bytes(rng_states))
     for name, kind, state in pending:
-        objects[name] = write_model(temporary, name, state) if kind == "model" else write_state(temporary, name, kind, state)
+        objects[name] = (write_model(temporary, name, state) if kind == "model"
+                         else write_state(temporary, name, kind, state, checked))
         if kind == "optimizer":
             objects[name]["model"] = ckpt.by_name[name].model
     write_state(temporary, "rng", "rng", {"ranks": rng_states})
