@@ -277,15 +277,9 @@ def startup_worker(argv: list[str]) -> int:
 
     def run(self):
         begin, begin_cpu = time.perf_counter(), time.thread_time()
-        import cProfile
-        prof = cProfile.Profile(time.thread_time) if os.environ.get("PROFW") and os.environ.get("RANK") == "0" else None
         try:
-            if prof:
-                prof.enable()
             return original_run(self)
         finally:
-            if prof:
-                prof.disable(); prof.dump_stats(f"/tmp/profw-{len(writes)}.prof")
             writes.append([time.perf_counter() - begin, time.thread_time() - begin_cpu])
 
     background.BackgroundWrite._run = run
