@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from paratrain.diagnostics.check_finding import Finding
 from paratrain.diagnostics.library_calls import ignite_eval_loaders
+from paratrain.diagnostics.project_mentions import project_calls
 from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
 
 EVAL_NAME = re.compile(r"val|dev|test|eval", re.IGNORECASE)
@@ -55,6 +56,20 @@ def _handed_on(facts: ScriptFacts, name: str) -> bool:
     return any(isinstance(call.func, ast.Attribute) and call.func.attr == "set_epoch"
                and isinstance(call.func.value, ast.Subscript) and ast.unparse(call.func.value.value) in containers
                for call in facts.calls)
+
+
+def _returned_to_a_caller_that_sets_epochs(facts: ScriptFacts, names: set[str]) -> bool:
+    """One of ``names`` (a sampler, or a loader) is returned, or a DataLoader given one is, and another file of the
+    project calls ``set_epoch``: the caller that gets it may set the epoch (FocalNet's ``build_loader`` returns
+    its loaders, and main.py calls ``data_loader_train.sampler.set_epoch(epoch)``). Without such a file
+    nothing sets it, and the finding stands."""
+    loaders = {loader for name in names for loader, values in facts.assigned.items() for value in values
+               if isinstance(value, ast.Call) and last_name(value) in LOADERS
+               and any(ast.unparse(choice) == name for key in _SAMPLER_KEYS
+                       for choice in _alternatives(keyword(value, key)) if keyword(value, key) is not None)}
+    handed_back = {ast.unparse(node) for ret in ast.walk(facts.tree) if isinstance(ret, ast.Return) and ret.value
+                   for node in ast.walk(ret.value) if isinstance(node, (ast.Name, ast.Attribute))}
+    return bool(handed_back & (names | loaders)) and facts.script is not None and project_calls(facts.script, "set_epoch")
 
 
 def _alternatives(value: ast.expr) -> list[ast.expr]:
@@ -201,7 +216,7 @@ def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
         shuffle = keyword(sampler, "shuffle")
         if is_eval(name, sampler) or (isinstance(shuffle, ast.Constant) and shuffle.value is False):
             continue  # evaluation order does not matter
-        if _handed_on(facts, name) or _read_once(facts, name):
+        if _handed_on(facts, name) or _read_once(facts, name) or _returned_to_a_caller_that_sets_epochs(facts, {name}):
             continue
         if not facts.mentions(rf"{re.escape(name)}\.set_epoch\("):
             yield Finding(
@@ -237,7 +252,8 @@ def _unnamed_samplers(facts: ScriptFacts) -> Iterator[tuple[ast.Call, ast.Call]]
             if any(isinstance(s, ast.Constant) and s.value is False for s in shuffles):
                 continue
             dataset = _first_arg(loader) or _first_arg(given)
-            if EVAL_NAME.search(dataset) or sampler in reported or _loaders_read_once(facts, _names_of(facts, loader)):
+            if (EVAL_NAME.search(dataset) or sampler in reported or _loaders_read_once(facts, _names_of(facts, loader))
+                    or _returned_to_a_caller_that_sets_epochs(facts, _names_of(facts, loader))):
                 continue
             reported.add(sampler)
             yield sampler, loader

@@ -35,9 +35,13 @@ from paratrain.diagnostics.project_imports import Module, ProjectImports
 _HOPS = 2  # calls followed past the one the script makes: a print three functions deep is found
 _MAX_FUNCTIONS = 24
 _LONGEST = 200
-# An `if` (or `while`) whose test names one of these chooses who prints: a rank, the main process, verbosity.
-_CHOOSING = re.compile(r"rank|main|master|primary|process_index|gpu|local|verbose|verbosity|debug|quiet|silent|log",
-                       re.IGNORECASE)
+# An `if` (or `while`) whose test names one of these chooses who prints: a rank, the main process, verbosity;
+# or what the installed torch lacks (`self.flash = hasattr(torch.nn.functional, "scaled_dot_product_attention")`,
+# then `if not self.flash: print("WARNING: using slow attention...")`): a warning for another install, not for
+# this run's processes.
+_INSTALL_PROBE = r"hasattr\(\s*torch\b|torch\.__version__"
+_CHOOSING = re.compile(r"rank|main|master|primary|process_index|gpu|local|verbose|verbosity|debug|quiet|silent|log|"
+                       + _INSTALL_PROBE, re.IGNORECASE)
 _OWN_PRINT = re.compile(r"^\s*(?:def\s+print\b|print\s*=|(?:builtins|__builtin__)\.print\s*=|from\s.*\bimport\b.*\bprint\b)",
                         re.MULTILINE)
 _CONSOLE = re.compile(r"(?:sys\.)?std(?:out|err)")
@@ -178,7 +182,8 @@ def _unguarded(function: _Function) -> tuple[list[ast.Call], list[ast.Call]]:
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Name) and node.func.id == "print":
                 prints.append(node)
-            elif not any(isinstance(n, ast.Name) and n.id in flags for arg in _arguments(node) for n in ast.walk(arg)):
+            elif not any(isinstance(n, (ast.Name, ast.Attribute)) and ast.unparse(n) in flags
+                         for arg in _arguments(node) for n in ast.walk(arg)):
                 calls.append(node)  # one given a chosen flag (`set_weight_decay(..., echo=echo)`) is chosen too
         for child in ast.iter_child_nodes(node):
             visit(child)
@@ -189,19 +194,23 @@ def _unguarded(function: _Function) -> tuple[list[ast.Call], list[ast.Call]]:
 
 
 def _flags(function: _Function) -> set[str]:
-    """Names the function assigns from a choosing value (``echo = config.LOCAL_RANK == 0``): a test of one
-    alone chooses too (``if echo:``)."""
+    """Names and attributes the function assigns from a choosing value (``echo = config.LOCAL_RANK == 0``,
+    ``self.flash = hasattr(torch.nn.functional, ...)``): a test of one alone chooses too (``if echo:``)."""
     names: set[str] = set()
     for node in ast.walk(function):
-        if isinstance(node, ast.Assign) and _CHOOSING.search(ast.unparse(node.value)):
-            names.update(t.id for target in node.targets for t in ast.walk(target) if isinstance(t, ast.Name))
+        value = ast.unparse(node.value) if isinstance(node, ast.Assign) else ""
+        if value and _CHOOSING.search(value):
+            # an attribute only from a probe of the install: `args.distributed = args.num_gpus > 1` is no choice
+            # of who prints, and `if args.distributed:` runs on every rank of a distributed run
+            kinds = (ast.Name, ast.Attribute) if re.search(_INSTALL_PROBE, value) else ast.Name
+            names.update(ast.unparse(t) for target in node.targets for t in ast.walk(target) if isinstance(t, kinds))
     return names
 
 
 def _chosen(test: ast.expr, flags: set[str]) -> bool:
     """The test names a rank, the main process, verbosity; or is a flag of ``flags`` alone (``if not quiet:``)."""
     bare = test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else test
-    return bool(_CHOOSING.search(ast.unparse(test))) or isinstance(bare, ast.Name) and bare.id in flags
+    return bool(_CHOOSING.search(ast.unparse(test))) or isinstance(bare, (ast.Name, ast.Attribute)) and ast.unparse(bare) in flags
 
 
 def _bails_out(body: list[ast.stmt]) -> bool:

@@ -18,9 +18,10 @@ from functools import cached_property
 
 from paratrain.diagnostics.call_names import last_name
 
-# An `if` that limits a block to one process: the global rank or a main-process helper.
+# An `if` that limits a block to one process: the global rank (by any name but a machine's: `world_rank`,
+# `ddp_rank`, `global_rank`; not `node_rank`, `group_rank`), or a main-process helper.
 _GLOBAL_GUARD = re.compile(
-    r"(?<![\w.])(?:\w+\.)*(?:rank|global_rank|get_rank|RANK|is_main\w*|is_master\w*|master_process|is_rank_zero"
+    r"(?<![\w.])(?:\w+\.)*(?:(?:(?!node_|group_|local_)[a-z]\w*_)?rank|get_rank|RANK|is_main\w*|is_master\w*|master_process|is_rank_zero"
     r"|is_primary\w*|is_root\w*|is_global_zero|is_world_process_zero|main_process|rank_?0|rank_zero\w*)\b")
 # A comparison with rank 0 (not `local_rank > -1`, which only picks a device), or a library's
 # main-process predicate (`trainer.is_world_process_zero()`, `accelerator.is_main_process`).

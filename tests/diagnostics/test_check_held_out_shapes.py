@@ -1,0 +1,100 @@
+"""Shapes of public training code that ``paratrain check`` answered wrongly on held-out corpora, each written
+again here in a few lines: a rank named ``world_rank``, a warning printed only by an older torch, and a sampler a
+data module hands back to a caller that sets its epoch."""
+
+from __future__ import annotations
+
+from paratrain.diagnostics.check import check_file, check_source
+from tests.diagnostics.test_check_project_imports import project, script_text
+
+
+def rules(source: str) -> list[tuple[int, str]]:
+    return [(f.line, f.rule) for f in check_source(source)]
+
+
+def test_a_save_under_a_test_of_world_rank_runs_once_per_job():
+    source = """\
+import torch
+import torch.distributed as dist
+
+class Trainer:
+    def __init__(self, model, world_rank):
+        self.model = model
+        self.world_rank = world_rank
+
+    def train(self):
+        for epoch in range(3):
+            if self.world_rank == 0:
+                self.save_checkpoint("ckpt.tar")
+
+    def save_checkpoint(self, path):
+        torch.save({"model": self.model.state_dict()}, path)
+
+dist.init_process_group("nccl")
+Trainer(torch.nn.Linear(2, 2), dist.get_rank()).train()
+"""
+    assert rules(source) == []
+    every_rank = source.replace("            if self.world_rank == 0:\n                self.save_checkpoint",
+                                "            if epoch >= 0:\n                self.save_checkpoint")
+    assert rules(every_rank) == [(15, "save-on-every-rank")]
+
+
+def test_a_print_only_an_older_torch_makes_is_not_a_print_on_every_rank(tmp_path):
+    model = """\
+        import torch
+
+        class Attention(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.flash = hasattr(torch.nn.functional, "scaled_dot_product_attention")
+                if not self.flash:
+                    print("WARNING: using slow attention. Flash Attention requires PyTorch >= 2.0")
+                {print_always}
+        """
+    body = """\
+        from model import Attention
+        dist.init_process_group("nccl")
+        attention = Attention()
+        """
+    quiet = project(tmp_path / "probe", {"train.py": script_text(body), "model.py": model.format(print_always="")})
+    assert [f for f in check_file(quiet) if f.rule == "print-on-every-rank"] == []
+    loud = project(tmp_path / "always", {"train.py": script_text(body),
+                                         "model.py": model.format(print_always='print("attention built")')})
+    [finding] = [f for f in check_file(loud) if f.rule == "print-on-every-rank"]
+    assert "model.py:9" in finding.problem
+
+
+def _data_module(set_epoch_in_main: bool, handed_back: str) -> dict[str, str]:
+    epoch = "    loader.sampler.set_epoch(epoch)\n" if set_epoch_in_main else ""
+    return {
+        "data/build.py": f"""\
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+def build_loader(dataset):
+    sampler_train = DistributedSampler(dataset, shuffle=True)
+    data_loader_train = DataLoader(dataset, sampler=sampler_train, batch_size=8)
+    return {handed_back}
+""",
+        "main.py": f"""\
+import torch.distributed as dist
+from data.build import build_loader
+
+dist.init_process_group("nccl")
+loader = build_loader(list(range(64)))
+for epoch in range(3):
+{epoch}    for batch in loader:
+        pass
+""",
+    }
+
+
+def test_a_sampler_or_its_loader_handed_back_to_a_caller_that_sets_the_epoch_needs_no_set_epoch_here(tmp_path):
+    for handed_back in ("data_loader_train", "data_loader_train, sampler_train"):
+        for sets_epoch in (True, False):
+            root = tmp_path / f"{len(handed_back)}-{sets_epoch}"
+            files = _data_module(sets_epoch, handed_back)
+            data = project(root, files)
+            found = [(f.line, f.rule) for f in check_file(data) if f.rule == "no-set-epoch"]
+            # no file of the project calls set_epoch: nothing sets it, and the finding stands
+            assert found == ([] if sets_epoch else [(5, "no-set-epoch")]), (handed_back, sets_epoch, found)
