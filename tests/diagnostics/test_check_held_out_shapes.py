@@ -98,3 +98,38 @@ def test_a_sampler_or_its_loader_handed_back_to_a_caller_that_sets_the_epoch_nee
             found = [(f.line, f.rule) for f in check_file(data) if f.rule == "no-set-epoch"]
             # no file of the project calls set_epoch: nothing sets it, and the finding stands
             assert found == ([] if sets_epoch else [(5, "no-set-epoch")]), (handed_back, sets_epoch, found)
+
+
+_SAVER = """\
+import torch
+
+def checkpoint(config, model=None, optimizer=None, save_dir="ckpt"):
+    path = f"{save_dir}/{config}.pth"
+    if model is not None:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+    else:
+        return torch.load(path)
+
+def convert(model, output="converted.pt", return_model=True):
+    converted = model
+    if return_model:
+        return converted
+    torch.save(converted, output)
+"""
+
+
+def test_a_project_saver_called_without_the_argument_its_save_needs_only_loads_or_returns(tmp_path):
+    body = """\
+        from helpers import checkpoint, convert
+        dist.init_process_group("nccl")
+        model = torch.nn.Linear(2, 2)
+        state = checkpoint("base", save_dir="out")
+        converted = convert(model)
+        {saving}
+        """
+    quiet = project(tmp_path / "loads", {"train.py": script_text(body.format(saving="")), "helpers.py": _SAVER})
+    assert [f for f in check_file(quiet) if f.rule == "save-on-every-rank"] == []
+    saving = "checkpoint('base', model, save_dir='out'); convert(model, return_model=False)"
+    loud = project(tmp_path / "saves", {"train.py": script_text(body.format(saving=saving)), "helpers.py": _SAVER})
+    saves = [f for f in check_file(loud) if f.rule == "save-on-every-rank"]
+    assert sorted((f.line, f.problem.split("`")[1]) for f in saves) == [(8, "checkpoint"), (8, "convert")]

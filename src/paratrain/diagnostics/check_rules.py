@@ -29,6 +29,7 @@ from paratrain.diagnostics.check_samplers import (
 )
 from paratrain.diagnostics.check_wrappers import batchnorm_without_syncbn, data_parallel, wrapped_state_dict
 from paratrain.diagnostics.metric_flow import metric_over_shard, sharded_loaders
+from paratrain.diagnostics.project_savers import passes_one_of
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
 
 _SEEDING = ("manual_seed", "seed_everything", "seed", "manual_seed_all")
@@ -44,6 +45,8 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     for call in facts.calls:
         helper = facts.imported.callee(call) in savers
         if not helper and not (last_name(call) == "save" and facts.full_name(call) == "torch.save"):
+            continue
+        if helper and not _saves_when_called_so(facts, call):
             continue
         guard = facts.guard(call)
         if guard == "global" or facts.in_launcher(call) or (not helper and path_names_rank(facts, call)):
@@ -65,6 +68,16 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
                       _MESH_FIX if mesh else
                       "save under `if dist.get_rank() == 0:` (pt.is_main()), or use pt.Checkpointer, which "
                       "writes atomically from the right ranks")
+
+
+def _saves_when_called_so(facts: ScriptFacts, call: ast.Call) -> bool:
+    """The project's saver may save when called with these arguments: some save of it has every argument it
+    needs passed (:func:`~paratrain.diagnostics.project_savers.needed_arguments`)."""
+    entry = facts.imported.saver_arguments.get(facts.imported.callee(call))
+    if entry is None:
+        return True
+    positional, needs = entry
+    return any(all(passes_one_of(call, positional, frozenset({name})) for name in need) for need in needs)
 
 
 # Hybrid sharding (FSDP's HYBRID_SHARD, fully_shard on a 2-D DeviceMesh) picks ranks by a mesh dimension:

@@ -30,6 +30,9 @@ class ImportedNames:
     # a launcher of the project imports the script after setting the root logger's level by rank (MSN's main.py)
     levels_chosen_by_importer: bool = False
     unguarded_savers: set[str] = field(default_factory=set)  # torch.save with no rank test of their own
+    # → (their positional parameters, for each save the arguments a call must pass for it to run): minimind's
+    # `lm_checkpoint(cfg, model=model, …)` saves, `lm_checkpoint(cfg, weight=…)` only loads
+    saver_arguments: dict[str, tuple[list[str], list[frozenset[str]]]] = field(default_factory=dict)
     # → (their positional parameters, the ones whose state_dict() they save): NVIDIA's
     # `eval_metrics(iou_acc, args, net, …)` puts `net.state_dict()` in the checkpoint's dict
     state_dict_savers: dict[str, tuple[list[str], set[str]]] = field(default_factory=dict)

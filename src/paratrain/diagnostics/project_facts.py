@@ -52,6 +52,7 @@ from paratrain.diagnostics.project_norms import ProjectNorms
 from paratrain.diagnostics.project_prints import ProjectPrints
 from paratrain.diagnostics.project_savers import (
     in_memory,
+    needed_arguments,
     nested_call_guarded,
     per_rank_path,
     stored_rank_flags,
@@ -197,8 +198,13 @@ class _Reader:
         printer = prints_by_rank_argument(function)
         if printer is not None:
             names.rank_argument_prints[callee] = printer
-        if self._unguarded_saver(module, function):
+        saves = self._unguarded_saves(module, function)
+        if saves:
             names.unguarded_savers.add(callee)
+            needs = [needed_arguments(function, save) for save in saves]
+            if all(needs):  # every save runs only when the call passes an argument: which, the call tells
+                positional = [a.arg for a in function.args.posonlyargs + function.args.args]
+                names.saver_arguments[callee] = (positional[1:] if positional[:1] == ["self"] else positional, needs)
         saved = self._saved_state_dicts(module, function)
         if saved:
             positional = [a.arg for a in function.args.posonlyargs + function.args.args]
@@ -289,21 +295,22 @@ class _Reader:
         kind = None if found is None or _too_long(found[1]) else self._logger_kind(*found, 0)
         return "every" if isinstance(kind, tuple) and kind[1] is None else None
 
-    def _unguarded_saver(self, module: Module, function: _Function) -> bool:
-        """``torch.save`` in the body, each with no rank test around it there, into a path that does not
-        name the rank; not decorated (a decorator may run it on rank 0 only, as ResNeSt's ``@master_only``)."""
+    def _unguarded_saves(self, module: Module, function: _Function) -> list[ast.Call]:
+        """The ``torch.save`` calls of the body when each has no rank test around it there and writes into a path
+        that does not name the rank, else none; none either in a decorated function (a decorator may run it on
+        rank 0 only, as ResNeSt's ``@master_only``)."""
         if function.decorator_list:
-            return False
+            return []
         saves = [node for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) == "save"]
         if not saves:
-            return False
+            return []
         mf = self.facts_of(module)  # the module's reading, made only for a function that saves
         saves = [save for save in saves if mf.full_name(save) == "torch.save"]
-        return bool(saves) and not any(mf.guard_in_function(save) or under_rank_test(function, save)
+        return [] if not saves or any(mf.guard_in_function(save) or under_rank_test(function, save)
                                        or under_rank_flag(function, save, self._rank_flags)
                                        or path_names_rank(mf, save) or per_rank_path(function, save)
                                        or in_memory(function, save) or nested_call_guarded(mf, function, save)
-                                       for save in saves)
+                                       for save in saves) else saves
 
     def _saved_state_dicts(self, module: Module, function: _Function) -> set[str]:
         """The parameters whose ``state_dict()`` the function saves (in a ``save`` call, as a value of a dict, or
