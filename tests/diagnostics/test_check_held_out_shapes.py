@@ -133,3 +133,52 @@ def test_a_project_saver_called_without_the_argument_its_save_needs_only_loads_o
     loud = project(tmp_path / "saves", {"train.py": script_text(body.format(saving=saving)), "helpers.py": _SAVER})
     saves = [f for f in check_file(loud) if f.rule == "save-on-every-rank"]
     assert sorted((f.line, f.problem.split("`")[1]) for f in saves) == [(8, "checkpoint"), (8, "convert")]
+
+
+def test_a_print_under_an_argument_no_call_passes_is_not_a_print_on_every_rank(tmp_path):
+    dataset = """\
+        class CarsDataset:
+            def __init__(self, annotations, cleaned=None):
+                self.annotations = annotations
+                if cleaned is not None:
+                    print("Cleaning up data set...")
+        """
+    loaders = """\
+        from dataset import CarsDataset
+
+        def get_loader(root):
+            return CarsDataset(root{cleaned})
+        """
+    body = """\
+        from dataset import CarsDataset
+        from loaders import get_loader
+        dist.init_process_group("nccl")
+        train = get_loader("cars")
+        test = CarsDataset("cars"{cleaned})
+        """
+    for cleaned, reported in (("", []), (", cleaned='clean.txt'", ["dataset.py:5"])):
+        root = tmp_path / str(bool(cleaned))
+        script = project(root, {"train.py": script_text(body.format(cleaned=cleaned)),
+                                "loaders.py": loaders.format(cleaned=cleaned), "dataset.py": dataset})
+        found = [f.problem.split(" (")[1].split(",")[0] for f in check_file(script) if f.rule == "print-on-every-rank"]
+        assert found == reported, (cleaned, found)
+
+
+def test_a_launch_line_for_another_script_or_offered_after_torchrun_is_not_this_files(tmp_path):
+    helper = """\
+        import os
+        import torch.distributed as dist
+
+        def init_distributed_mode(args):
+            # launch by torch.distributed.launch
+            #   python -m torch.distributed.launch --nproc_per_node=8 {started} --world-size 1
+            dist.init_process_group("nccl")
+        """
+    for started, reported in (("main.py", []), ("misc.py", [6])):
+        script = project(tmp_path / started, {"misc.py": helper.format(started=started)})
+        assert [f.line for f in check_file(script) if f.rule == "deprecated-launcher"] == reported
+    offered = script_text("""\
+        # torchrun --standalone --nproc_per_node=4 train.py OR python -m torch.distributed.launch --nproc_per_node=4 train.py
+        dist.init_process_group("nccl")
+        """)
+    assert [f for f in check_file(project(tmp_path / "offered", {"train.py": offered})) if f.rule == "deprecated-launcher"] == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from paratrain.diagnostics.check_finding import Finding
 from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
@@ -155,12 +156,31 @@ def deprecated_launcher(facts: ScriptFacts) -> Iterator[Finding]:
     mentions = [
         (number, line) for number, line in enumerate(facts.lines, start=1)
         if number not in docstrings and "torch.distributed.launch" in line and "torch.distributed.launcher" not in line
+        and not _torchrun_first(line)
     ]
-    # A command that starts the script with it (a usage block) over prose, which may tell the old way apart.
+    # A command that starts the script with it (a usage block) over prose, which may tell the old way apart;
+    # none when every command starts another script (the prose beside them is about that one too).
     commands = [(number, line) for number, line in mentions if re.search(r"-m\s+torch\.distributed\.launch\b", line)]
+    if commands:
+        mentions = commands = [(number, line) for number, line in commands if not _starts_another_script(facts, line)]
     for number, _ in (commands or mentions)[:1]:
         yield Finding(
             number, "deprecated-launcher",
             "torch.distributed.launch is deprecated: it passes --local_rank and is superseded by torchrun",
             "paratrain run --nproc-per-node N script.py (torchrun's agent; --legacy-local-rank for old scripts)",
         )
+
+
+def _torchrun_first(line: str) -> bool:
+    """``torchrun ... OR python -m torch.distributed.launch ...``: the old launcher offered after torchrun."""
+    return "torchrun" in line and line.index("torchrun") < line.index("torch.distributed.launch")
+
+
+def _starts_another_script(facts: ScriptFacts, line: str) -> bool:
+    """A comment of a module that does not run as a program tells how another script starts (DETR's ``misc.py``
+    copied into a project: "python -m torch.distributed.launch ... main.py"): that script's launch line, not
+    this file's. A command in code (a launcher building the command of the script it starts) stays."""
+    if not line.lstrip().startswith("#") or facts.script is None or facts.runs_as_program():
+        return False
+    started = re.findall(r"(?<![\w/.-])([\w/.-]+\.py)\b", line.split("torch.distributed.launch", 1)[1])
+    return bool(started) and all(Path(s).name != facts.script.name for s in started)

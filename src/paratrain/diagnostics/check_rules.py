@@ -29,7 +29,7 @@ from paratrain.diagnostics.check_samplers import (
 )
 from paratrain.diagnostics.check_wrappers import batchnorm_without_syncbn, data_parallel, wrapped_state_dict
 from paratrain.diagnostics.metric_flow import metric_over_shard, sharded_loaders
-from paratrain.diagnostics.project_savers import passes_one_of
+from paratrain.diagnostics.argument_needs import passes_one_of
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
 
 _SEEDING = ("manual_seed", "seed_everything", "seed", "manual_seed_all")

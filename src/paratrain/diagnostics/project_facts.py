@@ -21,6 +21,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from paratrain.diagnostics.argument_needs import needed_arguments
 from paratrain.diagnostics.check_rendezvous import environ_parameters
 from paratrain.diagnostics.check_rules import path_names_rank
 from paratrain.diagnostics.check_wrappers import WRAPPERS, saved_state_dict
@@ -52,7 +53,6 @@ from paratrain.diagnostics.project_norms import ProjectNorms
 from paratrain.diagnostics.project_prints import ProjectPrints
 from paratrain.diagnostics.project_savers import (
     in_memory,
-    needed_arguments,
     nested_call_guarded,
     per_rank_path,
     stored_rank_flags,
@@ -110,15 +110,18 @@ class _Reader:
         """What every call of the script to a project function tells (keyed by the callee as written)."""
         names = ImportedNames()
         self._rank_flags = stored_rank_flags(facts)
-        callees = {ImportedNames.callee(call) for call in facts.calls if isinstance(call.func, (ast.Name, ast.Attribute))}
         builders = ProjectBuilders(self.imports, facts)
         prints = ProjectPrints(self.imports, builders)
         logs = ProjectLogs(self.imports, prints, self._helper_kind)
-        for callee in sorted(callees):
-            printed = prints.reached(callee)
+        made: dict[str, list[ast.Call]] = {}
+        for call in facts.calls:
+            if isinstance(call.func, (ast.Name, ast.Attribute)):
+                made.setdefault(ImportedNames.callee(call), []).append(call)
+        for callee in sorted(made):
+            printed = prints.reached(callee, made[callee])
             if printed is not None:
                 names.every_rank_prints[callee] = (self.imports.shown(printed[0]), printed[1].lineno)
-            logged = logs.reached(callee)
+            logged = logs.reached(callee, made[callee])
             if logged is not None:
                 names.every_rank_logs[callee] = (self.imports.shown(logged[0]), logged[1].lineno, logged[2])
             if builders.wraps_in_data_parallel(callee):

@@ -52,10 +52,11 @@ class ProjectLogs:
         self.helper_kind = helper_kind
         self._loggers: dict[int, dict[str, bool]] = {}  # per module: logger name → through the root logger
 
-    def reached(self, callee: str) -> tuple[Module, ast.Call, bool] | None:
+    def reached(self, callee: str, made: list[ast.Call] = ()) -> tuple[Module, ast.Call, bool] | None:
         """The first logging line that calling ``callee`` runs in every process, and whether it is heard
-        through the root logger (then only where that is verbose); None when there is none or it is unknown."""
-        found = self.prints.reached_by(callee, self._pick)
+        through the root logger (then only where that is verbose); None when there is none or it is unknown.
+        ``made``: the script's calls of ``callee``, as :meth:`ProjectPrints.reached` takes them."""
+        found = self.prints.reached_by(callee, self._pick, made)
         if found is None:
             return None
         module, call = found

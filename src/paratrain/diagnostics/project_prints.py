@@ -27,6 +27,7 @@ import ast
 import re
 from collections.abc import Callable
 
+from paratrain.diagnostics.argument_needs import runs_when_called
 from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.check_output import rank_tagged
 from paratrain.diagnostics.project_builders import ProjectBuilders
@@ -61,32 +62,37 @@ class ProjectPrints:
         # id of a function → (the function, its prints and calls in every process): both readers ask for the same
         self._unguarded_in: dict[int, tuple[ast.AST, tuple[list[ast.Call], list[ast.Call]]]] = {}
 
-    def reached(self, callee: str) -> tuple[Module, ast.Call] | None:
+    def reached(self, callee: str, made: list[ast.Call] = ()) -> tuple[Module, ast.Call] | None:
         """The first print (in the order the calls are followed) that calling ``callee`` runs in every
-        process; None when there is none or it cannot be proved."""
+        process; None when there is none or it cannot be proved. ``made``: the script's calls of ``callee``
+        (a print that runs only when given an argument none of them passes is left out)."""
         return self.reached_by(callee, lambda module, prints, _calls: next(
-            (p for p in prints if _builtin_console_print(module, p)), None))
+            (p for p in prints if _builtin_console_print(module, p)), None), made)
 
-    def reached_by(self, callee: str, pick: Picker) -> tuple[Module, ast.Call] | None:
+    def reached_by(self, callee: str, pick: Picker, made: list[ast.Call] = ()) -> tuple[Module, ast.Call] | None:
         """As :meth:`reached`, for the first call that ``pick`` chooses among the prints and the other calls
         a function on the way runs in every process (a logging line, :mod:`~paratrain.diagnostics.project_logs`)."""
         try:
-            return self._reached(callee, pick)
+            return self._reached(callee, pick, list(made))
         except RecursionError:  # a pathologically nested expression: unknown
             return None
 
-    def _reached(self, callee: str, pick: Picker) -> tuple[Module, ast.Call] | None:
+    def _reached(self, callee: str, pick: Picker, made: list[ast.Call]) -> tuple[Module, ast.Call] | None:
         start = self._entry(callee)
         if start is None:
             return None
         seen = {id(start[1])}
-        frontier = [start]
+        # each function, and the calls into it: one on the way, or the script's own
+        frontier: list[tuple[_Step, list[ast.Call]]] = [(start, made)]
         for hop in range(_HOPS + 1):
-            following: list[_Step] = []
-            for module, function, owner in frontier:
+            following: list[tuple[_Step, list[ast.Call]]] = []
+            for (module, function, owner), via in frontier:
                 if _chooses(function) or _too_long(function):
                     continue
                 prints, calls = self._unguarded(function)
+                if via:  # what runs only when given an argument that every call into it leaves at its default
+                    prints = [node for node in prints if any(runs_when_called(function, node, c) for c in via)]
+                    calls = [node for node in calls if any(runs_when_called(function, node, c) for c in via)]
                 found = pick(module, prints, calls)
                 if found is not None:
                     return module, found
@@ -96,7 +102,7 @@ class ProjectPrints:
                     step = self._called(module, owner, call)
                     if step is not None and id(step[1]) not in seen and len(seen) < _MAX_FUNCTIONS:
                         seen.add(id(step[1]))
-                        following.append(step)
+                        following.append((step, [call]))
             frontier = following
         return None
 
