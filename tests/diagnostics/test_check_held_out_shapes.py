@@ -182,3 +182,28 @@ def test_a_launch_line_for_another_script_or_offered_after_torchrun_is_not_this_
         dist.init_process_group("nccl")
         """)
     assert [f for f in check_file(project(tmp_path / "offered", {"train.py": offered})) if f.rule == "deprecated-launcher"] == []
+
+
+def test_a_flag_named_as_the_saving_method_is_no_call_of_it():
+    source = """\
+import torch
+import torch.distributed as dist
+
+class Trainer:
+    def __init__(self, model, params):
+        self.model, self.params = model, params
+
+    def train(self):
+        if dist.get_rank() == 0:
+            if self.params.save_checkpoint:
+                self.save_checkpoint("ckpt.tar")
+
+    def save_checkpoint(self, path):
+        torch.save({"model": self.model.state_dict()}, path)
+
+dist.init_process_group("nccl")
+"""
+    assert rules(source) == []
+    handed_on = source.replace("            if self.params.save_checkpoint:\n",
+                               "            if callbacks.append(self.save_checkpoint):\n")
+    assert rules(handed_on) == [(14, "save-on-every-rank")]

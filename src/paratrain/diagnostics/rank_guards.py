@@ -336,12 +336,16 @@ class RankGuards:
         kinds = set()
         for use in uses:
             call = self.parents.get(use)
+            if isinstance(call, (ast.If, ast.While, ast.BoolOp, ast.UnaryOp, ast.Compare)):
+                # read as a truth value (FourCastNet's `if self.params.save_checkpoint:` beside the method
+                # `self.save_checkpoint(...)`): another object's flag of the same name, no run of this function
+                continue
             if not (isinstance(call, ast.Call) and call.func is use):
                 return ""  # handed on (a callback, mp.spawn's target): runs where the receiver decides
             kinds.add(self._guard(call, callers_guards))
         if kinds == {"global"}:
             return "global"
-        return "local" if "" not in kinds else ""
+        return "local" if kinds and "" not in kinds else ""
 
     def _uses(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
         """Every read of ``function``'s name in this file: ``f`` for a function, ``x.f`` for a method where
