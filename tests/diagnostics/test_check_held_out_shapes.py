@@ -207,3 +207,24 @@ dist.init_process_group("nccl")
     handed_on = source.replace("            if self.params.save_checkpoint:\n",
                                "            if callbacks.append(self.save_checkpoint):\n")
     assert rules(handed_on) == [(14, "save-on-every-rank")]
+
+
+def test_a_test_of_what_an_object_given_the_rank_made_runs_on_every_rank():
+    source = """\
+import os
+import torch.distributed as dist
+from trainer import Trainer
+
+dist.init_process_group("nccl")
+local_rank = int(os.environ["LOCAL_RANK"])
+if local_rank == 0:
+    model = Trainer(logger=print, local_rank=local_rank)
+else:
+    model = Trainer(local_rank=local_rank)
+weights = None
+for stage in range(2):
+    if weights is not None:
+        print("loading the network of the previous stage")
+    weights = model.network.state_dict()
+"""
+    assert rules(source) == [(14, "print-on-every-rank")]

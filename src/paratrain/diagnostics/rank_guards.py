@@ -259,12 +259,24 @@ class RankGuards:
             # `writer = None`, then `if rank == 0: writer = SummaryWriter()`: a name that is None except
             # where a rank test bound it is truthy on those ranks only (`if not writer: continue`).
             unset = depth == 0 and isinstance(test, (ast.Name, ast.Attribute)) and len(values) < len(bound)
-            kinds = {self._test_kind(v, depth + 1) or (self._binding_guard(v) if unset else "") for v in values}
+            kinds = {(self._test_kind(v, depth + 1) if self._may_be_a_test(v) else "")
+                     or (self._binding_guard(v) if unset else "") for v in values}
             if values and kinds == {"global"}:
                 return "global"
             if values and kinds <= {"global", "local"} and "local" in kinds:
                 return "local"
         return ""
+
+    def _may_be_a_test(self, value: ast.expr) -> bool:
+        """A stored value that may hold a rank test: anything but a call of something other than a rank helper.
+        XMem's ``model = XMemTrainer(config, local_rank=local_rank)`` passes a rank and tests none: a test of
+        what it made (``if network_in_memory is not None:``, bound to ``model.XMem.module.state_dict()``) runs
+        on every rank."""
+        if not isinstance(value, ast.Call):
+            return True
+        called = last_name(value)
+        return (called in self.rank_helpers or called in self.machine_helpers
+                or bool(_GLOBAL_GUARD.search(ast.unparse(value.func)) or _LOCAL_GUARD.search(ast.unparse(value.func))))
 
     def _binding_guard(self, value: ast.expr) -> str:
         """The rank test over the assignment of ``value`` in its own function (callers not followed); ""
