@@ -228,3 +228,23 @@ for stage in range(2):
     weights = model.network.state_dict()
 """
     assert rules(source) == [(14, "print-on-every-rank")]
+
+
+def test_a_sampler_passed_on_one_side_of_a_choice_or_through_a_container_is_passed():
+    source = """\
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
+
+dist.init_process_group("nccl")
+def get_data_loader(dataset, train):
+    sampler = DistributedSampler(dataset, shuffle=train)
+    return DataLoader(dataset, sampler=sampler if train else None)
+
+valid_samplers = {}
+for head in ("a", "b"):
+    valid_sampler = DistributedSampler(range(8), shuffle=False, drop_last=True)
+    valid_samplers[head] = valid_sampler
+loaders = {head: DataLoader(range(8), sampler=valid_samplers[head]) for head in ("a", "b")}
+test_sampler = DistributedSampler(range(8), shuffle=False, drop_last=True)
+"""
+    assert [line for line, rule in rules(source) if rule == "sampler-not-passed"] == [14]

@@ -23,14 +23,21 @@ _SAMPLER_KEYS = ("sampler", "batch_sampler")
 
 
 def _sampler_uses(facts: ScriptFacts) -> set[str]:
-    """Text of every value passed as ``sampler=``/``batch_sampler=``, or put under that key of a dict
-    (``kwargs = {"sampler": s}; DataLoader(ds, **kwargs)``)."""
+    """Text of every value passed as ``sampler=``/``batch_sampler=`` (either side of ``s if train else None``),
+    or put under that key of a dict (``kwargs = {"sampler": s}; DataLoader(ds, **kwargs)``); a sampler stored in
+    a container whose items are passed so (mace's ``valid_samplers[head] = valid_sampler``, then
+    ``sampler=valid_samplers[head]``) is passed too."""
     passed = {
-        ast.unparse(value)
+        ast.unparse(choice)
         for call in facts.calls
         for value in (keyword(call, key) for key in _SAMPLER_KEYS)
         if value is not None
+        for choice in _alternatives(value)
     }
+    containers = {text.partition("[")[0] for text in passed if "[" in text}
+    passed |= {ast.unparse(node.value) for node in ast.walk(facts.tree) if isinstance(node, ast.Assign)
+               for target in node.targets
+               if isinstance(target, ast.Subscript) and ast.unparse(target.value) in containers}
     in_dicts = {
         ast.unparse(value)
         for node in ast.walk(facts.tree) if isinstance(node, ast.Dict)
@@ -181,11 +188,16 @@ def _first_arg(call: ast.Call) -> str:
     return ast.unparse(call.args[0]) if call.args else ""
 
 
-def sampler_not_passed(facts: ScriptFacts) -> Iterator[Finding]:
+def _unpassed(facts: ScriptFacts) -> Iterator[tuple[str, ast.Call]]:
+    """(name, sampler) of every DistributedSampler bound to a name that no loader is given."""
     used = _sampler_uses(facts)
     for name, sampler in facts.names_bound_to(*SAMPLERS).items():
-        if name in used or _handed_on(facts, name):
-            continue  # BatchSampler(sampler, …), a helper that builds the loader: it reaches a loader there
+        if name not in used and not _handed_on(facts, name):
+            yield name, sampler  # (BatchSampler(sampler, …), a helper that builds the loader: it reaches a loader)
+
+
+def sampler_not_passed(facts: ScriptFacts) -> Iterator[Finding]:
+    for name, sampler in _unpassed(facts):
         dataset = _first_arg(sampler)
         loader = next((c for c in facts.calls_named(*LOADERS) if dataset and _first_arg(c) == dataset), None)
         where = f"the DataLoader at line {loader.lineno} reads" if loader else "every DataLoader reads"
