@@ -248,3 +248,28 @@ loaders = {head: DataLoader(range(8), sampler=valid_samplers[head]) for head in 
 test_sampler = DistributedSampler(range(8), shuffle=False, drop_last=True)
 """
     assert [line for line, rule in rules(source) if rule == "sampler-not-passed"] == [14]
+
+
+def test_a_project_logger_that_filters_records_by_rank_is_rank_aware(tmp_path):
+    tools = """\
+        import logging
+        import sys
+
+        def setup_logger(level=logging.INFO, rank=0):
+            logger = logging.getLogger()
+            logger.setLevel(logging.DEBUG)
+            {filter}
+            handler = logging.StreamHandler(stream=sys.stdout)
+            handler.setLevel(level)
+            logger.addHandler(handler)
+        """
+    body = """\
+        import logging
+        from tools import setup_logger
+        dist.init_process_group("nccl")
+        setup_logger(level=logging.INFO, rank=dist.get_rank())
+        logging.info("training starts")
+        """
+    for name, line, found in (("filtered", "logger.addFilter(lambda _: rank == 0)", []), ("every", "", [7])):
+        script = project(tmp_path / name, {"train.py": script_text(body), "tools.py": tools.format(filter=line)})
+        assert [f.line for f in check_file(script) if f.rule == "log-on-every-rank"] == found, name

@@ -66,7 +66,8 @@ from paratrain.diagnostics.syncbn_conversion import SYNCBN, off_by_default, sync
 
 _SAMPLERS = ("DistributedSampler",)
 _GROUP_CALLS = ("init_process_group", "DistributedDataParallel")
-_LOG_SETUPS = ("basicConfig", "setLevel", "addHandler", "StreamHandler", "set_verbosity", "disable")
+# `addFilter(lambda _: rank == 0)`: mace's setup_logger drops every record off rank 0 (a filter naming the rank chooses)
+_LOG_SETUPS = ("basicConfig", "setLevel", "addHandler", "StreamHandler", "set_verbosity", "disable", "addFilter")
 _PRINT_TARGETS = ("builtins.print", "__builtin__.print", "sys.stdout")
 _DDP = ("DistributedDataParallel", "DDP")
 _HOPS = 2  # calls followed inside the project from a function the script calls
