@@ -273,3 +273,27 @@ def test_a_project_logger_that_filters_records_by_rank_is_rank_aware(tmp_path):
     for name, line, found in (("filtered", "logger.addFilter(lambda _: rank == 0)", []), ("every", "", [7])):
         script = project(tmp_path / name, {"train.py": script_text(body), "tools.py": tools.format(filter=line)})
         assert [f.line for f in check_file(script) if f.rule == "log-on-every-rank"] == found, name
+
+
+def test_a_save_once_per_machine_in_a_script_that_meets_on_localhost_runs_once():
+    source = """\
+import os
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+def main_worker(local_rank, world_size, url):
+    rank = int(os.environ.get("NODE_RANK", 0)) * 4 + local_rank
+    dist.init_process_group("nccl", init_method=url, rank=rank, world_size=world_size)
+    model = torch.nn.Linear(2, 2)
+    if local_rank == 0:
+        torch.save(model.state_dict(), "model.pth")
+
+if __name__ == "__main__":
+    port = 29500
+    url = {url}
+    mp.spawn(main_worker, nprocs=4, args=(4, url))
+"""
+    assert rules(source.format(url='f"tcp://127.0.0.1:{port}"')) == []
+    from_environment = "f'tcp://{os.environ[\"MASTER_ADDR\"]}:{port}'"
+    assert rules(source.format(url=from_environment)) == [(11, "save-on-every-rank")]

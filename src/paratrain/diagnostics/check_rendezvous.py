@@ -46,6 +46,31 @@ def _default_only(facts: ScriptFacts, node: ast.AST, variable: str) -> bool:
     return False
 
 
+def one_machine_only(facts: ScriptFacts) -> bool:
+    """The script meets its processes on this machine's loopback address whatever it is given: it sets
+    ``MASTER_ADDR`` to ``localhost``/``127.0.0.1`` (not only as a default), or builds its ``tcp://`` URL on one
+    (Stratified-Transformer's ``f"tcp://127.0.0.1:{port}"``). Its ranks all run on one machine, so a test of
+    the local rank picks one process of the job."""
+    for node, variable, value in _environ_literals(facts):
+        if variable == "MASTER_ADDR" and value in _LOOPBACK and not _default_only(facts, node, variable):
+            return True
+    # the URL the code sets (an assignment, init_process_group's init_method), not an option's default, which a
+    # run on several machines overrides (bts' `--dist_url` defaults to tcp://127.0.0.1:1234)
+    set_in_code = [node.value for node in ast.walk(facts.tree) if isinstance(node, ast.Assign)]
+    set_in_code += [kw.value for call in facts.calls_named("init_process_group") for kw in call.keywords
+                    if kw.arg == "init_method"]
+    for value in set_in_code:
+        if isinstance(value, ast.JoinedStr) and value.values and isinstance(value.values[0], ast.Constant):
+            text = str(value.values[0].value)
+        elif isinstance(value, ast.Constant) and isinstance(value.value, str):
+            text = value.value
+        else:
+            continue
+        if any(text.startswith(f"tcp://{host}:") for host in _LOOPBACK):
+            return True
+    return False
+
+
 def hardcoded_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
     """A rendezvous fixed in the code: in the file's own writes and URLs, in a function of the file through a
     default, or in a function of its project that the script calls."""

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from paratrain.diagnostics.check_finding import Finding, Rule
 from paratrain.diagnostics.check_launch import deprecated_launcher, local_rank_argument
-from paratrain.diagnostics.check_rendezvous import hardcoded_rendezvous
+from paratrain.diagnostics.check_rendezvous import hardcoded_rendezvous, one_machine_only
 from paratrain.diagnostics.check_output import (
     RANK_TAG,
     log_on_every_rank,
@@ -50,6 +50,8 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
             continue
         guard = facts.guard(call)
         if guard == "global" or facts.in_launcher(call) or (not helper and path_names_rank(facts, call)):
+            continue
+        if guard == "local" and one_machine_only(facts):  # once per machine, on the one machine it can use
             continue
         mesh = _mesh_dims_at_zero(facts, call)
         if mesh >= {"replicate", "shard"}:  # rank 0 of its replica in the first replica: one rank
