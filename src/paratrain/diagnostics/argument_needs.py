@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ast
 
+from paratrain.diagnostics.tree_walk import walk
+
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
@@ -21,18 +23,47 @@ def needed_arguments(function: _Function, node: ast.AST) -> frozenset[str]:
     ``if`` of the body tests to return before the save (``if return_model: return model``, mace's converters).
 
     Invariant: a call that passes none of these leaves each at its default, where ``node`` does not run."""
-    target, defaults = node, _defaults(function)
-    needed = set()
-    for node in ast.walk(function):
+    held, returns = _needs_of(function)
+    needed = set(held.get(id(node), ()))
+    for end, name in returns:
+        if end < getattr(node, "lineno", 0):  # after the `if` that returns (not in it)
+            needed.add(name)
+    return frozenset(needed)
+
+
+# id of a function → (the function, (id of a node → the parameters the ifs holding it test for a value,
+# [(the last line of an early return's `if`, the parameter whose true default takes it)])): read once per function
+_NEEDS: dict[int, tuple[_Function, tuple[dict[int, set[str]], list[tuple[int, str]]]]] = {}
+
+
+def _needs_of(function: _Function) -> tuple[dict[int, set[str]], list[tuple[int, str]]]:
+    known = _NEEDS.get(id(function))
+    if known is None or known[0] is not function:
+        if len(_NEEDS) > 4096:  # one check's functions; a long-lived process checking many files starts afresh
+            _NEEDS.clear()
+        known = _NEEDS[id(function)] = (function, _read_needs(function))
+    return known[1]
+
+
+def _read_needs(function: _Function) -> tuple[dict[int, set[str]], list[tuple[int, str]]]:
+    defaults = _defaults(function)
+    held: dict[int, set[str]] = {}
+    returns: list[tuple[int, str]] = []
+    if not defaults:
+        return held, returns
+    for node in walk(function):
         if not isinstance(node, ast.If):
             continue
-        if any(m is target for s in node.body for m in ast.walk(s)):
-            needed |= {name for name in _given_by(node.test) if defaults.get(name, True) in (None, False)}
-        elif node in function.body and node.lineno < target.lineno and _returns(node.body) and not node.orelse:
-            name = node.test.id if isinstance(node.test, ast.Name) else None
-            if name is not None and defaults.get(name) is True:
-                needed.add(name)
-    return frozenset(needed)
+        names = {name for name in _given_by(node.test) if name in defaults and defaults[name] in (None, False)}
+        if names:
+            for statement in node.body:
+                for inner in walk(statement):
+                    held.setdefault(id(inner), set()).update(names)
+    for statement in function.body:
+        if (isinstance(statement, ast.If) and isinstance(statement.test, ast.Name) and _returns(statement.body)
+                and not statement.orelse and defaults.get(statement.test.id) is True):
+            returns.append((statement.end_lineno or statement.lineno, statement.test.id))
+    return held, returns
 
 
 def _defaults(function: _Function) -> dict[str, object]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from paratrain.diagnostics.check_rules import RULES, Finding
 from paratrain.diagnostics.project_facts import read_project_facts
 from paratrain.diagnostics.script_facts import ScriptFacts
+from paratrain.diagnostics.tree_walk import forget as forget_walks
 from paratrain.errors import ConfigError
 
 _IGNORE = re.compile(r"#\s*paratrain:\s*ignore(?:\[([\w\s,-]+)\])?")
@@ -31,6 +32,7 @@ def check_source(source: str, filename: str = "<script>", script: Path | None = 
     Raises:
         ConfigError: the source is not valid Python (names the file and line).
     """
+    forget_walks()  # the walks of the previous check's trees
     source = source.removeprefix("\ufeff")  # a byte-order mark, which Python itself skips
     try:
         facts = ScriptFacts.read(source)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from paratrain.diagnostics.check_finding import Finding
 from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
+from paratrain.diagnostics.tree_walk import walk
 
 
 def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
@@ -115,7 +116,7 @@ def _dest(call: ast.Call, flags: list[str]) -> str:
 def _parsed_local_rank_read(facts: ScriptFacts, dest: str = "local_rank") -> bool:
     """Some read of ``x.<dest>`` may see the parsed value: not one that follows, in the same function,
     ``args.local_rank = local_rank`` (a worker started by ``mp.spawn`` storing its index over the flag's)."""
-    stores = [node for node in ast.walk(facts.tree)
+    stores = [node for node in walk(facts.tree)
               if isinstance(node, ast.Attribute) and node.attr == dest and isinstance(node.ctx, ast.Store)]
     if any(facts.in_launcher(store) for store in stores):
         return False  # the script's own process starter sets each worker's value before it starts
@@ -147,7 +148,7 @@ def _reads_local_rank_env(facts: ScriptFacts) -> bool:
         and (isinstance(facts.parents.get(node), ast.Subscript) and not isinstance(facts.parents[node].ctx, ast.Store)
              or isinstance(facts.parents.get(node), ast.Call))
         and re.search(r"environ|getenv", ast.unparse(facts.parents[node]))
-        for node in ast.walk(facts.tree)
+        for node in walk(facts.tree)
     ) and facts.mentions(r"environ|getenv")
 
 

@@ -17,6 +17,7 @@ from paratrain.diagnostics.library_calls import peft_prints, pretty_prints, tqdm
 from paratrain.diagnostics.print_silencing import print_replaced, print_silenced, runs_before, silencing_calls
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, last_name
+from paratrain.diagnostics.tree_walk import walk
 from paratrain.diagnostics.unreached_methods import unreached_method
 
 # A value in an f-string that tells the ranks' lines apart (f"[GPU{rank}] …", f"[{os.getpid()}] …").
@@ -50,7 +51,7 @@ def rank_tagged(call: ast.Call) -> bool:
     ``"Use GPU: {}".format(gpu)``, ``print("rank", rank)``): one line per rank is the point."""
     return any(
         isinstance(name, (ast.Name, ast.Attribute, ast.Call)) and RANK_TAG.fullmatch(last_name(name))
-        for arg in call.args for value in _interpolated(arg) for name in ast.walk(value)
+        for arg in call.args for value in _interpolated(arg) for name in walk(value)
     )
 
 
@@ -215,7 +216,7 @@ def _rank_chosen(facts: ScriptFacts, setup: ast.Call) -> bool:
     rank = re.compile(r"rank|main|master|process_index|primary")
     if rank.search(ast.unparse(setup)) or facts.guard(setup):
         return True
-    names = {node.id for node in ast.walk(setup) if isinstance(node, ast.Name)}
+    names = {node.id for node in walk(setup) if isinstance(node, ast.Name)}
     return any(rank.search(ast.unparse(value)) or facts.guard(value)
                for name in names for value in facts.assigned.get(name, []))
 
@@ -270,7 +271,7 @@ def _in_loop_around(facts: ScriptFacts, sink: ast.Call, call: ast.Call) -> bool:
     """``sink`` sits in a loop that also holds ``call``: a later pass may run it before the call."""
     parent = facts.parents.get(sink)
     while parent is not None and parent is not facts.scope(sink):
-        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)) and any(node is call for node in ast.walk(parent)):
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)) and any(node is call for node in walk(parent)):
             return True
         parent = facts.parents.get(parent)
     return False

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from paratrain.diagnostics.check_finding import Finding
 from paratrain.diagnostics.project_rendezvous import fixed_source, passed_parameters, rendezvous_writes
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
+from paratrain.diagnostics.tree_walk import walk
 
 
 _LITERAL_URL = re.compile(r"tcp://[^:/{}%\s]+:\d+$")
@@ -19,7 +20,7 @@ _LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 def _environ_literals(facts: ScriptFacts) -> Iterator[tuple[ast.AST, str, str]]:
     """``os.environ["MASTER_PORT"] = "12355"`` (and ``os.environ.update({...})``): the variable set to a literal."""
-    for node in ast.walk(facts.tree):
+    for node in walk(facts.tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Constant, ast.JoinedStr)):
             for target in node.targets:
                 if (isinstance(target, ast.Subscript) and ast.unparse(target.value).endswith("environ")
@@ -40,7 +41,7 @@ def _default_only(facts: ScriptFacts, node: ast.AST, variable: str) -> bool:
     parent = facts.parents.get(node)
     while parent is not None:
         if isinstance(parent, ast.If) and any(
-                isinstance(n, ast.Constant) and n.value == variable for n in ast.walk(parent.test)):
+                isinstance(n, ast.Constant) and n.value == variable for n in walk(parent.test)):
             return True
         parent = facts.parents.get(parent)
     return False
@@ -56,7 +57,7 @@ def one_machine_only(facts: ScriptFacts) -> bool:
             return True
     # the URL the code sets (an assignment, init_process_group's init_method), not an option's default, which a
     # run on several machines overrides (bts' `--dist_url` defaults to tcp://127.0.0.1:1234)
-    set_in_code = [node.value for node in ast.walk(facts.tree) if isinstance(node, ast.Assign)]
+    set_in_code = [node.value for node in walk(facts.tree) if isinstance(node, ast.Assign)]
     set_in_code += [kw.value for call in facts.calls_named("init_process_group") for kw in call.keywords
                     if kw.arg == "init_method"]
     for value in set_in_code:
@@ -84,7 +85,7 @@ def hardcoded_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
 def _fixed_in_functions(facts: ScriptFacts) -> Iterator[Finding]:
     """A function of the file, called in it, that writes a rendezvous variable from a parameter's literal default
     its calls leave as it is, or from arithmetic on a literal port (project_rendezvous.py's reading)."""
-    for function in (node for node in ast.walk(facts.tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))):
+    for function in (node for node in walk(facts.tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))):
         calls = [call for call in facts.loaded_names.get(function.name, [])]
         if not calls or not all(isinstance(facts.parents.get(use), ast.Call) and facts.parents[use].func is use
                                 for use in calls):
@@ -121,7 +122,7 @@ def _fixed_value(line: int, variable: str, source: str) -> Finding:
 def _fixed_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
     # A whole literal URL only: "tcp://%s:%s" % (os.environ["MASTER_ADDR"], …) or
     # f"tcp://127.0.0.1:{port}" take their address and port from the run.
-    for node in ast.walk(facts.tree):
+    for node in walk(facts.tree):
         if (isinstance(node, ast.Constant) and isinstance(node.value, str) and _LITERAL_URL.match(node.value)
                 and not isinstance(facts.parents.get(node), ast.JoinedStr)):
             yield Finding(
@@ -205,7 +206,7 @@ def environ_parameters(facts: ScriptFacts) -> dict[str, str]:
     ``def setup(rank, master_port): os.environ["MASTER_PORT"] = str(master_port)`` → {"master_port":
     "MASTER_PORT"}; not where the write only fills an unset variable."""
     found = {}
-    for node in ast.walk(facts.tree):
+    for node in walk(facts.tree):
         variable = _rendezvous_variable(node)
         if variable is None or _default_only(facts, node, variable):
             continue
@@ -213,7 +214,7 @@ def environ_parameters(facts: ScriptFacts) -> dict[str, str]:
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         params = {arg.arg for arg in function.args.posonlyargs + function.args.args + function.args.kwonlyargs}
-        for part in ast.walk(node.value):
+        for part in walk(node.value):
             if isinstance(part, ast.Name) and part.id in params:
                 found[part.id] = variable
     return found
@@ -236,7 +237,7 @@ def _composed_url_defaults(facts: ScriptFacts) -> Iterator[Finding]:
     if not defaults:
         return
     reported = set()
-    for node in ast.walk(facts.tree):
+    for node in walk(facts.tree):
         if isinstance(node, ast.JoinedStr):
             head = node.values[0] if node.values else None
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and not isinstance(
@@ -248,7 +249,7 @@ def _composed_url_defaults(facts: ScriptFacts) -> Iterator[Finding]:
             continue
         if not (isinstance(head, ast.Constant) and isinstance(head.value, str) and head.value.startswith("tcp://")):
             continue
-        for part in ast.walk(node):
+        for part in walk(node):
             if not isinstance(part, (ast.Name, ast.Attribute)):
                 continue
             option = defaults.get(part.attr if isinstance(part, ast.Attribute) else part.id)
@@ -280,11 +281,11 @@ def _environ_option_defaults(facts: ScriptFacts) -> Iterator[Finding]:
     if not defaults:
         return
     reaching: dict[str, str] = {}  # option name → the variable it becomes
-    for node in ast.walk(facts.tree):
+    for node in walk(facts.tree):
         variable = _rendezvous_variable(node)
         if variable is None or _default_only(facts, node, variable):
             continue
-        for part in ast.walk(node.value):
+        for part in walk(node.value):
             if isinstance(part, (ast.Name, ast.Attribute)) and last_name(part) in defaults:
                 reaching.setdefault(last_name(part), variable)
                 break
@@ -309,7 +310,7 @@ def _environ_option_defaults(facts: ScriptFacts) -> Iterator[Finding]:
 def _passed_to_writers(facts: ScriptFacts, defaults: dict[str, ast.Call]) -> dict[str, str]:
     """Options handed to a function of the file at a parameter it writes into a rendezvous variable."""
     writers = environ_parameters(facts)
-    functions = {node.name: node for node in ast.walk(facts.tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    functions = {node.name: node for node in walk(facts.tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     found = {}
     for call in facts.calls:
         function = functions.get(call.func.id) if isinstance(call.func, ast.Name) else None

@@ -31,6 +31,7 @@ from paratrain.diagnostics.check_wrappers import batchnorm_without_syncbn, data_
 from paratrain.diagnostics.metric_flow import metric_over_shard, sharded_loaders
 from paratrain.diagnostics.argument_needs import passes_one_of
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
+from paratrain.diagnostics.tree_walk import walk
 
 _SEEDING = ("manual_seed", "seed_everything", "seed", "manual_seed_all")
 _MODEL_CALL = re.compile(r"Sequential|from_pretrained|[A-Z]\w*(?:Net|Model|Classifier|ForSequenceClassification)")
@@ -104,7 +105,7 @@ def _mesh_dims_at_zero(facts: ScriptFacts, node: ast.AST) -> set[str]:
     child, parent = node, facts.parents.get(node)
     while parent is not None:
         if isinstance(parent, ast.If) and child in parent.body:
-            for test in ast.walk(parent.test):
+            for test in walk(parent.test):
                 if (isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.Eq) and len(test.ops) == 1
                         and isinstance(test.left, ast.Call) and last_name(test.left) == "get_local_rank"
                         and ast.unparse(test.comparators[0]) == "0"):
@@ -129,11 +130,11 @@ def path_names_rank(facts: ScriptFacts, call: ast.Call) -> bool:
     if path is None:
         return False
     # the path, and what the names in it were assigned: `os.path.join(d, name)` with `name = f"opt.{rank}.pt"`
-    candidates = [path] + [value for node in ast.walk(path) if isinstance(node, (ast.Name, ast.Attribute))
+    candidates = [path] + [value for node in walk(path) if isinstance(node, (ast.Name, ast.Attribute))
                            for value in facts.assigned.get(ast.unparse(node), [])]
     return any(
         RANK_TAG.fullmatch(last_name(node))
-        for candidate in candidates for node in ast.walk(candidate)
+        for candidate in candidates for node in walk(candidate)
         if isinstance(node, (ast.Name, ast.Attribute, ast.Call)) and node is not path
     )
 
@@ -157,7 +158,7 @@ def _seedings(facts: ScriptFacts) -> list[ast.Call]:
 
 def _model_builds(facts: ScriptFacts) -> list[ast.Call]:
     modules = {
-        node.name for node in ast.walk(facts.tree)
+        node.name for node in walk(facts.tree)
         if isinstance(node, ast.ClassDef) and any(last_name(base).endswith("Module") for base in node.bases)
     }
     return [call for call in facts.calls if last_name(call) in modules or _MODEL_CALL.fullmatch(last_name(call))]
@@ -253,8 +254,8 @@ def ungathered_metric(facts: ScriptFacts) -> Iterator[Finding]:
     # Only where this file counts the metric itself: the report sits in the function that loops over
     # the loader (a metric from another file's `evaluate()` may be reduced there).
     loops = {
-        facts.scope(node) for node in ast.walk(facts.tree)
-        if isinstance(node, ast.For) and any(ast.unparse(n) in loaders for n in ast.walk(node.iter))
+        facts.scope(node) for node in walk(facts.tree)
+        if isinstance(node, ast.For) and any(ast.unparse(n) in loaders for n in walk(node.iter))
     }
     for call in facts.calls_named(*_REPORTS):
         if facts.scope(call) not in loops:

@@ -15,6 +15,7 @@ from paratrain.diagnostics.check_finding import Finding
 from paratrain.diagnostics.library_calls import ignite_eval_loaders
 from paratrain.diagnostics.project_mentions import project_calls
 from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
+from paratrain.diagnostics.tree_walk import walk
 
 EVAL_NAME = re.compile(r"val|dev|test|eval", re.IGNORECASE)
 SAMPLERS = ("DistributedSampler",)
@@ -35,12 +36,12 @@ def _sampler_uses(facts: ScriptFacts) -> set[str]:
         for choice in _alternatives(value)
     }
     containers = {text.partition("[")[0] for text in passed if "[" in text}
-    passed |= {ast.unparse(node.value) for node in ast.walk(facts.tree) if isinstance(node, ast.Assign)
+    passed |= {ast.unparse(node.value) for node in walk(facts.tree) if isinstance(node, ast.Assign)
                for target in node.targets
                if isinstance(target, ast.Subscript) and ast.unparse(target.value) in containers}
     in_dicts = {
         ast.unparse(value)
-        for node in ast.walk(facts.tree) if isinstance(node, ast.Dict)
+        for node in walk(facts.tree) if isinstance(node, ast.Dict)
         for key, value in zip(node.keys, node.values)
         if isinstance(key, ast.Constant) and key.value in _SAMPLER_KEYS
     }
@@ -58,7 +59,7 @@ def _handed_on(facts: ScriptFacts, name: str) -> bool:
         values = list(call.args) + [kw.value for kw in call.keywords]
         if any(ast.unparse(choice) == name for value in values for choice in _alternatives(value)):
             return True
-    containers = {ast.unparse(target.value) for node in ast.walk(facts.tree) if isinstance(node, ast.Assign)
+    containers = {ast.unparse(target.value) for node in walk(facts.tree) if isinstance(node, ast.Assign)
                   and ast.unparse(node.value) == name for target in node.targets if isinstance(target, ast.Subscript)}
     return any(isinstance(call.func, ast.Attribute) and call.func.attr == "set_epoch"
                and isinstance(call.func.value, ast.Subscript) and ast.unparse(call.func.value.value) in containers
@@ -74,8 +75,8 @@ def _returned_to_a_caller_that_sets_epochs(facts: ScriptFacts, names: set[str]) 
                if isinstance(value, ast.Call) and last_name(value) in LOADERS
                and any(ast.unparse(choice) == name for key in _SAMPLER_KEYS
                        for choice in _alternatives(keyword(value, key)) if keyword(value, key) is not None)}
-    handed_back = {ast.unparse(node) for ret in ast.walk(facts.tree) if isinstance(ret, ast.Return) and ret.value
-                   for node in ast.walk(ret.value) if isinstance(node, (ast.Name, ast.Attribute))}
+    handed_back = {ast.unparse(node) for ret in walk(facts.tree) if isinstance(ret, ast.Return) and ret.value
+                   for node in walk(ret.value) if isinstance(node, (ast.Name, ast.Attribute))}
     return bool(handed_back & (names | loaders)) and facts.script is not None and project_calls(facts.script, "set_epoch")
 
 
@@ -142,7 +143,7 @@ def _loaders_read_once(facts: ScriptFacts, loaders: set[str]) -> bool:
     if not loaders:
         return False
     passes = 0
-    for node in ast.walk(facts.tree):
+    for node in walk(facts.tree):
         if not (isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load)
                 and ast.unparse(node) in loaders):
             continue
@@ -157,7 +158,7 @@ def _loaders_read_once(facts: ScriptFacts, loaders: set[str]) -> bool:
             continue
         elif (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name)
               and parent.func.id in facts.own_functions and read in parent.args):
-            callee = next((f for f in ast.walk(facts.tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+            callee = next((f for f in walk(facts.tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                            and f.name == parent.func.id), None)
             if callee is None or ast.unparse(node) not in {a.arg for a in callee.args.args}:
                 return False  # read under another name there
@@ -175,7 +176,7 @@ def _remainder_loader(facts: ScriptFacts) -> ast.Call | None:
     """A ``Subset`` of the samples past ``len(sampler) * world_size``: the tail that a
     ``drop_last=True`` sampler leaves out, evaluated on its own (pytorch/examples' imagenet)."""
     def text(call: ast.Call) -> str:  # the call and the plain assignments of the names it reads
-        names = {node.id for node in ast.walk(call) if isinstance(node, ast.Name)}
+        names = {node.id for node in walk(call) if isinstance(node, ast.Name)}
         return " ".join([ast.unparse(call)] + [ast.unparse(v) for n in names for v in facts.assigned.get(n, [])])
 
     return next((
@@ -280,7 +281,7 @@ def _makers(facts: ScriptFacts) -> dict[str, list[ast.Call]]:
     """Functions of the file, and of its project that it calls, that return a DistributedSampler (by the name
     the file calls them) → the sampler calls they return."""
     own = {
-        node.name: [ret.value for ret in ast.walk(node) if isinstance(ret, ast.Return)
+        node.name: [ret.value for ret in walk(node) if isinstance(ret, ast.Return)
                     and isinstance(ret.value, ast.Call) and last_name(ret.value) in SAMPLERS]
         for node in facts.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
     }

@@ -15,6 +15,7 @@ from paratrain.diagnostics.check_finding import Finding
 from paratrain.diagnostics.project_norms import norm_aliases
 from paratrain.diagnostics.script_facts import ScriptFacts, last_name, returned_module
 from paratrain.diagnostics.syncbn_conversion import off_by_default, syncbn_converts
+from paratrain.diagnostics.tree_walk import walk
 
 WRAPPERS = ("DistributedDataParallel", "DDP", "DataParallel")
 
@@ -25,7 +26,7 @@ _WRAPPER_QUESTION = re.compile(r"^is_(?:\w+_)?(?:parallel|ddp|wrapped)$")
 def own_subclasses(facts: ScriptFacts, *bases: str) -> set[str]:
     """Classes of the script that derive from one of ``bases`` (directly or through each other):
     ``class KeepAttrs(torch.nn.DataParallel)`` is a DataParallel."""
-    classes = [node for node in ast.walk(facts.tree) if isinstance(node, ast.ClassDef)]
+    classes = [node for node in walk(facts.tree) if isinstance(node, ast.ClassDef)]
     found: set[str] = set()
     while True:
         more = {cls.name for cls in classes if cls.name not in found
@@ -64,7 +65,7 @@ def _wrapper_holders(facts: ScriptFacts) -> set[str]:
     wrappers = tuple(maker for maker in _wrapper_makers(facts) if maker != "prepare")  # Accelerate's: below
     held = set(facts.names_bound_to(*wrappers))
     accelerators = set(facts.names_bound_to("Accelerator"))
-    for node in ast.walk(facts.tree):
+    for node in walk(facts.tree):
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call)):
             continue
         target, value = node.targets[0], node.value
@@ -220,7 +221,7 @@ def _rebound(facts: ScriptFacts, owner: ast.expr, call: ast.Call, makers: tuple[
     unwrapped (``discriminator = accelerator.unwrap_model(discriminator)``, ``model = model.module``). Made
     from ``owner`` otherwise (``model = model.to(device)``, ``enc, clf = load(enc, clf, path)``), it keeps it."""
     holder = _holder(owner)
-    before = [node for node in ast.walk(facts.scope(call))
+    before = [node for node in walk(facts.scope(call))
               if isinstance(node, ast.Assign) and facts.scope(node) is facts.scope(call) and node.lineno < call.lineno
               and any(_holder(t) == holder for target in node.targets
                       for t in (target.elts if isinstance(target, ast.Tuple) else [target]))]
@@ -233,7 +234,7 @@ def _rebound(facts: ScriptFacts, owner: ast.expr, call: ast.Call, makers: tuple[
             isinstance(value, ast.Attribute) and value.attr == "module" and _holder(value.value) == holder):
         return True
     return not any(isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and _holder(node) == holder
-                   for node in ast.walk(value))
+                   for node in walk(value))
 
 
 def _saved_later(facts: ScriptFacts, call: ast.expr) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.project_imports import MAX_BYTES, project_root, read_small_file
 from paratrain.diagnostics.project_loggers import chooses_by_rank
+from paratrain.diagnostics.tree_walk import walk
 
 __all__ = ["levels_chosen_by_an_importer"]
 
@@ -48,11 +49,11 @@ def _chooses_then_imports(path: Path, stem: str) -> bool:
         return False
     imports = any(isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[-1] == stem
                   or isinstance(node, ast.Import) and any(a.name.split(".")[-1] == stem for a in node.names)
-                  for node in ast.walk(tree))
+                  for node in walk(tree))
     if not imports:
         return False
-    for function in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
-        setups = [n for n in ast.walk(function) if isinstance(n, ast.Call) and last_name(n) in _SETUPS]
+    for function in (n for n in walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        setups = [n for n in walk(function) if isinstance(n, ast.Call) and last_name(n) in _SETUPS]
         if setups and chooses_by_rank(function, setups):
             return True
     return False

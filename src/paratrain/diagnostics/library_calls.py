@@ -13,6 +13,7 @@ import re
 from typing import TYPE_CHECKING
 
 from paratrain.diagnostics.call_names import keyword, last_name
+from paratrain.diagnostics.tree_walk import walk
 
 if TYPE_CHECKING:
     from paratrain.diagnostics.script_facts import ScriptFacts
@@ -29,7 +30,7 @@ def accelerate_logging_names(tree: ast.Module) -> set[str]:
     MultiProcessAdapter``, ``get_logger``), and ``accelerate.logging`` modules imported whole
     (``import accelerate.logging as alog`` → ``alog``)."""
     names = set()
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module in _ACCELERATE_LOGGING:
             names |= {alias.asname or alias.name for alias in node.names if alias.name in _MAIN_PROCESS_LOGGERS}
         elif isinstance(node, ast.Import):
@@ -48,9 +49,9 @@ def returns_main_process_logger(tree: ast.Module, function: ast.FunctionDef | as
     makers = accelerate_logging_names(tree)
     if not makers:
         return False
-    bound = {target.id: node.value for node in ast.walk(function) if isinstance(node, ast.Assign)
+    bound = {target.id: node.value for node in walk(function) if isinstance(node, ast.Assign)
              for target in node.targets if isinstance(target, ast.Name)}
-    for ret in (node for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None):
+    for ret in (node for node in walk(function) if isinstance(node, ast.Return) and node.value is not None):
         value = bound.get(ret.value.id, ret.value) if isinstance(ret.value, ast.Name) else ret.value
         if isinstance(value, ast.Call) and (ast.unparse(value.func) in makers or (
                 isinstance(value.func, ast.Attribute) and ast.unparse(value.func.value) in makers

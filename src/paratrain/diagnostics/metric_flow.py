@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 from paratrain.diagnostics.check_samplers import LOADERS, SAMPLERS, imported_sampler_bindings
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
+from paratrain.diagnostics.tree_walk import walk
 
 __all__ = ["metric_over_shard", "sharded_loaders"]
 
@@ -73,25 +74,25 @@ def _arguments(call: ast.Call, function: _Function) -> Iterator[tuple[ast.expr, 
 def _loops_over(function: _Function, param: str) -> bool:
     """A ``for`` of ``function`` reads ``param`` as it is (``for x, y in loader``, ``enumerate(loader)``)."""
     if any(isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr))
-           and any(isinstance(t, ast.Name) and t.id == param for t in _targets(node)) for node in ast.walk(function)):
+           and any(isinstance(t, ast.Name) and t.id == param for t in _targets(node)) for node in walk(function)):
         return False  # rebound before the loop: another value
     return any(isinstance(node, (ast.For, ast.AsyncFor))
-               and any(isinstance(n, ast.Name) and n.id == param for n in ast.walk(node.iter))
-               for node in ast.walk(function))
+               and any(isinstance(n, ast.Name) and n.id == param for n in walk(node.iter))
+               for node in walk(function))
 
 
 def _targets(node: ast.AST) -> list[ast.expr]:
     if isinstance(node, ast.Assign):
-        return [n for t in node.targets for n in ast.walk(t)]
-    return list(ast.walk(node.target))
+        return [n for t in node.targets for n in walk(t)]
+    return list(walk(node.target))
 
 
 def _names_a_metric(function: _Function, metric: re.Pattern[str]) -> bool:
     """The function is named for a metric (``compute_accuracy``) or returns one (``return correct / total``)."""
-    returns = [node.value for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None]
+    returns = [node.value for node in walk(function) if isinstance(node, ast.Return) and node.value is not None]
     return bool(metric.search(function.name)) or any(metric.search(ast.unparse(value)) for value in returns)
 
 
 def _names_read(report: ast.Call) -> set[str]:
-    return {node.id for arg in [*report.args, *(kw.value for kw in report.keywords)] for node in ast.walk(arg)
+    return {node.id for arg in [*report.args, *(kw.value for kw in report.keywords)] for node in walk(arg)
             if isinstance(node, ast.Name)}

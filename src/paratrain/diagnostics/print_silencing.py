@@ -11,6 +11,7 @@ import ast
 import re
 
 from paratrain.diagnostics.script_facts import ScriptFacts, last_name
+from paratrain.diagnostics.tree_walk import walk
 
 # DeiT/DINO/MAE/DETR's shared `utils.init_distributed_mode(args)` reads RANK/LOCAL_RANK from the
 # environment (args.gpu) and calls `setup_for_distributed(is_master)`, which replaces builtins.print
@@ -50,7 +51,7 @@ def _stdout_restored(facts: ScriptFacts) -> bool:
              if any(ast.unparse(value) == "sys.stdout" for value in values)}
     return any(isinstance(node, ast.Assign) and any(ast.unparse(t) == "sys.stdout" for t in node.targets)
                and (ast.unparse(node.value) == "sys.__stdout__" or ast.unparse(node.value) in saved)
-               for node in ast.walk(facts.tree))
+               for node in walk(facts.tree))
 
 
 def silencing_calls(facts: ScriptFacts) -> list[ast.Call]:

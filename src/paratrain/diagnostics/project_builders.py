@@ -22,6 +22,7 @@ import ast
 from paratrain.diagnostics.project_classes import ProjectClasses
 from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.script_facts import ScriptFacts
+from paratrain.diagnostics.tree_walk import walk
 
 
 class ProjectBuilders:
@@ -66,10 +67,10 @@ class ProjectBuilders:
         """The project classes whose objects ``function`` returns (``return TrainState(...)``, or a name it
         assigned one only); empty when anything else may be returned."""
         found = []
-        for ret in (n for n in ast.walk(function) if isinstance(n, ast.Return)):
+        for ret in (n for n in walk(function) if isinstance(n, ast.Return)):
             values = [ret.value]
             if isinstance(ret.value, ast.Name):
-                values = [n.value for n in ast.walk(function) if isinstance(n, ast.Assign)
+                values = [n.value for n in walk(function) if isinstance(n, ast.Assign)
                           and any(isinstance(t, ast.Name) and t.id == ret.value.id for t in n.targets)]
             for value in values:
                 if not (isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute))):

@@ -20,6 +20,7 @@ import ast
 
 from paratrain.diagnostics.call_names import last_name, returned_module
 from paratrain.diagnostics.project_imports import Module, ProjectImports
+from paratrain.diagnostics.tree_walk import walk
 
 _HOPS = 2  # methods of the object followed from the one called
 _MAX_LINEAGE = 8  # classes in one lineage: a deep hierarchy is not read further
@@ -79,7 +80,7 @@ class ProjectClasses:
 
     def _wraps(self, lineage: _Lineage, found: tuple[int, _Function], hops: int) -> bool:
         index, function = found
-        for node in ast.walk(function):
+        for node in walk(function):
             value = None
             if isinstance(node, ast.Assign) and any(_on_self(t) for t in node.targets):
                 value = node.value
@@ -132,10 +133,10 @@ def _self_call(lineage: _Lineage, call: ast.Call, index: int) -> tuple[int, _Fun
 
 def _returns_data_parallel(function: _Function) -> bool:
     """The function returns ``DataParallel(...)``: directly or through a name assigned one in it."""
-    for ret in (n for n in ast.walk(function) if isinstance(n, ast.Return) and n.value is not None):
+    for ret in (n for n in walk(function) if isinstance(n, ast.Return) and n.value is not None):
         values = [ret.value]
         if isinstance(ret.value, ast.Name):
-            values = [node.value for node in ast.walk(function) if isinstance(node, ast.Assign)
+            values = [node.value for node in walk(function) if isinstance(node, ast.Assign)
                       and any(isinstance(t, ast.Name) and t.id == ret.value.id for t in node.targets)]
         if any(isinstance(v := returned_module(value), ast.Call) and last_name(v) == "DataParallel" for value in values):
             return True

@@ -63,6 +63,7 @@ from paratrain.diagnostics.project_wrapped_saves import might_save_a_wrapper, wr
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
 from paratrain.diagnostics.syncbn_conversion import SYNCBN, off_by_default, syncbn_converts
+from paratrain.diagnostics.tree_walk import walk
 
 _SAMPLERS = ("DistributedSampler",)
 _GROUP_CALLS = ("init_process_group", "DistributedDataParallel")
@@ -246,7 +247,7 @@ class _Reader:
         known = self._done_by.get(id(reached))
         if known is not None and known[0] is reached:
             return known[1]
-        nodes = list(ast.walk(reached))
+        nodes = list(walk(reached))
         calls = [node for node in nodes if isinstance(node, ast.Call)]
         setups = [call for call in calls if last_name(call) in _LOG_SETUPS]
         done = _Does(
@@ -274,7 +275,7 @@ class _Reader:
         for _ in range(_HOPS):
             following = []
             for owner, body in frontier:
-                for call in (n for n in ast.walk(body) if isinstance(n, ast.Call)):
+                for call in (n for n in walk(body) if isinstance(n, ast.Call)):
                     if not isinstance(call.func, (ast.Name, ast.Attribute)):
                         continue
                     found = self._in_module(owner, ast.unparse(call.func))
@@ -305,7 +306,7 @@ class _Reader:
         rank 0 only, as ResNeSt's ``@master_only``)."""
         if function.decorator_list:
             return []
-        saves = [node for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) == "save"]
+        saves = [node for node in walk(function) if isinstance(node, ast.Call) and last_name(node) == "save"]
         if not saves:
             return []
         mf = self.facts_of(module)  # the module's reading, made only for a function that saves
@@ -320,21 +321,21 @@ class _Reader:
         """The parameters whose ``state_dict()`` the function saves (in a ``save`` call, as a value of a dict, or
         bound to a name that reaches one of those), never rebound in it (``net = net.module``) nor unwrapped
         there: what the caller passes is what is saved."""
-        calls = [node for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) == "state_dict"
+        calls = [node for node in walk(function) if isinstance(node, ast.Call) and last_name(node) == "state_dict"
                  and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)]
         params = {a.arg for a in function.args.posonlyargs + function.args.args + function.args.kwonlyargs} - {"self"}
         calls = [call for call in calls if call.func.value.id in params]
         if not calls:
             return set()
         mf = self.facts_of(module)
-        rebound = {t.id for node in ast.walk(function) if isinstance(node, (ast.Assign, ast.AugAssign, ast.For, ast.With))
+        rebound = {t.id for node in walk(function) if isinstance(node, (ast.Assign, ast.AugAssign, ast.For, ast.With))
                    for target in (node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)])
-                   if target is not None for t in ast.walk(target) if isinstance(t, ast.Name)}
+                   if target is not None for t in walk(target) if isinstance(t, ast.Name)}
         # `model.module.state_dict() if distributed else model.state_dict()` (CvT), `hasattr(net, "module")`: the
         # function tells a wrapper apart itself
-        unwrapped = {node.value.id for node in ast.walk(function) if isinstance(node, ast.Attribute)
+        unwrapped = {node.value.id for node in walk(function) if isinstance(node, ast.Attribute)
                      and node.attr == "module" and isinstance(node.value, ast.Name)} | {
-            node.args[0].id for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) == "hasattr"
+            node.args[0].id for node in walk(function) if isinstance(node, ast.Call) and last_name(node) == "hasattr"
             and node.args and isinstance(node.args[0], ast.Name)}
         return {call.func.value.id for call in calls if call.func.value.id not in rebound | unwrapped
                 and not mf.single_process(call) and saved_state_dict(mf, call)}
@@ -348,7 +349,7 @@ class _Reader:
             return None
         if returns_main_process_logger(module.tree, function):
             return "rank"  # accelerate's MultiProcessAdapter: the main process only
-        setups = [node for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) in _LOG_SETUPS]
+        setups = [node for node in walk(function) if isinstance(node, ast.Call) and last_name(node) in _LOG_SETUPS]
         if chooses_by_rank(function, setups) or tags_the_rank(module, function):
             return "rank"
         console = any(last_name(s) == "StreamHandler" and to_console(s) for s in setups) or any(
@@ -360,7 +361,7 @@ class _Reader:
         if depth >= 1:
             return None
         # `logger = create_logger(...)`, then `return logger` (XLM's initialize_exp): the helper's logger.
-        for ret in (n for n in ast.walk(function) if isinstance(n, ast.Return) and isinstance(n.value, ast.Name)):
+        for ret in (n for n in walk(function) if isinstance(n, ast.Return) and isinstance(n.value, ast.Name)):
             for value in assigned_in(function, ret.value.id):
                 if not (isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute))):
                     continue
@@ -397,7 +398,7 @@ def _returned_calls(function: _Function, names: tuple[str, ...]) -> list[ast.Cal
     """Calls to ``names`` the function returns: directly, or through a name it assigned one to
     (``model = DDP(model)`` in one branch, ``return model``); not inside a tuple."""
     found = []
-    for ret in (n for n in ast.walk(function) if isinstance(n, ast.Return) and n.value is not None):
+    for ret in (n for n in walk(function) if isinstance(n, ast.Return) and n.value is not None):
         values = assigned_in(function, ret.value.id) if isinstance(ret.value, ast.Name) else [ret.value]
         for value in values:
             for choice in ((value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,)):
@@ -410,4 +411,4 @@ def _returned_calls(function: _Function, names: tuple[str, ...]) -> list[ast.Cal
 def _replaces_print(node: ast.AST) -> bool:
     """``builtins.print = …`` (or ``sys.stdout = …``) within ``node``."""
     return any(isinstance(sub, ast.Assign) and any(ast.unparse(t) in _PRINT_TARGETS for t in sub.targets)
-               for sub in ast.walk(node))
+               for sub in walk(node))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paratrain.diagnostics.sys_path import added_directories
+from paratrain.diagnostics.tree_walk import walk
 
 ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 _LEVELS_WITHOUT_ROOT = 3  # directories above the script searched when no marker names the project's root
@@ -189,7 +190,7 @@ class ProjectImports:
         for a name imported from one. In the script, imports inside functions count too (a script importing
         where it uses); in the modules it imports, those at their top (under ``if``/``try`` too)."""
         bound: dict[str, Path | tuple[Path, str]] = {}
-        for node in (ast.walk(tree) if directory == self.script.parent and tree is self._script_tree else _top_level(tree)):
+        for node in (walk(tree) if directory == self.script.parent and tree is self._script_tree else _top_level(tree)):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     path = self._find(alias.name, directory, 0)

@@ -25,6 +25,7 @@ import ast
 from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.script_facts import ScriptFacts
+from paratrain.diagnostics.tree_walk import walk
 
 _HOPS = 2
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -34,7 +35,7 @@ def loader_bindings(imports: ProjectImports, facts: ScriptFacts) -> list[tuple[s
     """Each name the script binds to a loader that a project builder returns with a DistributedSampler
     (``valid_loader = build(cfg, False)``; ``…, loader_val, mixup = build_loader(cfg)``, by position)."""
     found = []
-    for node in ast.walk(facts.tree):
+    for node in walk(facts.tree):
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call)
                 and isinstance(node.value.func, (ast.Name, ast.Attribute))):
             continue
@@ -92,7 +93,7 @@ def _torchs(module: Module, call: ast.Call) -> bool:
     if not isinstance(root, ast.Name):
         return False
     sources = []
-    for node in ast.walk(module.tree):
+    for node in walk(module.tree):
         if isinstance(node, ast.Import):
             sources += [a.name for a in node.names if (a.asname or a.name.split(".")[0]) == root.id]
         elif isinstance(node, ast.ImportFrom):
@@ -140,14 +141,14 @@ class _Builder:
     def __init__(self, function: _Function, bound: dict[str, object]) -> None:
         self.function = function
         self.bound = bound
-        self.parents = {child: parent for parent in ast.walk(function) for child in ast.iter_child_nodes(parent)}
+        self.parents = {child: parent for parent in walk(function) for child in ast.iter_child_nodes(parent)}
 
     def returned(self, index: int | None) -> list[tuple[ast.expr, int | None]]:
         """The values the function may return (their ``index``-th items), names followed to what was
         assigned them, each with the index still to take from it: a returned call of another function is
         kept whole when the item is to be taken from what it returns."""
         found = []
-        for ret in (n for n in ast.walk(self.function) if isinstance(n, ast.Return) and n.value is not None):
+        for ret in (n for n in walk(self.function) if isinstance(n, ast.Return) and n.value is not None):
             if not self.may_run(ret):
                 continue
             value, rest = ret.value, index
@@ -162,7 +163,7 @@ class _Builder:
 
     def values_of(self, value: ast.expr) -> list[ast.expr]:
         if isinstance(value, ast.Name):
-            return [node.value for node in ast.walk(self.function) if isinstance(node, ast.Assign)
+            return [node.value for node in walk(self.function) if isinstance(node, ast.Assign)
                     and any(isinstance(t, ast.Name) and t.id == value.id for t in node.targets) and self.may_run(node)]
         return [value]
 

@@ -11,6 +11,7 @@ import ast
 import re
 
 from paratrain.diagnostics.call_names import last_name
+from paratrain.diagnostics.tree_walk import walk
 
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -23,14 +24,14 @@ def local_rank_flag(definition: _Function | ast.ClassDef, module: ast.Module | N
     found = _own_flag(definition)
     if found is None and module is not None and not isinstance(definition, ast.ClassDef):
         classes = {node.name: node for node in module.body if isinstance(node, ast.ClassDef)}
-        built = [classes[last_name(node)] for node in ast.walk(definition)
+        built = [classes[last_name(node)] for node in walk(definition)
                  if isinstance(node, ast.Call) and last_name(node) in classes]
         found = next((flag for cls in built for flag in [_own_flag(cls)] if flag is not None), None)
     return found
 
 
 def _own_flag(definition: _Function | ast.ClassDef) -> ast.Call | None:
-    for node in ast.walk(definition):
+    for node in walk(definition):
         if isinstance(node, ast.Call) and last_name(node) == "add_argument" and any(
                 isinstance(a, ast.Constant) and a.value in ("--local_rank", "--local-rank") for a in node.args):
             return node
@@ -52,7 +53,7 @@ def reads_local_rank_env(node: ast.AST) -> bool:
                 isinstance(item, ast.Constant) and item.value == "LOCAL_RANK" for item in arg.elts)
             for arg in sub.args)
         or isinstance(sub, ast.For) and _tries_local_rank(sub)
-        for sub in ast.walk(node))
+        for sub in walk(node))
 
 
 def _tries_local_rank(loop: ast.For) -> bool:
@@ -62,7 +63,7 @@ def _tries_local_rank(loop: ast.For) -> bool:
             isinstance(item, ast.Constant) and item.value == "LOCAL_RANK" for item in loop.iter.elts)):
         return False
     variable = loop.target.id
-    for sub in (sub for stmt in loop.body for sub in ast.walk(stmt)):
+    for sub in (sub for stmt in loop.body for sub in walk(stmt)):
         if isinstance(sub, ast.Subscript) and not isinstance(sub.ctx, ast.Store):
             key, source = sub.slice, sub.value
         elif isinstance(sub, ast.Call) and sub.args:
@@ -78,10 +79,10 @@ def attributes_read_before_set(function: _Function) -> set[str]:
     """Attributes the function reads (``params.local_rank``) where no earlier line of it set them: it sees the
     value it was given."""
     stores = {}
-    for node in ast.walk(function):
+    for node in walk(function):
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
             stores[node.attr] = min(stores.get(node.attr, node.lineno), node.lineno)
-    return {node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+    return {node.attr for node in walk(function) if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
             and isinstance(node.ctx, ast.Load) and node.lineno <= stores.get(node.attr, node.lineno)}
 
 
@@ -89,7 +90,7 @@ def attributes_tested_then_stored(function: _Function) -> set[str]:
     """Attributes the function reads in the test of an ``if``, ``elif`` or ``assert`` before it stores them
     (XLM's slurm.py: ``elif params.local_rank != -1:``, else ``params.local_rank = 0``): it branches on the
     value it was given, then replaces it."""
-    tested = {node.attr for stmt in ast.walk(function) if isinstance(stmt, (ast.If, ast.Assert))
-              for node in ast.walk(stmt.test) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)}
-    stored = {node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
+    tested = {node.attr for stmt in walk(function) if isinstance(stmt, (ast.If, ast.Assert))
+              for node in walk(stmt.test) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)}
+    stored = {node.attr for node in walk(function) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
     return tested & stored & attributes_read_before_set(function)

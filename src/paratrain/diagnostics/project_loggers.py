@@ -14,6 +14,7 @@ from paratrain.diagnostics.assigned_values import bound_values
 from paratrain.diagnostics.call_names import keyword, last_name
 from paratrain.diagnostics.project_imports import Module
 from paratrain.diagnostics.project_logs import module_bindings
+from paratrain.diagnostics.tree_walk import walk
 
 _VERBOSE_LEVEL = re.compile(r"\b(?:INFO|DEBUG|NOTSET)\b|^(?:10|20)$")
 _RANK_WORD = re.compile(r"rank|main|master|process_index|primary")
@@ -21,7 +22,7 @@ _Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 def assigned_in(function: _Function, name: str) -> list[ast.expr]:
-    return [value for node in ast.walk(function) for target, value in bound_values(node)
+    return [value for node in walk(function) for target, value in bound_values(node)
             if isinstance(target, ast.Name) and target.id == name]
 
 
@@ -36,13 +37,13 @@ def chooses_by_rank(function: _Function, setups: list[ast.Call]) -> bool:
     skips its own work off the main process and leaves every logger's level and handlers as they were; a
     returned value (another logger by rank) still counts as a choice."""
     console = [s for s in setups if "FileHandler" not in ast.unparse(s)
-               and not any("FileHandler" in ast.unparse(v) for n in ast.walk(s) if isinstance(n, ast.Name)
+               and not any("FileHandler" in ast.unparse(v) for n in walk(s) if isinstance(n, ast.Name)
                            for v in assigned_in(function, n.id))]
     if any(_RANK_WORD.search(ast.unparse(setup)) for setup in console):
         return True
-    for test in (node for node in ast.walk(function) if isinstance(node, ast.If) and _RANK_WORD.search(ast.unparse(node.test))):
-        inside = {id(node) for node in ast.walk(test)}
-        returns = [node for node in ast.walk(test) if isinstance(node, ast.Return)]
+    for test in (node for node in walk(function) if isinstance(node, ast.If) and _RANK_WORD.search(ast.unparse(node.test))):
+        inside = {id(node) for node in walk(test)}
+        returns = [node for node in walk(test) if isinstance(node, ast.Return)]
         if any(id(setup) in inside for setup in console) or any(setups or ret.value is not None for ret in returns):
             return True
     return False
@@ -52,9 +53,9 @@ def tags_the_rank(module: Module, function: _Function) -> bool:
     """The handlers' formatter writes the rank on every line: a format string naming it
     (``Formatter("%(asctime)s [rank {rank}] %(message)s")``), or a ``logging.Formatter`` subclass of the
     module that reads it (lingua's ``LogFormatter``): one line per rank, told apart on purpose."""
-    formatters = [node.args[0] for node in ast.walk(function) if isinstance(node, ast.Call)
+    formatters = [node.args[0] for node in walk(function) if isinstance(node, ast.Call)
                   and last_name(node) == "setFormatter" and node.args]
-    tagging = {cls.name for cls in ast.walk(module.tree) if isinstance(cls, ast.ClassDef)
+    tagging = {cls.name for cls in walk(module.tree) if isinstance(cls, ast.ClassDef)
                and any(last_name(base) == "Formatter" for base in cls.bases) and "rank" in ast.unparse(cls).lower()}
     made = [value for f in formatters for value in ([f] if not isinstance(f, ast.Name) else assigned_in(function, f.id))]
     return any(isinstance(value, ast.Call) and (last_name(value) in tagging or (
@@ -64,7 +65,7 @@ def tags_the_rank(module: Module, function: _Function) -> bool:
 def makes_logger(function: _Function) -> bool:
     """Named for logging (``setup_logger``, ``get_logger``) or returning a logger (``return logger``,
     ``return logger, out_dir``): a helper whose logging set-up is its job, not a whole training run's."""
-    returned = [node.value for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None]
+    returned = [node.value for node in walk(function) if isinstance(node, ast.Return) and node.value is not None]
     names = [item for value in returned for item in (value.elts if isinstance(value, ast.Tuple) else [value])]
     return "log" in function.name.lower() or any(isinstance(n, ast.Name) and "log" in n.id.lower() for n in names)
 
@@ -103,7 +104,7 @@ def verbose_level(function: _Function, setup: ast.Call) -> bool:
 def returned_index(function: _Function) -> int | None:
     """Where the logger is in what the function returns: None for the value itself (or nothing), the index
     of the item named like a logger in a returned tuple (HRNet's ``return logger, out_dir, tb_dir``)."""
-    for ret in (n for n in ast.walk(function) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)):
+    for ret in (n for n in walk(function) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)):
         for index, item in enumerate(ret.value.elts):
             if isinstance(item, ast.Name) and "log" in item.id.lower():
                 return index

@@ -36,6 +36,7 @@ from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.check_output import VERBOSE_LEVEL, rank_tagged, verbose_console_setup
 from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.project_prints import ProjectPrints
+from paratrain.diagnostics.tree_walk import walk
 
 _LINES = ("info", "debug")  # what the default WARNING level drops: heard only where a setup made it verbose
 # (a function's module, the call of a project helper that makes the logger) → "every" when it gives a verbose
@@ -144,9 +145,9 @@ def module_bindings(tree: ast.Module) -> dict[str, list[ast.expr]]:
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
             bound.setdefault(stmt.targets[0].id, []).append(stmt.value)
-    for function in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
-        shared = {name for node in ast.walk(function) if isinstance(node, ast.Global) for name in node.names}
-        for node in ast.walk(function):
+    for function in (n for n in walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        shared = {name for node in walk(function) if isinstance(node, ast.Global) for name in node.names}
+        for node in walk(function):
             if (shared and isinstance(node, ast.Assign) and len(node.targets) == 1
                     and isinstance(node.targets[0], ast.Name) and node.targets[0].id in shared & set(bound)):
                 bound[node.targets[0].id].append(node.value)
@@ -155,7 +156,7 @@ def module_bindings(tree: ast.Module) -> dict[str, list[ast.expr]]:
 
 def _left_to_root(module: Module, name: str) -> bool:
     """The module neither stops ``name`` propagating to the root logger nor sets it a level above INFO."""
-    for node in ast.walk(module.tree):
+    for node in walk(module.tree):
         if isinstance(node, ast.Assign) and any(ast.unparse(t) == f"{name}.propagate" for t in node.targets):
             return False
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "setLevel"

@@ -28,6 +28,7 @@ import re
 
 from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.project_imports import Module, ProjectImports
+from paratrain.diagnostics.tree_walk import walk
 
 _HOPS = 4
 _MAX_NODES = 30
@@ -51,7 +52,7 @@ class ProjectNorms:
             following = []
             for module, node in frontier:
                 aliases = norm_aliases(module.tree)
-                calls = [n for n in ast.walk(node) if isinstance(n, ast.Call)]
+                calls = [n for n in walk(node) if isinstance(n, ast.Call)]
                 norm = next((c for c in calls if BATCHNORM.fullmatch(last_name(c))
                              or isinstance(c.func, ast.Name) and c.func.id in aliases), None)
                 if norm is not None:
@@ -83,7 +84,7 @@ class ProjectNorms:
         for arg in (a for a in call.args if isinstance(a, ast.Name)):
             table = _module_list(module.tree, _alias(caller, arg.id))
             if table is not None:
-                names = {n.id for n in ast.walk(table) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+                names = {n.id for n in walk(table) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
                 rows += [step for name in sorted(names) for step in self._named(module, name)
                          if isinstance(step[1], ast.ClassDef)]
         return rows
@@ -117,17 +118,17 @@ def _builds_what_it_iterates(cls: ast.ClassDef) -> bool:
     init = next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
     if init is None:
         return False
-    for loop in (n for n in ast.walk(init) if isinstance(n, ast.For)):
-        bound = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    for loop in (n for n in walk(init) if isinstance(n, ast.For)):
+        bound = {n.id for n in walk(loop.target) if isinstance(n, ast.Name)}
         if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in bound
-               for stmt in loop.body for c in ast.walk(stmt)):
+               for stmt in loop.body for c in walk(stmt)):
             return True
     return False
 
 
 def _alias(caller: _Definition, name: str) -> str:
     """The module-level name a local name of ``caller`` is bound to alone (``block_cfg = YOLOP`` → "YOLOP"), or ``name``."""
-    values = [n.value for n in ast.walk(caller) if isinstance(n, ast.Assign)
+    values = [n.value for n in walk(caller) if isinstance(n, ast.Assign)
               and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
     return values[0].id if len(values) == 1 and isinstance(values[0], ast.Name) else name
 

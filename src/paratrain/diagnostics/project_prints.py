@@ -32,6 +32,7 @@ from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.check_output import rank_tagged
 from paratrain.diagnostics.project_builders import ProjectBuilders
 from paratrain.diagnostics.project_imports import Module, ProjectImports
+from paratrain.diagnostics.tree_walk import walk
 
 _HOPS = 2  # calls followed past the one the script makes: a print three functions deep is found
 _MAX_FUNCTIONS = 24
@@ -173,7 +174,7 @@ def _unguarded(function: _Function) -> tuple[list[ast.Call], list[ast.Call]]:
                                                   ast.ExceptHandler)):
             return
         if isinstance(node, (ast.If, ast.While, ast.IfExp)) and _chosen(node.test, flags):
-            if isinstance(node, ast.If) and any(isinstance(n, (ast.Return, ast.Raise)) for n in ast.walk(node)):
+            if isinstance(node, ast.If) and any(isinstance(n, (ast.Return, ast.Raise)) for n in walk(node)):
                 returned_early[0] = True  # `if rank != 0: return`: what follows is chosen too
             return
         if isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.Try)) and _bails_out(node.body):
@@ -183,13 +184,13 @@ def _unguarded(function: _Function) -> tuple[list[ast.Call], list[ast.Call]]:
             for part in (node.test, *node.body, *elif_):
                 visit(part)
             # `if os.path.exists(path): return path` (another rank made it first): what follows may not run
-            returned_early[0] |= any(isinstance(n, ast.Return) for n in ast.walk(node))
+            returned_early[0] |= any(isinstance(n, ast.Return) for n in walk(node))
             return
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Name) and node.func.id == "print":
                 prints.append(node)
             elif not any(isinstance(n, (ast.Name, ast.Attribute)) and ast.unparse(n) in flags
-                         for arg in _arguments(node) for n in ast.walk(arg)):
+                         for arg in _arguments(node) for n in walk(arg)):
                 calls.append(node)  # one given a chosen flag (`set_weight_decay(..., echo=echo)`) is chosen too
         for child in ast.iter_child_nodes(node):
             visit(child)
@@ -203,13 +204,13 @@ def _flags(function: _Function) -> set[str]:
     """Names and attributes the function assigns from a choosing value (``echo = config.LOCAL_RANK == 0``,
     ``self.flash = hasattr(torch.nn.functional, ...)``): a test of one alone chooses too (``if echo:``)."""
     names: set[str] = set()
-    for node in ast.walk(function):
+    for node in walk(function):
         value = ast.unparse(node.value) if isinstance(node, ast.Assign) else ""
         if value and _CHOOSING.search(value):
             # an attribute only from a probe of the install: `args.distributed = args.num_gpus > 1` is no choice
             # of who prints, and `if args.distributed:` runs on every rank of a distributed run
             kinds = (ast.Name, ast.Attribute) if re.search(_INSTALL_PROBE, value) else ast.Name
-            names.update(ast.unparse(t) for target in node.targets for t in ast.walk(target) if isinstance(t, kinds))
+            names.update(ast.unparse(t) for target in node.targets for t in walk(target) if isinstance(t, kinds))
     return names
 
 

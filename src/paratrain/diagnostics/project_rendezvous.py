@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from paratrain.diagnostics.call_names import keyword, last_name
+from paratrain.diagnostics.tree_walk import walk
 
 if TYPE_CHECKING:
     from paratrain.diagnostics.project_imports import ProjectImports
@@ -37,7 +38,7 @@ def option_defaults(trees: list[ast.Module]) -> dict[str, str | int]:
     the options whose default is a literal, by the name the parsed arguments carry."""
     defaults = {}
     for tree in trees:
-        for call in (node for node in ast.walk(tree) if isinstance(node, ast.Call) and last_name(node) == "add_argument"):
+        for call in (node for node in walk(tree) if isinstance(node, ast.Call) and last_name(node) == "add_argument"):
             options = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
             default, dest = keyword(call, "default"), keyword(call, "dest")
             if not options or not isinstance(default, ast.Constant) or isinstance(default.value, bool) or not isinstance(
@@ -64,7 +65,7 @@ def _writes(body: list[ast.stmt], asked: set[str]) -> Iterator[tuple[ast.Assign,
                 yield stmt, variable
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
-        named = asked | ({n.value for n in ast.walk(stmt.test) if isinstance(n, ast.Constant) and n.value in _VARIABLES}
+        named = asked | ({n.value for n in walk(stmt.test) if isinstance(n, ast.Constant) and n.value in _VARIABLES}
                          if isinstance(stmt, ast.If) else set())
         for field in ("body", "orelse", "finalbody"):
             yield from _writes(getattr(stmt, field, []) or [], named)
@@ -81,14 +82,14 @@ def fixed_source(function: _Function, value: ast.expr, defaults: dict[str, str |
     own_defaults.update({a.arg: d for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults) if d is not None})
     names = {a.arg for a in params + function.args.kwonlyargs}
     assigned: dict[str, list[ast.expr]] = {}
-    for node in ast.walk(function):
+    for node in walk(function):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             assigned.setdefault(node.targets[0].id, []).append(node.value)
     frontier, seen = [value], set()
     for _ in range(_STEPS + 1):
         following = []
         for expr in frontier:
-            for node in ast.walk(expr):
+            for node in walk(expr):
                 found = _literal_here(node, names, own_defaults, defaults, passed)
                 if found is not None:
                     return found

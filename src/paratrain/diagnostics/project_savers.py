@@ -10,21 +10,22 @@ import re
 from paratrain.diagnostics.assigned_values import bound_values
 from paratrain.diagnostics.call_names import keyword, last_name
 from paratrain.diagnostics.script_facts import ScriptFacts
+from paratrain.diagnostics.tree_walk import walk
 
 _RANK_WORD = re.compile(r"rank|main|master|process_index|primary")
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 def _assigned_in(function: _Function, name: str) -> list[ast.expr]:
-    return [value for node in ast.walk(function) for target, value in bound_values(node)
+    return [value for node in walk(function) for target, value in bound_values(node)
             if isinstance(target, ast.Name) and target.id == name]
 
 
 def under_rank_test(function: _Function, node: ast.AST) -> bool:
     """An ``if`` naming a rank (``if dist_rank == 0:``) holds ``node``, or returns before it."""
-    for test in (n for n in ast.walk(function) if isinstance(n, ast.If) and _RANK_WORD.search(ast.unparse(n.test))):
-        if any(n is node for n in ast.walk(test)) or (
-                test.lineno < node.lineno and any(isinstance(n, ast.Return) for n in ast.walk(test))):
+    for test in (n for n in walk(function) if isinstance(n, ast.If) and _RANK_WORD.search(ast.unparse(n.test))):
+        if any(n is node for n in walk(test)) or (
+                test.lineno < node.lineno and any(isinstance(n, ast.Return) for n in walk(test))):
             return True
     return False
 
@@ -47,8 +48,8 @@ def under_rank_flag(function: _Function, node: ast.AST, flags: set[str]) -> bool
 
     Invariant: the flag is true only where the script's rank-0 test is, so what runs under it runs on rank 0.
     """
-    for test in (n for n in ast.walk(function) if isinstance(n, ast.If) and any(m is node for m in ast.walk(n))):
-        if any(m is node for m in ast.walk(test.test)) or any(m is node for s in test.orelse for m in ast.walk(s)):
+    for test in (n for n in walk(function) if isinstance(n, ast.If) and any(m is node for m in walk(n))):
+        if any(m is node for m in walk(test.test)) or any(m is node for s in test.orelse for m in walk(s)):
             continue  # in the test itself or in the `else`: not under the flag
         parts = test.test.values if isinstance(test.test, ast.BoolOp) and isinstance(test.test.op, ast.And) else [test.test]
         if any(isinstance(part, ast.Attribute) and part.attr in flags for part in parts):
@@ -59,11 +60,11 @@ def under_rank_flag(function: _Function, node: ast.AST, flags: set[str]) -> bool
 def nested_call_guarded(mf: ScriptFacts, function: _Function, node: ast.AST) -> bool:
     """``node`` lies in a function nested in ``function`` whose every call there is under a rank test
     (YOLOv6's ``calibrate`` runs its inner ``save_calib_model`` under ``if self.main_process:``)."""
-    for inner in ast.walk(function):
+    for inner in walk(function):
         if inner is function or not isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        if any(n is node for n in ast.walk(inner)):
-            calls = [c for c in ast.walk(function) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+        if any(n is node for n in walk(inner)):
+            calls = [c for c in walk(function) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
                      and c.func.id == inner.name]
             return bool(calls) and all(mf.guard_in_function(c) or under_rank_test(function, c) for c in calls)
     return False
@@ -75,7 +76,7 @@ def per_rank_path(function: _Function, save: ast.Call) -> bool:
     target = save.args[1] if len(save.args) > 1 else keyword(save, "f")
     if target is None:
         return False
-    names = {node.id for node in ast.walk(target) if isinstance(node, ast.Name)}
+    names = {node.id for node in walk(target) if isinstance(node, ast.Name)}
     texts = [ast.unparse(target)] + [ast.unparse(v) for name in names for v in _assigned_in(function, name)]
     return any("rank" in text.lower() for text in texts)
 

@@ -18,6 +18,7 @@ from paratrain.diagnostics.assigned_values import bound_values
 from paratrain.diagnostics.call_names import last_name, returned_module
 from paratrain.diagnostics.check_wrappers import WRAPPERS, saved_state_dict
 from paratrain.diagnostics.script_facts import ScriptFacts
+from paratrain.diagnostics.tree_walk import walk
 
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -32,7 +33,7 @@ def wrapped_save(facts: ScriptFacts, function: _Function) -> int | None:
     docstring); None when there is none."""
     wraps: dict[str, int] = {}
     rebinds: dict[str, list[int]] = {}
-    for node in ast.walk(function):
+    for node in walk(function):
         for target, value in bound_values(node):
             if not isinstance(target, ast.Name):
                 continue
@@ -42,11 +43,11 @@ def wrapped_save(facts: ScriptFacts, function: _Function) -> int | None:
                 wraps.setdefault(target.id, target.lineno)
     if not wraps:
         return None
-    unwrapped = {node.value.id for node in ast.walk(function) if isinstance(node, ast.Attribute)
+    unwrapped = {node.value.id for node in walk(function) if isinstance(node, ast.Attribute)
                  and node.attr == "module" and isinstance(node.value, ast.Name)} | {
-        node.args[0].id for node in ast.walk(function) if isinstance(node, ast.Call) and last_name(node) == "hasattr"
+        node.args[0].id for node in walk(function) if isinstance(node, ast.Call) and last_name(node) == "hasattr"
         and node.args and isinstance(node.args[0], ast.Name)}
-    for call in sorted((n for n in ast.walk(function) if isinstance(n, ast.Call) and last_name(n) == "state_dict"
+    for call in sorted((n for n in walk(function) if isinstance(n, ast.Call) and last_name(n) == "state_dict"
                         and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)),
                        key=lambda n: n.lineno):
         name = call.func.value.id

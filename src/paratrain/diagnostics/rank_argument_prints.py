@@ -16,6 +16,8 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from paratrain.diagnostics.tree_walk import walk
+
 __all__ = ["RankArgumentPrint", "prints_by_rank_argument"]
 
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -45,14 +47,14 @@ class RankArgumentPrint:
 def prints_by_rank_argument(function: _Function) -> RankArgumentPrint | None:
     """The parameter test that every ``print`` of ``function`` runs under, when there is one such test."""
     params = [arg.arg for arg in function.args.posonlyargs + function.args.args]
-    prints = [node for node in ast.walk(function)
+    prints = [node for node in walk(function)
               if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"]
     if not prints:
         return None
     tests = []
-    for branch in ast.walk(function):
+    for branch in walk(function):
         if isinstance(branch, ast.If) and _parameter_test(branch.test, params) is not None:
-            inside = {id(node) for stmt in branch.body for node in ast.walk(stmt)}
+            inside = {id(node) for stmt in branch.body for node in walk(stmt)}
             if all(id(p) in inside for p in prints):
                 tests.append(branch.test)
     if len(tests) != 1:

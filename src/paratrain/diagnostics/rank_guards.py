@@ -17,6 +17,7 @@ import re
 from functools import cached_property
 
 from paratrain.diagnostics.call_names import last_name
+from paratrain.diagnostics.tree_walk import walk
 
 # An `if` that limits a block to one process: the global rank (by any name but a machine's: `world_rank`,
 # `ddp_rank`, `global_rank`; not `node_rank`, `group_rank`), or a main-process helper.
@@ -128,7 +129,7 @@ class RankGuards:
         each changes at most twice and the rounds end. A function reached only through a cycle of
         calls stays unguarded.
         """
-        functions = [node for node in ast.walk(self.tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        functions = [node for node in walk(self.tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
         table = dict.fromkeys(functions, "")
         changed = True
         while changed:
@@ -252,7 +253,7 @@ class RankGuards:
         """A rank test kept in a variable (``save_logs = args.save_logs and is_master(args)``, then
         ``if save_logs:``): the kind of what every assignment stores, a constant ``False``/``None``
         (which only disables) left aside."""
-        names = [node for node in ast.walk(test) if isinstance(node, (ast.Name, ast.Attribute))]
+        names = [node for node in walk(test) if isinstance(node, (ast.Name, ast.Attribute))]
         for node in names:
             bound = self.assigned.get(ast.unparse(node), [])
             values = [v for v in bound if not (isinstance(v, ast.Constant) and v.value in (False, None))]
@@ -293,7 +294,7 @@ class RankGuards:
         if _environ_presence(test):
             return ""
         text = ast.unparse(test)
-        called = {last_name(node) for node in ast.walk(test) if isinstance(node, ast.Call)}
+        called = {last_name(node) for node in walk(test) if isinstance(node, ast.Call)}
         if called & self.machine_helpers:
             return "local"
         if called & self.rank_helpers:
@@ -307,7 +308,7 @@ class RankGuards:
             from_env = any(_LOCAL_GUARD.search(ast.unparse(v)) for v in values)
             per_node = {name, *(ast.unparse(v) for v in values)} & self._node_offset_indices
             return "local" if from_env or per_node else "global"
-        if {ast.unparse(n) for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute))} & self._group_ranks:
+        if {ast.unparse(n) for n in walk(test) if isinstance(n, (ast.Name, ast.Attribute))} & self._group_ranks:
             return "global"  # the value this process gave init_process_group as its rank, whatever its name
         if _GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", text)):
             return "global"

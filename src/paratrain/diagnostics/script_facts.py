@@ -26,6 +26,7 @@ from paratrain.diagnostics.launcher_parent import JOB_EXECUTORS, LauncherParent
 from paratrain.diagnostics.library_calls import ignite_distributed
 from paratrain.diagnostics.project_launches import Launch, multi_process_launch
 from paratrain.diagnostics.rank_guards import RANK_ZERO_TEST, RankGuards, returned_test_kind
+from paratrain.diagnostics.tree_walk import walk
 
 __all__ = ["DISTRIBUTED_MARKERS", "ScriptFacts", "callee_names", "is_true", "keyword", "last_name",
            "returned_module", "returned_test_kind"]
@@ -92,7 +93,7 @@ class ScriptFacts(RankGuards, LauncherParent):
     def of_tree(cls, tree: ast.Module, source: str) -> ScriptFacts:
         """The facts of an already parsed module (``source``, its text, for the line-based questions)."""
         facts = cls(tree=tree, lines=source.splitlines())
-        for parent in ast.walk(tree):
+        for parent in walk(tree):
             for child in ast.iter_child_nodes(parent):
                 facts.parents[child] = parent
             for target, value in bound_values(parent):
@@ -110,7 +111,7 @@ class ScriptFacts(RankGuards, LauncherParent):
                 for alias in parent.names:
                     facts.modules[alias.asname or alias.name] = f"{parent.module}.{alias.name}"
         facts.calls.sort(key=lambda call: (call.lineno, call.col_offset))
-        functions = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        functions = [node for node in walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
         facts.own_functions = {function.name for function in functions}
         kinds = {function.name: returned_test_kind(function) for function in functions}
         facts.machine_helpers = {name for name, kind in kinds.items() if kind == "local"}
@@ -184,7 +185,7 @@ class ScriptFacts(RankGuards, LauncherParent):
         ) or any(
             # a branch for rank 0 (`if training_args.local_rank in [-1, 0]:`): its author runs it on several
             isinstance(node, ast.If) and RANK_ZERO_TEST.search(ast.unparse(node.test)) and self._direct_test_kind(node.test)
-            for node in ast.walk(self.tree)
+            for node in walk(self.tree)
         ) or self.launch is not None
 
     @cached_property
@@ -281,12 +282,12 @@ class ScriptFacts(RankGuards, LauncherParent):
         work = {"info", "debug", "init_process_group", *self.own_functions}
         return any(isinstance(node, ast.Call) and last_name(node) in work
                    for stmt in self.tree.body if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                   for node in ast.walk(stmt))
+                   for node in walk(stmt))
 
     def docstring_lines(self) -> set[int]:
         """Line numbers inside the module's, classes' and functions' docstrings."""
         lines = set()
-        for node in ast.walk(self.tree):
+        for node in walk(self.tree):
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
                 first = node.body[0]
                 if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):

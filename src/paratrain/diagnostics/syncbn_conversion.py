@@ -19,6 +19,7 @@ import ast
 import re
 
 from paratrain.diagnostics.call_names import keyword, last_name
+from paratrain.diagnostics.tree_walk import walk
 
 SYNCBN = re.compile(r"SyncBatchNorm|sync_?batchnorm|syncbn|sync_bn", re.IGNORECASE)
 
@@ -28,7 +29,7 @@ def off_by_default(trees: list[ast.Module]) -> set[str]:
     carry: ``add_argument("--sync_bn", action="store_true")`` (no ``default=True``), or ``default=False``."""
     found = set()
     for tree in trees:
-        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and last_name(n) == "add_argument"):
+        for call in (n for n in walk(tree) if isinstance(n, ast.Call) and last_name(n) == "add_argument"):
             options = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
             action, default, dest = keyword(call, "action"), keyword(call, "default"), keyword(call, "dest")
             stores_true = isinstance(action, ast.Constant) and action.value == "store_true"
@@ -50,7 +51,7 @@ def syncbn_converts(tree: ast.Module, lines: list[str], off: set[str]) -> bool:
 
 def _inert_lines(tree: ast.Module, off: set[str]) -> set[int]:
     inert: set[int] = set()
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Call) and last_name(node) == "add_argument":  # declaring a switch, its help
             inert.update(_lines(node))
         elif isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:

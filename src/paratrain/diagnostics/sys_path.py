@@ -16,6 +16,8 @@ import ast
 import os
 from pathlib import Path
 
+from paratrain.diagnostics.tree_walk import walk
+
 _SAME = ("abspath", "realpath", "normpath", "resolve", "absolute", "Path", "str", "fspath")
 
 
@@ -53,7 +55,7 @@ def _adds_parameter(function: ast.FunctionDef) -> bool:
     parameter = function.args.args[0].arg
     return any(isinstance(node, ast.Call) and ast.unparse(node.func) in ("sys.path.insert", "sys.path.append")
                and node.args and isinstance(node.args[-1], ast.Name) and node.args[-1].id == parameter
-               for node in ast.walk(function))
+               for node in walk(function))
 
 
 def _path_of(node: ast.expr, file: Path, known: dict[str, str]) -> str | None:
