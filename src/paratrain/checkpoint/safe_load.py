@@ -148,9 +148,10 @@ def first_non_plain(value: Any, where: str = "") -> tuple[str, str] | None:
     # checked cost more than the check, at every save
     if isinstance(value, dict):
         for key, item in value.items():
-            found = first_non_plain(key, "") or first_non_plain(item, "")
+            in_key = first_non_plain(key, "")
+            found = in_key or first_non_plain(item, "")
             if found:
-                return _below(where, f"[key {key!r}]" if first_non_plain(key, "") else f"[{key!r}]", found)
+                return _below(where, f"[key {key!r}]" if in_key else f"[{key!r}]", found)
         return None
     for index, item in enumerate(value):
         found = first_non_plain(item, "")

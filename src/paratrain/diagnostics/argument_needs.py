@@ -17,8 +17,8 @@ _Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 def needed_arguments(function: _Function, node: ast.AST) -> frozenset[str]:
-    """The parameters a call must pass for ``node`` (a save, a print) to run: one with a default of None or False that an ``if``
-    holding the save tests for a value (``if model is not None:``, ``if model:``, ``if model and …``: minimind's
+    """The parameters a call must pass for ``node`` (a save, a print) to run: one with a default of None or False
+    that an ``if`` holding the save tests for a value (``if model is not None:``, ``if model:``, ``if model and …``: minimind's
     ``lm_checkpoint`` saves when given a model and only loads without one), and one with a true default that an
     ``if`` of the body tests to return before the save (``if return_model: return model``, mace's converters).
 
@@ -100,12 +100,18 @@ def passes_one_of(call: ast.Call, positional: list[str], names: frozenset[str]) 
     return bool(given & names)
 
 
-def runs_when_called(function: _Function, node: ast.AST, call: ast.Call) -> bool:
-    """``node`` of ``function`` may run when ``call`` calls it: the call passes every argument it needs (a
-    method's or a class's ``call`` passes no ``self``)."""
-    need = needed_arguments(function, node)
-    if not need:
-        return True
+def passes_all(call: ast.Call, positional: list[str], names: frozenset[str]) -> bool:
+    """``call`` passes every one of ``names`` (each by keyword, by position, or maybe)."""
+    return all(passes_one_of(call, positional, frozenset({name})) for name in names)
+
+
+def call_positions(function: _Function) -> list[str]:
+    """The parameters a call fills by position (a method's or a class's call passes no ``self``/``cls``)."""
     positional = [a.arg for a in function.args.posonlyargs + function.args.args]
-    positional = positional[1:] if positional[:1] in (["self"], ["cls"]) else positional
-    return all(passes_one_of(call, positional, frozenset({name})) for name in need)
+    return positional[1:] if positional[:1] in (["self"], ["cls"]) else positional
+
+
+def runs_when_called(function: _Function, node: ast.AST, call: ast.Call) -> bool:
+    """``node`` of ``function`` may run when ``call`` calls it: the call passes every argument it needs."""
+    need = needed_arguments(function, node)
+    return not need or passes_all(call, call_positions(function), need)

@@ -29,7 +29,7 @@ from paratrain.diagnostics.check_samplers import (
 )
 from paratrain.diagnostics.check_wrappers import batchnorm_without_syncbn, data_parallel, wrapped_state_dict
 from paratrain.diagnostics.metric_flow import metric_over_shard, sharded_loaders
-from paratrain.diagnostics.argument_needs import passes_one_of
+from paratrain.diagnostics.argument_needs import passes_all
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
 from paratrain.diagnostics.tree_walk import walk
 
@@ -75,12 +75,12 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
 
 def _saves_when_called_so(facts: ScriptFacts, call: ast.Call) -> bool:
     """The project's saver may save when called with these arguments: some save of it has every argument it
-    needs passed (:func:`~paratrain.diagnostics.project_savers.needed_arguments`)."""
+    needs passed (:func:`~paratrain.diagnostics.argument_needs.needed_arguments`)."""
     entry = facts.imported.saver_arguments.get(facts.imported.callee(call))
     if entry is None:
         return True
     positional, needs = entry
-    return any(all(passes_one_of(call, positional, frozenset({name})) for name in need) for need in needs)
+    return any(passes_all(call, positional, need) for need in needs)
 
 
 # Hybrid sharding (FSDP's HYBRID_SHARD, fully_shard on a 2-D DeviceMesh) picks ranks by a mesh dimension:

@@ -189,16 +189,11 @@ def _first_arg(call: ast.Call) -> str:
     return ast.unparse(call.args[0]) if call.args else ""
 
 
-def _unpassed(facts: ScriptFacts) -> Iterator[tuple[str, ast.Call]]:
-    """(name, sampler) of every DistributedSampler bound to a name that no loader is given."""
+def sampler_not_passed(facts: ScriptFacts) -> Iterator[Finding]:
     used = _sampler_uses(facts)
     for name, sampler in facts.names_bound_to(*SAMPLERS).items():
-        if name not in used and not _handed_on(facts, name):
-            yield name, sampler  # (BatchSampler(sampler, …), a helper that builds the loader: it reaches a loader)
-
-
-def sampler_not_passed(facts: ScriptFacts) -> Iterator[Finding]:
-    for name, sampler in _unpassed(facts):
+        if name in used or _handed_on(facts, name):
+            continue  # BatchSampler(sampler, …), a helper that builds the loader: it reaches a loader there
         dataset = _first_arg(sampler)
         loader = next((c for c in facts.calls_named(*LOADERS) if dataset and _first_arg(c) == dataset), None)
         where = f"the DataLoader at line {loader.lineno} reads" if loader else "every DataLoader reads"

@@ -21,7 +21,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from paratrain.diagnostics.argument_needs import needed_arguments
+from paratrain.diagnostics.argument_needs import call_positions, needed_arguments
 from paratrain.diagnostics.check_rendezvous import environ_parameters
 from paratrain.diagnostics.check_rules import path_names_rank
 from paratrain.diagnostics.check_wrappers import WRAPPERS, saved_state_dict
@@ -208,8 +208,7 @@ class _Reader:
             names.unguarded_savers.add(callee)
             needs = [needed_arguments(function, save) for save in saves]
             if all(needs):  # every save runs only when the call passes an argument: which, the call tells
-                positional = [a.arg for a in function.args.posonlyargs + function.args.args]
-                names.saver_arguments[callee] = (positional[1:] if positional[:1] == ["self"] else positional, needs)
+                names.saver_arguments[callee] = (call_positions(function), needs)
         saved = self._saved_state_dicts(module, function)
         if saved:
             positional = [a.arg for a in function.args.posonlyargs + function.args.args]
