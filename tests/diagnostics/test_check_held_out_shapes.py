@@ -297,3 +297,130 @@ if __name__ == "__main__":
     assert rules(source.format(url='f"tcp://127.0.0.1:{port}"')) == []
     from_environment = "f'tcp://{os.environ[\"MASTER_ADDR\"]}:{port}'"
     assert rules(source.format(url=from_environment)) == [(11, "save-on-every-rank")]
+
+
+def test_a_name_given_only_the_global_rank_tests_the_global_rank_whatever_it_is_called():
+    source = """\
+import torch
+import torch.distributed as dist
+
+class Trainer:
+    def __init__(self, model):
+        local_rank = {rank}
+        self.local_rank = local_rank
+        self.model = model
+
+    def save_weights(self, path):
+        if self.local_rank != 0:
+            return
+        torch.save(self.model.state_dict(), path)
+
+dist.init_process_group("nccl")
+Trainer(torch.nn.Linear(2, 2)).save_weights("last.pth")
+"""
+    for rank in ("torch.distributed.get_rank()", "int(os.environ['RANK'])"):
+        assert rules(source.format(rank=rank)) == [], rank
+    # a machine's rank by its name and its value: the first process of every machine writes
+    assert rules(source.format(rank="int(os.environ['LOCAL_RANK'])")) == [(13, "save-on-every-rank")]
+
+
+def test_the_parent_that_starts_processes_of_an_imported_function_runs_its_main_block_once(tmp_path):
+    utils = """\
+        import os
+        import torch
+        import torch.distributed as dist
+
+        def init_processes(rank, size, fn, args):
+            torch.cuda.set_device(args.local_rank)
+            dist.init_process_group(backend="nccl", init_method="env://", rank=rank, world_size=size)
+            fn(args)
+        """
+    body = """\
+        import argparse
+        from torch.multiprocessing import Process
+        from util import utils
+
+        def main(args):
+            torch.save(args.local_rank, "state.pt")
+
+        if __name__ == "__main__":
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=0)
+            parser.add_argument("--num_process_per_node", type=int, default=1)
+            args = parser.parse_args()
+            print("experiment directory made")
+            processes = []
+            for rank in range(args.num_process_per_node):
+                args.local_rank = rank
+                p = Process(target={target}, args=(rank, args.num_process_per_node, main, args))
+                p.start()
+                processes.append(p)
+        """
+    imported = project(tmp_path / "imported", {"train.py": script_text(body.replace("{target}", "utils.init_processes")),
+                                               "util/__init__.py": "", "util/utils.py": utils})
+    found = rules_of(imported)
+    # the worker's save is reported; the parent's print and the flag it overwrites per worker are not
+    assert [rule for _, rule in found] == ["save-on-every-rank"]
+    # a starter whose target is unknown (not this file's, not an imported module's): nothing is known of the parent
+    unknown = project(tmp_path / "unknown", {"train.py": script_text(body.replace("{target}", "starters[0]")),
+                                             "util/__init__.py": "", "util/utils.py": utils})
+    assert "print-on-every-rank" in [rule for _, rule in rules_of(unknown)]
+
+
+def rules_of(script) -> list[tuple[int, str]]:
+    return [(f.line, f.rule) for f in check_file(script)]
+
+
+def test_a_module_function_no_other_file_of_the_project_uses_never_runs(tmp_path):
+    utils = """\
+        import torch
+        import torch.distributed as dist
+
+        def init_processes(rank, size, fn, args):
+            dist.init_process_group("nccl", rank=rank, world_size=size)
+            fn(args)
+
+        def save_checkpoint(state, is_best, save):
+            torch.save(state, save + "/checkpoint.pth.tar")
+
+        def save(model, model_path):
+            torch.save(model.state_dict(), model_path)
+        """
+    body = """\
+        from util import utils
+        utils.init_processes(0, 1, print, None)
+        """
+    dead = project(tmp_path / "dead", {"util/utils.py": utils, "train.py": script_text(body), "util/__init__.py": ""})
+    assert rules_of(dead) == []
+    # another file calling the module's function through the module (or an alias of it) makes it run
+    for name, call in (("module", "utils.save(model, 'm.pt')"), ("alias", "U.save(model, 'm.pt')")):
+        used = body.replace("from util import utils", "from util import utils\nimport util.utils as U") + call + "\n"
+        live = project(tmp_path / name, {"util/utils.py": utils, "train.py": script_text(used), "util/__init__.py": ""})
+        assert rules_of(live) == [(12, "save-on-every-rank")], name
+
+
+def test_a_logger_class_of_the_project_with_a_console_handler_at_info_logs_on_every_rank(tmp_path):
+    utils = """\
+        import logging
+
+        class Logger():
+            def __init__(self, path="log.txt"):
+                self.logger = logging.getLogger("demo")
+                self.stdout_handler = logging.StreamHandler()
+                self.logger.addHandler(self.stdout_handler)
+                {level}
+
+            def info(self, txt):
+                self.logger.info(txt)
+        """
+    body = """\
+        from utils import Logger
+        dist.init_process_group("nccl")
+        logger = Logger("log.txt")
+        logger.info("training starts")
+        """
+    for name, level, found in (("info", "self.logger.setLevel(logging.INFO)", [6]),
+                               ("by-rank", "self.logger.setLevel(logging.INFO if dist.get_rank() == 0 else logging.WARN)", []),
+                               ("warning", "self.logger.setLevel(logging.WARNING)", [])):
+        script = project(tmp_path / name, {"train.py": script_text(body), "utils.py": utils.format(level=level)})
+        assert [f.line for f in check_file(script) if f.rule == "log-on-every-rank"] == found, name

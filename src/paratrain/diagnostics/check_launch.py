@@ -23,7 +23,10 @@ def local_rank_argument(facts: ScriptFacts) -> Iterator[Finding]:
         default = keyword(call, "default")
         required = is_true(keyword(call, "required"))
         dest = _dest(call, flags)
-        read = _parsed_local_rank_read(facts, dest) or dest in facts.imported.attributes_read
+        # the script's own process starter setting each worker's value before it starts it (LSGM's
+        # `args.local_rank = rank` beside `Process(...).start()`) hides the flag from every read, here or imported
+        read = not _launcher_sets(facts, dest) and (
+            _parsed_local_rank_read(facts, dest) or dest in facts.imported.attributes_read)
         if not required and (not read or _reads_local_rank_env(facts) or facts.imported.reads_local_rank_env):
             # Kept only so that torch.distributed.launch's `--local_rank=N` does not stop argparse
             # (DINO: "Please ignore and do not set this argument"): the flag is never read, or the
@@ -116,15 +119,22 @@ def _dest(call: ast.Call, flags: list[str]) -> str:
 def _parsed_local_rank_read(facts: ScriptFacts, dest: str = "local_rank") -> bool:
     """Some read of ``x.<dest>`` may see the parsed value: not one that follows, in the same function,
     ``args.local_rank = local_rank`` (a worker started by ``mp.spawn`` storing its index over the flag's)."""
-    stores = [node for node in walk(facts.tree)
-              if isinstance(node, ast.Attribute) and node.attr == dest and isinstance(node.ctx, ast.Store)]
-    if any(facts.in_launcher(store) for store in stores):
-        return False  # the script's own process starter sets each worker's value before it starts
+    stores = _stores(facts, dest)
     return any(
         not any(facts.scope(store) is facts.scope(read) and store.lineno < read.lineno for store in stores)
         and not _mirrored_into_environ(facts, read)
         for read in facts.loaded_attrs.get(dest, [])
     )
+
+
+def _stores(facts: ScriptFacts, dest: str) -> list[ast.Attribute]:
+    return [node for node in walk(facts.tree)
+            if isinstance(node, ast.Attribute) and node.attr == dest and isinstance(node.ctx, ast.Store)]
+
+
+def _launcher_sets(facts: ScriptFacts, dest: str) -> bool:
+    """The parent that starts the ranks stores ``x.<dest>`` for each worker before it starts it."""
+    return any(facts.in_launcher(store) for store in _stores(facts, dest))
 
 
 def _mirrored_into_environ(facts: ScriptFacts, read: ast.AST) -> bool:

@@ -42,8 +42,11 @@ class LauncherParent:
         for call in self.calls_named(*_LAUNCHERS) + submits:
             # the target is a function of this file, or, for torch's starters, one it imports (univnet's
             # `from utils.train import train; mp.spawn(train, …)`): not the `__main__` the children run
-            targets = own | (set(self.modules) if last_name(call) in ("spawn", "start_processes") else set())
-            if call not in submits and not any(isinstance(arg, ast.Name) and arg.id in targets
+            # (LSGM's `Process(target=utils.init_processes, args=(rank, size, main, args))`: a function of a
+            # module it imports, reached through the module's name)
+            imported = last_name(call) in ("spawn", "start_processes", "Process")
+            targets = own | (set(self.modules) if imported else set())
+            if call not in submits and not any(self._names_a_target(arg, targets, imported)
                                                for arg in call.args[:1] + [kw.value for kw in call.keywords]):
                 continue
             scope = self.scope(call)
@@ -56,6 +59,14 @@ class LauncherParent:
                 # entry point of its own (`fire.Fire(train_from_folder)`, a console script).
                 return True
         return False
+
+    def _names_a_target(self, arg: ast.expr, targets: set[str], imported: bool) -> bool:
+        """``arg`` names a function that the launcher starts: one of ``targets``, or, where imported functions
+        count, ``module.function`` of a module this file imports."""
+        if isinstance(arg, ast.Name):
+            return arg.id in targets
+        return (imported and isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name)
+                and arg.value.id in self.modules)
 
     def _started(self, function: ast.AST) -> bool:
         """``function`` is handed to a launcher (``mp.spawn(function, …)``): it runs in the children."""

@@ -136,6 +136,11 @@ class _Reader:
                 base = _wrapper_base(*found)
                 if base is not None:
                     names.wrapper_classes[callee] = base
+                logger = logger_class_kind(*found)
+                if logger == "rank":
+                    names.rank_aware_loggers.add(callee)
+                elif logger == "every":
+                    names.every_rank_loggers[callee] = None
                 continue
             if found is None:
                 continue
@@ -348,15 +353,9 @@ class _Reader:
             return None
         if returns_main_process_logger(module.tree, function):
             return "rank"  # accelerate's MultiProcessAdapter: the main process only
-        setups = [node for node in walk(function) if isinstance(node, ast.Call) and last_name(node) in _LOG_SETUPS]
-        if chooses_by_rank(function, setups) or tags_the_rank(module, function):
-            return "rank"
-        console = any(last_name(s) == "StreamHandler" and to_console(s) for s in setups) or any(
-            last_name(s) == "basicConfig" and keyword(s, "filename") is None and keyword(s, "handlers") is None
-            for s in setups) or any(console_handler_of_module(module, s) for s in setups if last_name(s) == "addHandler")
-        verbose = any(verbose_level(function, s) for s in setups if last_name(s) in ("setLevel", "basicConfig"))
-        if console and verbose:
-            return "every", returned_index(function)
+        kind = _setup_kind(module, function)
+        if kind is not None:
+            return kind if kind == "rank" else ("every", returned_index(function))
         if depth >= 1:
             return None
         # `logger = create_logger(...)`, then `return logger` (XLM's initialize_exp): the helper's logger.
@@ -369,6 +368,29 @@ class _Reader:
                 if kind == "rank" or (kind is not None and kind[1] is None):
                     return kind if kind == "rank" else ("every", None)
         return None
+
+
+def _setup_kind(module: Module, function: _Function) -> str | None:
+    """``"rank"`` when ``function`` sets a logging level or handler by rank (or tags each line with it), ``"every"``
+    when it sets a verbose level and a console handler with no rank test, else None."""
+    setups = [node for node in walk(function) if isinstance(node, ast.Call) and last_name(node) in _LOG_SETUPS]
+    if chooses_by_rank(function, setups) or tags_the_rank(module, function):
+        return "rank"
+    console = any(last_name(s) == "StreamHandler" and to_console(s) for s in setups) or any(
+        last_name(s) == "basicConfig" and keyword(s, "filename") is None and keyword(s, "handlers") is None
+        for s in setups) or any(console_handler_of_module(module, s) for s in setups if last_name(s) == "addHandler")
+    verbose = any(verbose_level(function, s) for s in setups if last_name(s) in ("setLevel", "basicConfig"))
+    return "every" if console and verbose else None
+
+
+def logger_class_kind(module: Module, cls: ast.ClassDef) -> str | None:
+    """A logger class of the project (BiRefNet's ``Logger``: its ``__init__`` adds a console handler at INFO to a
+    named logger, its ``info`` writes to it): :func:`_setup_kind` of its ``__init__``, for a class named for
+    logging that has an ``info`` method; else None. An instance (``logger = Logger(path)``) is then the logger."""
+    methods = {node.name: node for node in cls.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if "log" not in cls.name.lower() or "info" not in methods or "__init__" not in methods:
+        return None
+    return _setup_kind(module, methods["__init__"])
 
 
 def _wrapper_base(module: Module, cls: ast.ClassDef) -> str | None:

@@ -1,7 +1,9 @@
-"""Whether another file of a script's project calls a method: the evidence that a value the file hands back
-(a ``DistributedSampler`` it returns, or a DataLoader holding one) is looked after by its caller.
+"""Whether another file of a script's project calls a method or names a function: the evidence that a value
+the file hands back (a ``DistributedSampler`` it returns, or a DataLoader holding one) is looked after by its
+caller, or that a module's function runs at all.
 
     project_calls(Path("data/build.py"), "set_epoch")   # main.py has `data_loader_train.sampler.set_epoch(epoch)`
+    project_names(Path("util/utils.py"), "save_checkpoint")   # False: no other file calls or imports it
 
 Only a project whose root is marked (``.git``, ``pyproject.toml``, ``setup.py``, ``setup.cfg``) is searched: without
 a marker nothing says where the project ends, and the answer is False. Bounded: at most ``_MAX_FILES`` Python files
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import Path
 
 from paratrain.diagnostics.project_imports import ROOT_MARKERS, read_small_file
@@ -28,6 +31,39 @@ def project_calls(script: Path, method: str) -> bool:
         return False
     needle = f".{method}(".encode()
     return any(needle in (read_small_file(path) or b"") for path in _python_files(root) if path != script.resolve())
+
+
+def project_names(script: Path, name: str) -> bool | None:
+    """Some file of ``script``'s project other than the script may use its function ``name``: imports it
+    (``from util.utils import name``), calls it bare (after a star import), calls it through the module's name or an
+    alias of it (``utils.name(``, ``import util.utils as U`` … ``U.name``), names it in a string (``getattr``,
+    a registry), or a packaging file names it (a console script in ``pyproject.toml``/``setup.cfg``). A word
+    that only names something else (``args.save``, ``torch.save(``) is no use. None when nothing marks the
+    project's root (nothing says which files are the project's), or when no other file imports the script's
+    module: then it is a program of its own, whose functions may be run in ways no file shows."""
+    used = _names_used_elsewhere(script.resolve())
+    return None if used is None else name.encode() in used
+
+
+@functools.lru_cache(maxsize=4)
+def _names_used_elsewhere(script: Path) -> frozenset[bytes] | None:
+    """Every name the other files of ``script``'s marked project may use as one of its functions (the forms
+    :func:`project_names` lists), read once per script: a check asks for many names."""
+    root = _marked_root(script)
+    if root is None:
+        return None
+    files = [path for path in _python_files(root) if path != script] + [root / "pyproject.toml", root / "setup.cfg"]
+    text = b"\n".join(read_small_file(path) or b"" for path in files)
+    stem = re.escape(script.stem.encode())
+    aliases = {script.stem.encode(), *re.findall(rb"\b" + stem + rb"\s+as\s+(\w+)", text)}
+    imports = re.findall(rb"\bimport\s*\(([^)]*)\)", text) + re.findall(rb"\bimport\b([^\n]*)", text)
+    used = {word for names in imports for word in re.findall(rb"\w+", names)}
+    if script.stem.encode() not in used:
+        return None
+    used.update(re.findall(rb"(?<![\w.])(\w+)\s*\(", text))
+    used.update(re.findall(rb"['\"](\w+)['\"]", text))
+    used.update(re.findall(rb"\b(?:" + b"|".join(re.escape(a) for a in sorted(aliases)) + rb")\.(\w+)", text))
+    return frozenset(used)
 
 
 def _marked_root(script: Path) -> Path | None:

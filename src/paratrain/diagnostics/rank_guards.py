@@ -17,6 +17,7 @@ import re
 from functools import cached_property
 
 from paratrain.diagnostics.call_names import last_name
+from paratrain.diagnostics.project_mentions import project_names
 from paratrain.diagnostics.tree_walk import walk
 
 # An `if` that limits a block to one process: the global rank (by any name but a machine's: `world_rank`,
@@ -74,6 +75,17 @@ def returned_test_kind(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
         return "local"
     return "global" if any(_GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", text))
                            and re.search(r"==\s*0|\bnot\b|is_main|master|primary|zero", text) for text in texts) else ""
+
+
+def _global_rank_value(value: ast.expr) -> bool:
+    """``dist.get_rank()`` (no group: the rank in the whole job) or ``int(os.environ["RANK"])``: the global rank."""
+    if isinstance(value, ast.Call) and last_name(value) == "int" and len(value.args) == 1:
+        value = value.args[0]
+    if isinstance(value, ast.Call) and last_name(value) == "get_rank":
+        return not value.args and not value.keywords
+    # ast.unparse writes every string in single quotes
+    return bool(re.fullmatch(r"os\.(?:environ\['RANK'\]|environ\.get\('RANK'.*\)|getenv\('RANK'.*\))",
+                             ast.unparse(value)))
 
 
 def _environ_presence(test: ast.expr) -> bool:
@@ -334,8 +346,16 @@ class RankGuards:
         (one machine, a process per GPU)."""
         ranks = {ast.unparse(kw.value) for call in self.calls_named("init_process_group") for kw in call.keywords
                  if kw.arg == "rank" and isinstance(kw.value, (ast.Name, ast.Attribute))}
-        return ranks | {name for name, values in self.assigned.items()
-                        if values and all(ast.unparse(v) in ranks for v in values)}
+        # Cutie's `local_rank = torch.distributed.get_rank(); self.local_rank = local_rank`: a name holds what it
+        # is given, so one given only the global rank (or names holding it) tests the global rank. Followed to
+        # a fixed point, a few names deep.
+        for _ in range(3):
+            held = {name for name, values in self.assigned.items()
+                    if values and all(ast.unparse(v) in ranks or _global_rank_value(v) for v in values)}
+            if held <= ranks:
+                break
+            ranks |= held
+        return ranks
 
     def _callers_guard(self, function: ast.FunctionDef | ast.AsyncFunctionDef, callers_guards: dict[ast.AST, str]) -> str:
         """The weakest guard over every use of ``function``'s name in this file (methods: ``x.name``),
@@ -345,7 +365,11 @@ class RankGuards:
             # A script (it has a __main__ entry point) that never uses one of its own functions never
             # runs it; a module's functions are called from other files.
             top_level = self.parents.get(function) is self.tree
-            return "global" if top_level and self.main_block() is not None and not function.decorator_list else ""
+            if not top_level or function.decorator_list:
+                return ""
+            # A module's function that no other file of its project names either never runs (LSGM's
+            # `utils.save_checkpoint`, which the trainers replaced with saves of their own).
+            return "global" if self.main_block() is not None or self._unnamed_elsewhere(function) else ""
         kinds = set()
         for use in uses:
             call = self.parents.get(use)
@@ -360,6 +384,10 @@ class RankGuards:
             return "global"
         return "local" if kinds and "" not in kinds else ""
 
+    def _unnamed_elsewhere(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+        """No other file of this module's (marked) project names ``function``; False when that is not known."""
+        return self.script is not None and project_names(self.script, function.name) is False
+
     def _uses(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
         """Every read of ``function``'s name in this file: ``f`` for a function, ``x.f`` for a method where
         ``x`` may be an instance of its class (kept per function: guards ask for it again and again)."""
@@ -367,8 +395,18 @@ class RankGuards:
             owner = self.parents.get(function)
             self._uses_of[function] = (
                 [use for use in self.loaded_attrs.get(function.name, []) if self._may_be_instance(use.value, owner)]
-                if isinstance(owner, ast.ClassDef) else self.loaded_names.get(function.name, []))
+                if isinstance(owner, ast.ClassDef) else
+                [use for use in self.loaded_names.get(function.name, []) if not self._shadowed(use)])
         return self._uses_of[function]
+
+    def _shadowed(self, use: ast.Name) -> bool:
+        """``use`` reads a parameter of its own function that has the name (LSGM's ``def save_checkpoint(state,
+        is_best, save)`` reading ``save`` beside the module's function ``save``), not that function."""
+        scope = self.scope(use)
+        arguments = getattr(scope, "args", None)
+        return isinstance(arguments, ast.arguments) and use.id in {
+            a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs
+            + [a for a in (arguments.vararg, arguments.kwarg) if a is not None]}
 
     def _may_be_instance(self, receiver: ast.expr, cls: ast.ClassDef) -> bool:
         """``receiver.method`` may call ``cls``'s method: ``self``/``cls`` inside that class (or one naming it as
