@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from paratrain.diagnostics.check_finding import Finding
+from paratrain.diagnostics.project_launches import deprecated_launch
 from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
 from paratrain.diagnostics.tree_walk import walk
 
@@ -175,11 +176,23 @@ def deprecated_launcher(facts: ScriptFacts) -> Iterator[Finding]:
     if commands:
         mentions = commands = [(number, line) for number, line in commands if not _starts_another_script(facts, line)]
     for number, _ in (commands or mentions)[:1]:
-        yield Finding(
-            number, "deprecated-launcher",
-            "torch.distributed.launch is deprecated: it passes --local_rank and is superseded by torchrun",
-            "paratrain run --nproc-per-node N script.py (torchrun's agent; --legacy-local-rank for old scripts)",
-        )
+        yield Finding(number, "deprecated-launcher", _DEPRECATED, _TO_TORCHRUN)
+        return
+    # No line of its own names it: its project's README or shell script may start it so. Reported at the
+    # `--local_rank` flag the old launcher needs (the line to change with the command); a script without one
+    # is left alone (its launch line elsewhere is all there is to change).
+    flags = [call for call in facts.calls_named("add_argument")
+             if any(isinstance(a, ast.Constant) and a.value in ("--local_rank", "--local-rank") for a in call.args)]
+    flags.sort(key=lambda call: not any(isinstance(a, ast.Constant) and a.value == "--local_rank" for a in call.args))
+    launch = deprecated_launch(facts.script) if flags and facts.script is not None else None
+    if launch is not None:
+        yield Finding(flags[0].lineno, "deprecated-launcher",
+                      f"its project starts it with torch.distributed.launch ({launch.where}): " + _DEPRECATED,
+                      _TO_TORCHRUN)
+
+
+_DEPRECATED = "torch.distributed.launch is deprecated: it passes --local_rank and is superseded by torchrun"
+_TO_TORCHRUN = "paratrain run --nproc-per-node N script.py (torchrun's agent; --legacy-local-rank for old scripts)"
 
 
 def _torchrun_first(line: str) -> bool:

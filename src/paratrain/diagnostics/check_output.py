@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from paratrain.diagnostics.call_names import keyword
 from paratrain.diagnostics.check_finding import Finding
+from paratrain.diagnostics.dead_code import never_runs
 from paratrain.diagnostics.library_calls import peft_prints, pretty_prints, tqdm_writes
 from paratrain.diagnostics.print_silencing import print_replaced, print_silenced, runs_before, silencing_calls
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
@@ -74,6 +75,7 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         call for call in [*facts.calls_named("print"), *library]
         if (isinstance(call.func, ast.Name) or call in library) and not facts.guard(call)
         and not facts.in_launcher(call) and not rank_tagged(call) and not unreached_method(facts, call)
+        and not never_runs(facts, call)
     ]
     why = "print runs on every rank: each line appears once per process, interleaved"
     if print_silenced(facts) or print_replaced(facts):
@@ -102,7 +104,7 @@ def project_call_prints(facts: ScriptFacts) -> Iterator[Finding]:
     if not facts.distributed or print_silenced(facts) or print_replaced(facts):
         return
     printing = facts.imported.every_rank_prints
-    for calls, path, line in _calls_by_file(facts, printing, lambda call: True):
+    for calls, path, line in _calls_by_file(facts, printing, lambda call: not never_runs(facts, call)):
         first = calls[0]
         yield Finding(
             first.lineno, "print-on-every-rank",
@@ -331,7 +333,8 @@ def project_call_logs(facts: ScriptFacts) -> Iterator[Finding]:
         return
     root = _root_verbose(facts)
     logging = {callee: where for callee, where in facts.imported.every_rank_logs.items() if root or not where[2]}
-    groups = _calls_by_file(facts, logging, lambda call: not _handling_an_exception(facts, call))
+    groups = _calls_by_file(facts, logging, lambda call: not _handling_an_exception(facts, call)
+                            and not never_runs(facts, call))
     if groups:
         _, path, line = min(groups, key=lambda group: (group[0][0].lineno, group[0][0].col_offset))
         calls = sorted((call for group in groups for call in group[0]), key=lambda call: (call.lineno, call.col_offset))
@@ -355,6 +358,7 @@ def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         if isinstance(call.func, ast.Attribute) and (ast.unparse(call.func.value) in loggers or call in early)
         and not facts.guard(call) and not facts.in_launcher(call) and not rank_tagged(call)
         and not _handling_an_exception(facts, call) and not unreached_method(facts, call)
+        and not never_runs(facts, call)
     ]
     yield from _first_of(
         logs, "log-on-every-rank", "logging writes on every rank: each message appears once per process, interleaved",

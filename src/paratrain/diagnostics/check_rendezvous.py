@@ -135,6 +135,8 @@ def _fixed_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
     for node, variable, value in _environ_literals(facts):
         if _default_only(facts, node, variable):
             continue
+        # A loopback address is a one-machine design, not a fixed rendezvous (as `f"tcp://127.0.0.1:{port}"` is not):
+        # only a fixed port, or another machine's address fixed in the code, breaks a run.
         if variable == "MASTER_PORT" or (variable == "MASTER_ADDR" and value not in _LOOPBACK):
             what = ("a port left busy by another job (or a second run on the machine) stops the rendezvous"
                     if variable == "MASTER_PORT" else

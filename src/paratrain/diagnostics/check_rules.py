@@ -28,9 +28,10 @@ from paratrain.diagnostics.check_samplers import (
     sampler_not_passed, shuffle_beside_sampler,
 )
 from paratrain.diagnostics.check_wrappers import batchnorm_without_syncbn, data_parallel, wrapped_state_dict
+from paratrain.diagnostics.dead_code import never_runs
 from paratrain.diagnostics.metric_flow import metric_over_shard, sharded_loaders
 from paratrain.diagnostics.argument_needs import passes_all
-from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
+from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
 from paratrain.diagnostics.tree_walk import walk
 
 _SEEDING = ("manual_seed", "seed_everything", "seed", "manual_seed_all")
@@ -43,34 +44,75 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     # `import torch as th; th.save(...)` counts, `fabric.save` does not; nor does a helper of the project
     # that saves under a rank test of its own.
     savers = set(facts.imported.unguarded_savers)
+    found: list[tuple[ast.Call, str, str]] = []
     for call in facts.calls:
         helper = facts.imported.callee(call) in savers
-        if not helper and not (last_name(call) == "save" and facts.full_name(call) == "torch.save"):
+        writer = _checkpoint_writer(facts, call)
+        if not helper and writer is None:
             continue
         if helper and not _saves_when_called_so(facts, call):
             continue
         guard = facts.guard(call)
-        if guard == "global" or facts.in_launcher(call) or (not helper and path_names_rank(facts, call)):
+        if guard == "global" or facts.in_launcher(call) or never_runs(facts, call) or (
+                not helper and path_names_rank(facts, call)):
             continue
         if guard == "local" and one_machine_only(facts):  # once per machine, on the one machine it can use
             continue
         mesh = _mesh_dims_at_zero(facts, call)
         if mesh >= {"replicate", "shard"}:  # rank 0 of its replica in the first replica: one rank
             continue
+        writer = writer or "torch.save"
         why = (
             _MESH_SAVES[next(iter(mesh))] if mesh else
-            "torch.save runs where local_rank == 0, i.e. once per machine: on several machines they all "
+            f"{writer} runs where local_rank == 0, i.e. once per machine: on several machines they all "
             "write the same checkpoint at once"
             if guard == "local" else
-            "torch.save runs on every rank: all processes write the same file at once (a torn or "
+            f"{writer} runs on every rank: all processes write the same file at once (a torn or "
             "clobbered checkpoint)"
         )
         if helper:  # the project's `save_checkpoint(...)`, read in its own file
             why = f"`{facts.imported.callee(call)}` calls torch.save with no rank test of its own; " + why
-        yield Finding(call.lineno, "save-on-every-rank", why,
-                      _MESH_FIX if mesh else
+        found.append((call, why, _MESH_FIX if mesh else
                       "save under `if dist.get_rank() == 0:` (pt.is_main()), or use pt.Checkpointer, which "
-                      "writes atomically from the right ranks")
+                      "writes atomically from the right ranks"))
+    # The saves of one block (distil-whisper's feature extractor, tokenizer, config and model written one after
+    # another into a checkpoint directory) are one problem with one fix: one finding at the first, naming the others.
+    groups: dict[tuple[int, str], list[tuple[ast.Call, str, str]]] = {}
+    for item in found:
+        groups.setdefault(_block_of(facts, item[0]), []).append(item)
+    for items in groups.values():
+        call, why, fix = items[0]
+        also = sorted({other.lineno for other, _, _ in items[1:]} - {call.lineno})
+        if also:
+            why += f" (also lines {', '.join(map(str, also))})"
+        yield Finding(call.lineno, "save-on-every-rank", why, fix)
+
+
+def _block_of(facts: ScriptFacts, node: ast.AST) -> tuple[int, str]:
+    """The statement list that holds ``node``'s statement: its owner and the field (``body``, ``orelse``…)."""
+    statement = node
+    while statement is not None and not isinstance(statement, ast.stmt):
+        statement = facts.parents.get(statement)
+    owner = facts.parents.get(statement)
+    for field in ("body", "orelse", "handlers", "finalbody"):
+        if statement in (getattr(owner, field, None) or []):
+            return id(owner), field
+    return id(statement), ""
+
+
+def _checkpoint_writer(facts: ScriptFacts, call: ast.Call) -> str | None:
+    """What writes a checkpoint file in ``call``: ``torch.save``, safetensors' ``save_file``/``save_model``, or a
+    Hugging Face ``x.save_pretrained(dir)`` (a model's, a tokenizer's, a config's) that is not told which
+    process is the main one (``is_main_process=accelerator.is_main_process`` makes it rank-aware); else None."""
+    name = last_name(call)
+    if name == "save" and facts.full_name(call) == "torch.save":
+        return "torch.save"
+    if name in ("save_file", "save_model") and facts.full_name(call).startswith("safetensors."):
+        return f"safetensors' {name}"
+    if name == "save_pretrained" and isinstance(call.func, ast.Attribute) and not any(
+            kw.arg == "is_main_process" and not is_true(kw.value) for kw in call.keywords):
+        return f"`{ast.unparse(call.func)}`"
+    return None
 
 
 def _saves_when_called_so(facts: ScriptFacts, call: ast.Call) -> bool:
@@ -161,7 +203,17 @@ def _model_builds(facts: ScriptFacts) -> list[ast.Call]:
         node.name for node in walk(facts.tree)
         if isinstance(node, ast.ClassDef) and any(last_name(base).endswith("Module") for base in node.bases)
     }
-    return [call for call in facts.calls if last_name(call) in modules or _MODEL_CALL.fullmatch(last_name(call))]
+    return [call for call in facts.calls if (last_name(call) in modules or _MODEL_CALL.fullmatch(last_name(call)))
+            and not _weightless(call)]
+
+
+# `AutoTokenizer.from_pretrained(...)`, a config's or a processor's: no weights, nothing random to seed (SMDM)
+_WEIGHTLESS = re.compile(r"Tokenizer\w*|\w*Config|\w*Processor|\w*FeatureExtractor|\w*tokenizer\w*", re.IGNORECASE)
+
+
+def _weightless(call: ast.Call) -> bool:
+    return (last_name(call) == "from_pretrained" and isinstance(call.func, ast.Attribute)
+            and bool(_WEIGHTLESS.fullmatch(last_name(call.func.value) if isinstance(call.func.value, (ast.Name, ast.Attribute)) else "")))
 
 
 def _built_for_fit(facts: ScriptFacts, fit: ast.Call, builds: list[ast.Call]) -> ast.Call | None:

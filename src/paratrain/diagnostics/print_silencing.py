@@ -60,11 +60,29 @@ def silencing_calls(facts: ScriptFacts) -> list[ast.Call]:
     script replaces print itself, an imported module does so at its import, or a print's keyword says print was
     replaced where no such call shows when (every print is then taken as quieted)."""
     imported = facts.imported
-    if facts.mentions(_PRINT_SILENCED.pattern) or imported.print_replaced_at_import:
+    own = _own_silencers(facts)
+    if own is None or imported.print_replaced_at_import:
         return []
     return [call for call in facts.calls
             if imported.callee(call) in imported.print_replacers
+            or (isinstance(call.func, ast.Name) and call.func.id in own)
             or (last_name(call) in _PRINT_SILENCING_HELPERS and imported.callee(call) not in imported.read)]
+
+
+def _own_silencers(facts: ScriptFacts) -> set[str] | None:
+    """The module-level functions of the file that replace print or stdout (DETR's ``setup_for_distributed``,
+    copied into a project's ``misc.py``, then called at the end of its ``init_distributed_mode``): a call of one
+    quiets what runs after it. None when the file does so outside them too (at its top level, in a method):
+    when is not known then."""
+    silencing = {number for number, line in enumerate(facts.lines, start=1) if _PRINT_SILENCED.search(line)}
+    own = set()
+    for function in facts.tree.body:
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inside = {n for n in silencing if function.lineno <= n <= (function.end_lineno or function.lineno)}
+            if inside:
+                own.add(function.name)
+                silencing -= inside
+    return None if silencing else own
 
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Module)
@@ -87,10 +105,23 @@ def runs_before(facts: ScriptFacts, first: ast.AST, then: ast.AST) -> bool:
         if isinstance(node, _SCOPES):
             return False  # another scope than `then`'s
         child, node = node, facts.parents.get(node)
-    if node is None:
+    if node is None or _leaves_first(facts, first, node):
         return False
     for block in ("body", "orelse", "finalbody"):
         statements = getattr(node, block, None)
         if isinstance(statements, list) and child in statements and path[node] in statements:
             return statements.index(child) < statements.index(path[node])
+    return False
+
+
+def _leaves_first(facts: ScriptFacts, first: ast.AST, common: ast.AST) -> bool:
+    """``first`` sits in a block, below ``common``, that ends by leaving the function (DETR's ``else: print('Not
+    using distributed mode'); return``): whatever follows in ``common`` never runs after it."""
+    child, node = first, facts.parents.get(first)
+    while node is not None and node is not common:
+        for block in ("body", "orelse", "handlers", "finalbody"):
+            statements = getattr(node, block, None)
+            if isinstance(statements, list) and child in statements and isinstance(statements[-1], (ast.Return, ast.Raise)):
+                return True
+        child, node = node, facts.parents.get(node)
     return False

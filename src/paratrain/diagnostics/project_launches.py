@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from paratrain.diagnostics.project_imports import ROOT_MARKERS, project_root, read_small_file
 
-__all__ = ["Launch", "multi_process_launch"]
+__all__ = ["Launch", "deprecated_launch", "multi_process_launch"]
 
 MAX_FILES = 400
 MAX_BYTES = 256_000
@@ -51,6 +52,8 @@ _FLAGS = {"--standalone", "--no-python", "--no_python", "--use-env", "--use_env"
           "--no_local_rank", "--no-local-rank", "--force_multi", "--force-multi", "--bind_cores_to_rank",
           "--enable_each_rank_log", "--save_pid", "--module", "-m"}
 _QUOTES = "\"'`,[]()"
+# Whether a command counts, from its launcher, the launcher's options and the words before it (``VAR=… torchrun``).
+_Counts = Callable[[str, dict[str, str], list[str]], bool]
 
 
 @dataclass(frozen=True)
@@ -69,13 +72,24 @@ class Launch:
 def multi_process_launch(script: Path) -> Launch | None:
     """The first command of the script's project that starts it in several processes (see the module's
     docstring); None when none is found within the bounds. Never raises: what cannot be read is skipped."""
+    return _first_launch_or_none(script, _several)
+
+
+def deprecated_launch(script: Path) -> Launch | None:
+    """The first command of the script's project that starts it with ``python -m torch.distributed.launch``, with
+    any process count (PixArt's README starts it so with ``--nproc_per_node=1``); None as for
+    :func:`multi_process_launch`."""
+    return _first_launch_or_none(script, lambda launcher, options, before: launcher == "torch.distributed.launch")
+
+
+def _first_launch_or_none(script: Path, counts: _Counts) -> Launch | None:
     try:
-        return _first_launch(script.resolve())
+        return _first_launch(script.resolve(), counts)
     except (OSError, ValueError, RuntimeError):
         return None
 
 
-def _first_launch(script: Path) -> Launch | None:
+def _first_launch(script: Path, counts: _Counts) -> Launch | None:
     root = project_root(script)
     if root not in script.parents or not any((root / marker).exists() for marker in ROOT_MARKERS):
         root = script.parent
@@ -89,7 +103,7 @@ def _first_launch(script: Path) -> Launch | None:
             continue
         text = data.decode("utf-8", "replace")
         for number, command in _commands(text):
-            launcher = _launched(command, path.parent, names)
+            launcher = _launched(command, path.parent, names, counts)
             if launcher is not None:
                 return Launch(path.relative_to(root).as_posix(), number, launcher)
     return None
@@ -165,8 +179,8 @@ class _Names:
         return word == self.script.name and (directory == self.script.parent or self.unique)
 
 
-def _launched(command: str, directory: Path, names: _Names) -> str | None:
-    """The launcher of ``command`` when it starts the script in several processes; else None."""
+def _launched(command: str, directory: Path, names: _Names, counts: _Counts) -> str | None:
+    """The launcher of ``command`` when it starts the script as ``counts`` asks (in several processes); else None."""
     words = [word.strip(_QUOTES) for word in command.split()]
     for at, word in enumerate(words):
         launcher = _launcher_at(words, at)
@@ -175,7 +189,7 @@ def _launched(command: str, directory: Path, names: _Names) -> str | None:
         options, target = _options(words[at + (2 if launcher in _TORCH_MODULES else 1):])
         if target is None or not names.named(target, directory):
             continue
-        if _several(launcher, options, words[:at]):
+        if counts(launcher, options, words[:at]):
             return launcher
     return None
 

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from paratrain.diagnostics.argument_needs import runs_when_called
 from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.check_output import rank_tagged
+from paratrain.diagnostics.dead_code import constant_false
 from paratrain.diagnostics.project_builders import ProjectBuilders
 from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.tree_walk import walk
@@ -173,6 +174,10 @@ def _unguarded(function: _Function) -> tuple[list[ast.Call], list[ast.Call]]:
         if returned_early[0] or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
                                                   ast.ExceptHandler)):
             return
+        if isinstance(node, (ast.If, ast.While)) and constant_false(node.test):
+            for part in node.orelse:  # `if False:` (PixArt's IDDPM): its body never runs
+                visit(part)
+            return
         if isinstance(node, (ast.If, ast.While, ast.IfExp)) and _chosen(node.test, flags):
             if isinstance(node, ast.If) and any(isinstance(n, (ast.Return, ast.Raise)) for n in walk(node)):
                 returned_early[0] = True  # `if rank != 0: return`: what follows is chosen too
@@ -194,6 +199,8 @@ def _unguarded(function: _Function) -> tuple[list[ast.Call], list[ast.Call]]:
                 calls.append(node)  # one given a chosen flag (`set_weight_decay(..., echo=echo)`) is chosen too
         for child in ast.iter_child_nodes(node):
             visit(child)
+        if isinstance(node, (ast.Return, ast.Raise)):
+            returned_early[0] = True  # what follows it in the function runs on some other path, or never
 
     for stmt in function.body:
         visit(stmt)

@@ -60,7 +60,8 @@ _MAIN_VALUES = {-1, 0}
 _RANK_NAME = re.compile(r"(?:\w+\.)*\w*rank\w*|(?:\w+\.)*(?:gpu|gpu_id|device_id)", re.IGNORECASE)
 # Lightning's decorators: the function runs on global rank 0 only (`rank_zero_experiment` runs a logger's
 # `experiment` on rank 0 and hands the other ranks a DummyExperiment).
-_RANK_ZERO_DECORATOR = re.compile(r"(?:\w+\.)*rank_zero_(?:only|experiment)$")
+# Others of the same contract under other names: habitat's `@rank0_only`, mmcv's and ResNeSt's `@master_only`.
+_RANK_ZERO_DECORATOR = re.compile(r"(?:\w+\.)*(?:rank_zero_(?:only|experiment)|rank_?0_only|master_only|main_process_only)$")
 
 
 def returned_test_kind(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
