@@ -548,3 +548,61 @@ torch.manual_seed(0)
     assert [r for r in rules(source.format(model="")) if r[1] == "model-before-seed"] == []
     model = 'model = AutoModelForSequenceClassification.from_pretrained("bert-base-uncased")'
     assert [r for r in rules(source.format(model=model)) if r[1] == "model-before-seed"] == [(7, "model-before-seed")]
+
+
+def test_a_sampler_a_function_returns_is_its_callers_to_pass():
+    source = """\
+from torch.utils.data import DistributedSampler
+
+def create_sampler(dataset, shuffle, cfg):
+    sampler = DistributedSampler(dataset) if cfg.NUM_GPUS > 1 else None
+    return sampler
+
+def unused(dataset):
+    train_sampler = DistributedSampler(dataset)
+    return len(dataset)
+"""
+    assert [r for r in rules(source) if r[1] == "sampler-not-passed"] == [(8, "sampler-not-passed")]
+
+
+def test_set_epoch_through_a_local_name_for_the_sampler_is_set_epoch():
+    source = """\
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
+
+class Trainer:
+    def __init__(self, dataset):
+        self.train_sampler = DistributedSampler(dataset)
+        self.train_loader = DataLoader(dataset, sampler=self.train_sampler)
+
+    def train(self):
+        train_sampler = self.train_sampler
+        for epoch in range(3):
+            {call}
+            for batch in self.train_loader:
+                pass
+
+dist.init_process_group("nccl")
+"""
+    assert [r for r in rules(source.format(call="train_sampler.set_epoch(epoch)")) if r[1] == "no-set-epoch"] == []
+    assert [r for r in rules(source.format(call="pass")) if r[1] == "no-set-epoch"] == [(6, "no-set-epoch")]
+
+
+def test_the_save_of_a_trainer_subclass_runs_where_the_trainer_saves():
+    source = """\
+import torch
+import torch.distributed as dist
+from transformers import Trainer
+
+class SupervisedTrainer(Trainer):
+    def {method}(self, output_dir=None, state_dict=None):
+        torch.save(self.args, output_dir + "/training_args.bin")
+
+dist.init_process_group("nccl")
+SupervisedTrainer(model=None).train()
+"""
+    assert rules(source.format(method="_save")) == []
+    assert rules(source.format(method="on_epoch_end")) == [(7, "save-on-every-rank")]
+    # called directly, on every rank, it writes on every rank
+    direct = source.format(method="_save") + "SupervisedTrainer(model=None)._save('out')\n"
+    assert rules(direct) == [(7, "save-on-every-rank")]

@@ -53,7 +53,7 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         if helper and not _saves_when_called_so(facts, call):
             continue
         guard = facts.guard(call)
-        if guard == "global" or facts.in_launcher(call) or never_runs(facts, call) or (
+        if guard == "global" or facts.in_launcher(call) or never_runs(facts, call) or _trainer_save_hook(facts, call) or (
                 not helper and path_names_rank(facts, call)):
             continue
         if guard == "local" and one_machine_only(facts):  # once per machine, on the one machine it can use
@@ -86,6 +86,16 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         if also:
             why += f" (also lines {', '.join(map(str, also))})"
         yield Finding(call.lineno, "save-on-every-rank", why, fix)
+
+
+def _trainer_save_hook(facts: ScriptFacts, call: ast.Call) -> bool:
+    """``call`` is in ``_save`` of a Hugging Face ``Trainer`` subclass (llm2vec's) that nothing in the file calls
+    itself: the Trainer calls it only where ``args.should_save`` holds, on the main process. A direct
+    ``trainer._save(...)`` (Video-ChatGPT's ``safe_save_model_for_hf_trainer``) runs wherever it is made."""
+    function = facts.scope(call)
+    owner = facts.parents.get(function)
+    return (getattr(function, "name", "") == "_save" and isinstance(owner, ast.ClassDef)
+            and any(last_name(base).endswith("Trainer") for base in owner.bases) and not facts.loaded_attrs.get("_save"))
 
 
 def _block_of(facts: ScriptFacts, node: ast.AST) -> tuple[int, str]:

@@ -66,6 +66,15 @@ def _handed_on(facts: ScriptFacts, name: str) -> bool:
                for call in facts.calls)
 
 
+def _returned(facts: ScriptFacts, name: str, sampler: ast.Call) -> bool:
+    """The function that binds ``name`` to ``sampler`` returns it (alone, or in a tuple or dict): TimeSformer's
+    ``create_sampler`` builds it for ``loader.py``, which passes it to the DataLoader."""
+    scope = facts.scope(sampler)
+    return any(isinstance(node, ast.Return) and node.value is not None and facts.scope(node) is scope
+               and any(isinstance(n, ast.Name) and n.id == name for n in walk(node.value))
+               for node in walk(scope))
+
+
 def _returned_to_a_caller_that_sets_epochs(facts: ScriptFacts, names: set[str]) -> bool:
     """One of ``names`` (a sampler, or a loader) is returned, or a DataLoader given one is, and another file of the
     project calls ``set_epoch``: the caller that gets it may set the epoch (FocalNet's ``build_loader`` returns
@@ -192,8 +201,8 @@ def _first_arg(call: ast.Call) -> str:
 def sampler_not_passed(facts: ScriptFacts) -> Iterator[Finding]:
     used = _sampler_uses(facts)
     for name, sampler in facts.names_bound_to(*SAMPLERS).items():
-        if name in used or _handed_on(facts, name):
-            continue  # BatchSampler(sampler, …), a helper that builds the loader: it reaches a loader there
+        if name in used or _handed_on(facts, name) or _returned(facts, name, sampler):
+            continue  # BatchSampler(sampler, …), a helper that builds the loader, a caller: it reaches a loader there
         dataset = _first_arg(sampler)
         loader = next((c for c in facts.calls_named(*LOADERS) if dataset and _first_arg(c) == dataset), None)
         where = f"the DataLoader at line {loader.lineno} reads" if loader else "every DataLoader reads"
@@ -226,7 +235,9 @@ def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
             continue  # evaluation order does not matter
         if _handed_on(facts, name) or _read_once(facts, name) or _returned_to_a_caller_that_sets_epochs(facts, {name}):
             continue
-        if not facts.mentions(rf"{re.escape(name)}\.set_epoch\("):
+        # aot-benchmark's `train_sampler = self.train_sampler`, then `train_sampler.set_epoch(epoch)`: a name for it
+        aliases = {alias for alias, values in facts.assigned.items() if any(ast.unparse(v) == name for v in values)}
+        if not any(facts.mentions(rf"{re.escape(held)}\.set_epoch\(") for held in {name} | aliases):
             yield Finding(
                 sampler.lineno, "no-set-epoch",
                 f"`{name}.set_epoch(epoch)` is never called: DistributedSampler then shuffles every epoch "

@@ -99,7 +99,8 @@ def _first_launch(script: Path, counts: _Counts) -> Launch | None:
         data = read_small_file(path, MAX_BYTES)
         if data is None:
             continue
-        if not any(word in data for word in _WORDS) or script.name.encode() not in data:
+        # the script's stem: `train.py`, or `--module ochat.training_deepspeed.train`
+        if not any(word in data for word in _WORDS) or script.stem.encode() not in data:
             continue
         text = data.decode("utf-8", "replace")
         for number, command in _commands(text):
