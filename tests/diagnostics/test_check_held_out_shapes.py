@@ -606,3 +606,22 @@ SupervisedTrainer(model=None).train()
     # called directly, on every rank, it writes on every rank
     direct = source.format(method="_save") + "SupervisedTrainer(model=None)._save('out')\n"
     assert rules(direct) == [(7, "save-on-every-rank")]
+
+
+def test_a_loader_accelerate_prepared_and_threw_away_leaves_every_rank_on_the_whole_dataset():
+    source = """\
+from copy import deepcopy
+from accelerate import Accelerator
+from torch.utils.data import DataLoader
+
+accelerator = Accelerator()
+train_dataloader = DataLoader(dataset, batch_size=8, shuffle=True)
+model, optimizer, {kept}, scheduler = accelerator.prepare(
+    model, optimizer, deepcopy(train_dataloader), scheduler
+)
+for epoch in range(3):
+    for step, batch in enumerate(train_dataloader):
+        optimizer.step()
+"""
+    assert [r for r in rules(source.format(kept="_")) if r[1] == "sampler-not-passed"] == [(8, "sampler-not-passed")]
+    assert [r for r in rules(source.format(kept="train_dataloader")) if r[1] == "sampler-not-passed"] == []

@@ -25,7 +25,7 @@ from paratrain.diagnostics.check_output import (
 )
 from paratrain.diagnostics.check_samplers import (
     EVAL_NAME, LOADERS, SAMPLERS, imported_sampler_bindings, is_eval, no_set_epoch, padded_eval_sampler,
-    sampler_not_passed, shuffle_beside_sampler,
+    prepared_loader_dropped, sampler_not_passed, shuffle_beside_sampler,
 )
 from paratrain.diagnostics.check_wrappers import batchnorm_without_syncbn, data_parallel, wrapped_state_dict
 from paratrain.diagnostics.dead_code import never_runs
@@ -392,7 +392,7 @@ def _in_dataset_build(facts: ScriptFacts, node: ast.AST) -> bool:
 
 
 RULES: tuple[Rule, ...] = (
-    sampler_not_passed, shuffle_beside_sampler, no_set_epoch, padded_eval_sampler, local_rank_argument,
+    sampler_not_passed, prepared_loader_dropped, shuffle_beside_sampler, no_set_epoch, padded_eval_sampler, local_rank_argument,
     deprecated_launcher, hardcoded_rendezvous, save_on_every_rank, print_on_every_rank, project_call_prints, wrapped_state_dict,
     batchnorm_without_syncbn, model_before_seed, data_parallel, log_on_every_rank, project_call_logs, ungathered_metric,
     unseeded_split,

@@ -215,6 +215,41 @@ def sampler_not_passed(facts: ScriptFacts) -> Iterator[Finding]:
         )
 
 
+def prepared_loader_dropped(facts: ScriptFacts) -> Iterator[Finding]:
+    """``dit, optimizer, _, sched = accelerator.prepare(dit, optimizer, deepcopy(loader), sched)``, then ``for batch in
+    loader:`` (x-flux): the loader Accelerate shards for each rank is thrown away, and the loop reads the one it was
+    given, the whole dataset on every rank. Reported under sampler-not-passed, whose harm it is."""
+    for call in facts.calls_named("prepare"):
+        holder = facts.parents.get(call)
+        if not (isinstance(call.func, ast.Attribute) and isinstance(holder, ast.Assign) and len(holder.targets) == 1
+                and isinstance(holder.targets[0], ast.Tuple) and len(holder.targets[0].elts) == len(call.args)):
+            continue
+        for target, argument in zip(holder.targets[0].elts, call.args):
+            given = argument.args[0] if isinstance(argument, ast.Call) and last_name(argument) == "deepcopy" and argument.args else argument
+            if not (isinstance(target, ast.Name) and target.id == "_" and isinstance(given, ast.Name)
+                    and _a_loader(facts, given.id) and _iterated_after(facts, given.id, call)):
+                continue
+            yield Finding(
+                argument.lineno, "sampler-not-passed",
+                f"the loader `{ast.unparse(call.func.value)}.prepare` shards for each rank is thrown away (`_`), and the "
+                f"loop reads `{given.id}`: every rank trains on the whole dataset (N times the work, no speed-up)",
+                f"keep what prepare returns and iterate it: `..., {given.id}, ... = {ast.unparse(call.func)}(...)`",
+            )
+
+
+def _a_loader(facts: ScriptFacts, name: str) -> bool:
+    return "loader" in name.lower() or any(isinstance(v, ast.Call) and last_name(v) in LOADERS
+                                           for v in facts.assigned.get(name, []))
+
+
+def _iterated_after(facts: ScriptFacts, name: str, call: ast.Call) -> bool:
+    """``for … in name`` or ``for … in enumerate(name)`` after ``call`` in its function."""
+    scope = facts.scope(call)
+    return any(isinstance(node, ast.For) and node.lineno > call.lineno and facts.scope(node) is scope
+               and any(isinstance(n, ast.Name) and n.id == name for n in walk(node.iter))
+               for node in walk(scope))
+
+
 def shuffle_beside_sampler(facts: ScriptFacts) -> Iterator[Finding]:
     for call in facts.calls_named(*LOADERS):
         if is_true(keyword(call, "shuffle")) and keyword(call, "sampler") is not None:
