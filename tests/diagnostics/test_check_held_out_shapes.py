@@ -625,3 +625,42 @@ for epoch in range(3):
 """
     assert [r for r in rules(source.format(kept="_")) if r[1] == "sampler-not-passed"] == [(8, "sampler-not-passed")]
     assert [r for r in rules(source.format(kept="train_dataloader")) if r[1] == "sampler-not-passed"] == []
+
+
+def test_a_rank_a_method_returns_is_the_rank_it_returns():
+    source = """\
+import torch
+import torch.distributed as dist
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.lrank = self._build_distribute()
+
+    def _build_distribute(self):
+        dist.init_process_group(backend="nccl")
+        local_rank = {rank}
+        torch.cuda.set_device(local_rank)
+        return local_rank
+
+    def fit(self):
+        if self.lrank == 0:
+            torch.save(self.model.state_dict(), "model.pth")
+"""
+    assert rules(source.format(rank="dist.get_rank()")) == []
+    assert rules(source.format(rank="int(os.environ['LOCAL_RANK'])")) == [(17, "save-on-every-rank")]
+
+
+def test_a_name_for_an_imported_worker_handed_to_spawn_is_a_launch():
+    source = """\
+import torch.multiprocessing as mp
+from train import train, pretrain
+
+if __name__ == "__main__":
+    main = pretrain if mode == "pretrain" else train
+    print("using mp spawn for distributed training")
+    mp.spawn({target}, nprocs=4)
+"""
+    assert [r for r in rules(source.format(target="main")) if r[1] == "print-on-every-rank"] == []
+    assert [r for r in rules(source.format(target="workers[0]")) if r[1] == "print-on-every-rank"] == [
+        (6, "print-on-every-rank")]

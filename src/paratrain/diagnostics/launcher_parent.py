@@ -64,7 +64,11 @@ class LauncherParent:
         """``arg`` names a function that the launcher starts: one of ``targets``, or, where imported functions
         count, ``module.function`` of a module this file imports."""
         if isinstance(arg, ast.Name):
-            return arg.id in targets
+            # PointNeXt's `main = pretrain if … else train`, then `mp.spawn(main, …)`: a name for one of them
+            values = [choice for v in self.assigned.get(arg.id, [])
+                      for choice in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
+            return arg.id in targets or bool(values) and all(
+                isinstance(v, ast.Name) and v.id in targets for v in values)
         return (imported and isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name)
                 and arg.value.id in self.modules)
 

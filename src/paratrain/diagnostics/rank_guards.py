@@ -16,6 +16,7 @@ import ast
 import re
 from functools import cached_property
 
+from paratrain.diagnostics.assigned_values import bound_values
 from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.project_mentions import project_names
 from paratrain.diagnostics.tree_walk import walk
@@ -350,13 +351,29 @@ class RankGuards:
         # Cutie's `local_rank = torch.distributed.get_rank(); self.local_rank = local_rank`: a name holds what it
         # is given, so one given only the global rank (or names holding it) tests the global rank. Followed to
         # a fixed point, a few names deep.
+        returning = self._functions_returning_the_global_rank()
         for _ in range(3):
             held = {name for name, values in self.assigned.items()
-                    if values and all(ast.unparse(v) in ranks or _global_rank_value(v) for v in values)}
+                    if values and all(ast.unparse(v) in ranks or _global_rank_value(v)
+                                      or isinstance(v, ast.Call) and last_name(v) in returning for v in values)}
             if held <= ranks:
                 break
             ranks |= held
         return ranks
+
+    def _functions_returning_the_global_rank(self) -> set[str]:
+        """Functions (and methods) of the file whose every return gives the global rank, directly or through a local
+        name (UniSRec's ``_build_distribute``: ``local_rank = torch.distributed.get_rank()`` … ``return local_rank``)."""
+        found = set()
+        for function in (n for n in walk(self.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            returns = [n.value for n in walk(function) if isinstance(n, ast.Return) and n.value is not None]
+            local = {name: [v for t, v in ((t, v) for node in walk(function) for t, v in bound_values(node))
+                            if isinstance(t, ast.Name) and t.id == name] for name in
+                     {r.id for r in returns if isinstance(r, ast.Name)}}
+            if returns and all(_global_rank_value(r) or isinstance(r, ast.Name) and local.get(r.id)
+                               and all(_global_rank_value(v) for v in local[r.id]) for r in returns):
+                found.add(function.name)
+        return found
 
     def _callers_guard(self, function: ast.FunctionDef | ast.AsyncFunctionDef, callers_guards: dict[ast.AST, str]) -> str:
         """The weakest guard over every use of ``function``'s name in this file (methods: ``x.name``),
