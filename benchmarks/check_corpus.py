@@ -23,11 +23,11 @@ read at the labelled commit (its files written once under ``--trees``, so that `
 script in its project and follows its imports), or a plain folder of files at their paths. ``--fetch`` first
 brings every labelled commit that DIR lacks from GitHub (a shallow fetch of that commit only).
 
-Seventeen corpora, 729 labelled files (689 distinct) from 411 repositories: ``check_corpus_labels.csv`` (the default, 25 files the
+Twenty corpora, 951 labelled files from 508 repositories: ``check_corpus_labels.csv`` (the default, 25 files the
 rules were first fitted to), ``check_corpus_unseen_labels.csv`` (82 files from 28 repositories),
 ``check_corpus_fresh_labels.csv`` (41 from 15), and one file per corpus after them, ``check_corpus_fourth`` …
-``check_corpus_seventeenth_labels.csv`` (the twelfth to the fourteenth: 54, 59 and 28 files; the fifteenth to the
-seventeenth: 27, 22 and 22, the seventeenth all built on libraries). Each from the fourth on was labelled and
+``check_corpus_twentieth_labels.csv`` (the twelfth to the fourteenth: 54, 59 and 28 files; the fifteenth to the
+seventeenth: 27, 22 and 22, the seventeenth all built on libraries; the eighteenth to the twentieth: 58, 113 and 91). Each from the fourth on was labelled and
 committed before ``check`` ran on any of its files; its first score is an out-of-sample figure in
 docs/check_corpus.md, and the findings that fell on no label were read afterwards (rows whose note begins "read
 after the held-out scoring"). The second is split by a hash of the repository's name, fixed before any file was
@@ -39,7 +39,7 @@ others (``--half`` is for the second only).
     python benchmarks/check_corpus.py --repos DIR --fetch --labels benchmarks/check_corpus_fresh_labels.csv
     python benchmarks/check_corpus.py --repos DIR --fetch --labels benchmarks/check_corpus_fourth_labels.csv
     python benchmarks/check_corpus.py --repos DIR --fetch --labels benchmarks/check_corpus_fifth_labels.csv
-    python benchmarks/check_corpus.py --repos DIR --fetch --labels benchmarks/check_corpus_seventeenth_labels.csv
+    python benchmarks/check_corpus.py --repos DIR --fetch --labels benchmarks/check_corpus_twentieth_labels.csv
 
 Every run also times ``check`` on each file and names any file it raised on, or did not finish
 within ``--limit-s`` seconds of CPU time (default 60; such a file counts as giving no findings).
