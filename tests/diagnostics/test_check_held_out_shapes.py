@@ -664,3 +664,53 @@ if __name__ == "__main__":
     assert [r for r in rules(source.format(target="main")) if r[1] == "print-on-every-rank"] == []
     assert [r for r in rules(source.format(target="workers[0]")) if r[1] == "print-on-every-rank"] == [
         (6, "print-on-every-rank")]
+
+
+def test_a_print_naming_a_rank_kept_under_a_key_is_rank_tagged():
+    source = """\
+import torch.distributed as dist
+
+def main_worker(config):
+    dist.init_process_group("nccl", rank=config["global_rank"], world_size=config["world_size"])
+    print("using GPU {}-{} for training".format(int(config["{key}"]), 0))
+"""
+    assert rules(source.replace("{key}", "global_rank")) == []
+    assert rules(source.replace("{key}", "world_size")) == [(5, "print-on-every-rank")]
+
+
+def test_a_project_helper_named_local_that_returns_the_global_rank_tests_the_global_rank(tmp_path):
+    comm = """\
+        import torch.distributed as dist
+
+        def get_local_rank():
+            if not dist.is_initialized():
+                return 0
+            return {rank}
+        """
+    trainer = """\
+        import torch
+        import torch.distributed as dist
+        import comm
+
+        def save_state(model, path):
+            dist.barrier()
+            if comm.get_local_rank() == 0:
+                torch.save(model.state_dict(), path)
+        """
+    for name, rank, found in (("global", "dist.get_rank()", []), ("local", "int(os.environ['LOCAL_RANK'])", [8])):
+        script = project(tmp_path / name, {"trainer.py": trainer, "comm.py": comm.format(rank=rank)})
+        assert [f.line for f in check_file(script) if f.rule == "save-on-every-rank"] == found, name
+
+
+def test_a_distributed_flag_kept_under_a_key_tells_the_one_process_run():
+    source = """\
+import torch.distributed as dist
+
+def main_worker(config):
+    dist.init_process_group("nccl", rank=config["global_rank"], world_size=config["world_size"])
+    if {test}:
+        print("[**] create folder", config["save_dir"])
+"""
+    assert rules(source.format(test="(not config['distributed']) or config['global_rank'] == 0")) == []
+    assert rules(source.format(test="config['distributed'] or config['global_rank'] == 0")) == [
+        (6, "print-on-every-rank")]

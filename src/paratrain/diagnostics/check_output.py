@@ -52,6 +52,9 @@ def rank_tagged(call: ast.Call) -> bool:
     ``"Use GPU: {}".format(gpu)``, ``print("rank", rank)``): one line per rank is the point."""
     return any(
         isinstance(name, (ast.Name, ast.Attribute, ast.Call)) and RANK_TAG.fullmatch(last_name(name))
+        # ProPainter's `config['global_rank']`: a rank kept under a key
+        or isinstance(name, ast.Subscript) and isinstance(name.slice, ast.Constant)
+        and isinstance(name.slice.value, str) and bool(RANK_TAG.fullmatch(name.slice.value))
         for arg in call.args for value in _interpolated(arg) for name in walk(value)
     )
 

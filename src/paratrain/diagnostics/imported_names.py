@@ -18,6 +18,8 @@ from paratrain.diagnostics.rank_argument_prints import RankArgumentPrint
 class ImportedNames:
     read: set[str] = field(default_factory=set)  # every callee found and read in the project
     rank_tests: set[str] = field(default_factory=set)  # return a rank-0 test (`get_rank() == 0`)
+    # return the global rank, whatever their name (neuraloperator's `comm.get_local_rank()` is `dist.get_rank()`)
+    global_rank_getters: set[str] = field(default_factory=set)
     machine_tests: set[str] = field(default_factory=set)  # return a once-per-machine test (`rank % gpus == 0`)
     # → the DistributedSampler calls they return, in their own module (read for shuffle=/drop_last=)
     sampler_makers: dict[str, list[ast.Call]] = field(default_factory=dict)

@@ -194,6 +194,8 @@ class _Reader:
     def _learn(self, names: ImportedNames, callee: str, module: Module, function: _Function) -> None:
         names.read.add(callee)
         kind = returned_test_kind(function)
+        if function.name in self.facts_of(module).functions_returning_the_global_rank:
+            names.global_rank_getters.add(callee)
         if kind == "global":
             names.rank_tests.add(callee)
         elif kind == "local":

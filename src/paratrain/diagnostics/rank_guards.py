@@ -198,7 +198,8 @@ class RankGuards:
     def _single_process_branch(self, test: ast.expr, in_else: bool) -> bool:
         """The branch runs when the job is not distributed: ``else:`` of ``if ddp:``, body of ``if not ddp:``."""
         negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
-        text = ast.unparse(test.operand if negated else test)
+        # ProPainter's `config['distributed']`: the flag kept under a key reads as the flag
+        text = re.sub(r"^(?:\w+\.)*\w+\[['\"](\w+)['\"]\]$", r"\1", ast.unparse(test.operand if negated else test))
         return bool(_DISTRIBUTED_TEST.search(text)) and in_else != negated
 
     def single_process(self, node: ast.AST) -> bool:
@@ -311,8 +312,8 @@ class RankGuards:
         called = {last_name(node) for node in walk(test) if isinstance(node, ast.Call)}
         if called & self.machine_helpers:
             return "local"
-        if called & self.rank_helpers:
-            return "global"
+        if called & (self.rank_helpers | self.rank_getters):
+            return "global"  # a rank-0 helper, or a rank from a helper that returns the global one
         if _PER_MACHINE.search(text):
             return "local"
         device = _DEVICE_GUARD.search(text)
@@ -351,7 +352,7 @@ class RankGuards:
         # Cutie's `local_rank = torch.distributed.get_rank(); self.local_rank = local_rank`: a name holds what it
         # is given, so one given only the global rank (or names holding it) tests the global rank. Followed to
         # a fixed point, a few names deep.
-        returning = self._functions_returning_the_global_rank()
+        returning = self.functions_returning_the_global_rank | self.rank_getters
         for _ in range(3):
             held = {name for name, values in self.assigned.items()
                     if values and all(ast.unparse(v) in ranks or _global_rank_value(v)
@@ -361,17 +362,21 @@ class RankGuards:
             ranks |= held
         return ranks
 
-    def _functions_returning_the_global_rank(self) -> set[str]:
+    @cached_property
+    def functions_returning_the_global_rank(self) -> set[str]:
         """Functions (and methods) of the file whose every return gives the global rank, directly or through a local
-        name (UniSRec's ``_build_distribute``: ``local_rank = torch.distributed.get_rank()`` … ``return local_rank``)."""
+        name (UniSRec's ``_build_distribute``: ``local_rank = torch.distributed.get_rank()`` … ``return local_rank``),
+        or 0 when there is no process group."""
         found = set()
         for function in (n for n in walk(self.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
             returns = [n.value for n in walk(function) if isinstance(n, ast.Return) and n.value is not None]
             local = {name: [v for t, v in ((t, v) for node in walk(function) for t, v in bound_values(node))
                             if isinstance(t, ast.Name) and t.id == name] for name in
                      {r.id for r in returns if isinstance(r, ast.Name)}}
-            if returns and all(_global_rank_value(r) or isinstance(r, ast.Name) and local.get(r.id)
-                               and all(_global_rank_value(v) for v in local[r.id]) for r in returns):
+            ranks = [r for r in returns if _global_rank_value(r) or isinstance(r, ast.Name) and local.get(r.id)
+                     and all(_global_rank_value(v) for v in local[r.id])]
+            # `return 0` where no process group is made (neuraloperator's `get_local_rank`): one process, rank 0
+            if ranks and all(r in ranks or isinstance(r, ast.Constant) and r.value == 0 for r in returns):
                 found.add(function.name)
         return found
 

@@ -69,6 +69,7 @@ class ScriptFacts(RankGuards, LauncherParent):
     modules: dict[str, str] = field(default_factory=dict)  # "th" → "torch", "save" → "torch.save"
     rank_helpers: set[str] = field(default_factory=set)  # functions of this file that return a rank test
     machine_helpers: set[str] = field(default_factory=set)  # ... that return `rank % gpus_per_node == 0`
+    rank_getters: set[str] = field(default_factory=set)  # project functions the file imports that return the global rank
     own_functions: set[str] = field(default_factory=set)  # names of the functions defined in this file
     imported: ImportedNames = field(default_factory=ImportedNames)  # what its project's imported functions do
     script: Path | None = None  # the file, when read from one (its project's launch commands are read then)
@@ -126,6 +127,7 @@ class ScriptFacts(RankGuards, LauncherParent):
         self.script = script
         self.rank_helpers |= {name.rpartition(".")[2] for name in imported.rank_tests}
         self.machine_helpers |= {name.rpartition(".")[2] for name in imported.machine_tests}
+        self.rank_getters = {name.rpartition(".")[2] for name in imported.global_rank_getters}
 
     # ---- questions the rules ask ---------------------------------------------------------------
     def full_name(self, node: ast.AST) -> str:
