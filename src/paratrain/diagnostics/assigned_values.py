@@ -12,7 +12,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-__all__ = ["bound_values"]
+from paratrain.diagnostics.tree_walk import walk
+
+__all__ = ["assigned_in", "bound_values"]
 
 _TARGETS = (ast.Name, ast.Attribute)
 
@@ -57,3 +59,9 @@ def _paired(target: ast.expr, value: ast.expr) -> Iterator[tuple[ast.expr, ast.e
         yield from _paired(item, item_value)
     for item, item_value in zip(targets[star + 1:], values[len(values) - after:]):
         yield from _paired(item, item_value)
+
+
+def assigned_in(function: ast.AST, name: str) -> list[ast.expr]:
+    """Every value ``function`` binds to the plain name ``name``, however the binding is spelled."""
+    return [value for node in walk(function) for target, value in bound_values(node)
+            if isinstance(target, ast.Name) and target.id == name]

@@ -21,6 +21,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from paratrain.diagnostics.assigned_values import assigned_in
 from paratrain.diagnostics.argument_needs import call_positions, needed_arguments
 from paratrain.diagnostics.check_rendezvous import environ_parameters
 from paratrain.diagnostics.check_rules import path_names_rank
@@ -33,7 +34,6 @@ from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.project_loaders import loader_bindings
 from paratrain.diagnostics.project_logs import ProjectLogs, root_verbose_at_import
 from paratrain.diagnostics.project_loggers import (
-    assigned_in,
     chooses_by_rank,
     console_handler_of_module,
     makes_logger,

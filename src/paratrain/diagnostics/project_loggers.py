@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
-from paratrain.diagnostics.assigned_values import bound_values
+from paratrain.diagnostics.assigned_values import assigned_in
 from paratrain.diagnostics.call_names import keyword, last_name
 from paratrain.diagnostics.project_imports import Module
 from paratrain.diagnostics.project_logs import module_bindings
@@ -19,11 +19,6 @@ from paratrain.diagnostics.tree_walk import walk
 _VERBOSE_LEVEL = re.compile(r"\b(?:INFO|DEBUG|NOTSET)\b|^(?:10|20)$")
 _RANK_WORD = re.compile(r"rank|main|master|process_index|primary")
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
-
-
-def assigned_in(function: _Function, name: str) -> list[ast.expr]:
-    return [value for node in walk(function) for target, value in bound_values(node)
-            if isinstance(target, ast.Name) and target.id == name]
 
 
 def chooses_by_rank(function: _Function, setups: list[ast.Call]) -> bool:

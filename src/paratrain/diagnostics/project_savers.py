@@ -7,18 +7,13 @@ from __future__ import annotations
 import ast
 import re
 
-from paratrain.diagnostics.assigned_values import bound_values
+from paratrain.diagnostics.assigned_values import assigned_in
 from paratrain.diagnostics.call_names import keyword, last_name
 from paratrain.diagnostics.script_facts import ScriptFacts
 from paratrain.diagnostics.tree_walk import walk
 
 _RANK_WORD = re.compile(r"rank|main|master|process_index|primary")
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
-
-
-def _assigned_in(function: _Function, name: str) -> list[ast.expr]:
-    return [value for node in walk(function) for target, value in bound_values(node)
-            if isinstance(target, ast.Name) and target.id == name]
 
 
 def under_rank_test(function: _Function, node: ast.AST) -> bool:
@@ -77,7 +72,7 @@ def per_rank_path(function: _Function, save: ast.Call) -> bool:
     if target is None:
         return False
     names = {node.id for node in walk(target) if isinstance(node, ast.Name)}
-    texts = [ast.unparse(target)] + [ast.unparse(v) for name in names for v in _assigned_in(function, name)]
+    texts = [ast.unparse(target)] + [ast.unparse(v) for name in names for v in assigned_in(function, name)]
     return any("rank" in text.lower() for text in texts)
 
 
@@ -85,5 +80,5 @@ def in_memory(function: _Function, save: ast.Call) -> bool:
     """``torch.save(obj, buffer)`` with ``buffer = io.BytesIO()``: a copy in memory, no file (DeiT's EMA load)."""
     target = save.args[1] if len(save.args) > 1 else keyword(save, "f")
     return isinstance(target, ast.Name) and any(
-        isinstance(v, ast.Call) and last_name(v) == "BytesIO" for v in _assigned_in(function, target.id))
+        isinstance(v, ast.Call) and last_name(v) == "BytesIO" for v in assigned_in(function, target.id))
 

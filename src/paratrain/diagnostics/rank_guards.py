@@ -16,9 +16,9 @@ import ast
 import re
 from functools import cached_property
 
-from paratrain.diagnostics.assigned_values import bound_values
 from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.project_mentions import project_names
+from paratrain.diagnostics.rank_values import global_rank_value, returning_the_global_rank
 from paratrain.diagnostics.tree_walk import walk
 
 # An `if` that limits a block to one process: the global rank (by any name but a machine's: `world_rank`,
@@ -77,17 +77,6 @@ def returned_test_kind(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
         return "local"
     return "global" if any(_GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", text))
                            and re.search(r"==\s*0|\bnot\b|is_main|master|primary|zero", text) for text in texts) else ""
-
-
-def _global_rank_value(value: ast.expr) -> bool:
-    """``dist.get_rank()`` (no group: the rank in the whole job) or ``int(os.environ["RANK"])``: the global rank."""
-    if isinstance(value, ast.Call) and last_name(value) == "int" and len(value.args) == 1:
-        value = value.args[0]
-    if isinstance(value, ast.Call) and last_name(value) == "get_rank":
-        return not value.args and not value.keywords
-    # ast.unparse writes every string in single quotes
-    return bool(re.fullmatch(r"os\.(?:environ\['RANK'\]|environ\.get\('RANK'.*\)|getenv\('RANK'.*\))",
-                             ast.unparse(value)))
 
 
 def _environ_presence(test: ast.expr) -> bool:
@@ -355,7 +344,7 @@ class RankGuards:
         returning = self.functions_returning_the_global_rank | self.rank_getters
         for _ in range(3):
             held = {name for name, values in self.assigned.items()
-                    if values and all(ast.unparse(v) in ranks or _global_rank_value(v)
+                    if values and all(ast.unparse(v) in ranks or global_rank_value(v)
                                       or isinstance(v, ast.Call) and last_name(v) in returning for v in values)}
             if held <= ranks:
                 break
@@ -364,21 +353,8 @@ class RankGuards:
 
     @cached_property
     def functions_returning_the_global_rank(self) -> set[str]:
-        """Functions (and methods) of the file whose every return gives the global rank, directly or through a local
-        name (UniSRec's ``_build_distribute``: ``local_rank = torch.distributed.get_rank()`` … ``return local_rank``),
-        or 0 when there is no process group."""
-        found = set()
-        for function in (n for n in walk(self.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
-            returns = [n.value for n in walk(function) if isinstance(n, ast.Return) and n.value is not None]
-            local = {name: [v for t, v in ((t, v) for node in walk(function) for t, v in bound_values(node))
-                            if isinstance(t, ast.Name) and t.id == name] for name in
-                     {r.id for r in returns if isinstance(r, ast.Name)}}
-            ranks = [r for r in returns if _global_rank_value(r) or isinstance(r, ast.Name) and local.get(r.id)
-                     and all(_global_rank_value(v) for v in local[r.id])]
-            # `return 0` where no process group is made (neuraloperator's `get_local_rank`): one process, rank 0
-            if ranks and all(r in ranks or isinstance(r, ast.Constant) and r.value == 0 for r in returns):
-                found.add(function.name)
-        return found
+        """:func:`~paratrain.diagnostics.rank_values.returning_the_global_rank` of this file."""
+        return returning_the_global_rank(self.tree)
 
     def _callers_guard(self, function: ast.FunctionDef | ast.AsyncFunctionDef, callers_guards: dict[ast.AST, str]) -> str:
         """The weakest guard over every use of ``function``'s name in this file (methods: ``x.name``),
