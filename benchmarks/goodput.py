@@ -128,18 +128,25 @@ COST_EVERY, COST_FAR = 10, (5, 6, 7, 8, 9, 0)
 def _cost_within_run(ends: list[float], writes: list[dict]) -> dict:
     """What saving every COST_EVERY steps costs, measured inside one run against its own steps (so a load that
     changes between runs does not enter it): the time of the steps after the first save over the time the same
-    number of steps takes far from a save (the mean of the steps at places COST_FAR of a cycle), minus one.
-    ``late``: the background writes still running when the first far step of their cycle began (where the figure
-    would miss part of a write's cost). A run without saves gives the same figure for its steps at the same
+    number of steps takes far from a save (the mean of the steps at places COST_FAR of a cycle that began after
+    the cycle's background write had ended), minus one. ``late``: the background writes still running when the
+    first far step of their cycle began; their cycle's far steps that began before the write ended are left out
+    of the pace (they share its cost). A run without saves gives the same figure for its steps at the same
     places: the noise of the statistic. ``ends``: when each step ended (step k is ``ends[k - 1]``)."""
     intervals = {step: ends[step - 1] - ends[step - 2] for step in range(COST_EVERY + 2, len(ends) + 1)}
-    far = [seconds for step, seconds in intervals.items() if step % COST_EVERY in COST_FAR]
-    first_far = {}  # a save's step: when the first far step after it began (the end of the step before)
+    written = {}  # a save's step: when its background write ended
     for write in writes:
-        saved_at = int(write["name"].rsplit("-", 1)[-1])
-        if saved_at + COST_FAR[0] - 2 < len(ends):
-            first_far[write["name"]] = ends[saved_at + COST_FAR[0] - 2]
-    late = sum(1 for write in writes if write["name"] in first_far and write["end"] > first_far[write["name"]])
+        written[int(write["name"].rsplit("-", 1)[-1])] = write["end"]
+
+    def far_from_a_save(step: int) -> bool:
+        if step % COST_EVERY not in COST_FAR:
+            return False
+        saved_at = (step - 1) // COST_EVERY * COST_EVERY  # the save of this step's cycle
+        return step - 2 < 0 or ends[step - 2] >= written.get(saved_at, float("-inf"))
+
+    far = [seconds for step, seconds in intervals.items() if far_from_a_save(step)]
+    late = sum(1 for saved_at, end in written.items()
+               if saved_at + COST_FAR[0] - 2 < len(ends) and end > ends[saved_at + COST_FAR[0] - 2])
     within = sum(intervals.values()) / (len(intervals) * statistics.mean(far)) - 1 if far else float("nan")
     return {"within": within, "late": late}
 

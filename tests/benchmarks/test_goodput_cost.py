@@ -36,3 +36,14 @@ def test_a_write_still_running_when_the_far_steps_begin_is_counted_late():
     writes = [{"name": "step-000020", "start": ends[19], "end": ends[24]},  # past step 25's start (the end of 24)
               {"name": "step-000030", "start": ends[29], "end": ends[31]}]
     assert _cost_within_run(ends, writes)["late"] == 1
+
+
+def test_far_steps_that_began_before_their_cycles_write_ended_leave_the_pace():
+    # each write (saves at 20, 30, ..., 90) runs to the end of step save+6 and slows the 6 steps it overlaps by 5 ms:
+    # steps save+5 and save+6 began before it ended, so the pace is that of steps save+7 .. save+10 (100 ms)
+    slowed = _ends(lambda step: 0.1 + (0.005 if step > 20 and 1 <= step % COST_EVERY <= 6 else 0.0))
+    writes = [{"name": f"step-{saved:06d}", "start": slowed[saved - 1], "end": slowed[saved + 5]}
+              for saved in range(20, 100, COST_EVERY)]
+    measured = _cost_within_run(slowed, writes)
+    assert measured["late"] == 8
+    assert measured["within"] == pytest.approx(0.030 * 8 / 89 / 0.1)  # 30 ms per cycle, 8 cycles, 89 steps

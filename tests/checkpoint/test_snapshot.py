@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.distributed.checkpoint.state_dict as dsd
 
+from paratrain.checkpoint.safe_load import load_pt
 from paratrain.checkpoint.snapshot import HostBuffers, LiveState, _same_state
 
 
@@ -124,7 +125,7 @@ def test_the_optimizer_state_copied_by_the_writing_thread_is_the_state_at_the_sa
     _train(model, optimizer, 1)  # its step() waits for the copy
     assert not torch.equal(optimizer.state[model.embed.weight]["exp_avg"], at_save["exp_avg"])
     ckpt.close()
-    saved = torch.load(tmp_path / "ckpt" / "step-000003" / "optimizer.pt", weights_only=True)["state"]["embed.weight"]
+    saved = load_pt(tmp_path / "ckpt" / "step-000003" / "optimizer.pt")["state"]["embed.weight"]
     assert all(torch.equal(saved[key], at_save[key]) for key in ("exp_avg", "exp_avg_sq", "step"))
     waits = [json.loads(line) for line in (tmp_path / "ckpt" / LEDGER_FILE).read_text().splitlines()
              if '"copy_wait"' in line]
@@ -179,5 +180,5 @@ def test_the_first_background_save_reads_in_place_into_buffers_the_first_save_ma
     ckpt.close()
     assert calls == [] and ckpt.host_buffers._buffers.keys() == buffers.keys()
     assert all(ckpt.host_buffers._buffers[path] is buffer for path, buffer in buffers.items())
-    saved = torch.load(tmp_path / "ckpt" / "step-000003" / "optimizer.pt", weights_only=True)["state"]
+    saved = load_pt(tmp_path / "ckpt" / "step-000003" / "optimizer.pt")["state"]
     assert float(saved["embed.weight"]["step"]) == 3.0  # the state at the save, copied into those buffers

@@ -33,7 +33,7 @@ LATEST = "latest"
 RNG_FILE = "rng.pt"
 SHARDED_DIR = "sharded"
 FORMAT = "paratrain-checkpoint"
-FORMAT_VERSION = 2  # 2: data files checksummed with CRC-32 (1: SHA-256; both read)
+FORMAT_VERSION = 3  # 3: .pt files of packed tensors (checkpoint/packed.py); 2: data files checksummed with CRC-32 (1: SHA-256); all read
 
 #: Names that stateful objects may not take (they are files of their own).
 RESERVED_NAMES = frozenset({"rng", "manifest", "sharded", "latest", "complete"})

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from paratrain.checkpoint.packed import unpack
 from paratrain.errors import CheckpointError
 
 _UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
@@ -50,14 +51,15 @@ def refusal(path: Path | str, detail: str) -> CheckpointError:
 
 
 def load_pt(path: Path | str) -> Any:
-    """``torch.load(path, weights_only=True)`` on CPU, with errors that say what to do.
+    """``torch.load(path, weights_only=True)`` on CPU, a packed state unpacked (:mod:`.packed`), with errors that
+    say what to do.
 
     Raises:
         CheckpointError: the file holds a pickled object other than plain data
             (nothing from it is executed), or is not a torch.save file.
     """
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return unpack(torch.load(path, map_location="cpu", weights_only=True))
     except pickle.UnpicklingError as exc:
         match = _UNSUPPORTED_GLOBAL.search(str(exc))
         detail = f"it refers to {match.group(1)}" if match else str(exc).splitlines()[0][:200]

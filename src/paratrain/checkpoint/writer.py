@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from paratrain.checkpoint.layout import SHARDED_DIR, model_file, state_file
+from paratrain.checkpoint.packed import pack
 from paratrain.checkpoint.safe_load import check_plain
 from paratrain.errors import CheckpointError
 
@@ -84,7 +85,7 @@ def write_model(directory: Path, name: str, state: dict[str, Any]) -> dict[str, 
 
 def write_state(directory: Path, name: str, kind: str, state: Any, checked: bool = False) -> dict[str, Any]:
     """``NAME.pt`` (plain data only, checked first unless ``checked``: a background save checked it before
-    the ranks agreed to write); returns the manifest entry.
+    the ranks agreed to write), its tensors packed (:mod:`.packed`); returns the manifest entry.
 
     Raises:
         CheckpointError: the state holds an object that would need unpickling.
@@ -93,7 +94,7 @@ def write_state(directory: Path, name: str, kind: str, state: Any, checked: bool
         check_plain(state, name)
     target = Path(directory) / state_file(name)
     with disk_errors_named(target):
-        torch.save(state, target)
+        torch.save(pack(state), target)  # its tensors as a few flat ones: most of torch.save's cost is per tensor
     return {"kind": kind, "file": state_file(name)}
 
 
