@@ -714,3 +714,26 @@ def main_worker(config):
     assert rules(source.format(test="(not config['distributed']) or config['global_rank'] == 0")) == []
     assert rules(source.format(test="config['distributed'] or config['global_rank'] == 0")) == [
         (6, "print-on-every-rank")]
+
+
+def test_a_project_saver_is_read_with_the_scripts_own_idea_of_a_checkpoint_write(tmp_path):
+    # the helper saves with save_pretrained / safetensors (the script-level rule counts both), or with torch.save
+    # after a return (never runs)
+    helpers = {
+        "pretrained": "def save_all(model, out):\n    model.save_pretrained(out)\n",
+        "safetensors": "from safetensors.torch import save_file\n\ndef save_all(model, out):\n"
+                       "    save_file(model.state_dict(), out)\n",
+        "dead": "import torch\n\ndef save_all(model, out):\n    return None\n    torch.save(model.state_dict(), out)\n",
+        "rank-aware": "def save_all(model, out):\n    model.save_pretrained(out, is_main_process=False)\n",
+    }
+    body = """\
+        from helpers import save_all
+        dist.init_process_group("nccl")
+        model = torch.nn.Linear(2, 2)
+        save_all(model, "out")
+        """
+    found = {}
+    for kind, text in helpers.items():
+        script = project(tmp_path / kind, {"train.py": script_text(body), "helpers.py": text})
+        found[kind] = [f.line for f in check_file(script) if f.rule == "save-on-every-rank"]
+    assert found == {"pretrained": [6], "safetensors": [6], "dead": [], "rank-aware": []}

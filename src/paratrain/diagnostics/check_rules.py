@@ -47,7 +47,7 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     found: list[tuple[ast.Call, str, str]] = []
     for call in facts.calls:
         helper = facts.imported.callee(call) in savers
-        writer = _checkpoint_writer(facts, call)
+        writer = checkpoint_writer(facts, call)
         if not helper and writer is None:
             continue
         if helper and not _saves_when_called_so(facts, call):
@@ -61,7 +61,7 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         mesh = _mesh_dims_at_zero(facts, call)
         if mesh >= {"replicate", "shard"}:  # rank 0 of its replica in the first replica: one rank
             continue
-        writer = writer or "torch.save"
+        writer = writer or "its checkpoint write"  # a helper's: torch.save, save_pretrained or safetensors
         why = (
             _MESH_SAVES[next(iter(mesh))] if mesh else
             f"{writer} runs where local_rank == 0, i.e. once per machine: on several machines they all "
@@ -71,7 +71,7 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
             "clobbered checkpoint)"
         )
         if helper:  # the project's `save_checkpoint(...)`, read in its own file
-            why = f"`{facts.imported.callee(call)}` calls torch.save with no rank test of its own; " + why
+            why = f"`{facts.imported.callee(call)}` writes a checkpoint with no rank test of its own; " + why
         found.append((call, why, _MESH_FIX if mesh else
                       "save under `if dist.get_rank() == 0:` (pt.is_main()), or use pt.Checkpointer, which "
                       "writes atomically from the right ranks"))
@@ -110,7 +110,7 @@ def _block_of(facts: ScriptFacts, node: ast.AST) -> tuple[int, str]:
     return id(statement), ""
 
 
-def _checkpoint_writer(facts: ScriptFacts, call: ast.Call) -> str | None:
+def checkpoint_writer(facts: ScriptFacts, call: ast.Call) -> str | None:
     """What writes a checkpoint file in ``call``: ``torch.save``, safetensors' ``save_file``/``save_model``, or a
     Hugging Face ``x.save_pretrained(dir)`` (a model's, a tokenizer's, a config's) that is not told which
     process is the main one (``is_main_process=accelerator.is_main_process`` makes it rank-aware); else None."""

@@ -24,8 +24,9 @@ from pathlib import Path
 from paratrain.diagnostics.assigned_values import assigned_in
 from paratrain.diagnostics.argument_needs import call_positions, needed_arguments
 from paratrain.diagnostics.check_rendezvous import environ_parameters
-from paratrain.diagnostics.check_rules import path_names_rank
+from paratrain.diagnostics.check_rules import checkpoint_writer, path_names_rank
 from paratrain.diagnostics.check_wrappers import WRAPPERS, saved_state_dict
+from paratrain.diagnostics.dead_code import never_runs
 from paratrain.diagnostics.importing_entry_points import levels_chosen_by_an_importer
 from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.library_calls import returns_main_process_logger
@@ -71,6 +72,7 @@ _GROUP_CALLS = ("init_process_group", "DistributedDataParallel")
 _LOG_SETUPS = ("basicConfig", "setLevel", "addHandler", "StreamHandler", "set_verbosity", "disable", "addFilter")
 _PRINT_TARGETS = ("builtins.print", "__builtin__.print", "sys.stdout")
 _DDP = ("DistributedDataParallel", "DDP")
+_WRITES = ("save", "save_file", "save_model", "save_pretrained")  # the last names checkpoint_writer knows
 _HOPS = 2  # calls followed inside the project from a function the script calls
 # A function longer than this is a program's body (a `train()`), not a helper: not read, which keeps a
 # check within its time on projects of large files.
@@ -307,16 +309,17 @@ class _Reader:
         return "every" if isinstance(kind, tuple) and kind[1] is None else None
 
     def _unguarded_saves(self, module: Module, function: _Function) -> list[ast.Call]:
-        """The ``torch.save`` calls of the body when each has no rank test around it there and writes into a path
-        that does not name the rank, else none; none either in a decorated function (a decorator may run it on
-        rank 0 only, as ResNeSt's ``@master_only``)."""
+        """The checkpoint writes of the body (what the script's own rule counts: :func:`checkpoint_writer`) that can
+        run, when each has no rank test around it there and writes into a path that does not name the rank, else
+        none; none either in a decorated function (a decorator may run it on rank 0 only, as ResNeSt's
+        ``@master_only``)."""
         if function.decorator_list:
             return []
-        saves = [node for node in walk(function) if isinstance(node, ast.Call) and last_name(node) == "save"]
+        saves = [node for node in walk(function) if isinstance(node, ast.Call) and last_name(node) in _WRITES]
         if not saves:
             return []
         mf = self.facts_of(module)  # the module's reading, made only for a function that saves
-        saves = [save for save in saves if mf.full_name(save) == "torch.save"]
+        saves = [save for save in saves if checkpoint_writer(mf, save) and not never_runs(mf, save)]
         return [] if not saves or any(mf.guard_in_function(save) or under_rank_test(function, save)
                                        or under_rank_flag(function, save, self._rank_flags)
                                        or path_names_rank(mf, save) or per_rank_path(function, save)
