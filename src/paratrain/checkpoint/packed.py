@@ -24,6 +24,7 @@ is saved as it is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -39,26 +40,36 @@ def _packable(tensor: torch.Tensor) -> bool:
             and not tensor.is_conj() and not tensor.is_neg() and not tensor.requires_grad)
 
 
+def _rebuilt(value: Any, leaf: Callable[[int, Any], Any]) -> Any:
+    """``value``'s containers (dicts, lists, tuples of exactly those types) rebuilt, every other value replaced by
+    ``leaf(its index among the leaves, the value)``; the one walk :func:`pack` and :func:`unpack` both take."""
+    count = 0
+
+    def walk(item: Any) -> Any:
+        nonlocal count
+        if type(item) is dict:
+            return {key: walk(inner) for key, inner in item.items()}
+        if type(item) is list:
+            return [walk(inner) for inner in item]
+        if type(item) is tuple:
+            return tuple(walk(inner) for inner in item)
+        count += 1
+        return leaf(count - 1, item)
+
+    return walk(value)
+
+
 def pack(state: Any) -> Any:
     """``state`` in packed form, or ``state`` itself when it holds no tensor or one that cannot be packed."""
     tensors: list[tuple[int, torch.Tensor]] = []  # (leaf index, tensor)
-    leaves = 0
 
-    def skeleton_of(value: Any) -> Any:
-        nonlocal leaves
-        if type(value) is dict:
-            return {key: skeleton_of(item) for key, item in value.items()}
-        if type(value) is list:
-            return [skeleton_of(item) for item in value]
-        if type(value) is tuple:
-            return tuple(skeleton_of(item) for item in value)
-        leaves += 1
+    def hole(index: int, value: Any) -> Any:
         if isinstance(value, torch.Tensor):
-            tensors.append((leaves - 1, value))
+            tensors.append((index, value))
             return None
         return value
 
-    skeleton = skeleton_of(state)
+    skeleton = _rebuilt(state, hole)
     if not tensors or not all(_packable(tensor) for _, tensor in tensors):
         return state
     kinds: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
@@ -107,23 +118,10 @@ def unpack(loaded: Any) -> Any:
     if loaded[PACKED] != VERSION:
         raise ValueError(f"packed state of version {loaded[PACKED]!r}; this paratrain reads version {VERSION}")
     try:
-        by_leaf = _tensors_by_leaf(loaded["flats"], loaded["layout"])
-    except (KeyError, IndexError, TypeError, RuntimeError) as exc:
-        raise ValueError(f"packed state whose parts do not fit together ({exc})") from exc
-    leaves = 0
-
-    def rebuilt(value: Any) -> Any:
-        nonlocal leaves
-        if type(value) is dict:
-            return {key: rebuilt(item) for key, item in value.items()}
-        if type(value) is list:
-            return [rebuilt(item) for item in value]
-        if type(value) is tuple:
-            return tuple(rebuilt(item) for item in value)
-        leaves += 1
-        return by_leaf.pop(leaves - 1, value)
-
-    state = rebuilt(loaded["skeleton"])
+        skeleton, by_leaf = loaded["skeleton"], _tensors_by_leaf(loaded["flats"], loaded["layout"])
+    except (KeyError, IndexError, TypeError, AttributeError, RuntimeError) as exc:
+        raise ValueError(f"packed state whose parts do not fit together ({exc!r})") from exc
+    state = _rebuilt(skeleton, lambda index, value: by_leaf.pop(index, value))
     if by_leaf:
         raise ValueError(f"{len(by_leaf)} packed tensor(s) have no place in the skeleton")
     return state
