@@ -68,7 +68,8 @@ LABELS = Path(__file__).with_name("check_corpus_labels.csv")
 # The files of a project that check reads beside the script: its modules, what marks its root, and where its
 # launch commands are written (shell scripts, READMEs and docs, YAML job files).
 _PROJECT_FILES = (b".py", b"pyproject.toml", b"setup.cfg", b".sh", b".bash", b"Makefile", b".md", b".rst",
-                  b".yaml", b".yml")
+                  b".yaml", b".yml", b".json")
+_LARGEST_JSON = 256_000  # a configuration, not a dataset: check reads no larger file
 _COMPLETE = " ".join(suffix.decode() for suffix in _PROJECT_FILES)  # a tree written for other files is rewritten
 # Where the labelled commits' trees are written, outside the repository.
 TREES = Path(tempfile.gettempdir()) / "paratrain-check-trees"
@@ -126,14 +127,15 @@ def _write_tree(git_dir: Path, commit: str, tree: Path) -> None:
     """The commit's Python, packaging and command files (``git ls-tree``, then their blobs through one
     ``git cat-file --batch``), written under ``tree``."""
     git = ["git", f"--git-dir={git_dir}"]
-    listed = subprocess.run([*git, "ls-tree", "-r", "-z", commit], capture_output=True, check=False)
+    listed = subprocess.run([*git, "ls-tree", "-r", "-l", "-z", commit], capture_output=True, check=False)
     if listed.returncode != 0:
         raise SystemExit(f"{git_dir}: cannot list {commit[:12]}: {listed.stderr.decode().strip()}")
     wanted = []  # (blob, path)
     for entry in listed.stdout.split(b"\0"):
         meta, _, name = entry.partition(b"\t")
-        parts = meta.split()
-        if len(parts) == 3 and parts[1] == b"blob" and name.endswith(_PROJECT_FILES):
+        parts = meta.split()  # mode, type, blob, size
+        if (len(parts) == 4 and parts[1] == b"blob" and name.endswith(_PROJECT_FILES)
+                and not (name.endswith(b".json") and not (parts[3].isdigit() and int(parts[3]) <= _LARGEST_JSON))):
             wanted.append((parts[2].decode(), name.decode("utf-8", "surrogateescape")))
     blobs = subprocess.run([*git, "cat-file", "--batch"], input="".join(f"{blob}\n" for blob, _ in wanted).encode(),
                            capture_output=True, check=True).stdout

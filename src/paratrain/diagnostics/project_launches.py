@@ -42,8 +42,6 @@ __all__ = ["Launch", "deprecated_launch", "multi_process_launch"]
 MAX_FILES = 400
 MAX_BYTES = 256_000
 _MAX_ENTRIES = 20_000  # directory entries listed while looking for command files
-_SUFFIXES = (".sh", ".bash", ".md", ".rst", ".yaml", ".yml")
-_NAMES = ("Makefile",)
 _SKIPPED_DIRECTORIES = {"node_modules", "site-packages", "__pycache__", "venv", "env", "virtualenv", "virtualenvs"}
 _WORDS = (b"torchrun", b"torch.distributed.", b"deepspeed")  # a file without one holds no launch
 _TORCH_MODULES = ("torch.distributed.launch", "torch.distributed.run")
@@ -110,9 +108,24 @@ def _first_launch(script: Path, counts: _Counts) -> Launch | None:
     return None
 
 
-def _command_files(root: Path, script: Path) -> tuple[list[Path], int]:
-    """The project's command files, the script's directory's first, then by depth (at most ``MAX_FILES``),
-    and how many ``.py`` files of the project bear the script's name."""
+def project_files(script: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """The files of the script's project (its marked root, else its directory) whose names end in ``suffixes``,
+    the script's directory's first, then by depth (at most ``MAX_FILES``); none when the project cannot be read."""
+    try:
+        script = script.resolve()
+        root = project_root(script)
+        if root not in script.parents or not any((root / marker).exists() for marker in ROOT_MARKERS):
+            root = script.parent
+        return _command_files(root, script, suffixes, ())[0]
+    except (OSError, ValueError, RuntimeError):
+        return []
+
+
+def _command_files(root: Path, script: Path, suffixes: tuple[str, ...] = (".sh", ".bash", ".md", ".rst", ".yaml", ".yml"),
+                   names_too: tuple[str, ...] = ("Makefile",)) -> tuple[list[Path], int]:
+    """The project's command files (or those ending in ``suffixes``, or named one of ``names_too``), the script's
+    directory's first, then by depth (at most ``MAX_FILES``), and how many ``.py`` files of the project bear the
+    script's name."""
     found: list[tuple[int, str, Path]] = []
     same_name = 0
     listed = 0
@@ -127,7 +140,7 @@ def _command_files(root: Path, script: Path) -> tuple[list[Path], int]:
         for name in names:
             if name == script.name:
                 same_name += 1
-            if name.endswith(_SUFFIXES) or name in _NAMES:
+            if name.endswith(suffixes) or name in names_too:
                 found.append((rank, name, here / name))
     found.sort(key=lambda item: (item[0], item[1]))
     return [path for _, _, path in found[:MAX_FILES]], same_name
