@@ -7,7 +7,6 @@ import threading
 
 import pytest
 
-from paratrain.checkpoint import background
 from paratrain.checkpoint.background import BackgroundWrite
 
 
@@ -39,7 +38,6 @@ def test_every_write_goes_to_the_same_waiting_thread_and_what_it_raises_reaches_
 SCRIPT = """
 import atexit, sys, time
 from pathlib import Path
-from paratrain.checkpoint import background
 from paratrain.checkpoint.background import BackgroundWrite
 
 out = Path(sys.argv[1])
@@ -72,20 +70,3 @@ def test_a_process_that_exits_while_a_write_runs_finishes_it_first(tmp_path, end
     assert (tmp_path / "last").read_text() == "complete"
     assert (tmp_path / "from-atexit").read_text() == "complete"
 
-
-def test_the_writing_thread_runs_at_nice_19_on_every_cpu_the_process_had_before_binding():
-    # a fresh process whose main thread is bound to one CPU, as pt.Runtime binds a CPU rank's compute thread
-    probe = (
-        "import os, threading\n"
-        "from paratrain.checkpoint import background\n"
-        "from paratrain.env.cpu_binding import bind_compute_threads, usable_cpus\n"
-        "before = usable_cpus()\n"
-        "bind_compute_threads(before[:1])\n"
-        "nice, cpus = background._writing_thread().submit(lambda: (os.getpriority(os.PRIO_PROCESS, "
-        "threading.get_native_id()), sorted(os.sched_getaffinity(0)))).result()\n"
-        "print(nice, cpus == before, sorted(os.sched_getaffinity(0)) == before[:1], os.getpriority(os.PRIO_PROCESS, 0))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    # the writer: nice 19, every CPU; the main (training) thread: still bound, still at nice 0
-    assert done.stdout.split() == [str(background.WRITER_NICE), "True", "True", "0"]

@@ -68,3 +68,21 @@ def test_a_key_another_file_of_the_project_sets_is_not_the_configurations(tmp_pa
     launcher = 'import socket\n\ndef launch(cfg):\n    cfg.dist_url = "tcp://localhost:%d" % free_port()\n'
     assert _rendezvous(tmp_path, "launcher", {"train.py": _HIFIGAN.format(rewrite=""), "launch.py": launcher,
                                               "config_v1.json": _config("tcp://localhost:54321")}) == []
+
+
+def test_a_launch_command_built_with_a_literal_port_is_reported():
+    from paratrain.diagnostics.check import check_source
+
+    source = """\
+import subprocess
+import sys
+
+def launch(world_size, main_file, port):
+    fixed = [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node", str(world_size),
+             "--master_port", str(29961), main_file]
+    joined = ["torchrun", "--master-port=29500", main_file]
+    chosen = [sys.executable, "-m", "torch.distributed.launch", "--master_port", str(port), main_file]
+    subprocess.call(fixed)
+"""
+    found = [(f.line, f.rule) for f in check_source(source) if f.rule == "hardcoded-rendezvous"]
+    assert found == [(6, "hardcoded-rendezvous"), (7, "hardcoded-rendezvous")]

@@ -31,43 +31,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 _writer: tuple[int, ThreadPoolExecutor] | None = None  # (the process it was made in, the executor)
 _writer_made = threading.Lock()
 
-#: The writing thread's nice value: the scheduler gives it what the training threads leave idle, and about 1.5 % of
-#: a core (weight 15 against 1024) while they keep every core busy.
-WRITER_NICE = 19
-
-
-def _yield_to_training() -> None:
-    """Run in the writing thread as it starts: every CPU the process had before its compute thread was bound
-    (:func:`paratrain.env.cpu_binding.unbound_cpus`), at nice :data:`WRITER_NICE` (Linux: a thread's own).
-
-    Why: a write costs CPU (text-cls, 12 MB: ~35 ms per write, most of it in the kernel's writes, fsyncs and
-    checksums), and when the ranks keep every core busy that CPU comes out of training, on the rank's own core, and
-    the other ranks wait for that one at the next all-reduce. At nice 19 and free to run on any core it runs mostly
-    where a rank waits; measured in one series of runs (``benchmarks/goodput.py --part cost``), saving every 10 steps
-    cost text-cls 3.0 points of its steps' time at nice 0 and 1.3 at nice 19 (docs/goodput.md). Not ``SCHED_IDLE``:
-    an unprivileged thread cannot leave it, and at its share (weight 3) a write of a few seconds of CPU on a host
-    whose every core trains could outlast the other ranks' wait for its outcome (``PARATRAIN_TIMEOUT``); at nice 19
-    that takes a write of about 9 s of CPU. A wait for the write (the next save, the end of the run, a preemption)
-    leaves the training thread's core to it. The interpreter lock is not a trap: a training thread that waits for
-    it is not running, so the writer gets a core and gives the lock back within the switch interval, as at nice 0."""
-    from paratrain.env.cpu_binding import unbound_cpus
-
-    try:
-        if hasattr(os, "sched_setaffinity"):
-            os.sched_setaffinity(0, unbound_cpus())  # Linux: pid 0 is the calling thread
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICE)
-    except (AttributeError, OSError):  # another OS, or a sandbox that refuses: the write runs as before
-        pass
-
 
 def _writing_thread() -> ThreadPoolExecutor:
     """This process's writing thread (made at the run's first save, else at its first background save; a forked
-    child makes its own), yielding to training (:func:`_yield_to_training`)."""
+    child makes its own)."""
     global _writer
     with _writer_made:
         if _writer is None or _writer[0] != os.getpid():
-            _writer = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="paratrain-checkpoint",
-                                                       initializer=_yield_to_training))
+            _writer = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="paratrain-checkpoint"))
         return _writer[1]
 
 

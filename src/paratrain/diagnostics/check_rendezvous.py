@@ -191,6 +191,7 @@ def _fixed_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
             )
     yield from _composed_url_defaults(facts)
     yield from _environ_option_defaults(facts)
+    yield from _launch_command_ports(facts)
     for call in facts.calls_named("init_process_group"):
         store = keyword(call, "store")
         if isinstance(store, ast.Call) and last_name(store) == "HashStore":
@@ -204,6 +205,44 @@ def _fixed_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
                     "processes or machines needs an edit, and a wrong value hangs the rendezvous",
                     "leave rank and world_size out: the launcher's environment (RANK, WORLD_SIZE) gives them",
                 )
+
+
+_PORT_OPTIONS = ("--master_port", "--master-port", "--main_process_port", "--rdzv_endpoint", "--rdzv-endpoint")
+
+
+def _literal_text(node: ast.AST) -> str | None:
+    """A literal's text: ``"29500"``, ``29500``, ``str(29500)``; else None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "str" and len(node.args) == 1:
+        node = node.args[0]
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, int)) and not isinstance(node.value, bool):
+        return str(node.value)
+    return None
+
+
+def _launch_command_ports(facts: ScriptFacts) -> Iterator[Finding]:
+    """A launcher command the file builds with a literal port: ``[..., "--master_port", str(29961), ...]``
+    (ContrastiveSeg starts ``torch.distributed.launch`` so through ``subprocess``) or ``"--master_port=29500"`` in
+    one of its words."""
+    for node in walk(facts.tree):
+        if not isinstance(node, (ast.List, ast.Tuple)):
+            continue
+        words = node.elts
+        for index, word in enumerate(words):
+            text = _literal_text(word)
+            if text is None:
+                continue
+            option, equals, value = text.partition("=")
+            if not equals and text in _PORT_OPTIONS and index + 1 < len(words):
+                option, value = text, _literal_text(words[index + 1]) or ""
+            if option in _PORT_OPTIONS and re.fullmatch(r"(?:[^:\s]+:)?\d{2,6}", value or ""):
+                yield Finding(
+                    word.lineno, "hardcoded-rendezvous",
+                    f"the launch command passes {option} {value} fixed in the code: a port left busy by another job "
+                    "(or a second run on the machine) stops the rendezvous",
+                    "leave the port to the launcher: paratrain run picks a free port on one machine and takes "
+                    "--master-port on several",
+                )
+                break
 
 
 def _argument_defaults(facts: ScriptFacts) -> dict[str, ast.Call]:
