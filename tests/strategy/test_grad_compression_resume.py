@@ -9,6 +9,8 @@ import subprocess
 import torch
 from safetensors.torch import load_file
 
+from paratrain.checkpoint.safe_load import load_pt
+
 from tests.support import clean_env, paratrain_cmd
 
 WORDS = ("digits", "--nproc-per-node", "2", "--grad-compression", "powersgd:2", "--max-steps", "24",
@@ -52,7 +54,7 @@ def test_powersgd_state_is_checkpointed_per_rank_and_a_killed_run_resumes_bit_ex
     assert "resuming from step 8" in resumed.stdout
 
     # The saved PowerSGD state: every rank's error feedback (they differ), warm-start Qs, iteration.
-    saved = torch.load(killed / "checkpoints" / "step-000024" / "strategy.pt", weights_only=True)["ranks"]
+    saved = load_pt(killed / "checkpoints" / "step-000024" / "strategy.pt")["ranks"]  # its tensors packed (format 3)
     assert len(saved) == 2
     first, second = (rank["powersgd"] for rank in saved)
     assert first["iter"] == second["iter"] == 24 and first["rank"] == 2
