@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from pathlib import Path
+
+from paratrain.diagnostics.check_finding import Finding
 
 from paratrain.diagnostics.project_imports import read_small_file
 from paratrain.diagnostics.project_launches import MAX_BYTES, project_files
+from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
+from paratrain.diagnostics.tree_walk import walk
 
 _CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
 _URL = re.compile(r"tcp://[^:/{}%\s'\"]+:\d+")
@@ -67,3 +72,44 @@ def fixed_in_config(script: Path, key: str, port: bool) -> tuple[str, str] | Non
                     shown = path.name
                 return shown, match.group(1)
     return None
+
+
+def fixed_in_configs(facts: ScriptFacts) -> Iterator[Finding]:
+    """``init_method=`` or ``os.environ["MASTER_PORT"] =`` read from a configuration key that a JSON or YAML file of
+    the project sets to a literal URL or port (:mod:`.config_rendezvous`); only for a script read from a file."""
+    if facts.script is None:
+        return
+    reads: list[tuple[ast.AST, str, bool]] = []  # (where, the key, a port rather than a URL)
+    for call in facts.calls:
+        if last_name(call) == "init_process_group":
+            method = keyword(call, "init_method")
+            key = config_key(method) if method is not None else None
+            if key is not None:
+                reads.append((method, key, False))
+    for node in walk(facts.tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if (isinstance(target, ast.Subscript) and ast.unparse(target.value).endswith("environ")
+                        and isinstance(target.slice, ast.Constant) and target.slice.value == "MASTER_PORT"):
+                    key = config_key(node.value)
+                    if key is not None:
+                        reads.append((node, key, True))
+    # a key the file sets itself (point-transformer's `args.dist_url = f"tcp://localhost:{port}"` after a free-port
+    # search) is not the configuration's value
+    rewritten = {key for node in walk(facts.tree) if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                 for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                 if not (isinstance(target, ast.Subscript) and ast.unparse(target.value).endswith("environ"))
+                 and (key := config_key(target)) is not None}
+    for node, key, port in reads:
+        found = None if key in rewritten else fixed_in_config(facts.script, key, port)
+        if found is not None:
+            path, value = found
+            taken = "os.environ['MASTER_PORT']" if port else "init_method"
+            yield Finding(
+                node.lineno, "hardcoded-rendezvous",
+                f"{taken} is the configuration's {key!r}, which {path} sets to the literal {value!r}: every run of "
+                "the project meets on that port (a second run on the machine, or a port left busy, stops the "
+                "rendezvous) and another machine's address needs an edit",
+                "init_process_group(backend) with the default env:// and start with paratrain run "
+                "(--master-addr/--master-port on several machines), or pt.Runtime(); drop the address from the config",
+            )
