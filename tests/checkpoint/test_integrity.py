@@ -122,45 +122,68 @@ def _rewrite_manifest(checkpoint, edit) -> None:
     (checkpoint / "COMPLETE").write_text(f"sha256 {hashlib.sha256(text.encode()).hexdigest()}\n")
 
 
-def test_a_format_1_checkpoint_checksummed_with_sha256_is_still_verified(tmp_path):
-    """Data files carry a CRC-32 now; a checkpoint written with SHA-256 (format 1) still verifies, and a flipped
-    byte in it is still found; a file entry with no checksum at all is damage."""
+@pytest.mark.parametrize("older", ["sha256", "crc32"])
+def test_a_checkpoint_checksummed_as_an_older_format_did_is_still_verified(tmp_path, older):
+    """Data files carry a CRC-32C now (the CPU's instruction; google-crc32c); a checkpoint written with SHA-256
+    (format 1) or CRC-32 (formats 2, 3) still verifies, and a flipped byte in it is still found; a file entry with
+    no checksum at all is damage."""
     import hashlib
+    import zlib
 
     from paratrain.checkpoint.manifest import verify
 
     save_steps(tmp_path)
     checkpoint = tmp_path / "step-000002"
-    assert all(set(entry) == {"bytes", "crc32"} for entry in verify(checkpoint).files.values())
+    assert all(set(entry) == {"bytes", "crc32c"} for entry in verify(checkpoint).files.values())
+    rewrite = {"sha256": lambda data: hashlib.sha256(data).hexdigest(), "crc32": lambda data: f"{zlib.crc32(data):08x}"}
 
-    def as_format_1(files):
+    def as_older_format(files):
         for name, entry in files.items():
-            entry["sha256"] = hashlib.sha256((checkpoint / name).read_bytes()).hexdigest()
-            del entry["crc32"]
+            entry[older] = rewrite[older]((checkpoint / name).read_bytes())
+            del entry["crc32c"]
 
-    _rewrite_manifest(checkpoint, as_format_1)
-    assert "sha256" in verify(checkpoint).files["optimizer.pt"]
+    _rewrite_manifest(checkpoint, as_older_format)
+    assert older in verify(checkpoint).files["optimizer.pt"]
     flip_byte(checkpoint / "optimizer.pt")
     with pytest.raises(CheckpointError, match="optimizer.pt: checksum mismatch"):
         verify(checkpoint)
-    _rewrite_manifest(tmp_path / "step-000001", lambda files: files["optimizer.pt"].pop("crc32"))
+    _rewrite_manifest(tmp_path / "step-000001", lambda files: files["optimizer.pt"].pop("crc32c"))
     with pytest.raises(CheckpointError, match="optimizer.pt: no checksum listed for it"):
         verify(tmp_path / "step-000001")
 
 
-def test_the_checksum_finds_a_flipped_bit_and_a_zeroed_block_anywhere_in_a_file(tmp_path):
-    from paratrain.checkpoint.files import crc32_file
+@pytest.mark.parametrize("kind", ["crc32c", "crc32"])
+def test_the_checksum_finds_a_flipped_bit_and_a_zeroed_block_anywhere_in_a_file(tmp_path, kind):
+    from paratrain.checkpoint import files
 
-    data = bytearray(os.urandom(3 << 20))
+    checksum_file = {"crc32c": files.crc32c_file, "crc32": files.crc32_file}[kind]
     path = tmp_path / "data"
+    path.write_bytes(b"123456789")  # the check value of each (CRC-32C is Castagnoli's polynomial, not zlib's)
+    assert checksum_file(path) == {"crc32c": "e3069283", "crc32": "cbf43926"}[kind]
+    data = bytearray(os.urandom(3 << 20))
     path.write_bytes(bytes(data))
-    whole = crc32_file(path)
+    whole = checksum_file(path)
     for offset in (0, 1 << 20, len(data) - 1):  # either side of the 1 MiB chunks it reads
         damaged = bytearray(data)
         damaged[offset] ^= 0x10
         path.write_bytes(bytes(damaged))
-        assert crc32_file(path) != whole, offset
+        assert checksum_file(path) != whole, offset
     damaged = bytearray(data)
     damaged[4096:8192] = bytes(4096)  # a torn write: one page of zeros
     path.write_bytes(bytes(damaged))
-    assert crc32_file(path) != whole
+    assert checksum_file(path) != whole
+
+
+def test_without_a_hardware_crc32c_a_checkpoint_is_checksummed_with_crc32(tmp_path, monkeypatch):
+    """google-crc32c's pure-Python fallback is far slower than zlib: where the CPU has no CRC instruction the
+    data files get a CRC-32, and the checkpoint verifies and finds damage as before."""
+    from paratrain.checkpoint import files
+    from paratrain.checkpoint.manifest import verify
+
+    monkeypatch.setattr(files, "_hardware_crc32c", lambda: False)
+    save_steps(tmp_path)
+    checkpoint = tmp_path / "step-000002"
+    assert all(set(entry) == {"bytes", "crc32"} for entry in verify(checkpoint).files.values())
+    flip_byte(checkpoint / "optimizer.pt")
+    with pytest.raises(CheckpointError, match="optimizer.pt: checksum mismatch"):
+        verify(checkpoint)

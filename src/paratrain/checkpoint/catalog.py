@@ -189,10 +189,6 @@ def set_aside(path: Path) -> Path:
     return target
 
 
-def next_sequence(root: Path) -> int:
-    return max((m.sequence for _, m in complete(root)), default=0) + 1
-
-
 def read_latest(root: Path) -> Path | None:
     """The checkpoint the ``latest`` pointer names, if the pointer and the directory exist."""
     pointer = Path(root) / LATEST

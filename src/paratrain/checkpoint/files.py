@@ -75,20 +75,49 @@ def sha256_file(path: Path) -> str:
 
 
 def crc32_file(path: Path) -> str:
-    """CRC-32 of a file's bytes, eight hex digits.
-
-    The checksum of a checkpoint's data files: it must catch accidental damage — a bit flipped on the disk or
-    in a copy, a torn or partial write (a block of zeros or of stale data after a crash or a full disk), a file
-    of another checkpoint in its place (a truncated or extended file is caught by its size first). CRC-32
-    catches every burst of up to 32 flipped bits and misses other random damage with probability 2**-32; it
-    is not a signature, and neither was SHA-256 here (whoever can edit a file can rewrite the manifest and
-    ``COMPLETE``). zlib's runs at several GB/s, about five times SHA-256's speed on this path.
-    """
+    """CRC-32 (zlib's polynomial) of a file's bytes, eight hex digits: the checksum of format 2 and 3, and of
+    format 4 where no hardware CRC-32C is at hand (see :func:`data_checksum`)."""
     checksum = 0
     with open(path, "rb") as handle:
         while block := handle.read(_CHUNK):
             checksum = zlib.crc32(block, checksum)
     return f"{checksum:08x}"
+
+
+def crc32c_file(path: Path) -> str:
+    """CRC-32C (Castagnoli) of a file's bytes, eight hex digits, by google-crc32c (the CPU's CRC instruction
+    where it has one; its slow pure-Python fallback otherwise, which still verifies correctly)."""
+    import google_crc32c
+
+    checksum = google_crc32c.Checksum()
+    with open(path, "rb") as handle:
+        while block := handle.read(_CHUNK):
+            checksum.update(block)
+    return checksum.digest().hex()
+
+
+def data_checksum(path: Path) -> tuple[str, str]:
+    """``(kind, hex)``: the checksum a checkpoint's data file gets when it is sealed — CRC-32C where the CPU
+    computes it (SSE 4.2, ARMv8: about 20 GB/s, six times zlib's CRC-32 here, and a background save's CPU is what it
+    costs training), else CRC-32.
+
+    Either must catch accidental damage — a bit flipped on the disk or in a copy, a torn or partial write (a
+    block of zeros or of stale data after a crash or a full disk), a file of another checkpoint in its place (a
+    truncated or extended file is caught by its size first). Both catch every burst of up to 32 flipped bits and
+    miss other random damage with probability 2**-32; neither is a signature, and neither was SHA-256 here
+    (whoever can edit a file can rewrite the manifest and ``COMPLETE``).
+    """
+    if _hardware_crc32c():
+        return "crc32c", crc32c_file(path)
+    return "crc32", crc32_file(path)
+
+
+def _hardware_crc32c() -> bool:
+    try:
+        import google_crc32c
+    except ImportError:
+        return False
+    return google_crc32c.implementation == "c"
 
 
 def remove_tree(path: Path, marker: str) -> None:

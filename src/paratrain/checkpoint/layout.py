@@ -33,7 +33,8 @@ LATEST = "latest"
 RNG_FILE = "rng.pt"
 SHARDED_DIR = "sharded"
 FORMAT = "paratrain-checkpoint"
-FORMAT_VERSION = 3  # 3: .pt files of packed tensors (checkpoint/packed.py); 2: data files checksummed with CRC-32 (1: SHA-256); all read
+FORMAT_VERSION = 4  # 4: CRC-32C where the CPU has it; 3: .pt files of packed tensors (checkpoint/packed.py); 2: data files
+#                     checksummed with CRC-32 (1: SHA-256); all read
 
 #: Names that stateful objects may not take (they are files of their own).
 RESERVED_NAMES = frozenset({"rng", "manifest", "sharded", "latest", "complete"})

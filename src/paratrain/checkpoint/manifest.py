@@ -1,7 +1,8 @@
 """``manifest.json`` and ``COMPLETE``: what a checkpoint holds, and proof that it is whole.
 
 The manifest lists the counters, the run's configuration, which file holds which
-object, and the size and CRC-32 of every file (SHA-256 in checkpoints of format 1, still checked).
+object, and the size and checksum of every file (CRC-32C where the CPU computes it, else CRC-32; SHA-256 in
+checkpoints of format 1, still checked).
 ``COMPLETE`` is written last and holds the SHA-256 of the manifest, so a checkpoint is trusted only
 when the marker exists, the manifest matches it, and every file matches the manifest.
 """
@@ -14,7 +15,7 @@ import json
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from paratrain.checkpoint.files import crc32_file, fsync_path, sha256_file, write_atomic
+from paratrain.checkpoint.files import crc32_file, crc32c_file, data_checksum, fsync_path, sha256_file, write_atomic
 from paratrain.checkpoint.layout import COMPLETE, FORMAT, FORMAT_VERSION, MANIFEST
 from paratrain.errors import CheckpointError
 
@@ -33,7 +34,7 @@ class Manifest:
     run: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: object name → {"kind": "model"|"optimizer"|"state", "file": …} or {"kind", "sharded": key}
     objects: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    #: path relative to the checkpoint → {"bytes": n, "crc32": hex} (format 1: "sha256")
+    #: path relative to the checkpoint → {"bytes": n, "crc32c" or "crc32": hex} (format 1: "sha256")
     files: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     sharded: bool = False
     created: str = ""
@@ -64,10 +65,8 @@ def seal(directory: Path, manifest: Manifest) -> None:
     manifest.files = {}
     for path in data_files(directory):
         fsync_path(path)
-        manifest.files[path.relative_to(directory).as_posix()] = {
-            "bytes": path.stat().st_size,
-            "crc32": crc32_file(path),
-        }
+        kind, checksum = data_checksum(path)
+        manifest.files[path.relative_to(directory).as_posix()] = {"bytes": path.stat().st_size, kind: checksum}
     for sub in sorted({p.parent for p in data_files(directory)} - {directory}):
         fsync_path(sub)
     manifest.created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -142,8 +141,8 @@ def file_problems(directory: Path, manifest: Manifest) -> dict[str, str]:
     return problems
 
 
-#: how a manifest's file entry may be checksummed: CRC-32 (format 2), SHA-256 (format 1)
-_CHECKSUMS = {"crc32": crc32_file, "sha256": sha256_file}
+#: how a manifest's file entry may be checksummed: CRC-32C or CRC-32 (format 4), CRC-32 (formats 2, 3), SHA-256 (1)
+_CHECKSUMS = {"crc32c": crc32c_file, "crc32": crc32_file, "sha256": sha256_file}
 
 
 def _matches(path: Path, expected: dict[str, Any]) -> bool:

@@ -513,9 +513,11 @@ def _write_collected(ckpt: Checkpointer, temporary: Path, objects: dict[str, Any
 
 
 def _commit(ckpt: Checkpointer, temporary: Path, manifest: Manifest) -> Path:
-    """Rank 0: seal, make visible, point ``latest`` at it, apply retention."""
+    """Rank 0: seal, make visible, point ``latest`` at it, apply retention. The directory's checkpoints are read
+    once, here (this process is their one writer: nothing else changes them until it returns)."""
     directory = ckpt.directory
-    manifest.sequence = catalog.next_sequence(directory)
+    saved = catalog.complete(directory)
+    manifest.sequence = max((saved_one.sequence for _, saved_one in saved), default=0) + 1
     seal(temporary, manifest)
     pause_if_requested(manifest.step, temporary, "sealed")
     final = directory / manifest.name
@@ -533,13 +535,14 @@ def _commit(ckpt: Checkpointer, temporary: Path, manifest: Manifest) -> Path:
     if aside is not None:
         remove_tree(aside, COMPLETE)
     catalog.write_latest(directory, manifest.name)
-    _apply_retention(ckpt, final)
+    _apply_retention(ckpt, final, [(path, kept) for path, kept in saved if path != final] + [(final, manifest)])
     return final
 
 
-def _apply_retention(ckpt: Checkpointer, newest: Path) -> None:
-    saved = catalog.complete(ckpt.directory)
-    keep = {newest, catalog.read_latest(ckpt.directory), catalog.best(saved, ckpt.best_metric, ckpt.mode)}
+def _apply_retention(ckpt: Checkpointer, newest: Path, saved: list[catalog.Saved]) -> None:
+    """Remove what ``keep_last`` lets go of among ``saved`` (the directory's checkpoints, oldest first), but the
+    newest (the one ``latest`` names now) and the best."""
+    keep = {newest, catalog.best(saved, ckpt.best_metric, ckpt.mode)}
     for path in catalog.expendable(saved, ckpt.keep_last, keep):
         try:
             remove_tree(path, COMPLETE)
