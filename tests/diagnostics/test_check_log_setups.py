@@ -261,3 +261,78 @@ def test_a_training_module_run_by_a_launcher_that_sets_levels_by_rank_is_not_jud
     launched = project(tmp_path / "launched", {"src/msn_train.py": TRAINING_MODULE.format(main_block=run_directly),
                                                "src/log_utils.py": ROOT_INFO_HELPER, "main.py": LAUNCHER})
     assert _logs(launched) == []
+
+
+SCRIPT_SETS_ITS_OWN_LEVEL = """\
+import logging
+import torch
+import torch.distributed as dist
+
+logger = logging.getLogger(__name__)
+{own_level}
+
+
+def main():
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    logging.basicConfig(format="%(message)s", level=logging.INFO if rank in [-1, 0] else logging.WARN)
+    logger.warning("Process rank: %s", rank)
+    logger.info("Training/evaluation parameters")
+    torch.nn.Linear(2, 2)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_logger_given_info_of_its_own_logs_on_every_rank_whatever_the_roots_level_by_rank(tmp_path):
+    """basicConfig's level by rank is the root logger's, not its handler's: a logger set to INFO itself makes its
+    records and hands them to the root's handler on every rank (MeZO's ``logger.setLevel(logging.INFO)``)."""
+    from paratrain.diagnostics.check import check_source
+
+    def found(own_level):
+        return [(f.line, f.rule, f.problem.split("`")[1] if "`" in f.problem else "")
+                for f in check_source(SCRIPT_SETS_ITS_OWN_LEVEL.format(own_level=own_level))]
+
+    assert found("logger.setLevel(logging.INFO)") == [(14, "log-on-every-rank", "logger.setLevel(...)")]
+    assert found("") == []  # the root's level by rank applies to it
+    assert found("logger.setLevel(logging.WARNING)") == []
+    assert found("logger.setLevel(logging.INFO)\nlogger.propagate = False") == []  # no handler of its own: silent
+
+
+SELF_LEVELLED_MODULE = """\
+    import logging
+
+    logger = logging.getLogger(__name__)
+    logger.setLevel(logging.INFO)
+
+
+    def train(model):
+        logger.info("***** Running training *****")
+        return model
+    """
+LEVEL_BY_RANK_SCRIPT = """\
+    import logging
+    import torch
+    import torch.distributed as dist
+    from trainer import train
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        logging.basicConfig(level=logging.INFO if dist.get_rank() == 0 else logging.WARN)
+        train(torch.nn.Linear(2, 2))
+    """
+
+
+def test_a_project_logger_set_to_info_in_its_module_logs_on_every_rank_through_a_root_level_by_rank(tmp_path):
+    script = project(tmp_path / "own-level", {"train.py": LEVEL_BY_RANK_SCRIPT, "trainer.py": SELF_LEVELLED_MODULE})
+    [finding] = [f for f in check_file(script) if f.rule == "log-on-every-rank"]
+    assert finding.line == 9 and "trainer.py:8" in finding.problem and "setLevel(INFO)" in finding.fix
+    plain = SELF_LEVELLED_MODULE.replace("    logger.setLevel(logging.INFO)\n", "")
+    script = project(tmp_path / "root-level", {"train.py": LEVEL_BY_RANK_SCRIPT, "trainer.py": plain})
+    assert _logs(script) == []  # the root's level by rank applies to it
+    quiet = LEVEL_BY_RANK_SCRIPT.replace("        logging.basicConfig", "        if dist.get_rank() == 0:\n"
+                                         "            logging.basicConfig")
+    script = project(tmp_path / "handler-on-rank-0", {"train.py": quiet, "trainer.py": SELF_LEVELLED_MODULE})
+    assert _logs(script) == []  # a root handler on rank 0 only: the other ranks have nothing to write with

@@ -213,6 +213,45 @@ def _loggers(facts: ScriptFacts) -> set[str] | None:
     return names
 
 
+def _loggers_verbose_of_their_own(facts: ScriptFacts) -> set[str]:
+    """Loggers the script makes at its top (``logger = logging.getLogger(__name__)``) and sets to INFO or DEBUG
+    there itself (``logger.setLevel(logging.INFO)``), in a script run as the program whose ``basicConfig`` runs in
+    every process, whatever level it gives (MeZO's ``level=INFO if local_rank in [-1, 0] else WARN``).
+
+    Invariant: a logger's own level decides whether ``info()`` makes a record, and a record it makes is handed to
+    every handler up to the root's whatever the root's level: ``basicConfig`` sets the root's level, not its
+    handler's, so a level chosen by rank there does not quiet these loggers on the other ranks. Left out: any
+    other level, handler or ``propagate`` set on the logger, a ``basicConfig`` under a rank test or to a file, a
+    ``logging.disable``, a rank-aware setup of a library or helper (:data:`_RANK_AWARE_LOG_SETUP`)."""
+    if not _root_handler_everywhere(facts):
+        return set()
+    made = {stmt.targets[0].id for stmt in facts.tree.body
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.Call) and facts.full_name(stmt.value) == "logging.getLogger"}
+    verbose_here = {ast.unparse(stmt.value.func.value) for stmt in facts.tree.body
+                    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+                    and last_name(stmt.value) == "setLevel" and isinstance(stmt.value.func, ast.Attribute)
+                    and stmt.value.args and VERBOSE_LEVEL.search(ast.unparse(stmt.value.args[0]))}
+    found = set()
+    for name in made & verbose_here:
+        touched = [node for node in walk(facts.tree)
+                   if isinstance(node, ast.Attribute) and ast.unparse(node.value) == name
+                   and node.attr in ("setLevel", "addHandler", "handlers", "propagate", "disabled", "addFilter")]
+        if len(touched) == 1 and len(facts.assigned.get(name, [])) == 1:  # its one setLevel, made once
+            found.add(name)
+    return found
+
+
+def _root_handler_everywhere(facts: ScriptFacts) -> bool:
+    """The script, run as the program, gives the root logger a console handler in every process: its
+    ``basicConfig`` calls run under no rank test and none writes to a file (whatever level each gives); nothing
+    disables logging, and no library's rank-aware setup (:data:`_RANK_AWARE_LOG_SETUP`) is in play."""
+    if not facts.runs_as_program() or facts.mentions(_RANK_AWARE_LOG_SETUP.pattern) or facts.calls_named("disable"):
+        return False
+    configs = facts.calls_named("basicConfig")
+    return bool(configs) and not any(facts.guard(call) or keyword(call, "filename") is not None for call in configs)
+
+
 def _rank_chosen(facts: ScriptFacts, setup: ast.Call) -> bool:
     """The level (or handler) of this setup call depends on the rank: a rank in the call
     (``setLevel(INFO if rank == 0 else WARN)``), the call under a rank test (``if rank == 0:
@@ -329,25 +368,33 @@ def project_call_logs(facts: ScriptFacts) -> Iterator[Finding]:
 
     Invariant: the gates of the script's own logging (a multi-process script, stdout not silenced, the call under
     no rank test, not in a launcher's parent nor an ``except`` block), the callee's line proved to run on the way
-    from that call, and its logger proved verbose on every rank: its own console handler, or the root logger's
-    (:func:`_root_verbose`).
+    from that call, and its logger proved verbose on every rank: its own console handler, the root logger's
+    (:func:`_root_verbose`), or its own level of INFO with a root handler in every process
+    (:func:`_root_handler_everywhere`, whatever the root's level).
     """
     if not facts.distributed or print_silenced(facts) or next(log_on_every_rank(facts), None) is not None:
         return
     root = _root_verbose(facts)
-    logging = {callee: where for callee, where in facts.imported.every_rank_logs.items() if root or not where[2]}
+    handler = root or _root_handler_everywhere(facts)
+    heard = {"own": True, "root": root, "level": handler}  # how a line is heard (project_logs.py) → heard here
+    logging = {callee: where for callee, where in facts.imported.every_rank_logs.items() if heard[where[2]]}
     groups = _calls_by_file(facts, logging, lambda call: not _handling_an_exception(facts, call)
                             and not never_runs(facts, call))
     if groups:
         _, path, line = min(groups, key=lambda group: (group[0][0].lineno, group[0][0].col_offset))
         calls = sorted((call for group in groups for call in group[0]), key=lambda call: (call.lineno, call.col_offset))
         first = calls[0]
+        if logging[facts.imported.callee(first)][2] == "level" and not root:
+            how, fix = ("its module sets that logger to INFO itself, and the root logger's handler in every process "
+                        "writes what it makes", "drop that logger's own setLevel(INFO) (the root's level by rank then "
+                        "applies to it), or call it on rank 0 only")
+        else:
+            how, fix = ("a console handler at INFO in every process", "set the logging level by rank where the "
+                        "handler is set up (INFO on rank 0, WARNING elsewhere), or call it on rank 0 only")
         yield Finding(
             first.lineno, "log-on-every-rank",
-            f"`{facts.imported.callee(first)}` logs on every rank ({path}:{line}, a console handler at INFO in every "
-            f"process, no rank test on the way): each message appears once per process, interleaved{_also(calls)}",
-            "set the logging level by rank where the handler is set up (INFO on rank 0, WARNING elsewhere), "
-            "or call it on rank 0 only",
+            f"`{facts.imported.callee(first)}` logs on every rank ({path}:{line}, {how}, no rank test on the way): "
+            f"each message appears once per process, interleaved{_also(calls)}", fix,
         )
 
 
@@ -356,15 +403,25 @@ def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         return
     loggers = (_loggers(facts) or set()) | _loguru_loggers(facts)
     early = _loguru_lines_before_sinks(facts)
-    logs = [
-        call for call in facts.calls_named("info", "debug")
-        if isinstance(call.func, ast.Attribute) and (ast.unparse(call.func.value) in loggers or call in early)
-        and not facts.guard(call) and not facts.in_launcher(call) and not rank_tagged(call)
-        and not _handling_an_exception(facts, call) and not unreached_method(facts, call)
-        and not never_runs(facts, call)
-    ]
+    own_level = _loggers_verbose_of_their_own(facts) - loggers
+    logs = [call for call in facts.calls_named("info", "debug") if _every_rank_line(facts, call)]
     yield from _first_of(
-        logs, "log-on-every-rank", "logging writes on every rank: each message appears once per process, interleaved",
+        [call for call in logs if ast.unparse(call.func.value) in loggers or call in early],
+        "log-on-every-rank", "logging writes on every rank: each message appears once per process, interleaved",
         "set the level by rank once: logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING) "
         "(loguru: logger.remove(), then logger.add(sys.stderr) on rank 0 only; or pt.print for messages on rank 0)",
     )
+    for name in sorted(own_level):
+        yield from _first_of(
+            [call for call in logs if ast.unparse(call.func.value) == name], "log-on-every-rank",
+            f"`{name}.setLevel(...)` at the script's top makes `{name}` write INFO on every rank, whatever level "
+            "basicConfig gives the root logger by rank: each message appears once per process, interleaved",
+            f"drop `{name}.setLevel(...)` (the root's level by rank then applies to it), or set its level by rank",
+        )
+
+
+def _every_rank_line(facts: ScriptFacts, call: ast.Call) -> bool:
+    """A logging call that runs in every process and does not tell its process's own state (see the gates)."""
+    return (isinstance(call.func, ast.Attribute) and not facts.guard(call) and not facts.in_launcher(call)
+            and not rank_tagged(call) and not _handling_an_exception(facts, call)
+            and not unreached_method(facts, call) and not never_runs(facts, call))

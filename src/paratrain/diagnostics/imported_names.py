@@ -68,9 +68,10 @@ class ImportedNames:
     fixed_rendezvous: dict[str, tuple[str, str]] = field(default_factory=dict)
     # → (the file, relative to the project's root, and line of a print it runs in every process that calls it)
     every_rank_prints: dict[str, tuple[str, int]] = field(default_factory=dict)
-    # → (file, line, through the root logger) of an INFO/DEBUG logging line they run in every process, to the
-    # console: through the root logger (then heard where that is verbose) or a logger verbose on its own (project_logs.py)
-    every_rank_logs: dict[str, tuple[str, int, bool]] = field(default_factory=dict)
+    # → (file, line, how it is heard) of an INFO/DEBUG logging line they run in every process, to the console:
+    # "root" (through the root logger, heard where that is verbose), "level" (a logger set to INFO itself, heard
+    # wherever the root logger has a console handler) or "own" (a logger verbose on its own) (project_logs.py)
+    every_rank_logs: dict[str, tuple[str, int, str]] = field(default_factory=dict)
     root_verbose_at_import: bool = False  # a module of the project runs basicConfig(level=INFO) at its top
     # → (file, line) of the state_dict() they save of a DDP/DataParallel wrapper they made themselves
     wrapper_state_savers: dict[str, tuple[str, int]] = field(default_factory=dict)

@@ -1,7 +1,7 @@
 """Where a call of the script into its own project logs in every process that makes it, to the console.
 
     logs = ProjectLogs(imports, prints, helper_kind)
-    logs.reached("utils.load_checkpoint")   # (module, the logging call, through_root) or None
+    logs.reached("utils.load_checkpoint")   # (module, the logging call, how it is heard) or None
     root_verbose_at_import(imports)          # a project module runs logging.basicConfig(level=INFO) at import
 
 The calls are followed as :class:`~paratrain.diagnostics.project_prints.ProjectPrints` follows them for prints,
@@ -10,9 +10,11 @@ rank, with ``X`` a logger of its module: ``logging`` itself, or a name the modul
 under ``global`` in one of its functions) to
 
 * ``logging`` or ``logging.getLogger(...)`` with no ``propagate = False`` and no level above INFO set on it in the
-  module: it writes through the root logger (``through_root``), so it is heard where the root logger is set to
+  module: it writes through the root logger (``"root"``), so it is heard where the root logger is set to
   INFO with a console handler in every process — by a ``logging.basicConfig`` run at import of a project module
-  (glow-tts's and RVC's ``utils.py``) or by the script, under no rank test (the rule asks);
+  (glow-tts's and RVC's ``utils.py``) or by the script, under no rank test (the rule asks); one the module sets to
+  INFO or DEBUG itself at its top (MeZO's ``logger.setLevel(logging.INFO)``) makes its records whatever the root's
+  level, and the root's handler writes them (``"level"``): heard wherever that handler is in every process;
 * ``logging.get_logger(__name__)`` of transformers or diffusers (``from diffusers.utils import logging``), as
   ``logging.getLogger(__name__)``: that ``get_logger`` only sets up the library's own root logger
   ("transformers", "diffusers", which the library's ``set_verbosity_*`` quieten) and returns
@@ -51,11 +53,12 @@ class ProjectLogs:
         self.imports = imports
         self.prints = prints
         self.helper_kind = helper_kind
-        self._loggers: dict[int, dict[str, bool]] = {}  # per module: logger name → through the root logger
+        self._loggers: dict[int, dict[str, str]] = {}  # per module: logger name → how it is heard
 
-    def reached(self, callee: str, made: list[ast.Call] = ()) -> tuple[Module, ast.Call, bool] | None:
-        """The first logging line that calling ``callee`` runs in every process, and whether it is heard
-        through the root logger (then only where that is verbose); None when there is none or it is unknown.
+    def reached(self, callee: str, made: list[ast.Call] = ()) -> tuple[Module, ast.Call, str] | None:
+        """The first logging line that calling ``callee`` runs in every process, and how it is heard (``"root"``:
+        only where the root logger is verbose; ``"level"``: where it has a console handler; ``"own"``: always);
+        None when there is none or it is unknown.
         ``made``: the script's calls of ``callee``, as :meth:`ProjectPrints.reached` takes them."""
         found = self.prints.reached_by(callee, self._pick, made)
         if found is None:
@@ -73,24 +76,24 @@ class ProjectLogs:
                 return call
         return None
 
-    def _loggers_of(self, module: Module) -> dict[str, bool]:
-        """The module's loggers that write INFO in every process: name → through the root logger."""
+    def _loggers_of(self, module: Module) -> dict[str, str]:
+        """The module's loggers that write INFO in every process: name → how it is heard."""
         if id(module) not in self._loggers:
             self._loggers[id(module)] = self._read_loggers(module)
         return self._loggers[id(module)]
 
-    def _read_loggers(self, module: Module) -> dict[str, bool]:
+    def _read_loggers(self, module: Module) -> dict[str, str]:
         logging_names = _logging_aliases(module.tree)
         library = _library_logging_aliases(module) - logging_names
-        found = {name: True for name in logging_names}
+        found = {name: "root" for name in logging_names}
         for name, values in module_bindings(module.tree).items():
             kinds = {self._kind(module, value, logging_names, library) for value in values}
             if None in kinds or not kinds:
                 continue
-            through_root = "root" in kinds
-            if through_root and not _left_to_root(module, name):
-                continue
-            found[name] = through_root
+            if "root" not in kinds:
+                found[name] = "own"
+            elif _left_to_root(module, name):
+                found[name] = "level" if len(values) == 1 and _verbose_of_its_own(module, name) else "root"
         return found
 
     def _kind(self, module: Module, value: ast.expr, logging_names: set[str], library: set[str]) -> str | None:
@@ -152,6 +155,18 @@ def module_bindings(tree: ast.Module) -> dict[str, list[ast.expr]]:
                     and isinstance(node.targets[0], ast.Name) and node.targets[0].id in shared & set(bound)):
                 bound[node.targets[0].id].append(node.value)
     return bound
+
+
+def _verbose_of_its_own(module: Module, name: str) -> bool:
+    """The module sets ``name`` to INFO or DEBUG at its top, and that is all it sets of it (its one ``setLevel``,
+    no handler, filter or ``propagate`` of its own: :func:`_left_to_root` rules out a higher level)."""
+    top = [stmt.value for stmt in module.tree.body if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+           and isinstance(stmt.value.func, ast.Attribute) and stmt.value.func.attr == "setLevel"
+           and ast.unparse(stmt.value.func.value) == name and stmt.value.args
+           and VERBOSE_LEVEL.search(ast.unparse(stmt.value.args[0]))]
+    touched = [node for node in walk(module.tree) if isinstance(node, ast.Attribute) and ast.unparse(node.value) == name
+               and node.attr in ("setLevel", "addHandler", "handlers", "propagate", "disabled", "addFilter")]
+    return len(top) == 1 and len(touched) == 1
 
 
 def _left_to_root(module: Module, name: str) -> bool:
