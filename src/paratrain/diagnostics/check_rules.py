@@ -1,5 +1,5 @@
 """The pitfalls ``paratrain check`` looks for: one function per rule, each yielding findings (``RULES``; the
-output, wrapper, sampler, launch and rendezvous rules live in ``check_output``, ``check_wrappers``,
+output, wrapper, sampler, launch and rendezvous rules live in ``check_output``, ``check_logs``, ``check_wrappers``,
 ``check_samplers``, ``check_launch`` and ``check_rendezvous``).
 
 Every rule is the mistake of a real, widely copied tutorial: a finding says where, why it
@@ -16,13 +16,8 @@ from collections.abc import Iterator
 from paratrain.diagnostics.check_finding import Finding, Rule
 from paratrain.diagnostics.check_launch import deprecated_launcher, local_rank_argument
 from paratrain.diagnostics.check_rendezvous import hardcoded_rendezvous, one_machine_only
-from paratrain.diagnostics.check_output import (
-    RANK_TAG,
-    log_on_every_rank,
-    print_on_every_rank,
-    project_call_logs,
-    project_call_prints,
-)
+from paratrain.diagnostics.check_logs import log_on_every_rank, project_call_logs
+from paratrain.diagnostics.check_output import RANK_TAG, print_on_every_rank, project_call_prints
 from paratrain.diagnostics.check_samplers import (
     EVAL_NAME, LOADERS, SAMPLERS, imported_sampler_bindings, is_eval, no_set_epoch, padded_eval_sampler,
     prepared_loader_dropped, sampler_not_passed, shuffle_beside_sampler,

@@ -35,7 +35,8 @@ import ast
 from collections.abc import Callable
 
 from paratrain.diagnostics.call_names import last_name
-from paratrain.diagnostics.check_output import VERBOSE_LEVEL, rank_tagged, verbose_console_setup
+from paratrain.diagnostics.check_logs import VERBOSE_LEVEL, verbose_console_setup
+from paratrain.diagnostics.check_output import rank_tagged
 from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.project_prints import ProjectPrints
 from paratrain.diagnostics.tree_walk import walk
