@@ -99,11 +99,11 @@ class SharedStorageError(CheckpointError):
 
 
 class MissingDependencyError(ParatrainError, ImportError):
-    """An optional package is needed; the message names the extra to install."""
+    """A package is needed; the message names the extra to install (or, ``install``, what to install)."""
 
-    def __init__(self, package: str, extra: str, purpose: str):
+    def __init__(self, package: str, extra: str, purpose: str, install: str | None = None):
         super().__init__(
-            f"{purpose} needs the '{package}' package: pip install 'paratrain[{extra}]'"
+            f"{purpose} needs the '{package}' package: pip install {install or repr(f'paratrain[{extra}]')}"
         )
         self.package = package
         self.extra = extra

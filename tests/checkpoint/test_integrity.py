@@ -187,3 +187,29 @@ def test_without_a_hardware_crc32c_a_checkpoint_is_checksummed_with_crc32(tmp_pa
     flip_byte(checkpoint / "optimizer.pt")
     with pytest.raises(CheckpointError, match="optimizer.pt: checksum mismatch"):
         verify(checkpoint)
+
+
+def test_without_google_crc32c_a_crc32c_checkpoint_is_not_taken_for_damaged(tmp_path, monkeypatch):
+    """A checkout run with PYTHONPATH=src may lack google-crc32c: verifying a CRC-32C checkpoint then stops with one
+    line naming the package, and resuming sets nothing aside as damaged (the files are fine)."""
+    import builtins
+
+    from paratrain.checkpoint import catalog
+    from paratrain.checkpoint.manifest import verify
+    from paratrain.errors import MissingDependencyError
+
+    save_steps(tmp_path)
+    real_import = builtins.__import__
+
+    def no_crc32c(name, *args, **kwargs):
+        if name == "google_crc32c":
+            raise ImportError("No module named 'google_crc32c'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_crc32c)
+    with pytest.raises(MissingDependencyError, match="pip install google-crc32c"):
+        verify(tmp_path / "step-000002")
+    with pytest.raises(MissingDependencyError):
+        catalog.resume_point(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("step-")) == ["step-000001", "step-000002"]
+    assert not (tmp_path / catalog.DAMAGED_DIR).exists()

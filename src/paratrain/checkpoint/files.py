@@ -19,7 +19,7 @@ import uuid
 import zlib
 from pathlib import Path
 
-from paratrain.errors import CheckpointError
+from paratrain.errors import CheckpointError, MissingDependencyError
 
 #: Test hook: ``SECONDS`` or ``SECONDS@STEP`` pauses every save (or the save of STEP)
 #: after its data files are written and before it is marked complete, so a test can
@@ -86,8 +86,18 @@ def crc32_file(path: Path) -> str:
 
 def crc32c_file(path: Path) -> str:
     """CRC-32C (Castagnoli) of a file's bytes, eight hex digits, by google-crc32c (the CPU's CRC instruction
-    where it has one; its slow pure-Python fallback otherwise, which still verifies correctly)."""
-    import google_crc32c
+    where it has one; its slow pure-Python fallback otherwise, which still verifies correctly).
+
+    Raises:
+        MissingDependencyError: google-crc32c is not installed (paratrain depends on it; a checkout run with
+            ``PYTHONPATH=src`` may lack it). Not a :class:`CheckpointError`: the file is not damaged, and a resume
+            must stop here rather than set the checkpoint aside as damaged.
+    """
+    try:
+        import google_crc32c
+    except ImportError as exc:
+        raise MissingDependencyError("google-crc32c", "", f"verifying {path} (checksummed with CRC-32C)",
+                                     install="google-crc32c (a dependency of paratrain)") from exc
 
     checksum = google_crc32c.Checksum()
     with open(path, "rb") as handle:
