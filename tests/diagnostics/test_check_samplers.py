@@ -91,3 +91,55 @@ for epoch in range(3):
                     "batches = SkipBatchSampler(train_sampler if train_sampler else list(range(8)), 2, 0)"):
         assert rules(source.format(hand_on=hand_on)) == []
     assert rules(source.format(hand_on="batches = SkipBatchSampler(list(range(8)), 2, 0)")) == [(7, "sampler-not-passed")]
+
+
+_EVAL_HEAD = """\
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
+dist.init_process_group("nccl")
+"""
+
+
+def test_an_evaluation_loader_nothing_iterates_is_not_reported():
+    # LLaMA-Adapter's gorilla finetune builds data_loader_val and never calls its evaluation
+    source = _EVAL_HEAD + """\
+val_sampler = DistributedSampler(range(10), shuffle=False)
+val_loader = DataLoader(range(10), sampler=val_sampler)
+"""
+    assert rules(source) == []
+
+
+def test_an_evaluation_loader_returned_only_into_underscores_is_not_reported():
+    # PVD: `dataloader, _, train_sampler, _ = get_dataloader(...)` discards the test loader and its sampler
+    source = _EVAL_HEAD + """\
+def get_loaders(train_set, test_set):
+    train_sampler = DistributedSampler(train_set)
+    test_sampler = DistributedSampler(test_set, shuffle=False)
+    test_loader = DataLoader(test_set, sampler=test_sampler)
+    return DataLoader(train_set, sampler=train_sampler), test_loader, train_sampler, test_sampler
+
+loader, _, train_sampler, _ = get_loaders(range(8), range(10))
+for epoch in range(2):
+    train_sampler.set_epoch(epoch)
+    for batch in loader:
+        pass
+"""
+    assert rules(source) == []
+
+
+def test_an_evaluation_loader_that_is_iterated_or_kept_by_a_caller_is_reported():
+    iterated = _EVAL_HEAD + """\
+val_sampler = DistributedSampler(range(10), shuffle=False)
+val_loader = DataLoader(range(10), sampler=val_sampler)
+accuracy = sum(batch for batch in val_loader)
+"""
+    assert rules(iterated) == [(4, "padded-eval-sampler")]
+    kept = _EVAL_HEAD + """\
+def get_loaders(test_set):
+    test_sampler = DistributedSampler(test_set, shuffle=False)
+    return DataLoader(test_set, sampler=test_sampler), test_sampler
+
+test_loader, _ = get_loaders(range(10))
+accuracy = sum(batch for batch in test_loader)
+"""
+    assert rules(kept) == [(5, "padded-eval-sampler")]

@@ -82,3 +82,67 @@ def test_a_launcher_variables_presence_in_the_environment_guards_nothing(variabl
     found = _findings(source)
     assert list(found) == [(10, "save-on-every-rank")]
     assert "once per machine" not in found[(10, "save-on-every-rank")]
+
+
+def test_a_flag_that_is_a_rank_test_when_distributed_and_true_otherwise_guards_its_block() -> None:
+    # PVD: `should_diag = gpu == 0` in the multi-process branch, `should_diag = True` in the single one
+    source = _HEAD + (
+        "def train(gpu, opt):\n"
+        "    if opt.distribution_type == 'multi':\n"
+        "        should_diag = gpu == 0\n"
+        "    else:\n"
+        "        should_diag = True\n"
+        "    if should_diag:\n"
+        "        torch.save(model.state_dict(), 'm.pt')\n"
+        "        print('saved')\n"
+    )
+    assert _findings(source) == {}
+
+
+def test_a_flag_that_is_true_or_a_rank_test_of_nothing_guards_nothing() -> None:
+    # the constant only counts beside a rank test: `verbose = True` alone is on in every process
+    source = _HEAD + "verbose = True\nif verbose:\n    torch.save(model.state_dict(), 'm.pt')\n"
+    assert (11, "save-on-every-rank") in _findings(source)
+
+
+def test_one_negated_distributed_switch_in_an_and_makes_the_branch_single_process() -> None:
+    # OpenLTM: `if not args.ddp and not args.dp: exp.test(setting)`
+    source = _HEAD + (
+        "import argparse\n"
+        "args = argparse.ArgumentParser().parse_args()\n"
+        "if args.ddp:\n"
+        "    model = torch.nn.parallel.DistributedDataParallel(model)\n"
+        "print('training')\n"
+        "if not args.ddp and not args.dp:\n"
+        "    print('testing')\n"
+    )
+    found = _findings(source)
+    assert (13, "print-on-every-rank") in found
+    assert (15, "print-on-every-rank") not in found and "15" not in found[(13, "print-on-every-rank")]
+
+
+def test_a_rank_guarded_function_that_calls_itself_stays_guarded() -> None:
+    # CLAP's update_top_k_performance recurses on a list of metrics; its one outside call is on rank 0
+    source = _HEAD + (
+        "def keep_best(metric):\n"
+        "    if isinstance(metric, list):\n"
+        "        return keep_best(sum(metric) / len(metric))\n"
+        "    torch.save(model.state_dict(), 'best.pt')\n"
+        "\n"
+        "if dist.get_rank() == 0:\n"
+        "    keep_best([1.0, 2.0])\n"
+    )
+    assert _findings(source) == {}
+
+
+def test_a_method_named_like_a_library_call_inside_it_is_still_followed() -> None:
+    # s3prl's Runner.train calls `entry.model.train()`: another object's method, not a recursion
+    source = _HEAD + (
+        "class Runner:\n"
+        "    def train(self):\n"
+        "        model.train()\n"
+        "        print('fp16 on')\n"
+        "\n"
+        "Runner().train()\n"
+    )
+    assert (12, "print-on-every-rank") in _findings(source)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 
 from paratrain.diagnostics.check_finding import Finding
+from paratrain.diagnostics.dead_code import never_read
 from paratrain.diagnostics.library_calls import ignite_eval_loaders
 from paratrain.diagnostics.project_mentions import project_calls
 from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
@@ -383,6 +384,8 @@ def padded_eval_sampler(facts: ScriptFacts) -> Iterator[Finding]:
     if facts.mentions(r"CocoEvaluator|coco_evaluator"):
         return
     for name, sampler in _eval_samplers(facts):
+        if never_read(facts, name, LOADERS, "sampler"):
+            continue  # a loader nothing iterates evaluates nothing
         if is_true(keyword(sampler, "drop_last")):
             if _remainder_loader(facts):
                 continue  # the dropped tail is evaluated apart: every sample once

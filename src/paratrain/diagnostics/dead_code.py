@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from paratrain.diagnostics.call_names import last_name
+
 if TYPE_CHECKING:
     from paratrain.diagnostics.script_facts import ScriptFacts
 
@@ -35,3 +37,53 @@ def never_runs(facts: ScriptFacts, node: ast.AST) -> bool:
 def constant_false(test: ast.expr) -> bool:
     """``False``, ``0``, ``None``: a test no run passes."""
     return isinstance(test, ast.Constant) and not test.value
+
+
+def never_read(facts: ScriptFacts, name: str, consumers: tuple[str, ...], keyword_name: str) -> bool:
+    """Nothing reads what the variable ``name`` feeds: its every read is the ``keyword_name=`` argument of a
+    ``consumers`` call (``DataLoader(..., sampler=test_sampler)``) whose variables are never read in turn, or a
+    position of a returned tuple that every caller in the file unpacks into ``_`` (PVD's ``dataloader, _,
+    train_sampler, _ = get_dataloader(...)``). An evaluation loader built and never iterated evaluates nothing
+    (LLaMA-Adapter's ``data_loader_val`` beside a ``val_one_epoch`` it never calls).
+
+    Invariant: False whenever a read may reach code this file cannot see (an attribute, a name read anywhere
+    else, a tuple returned to a caller in another file).
+    """
+    if not name.isidentifier() or name not in facts.loaded_names:
+        return False
+    for read in facts.loaded_names[name]:
+        if _discarded_return(facts, read):
+            continue
+        call = facts.parents.get(facts.parents.get(read))
+        if not (isinstance(facts.parents.get(read), ast.keyword) and facts.parents[read].arg == keyword_name
+                and isinstance(call, ast.Call) and last_name(call) in consumers):
+            return False
+        made = [target for target, values in facts.assigned.items() if call in values]
+        if not made or not all(target.isidentifier() and all(
+                _discarded_return(facts, use) for use in facts.loaded_names.get(target, [])) for target in made):
+            return False
+    return True
+
+
+def _discarded_return(facts: ScriptFacts, read: ast.Name) -> bool:
+    """``read`` is one element of a returned tuple, and every call of its function in the file assigns that
+    element to ``_``; False when the function is called nowhere here (its callers are elsewhere)."""
+    items, returned = facts.parents.get(read), None
+    if isinstance(items, ast.Tuple):
+        returned = facts.parents.get(items)
+    if not isinstance(returned, ast.Return):
+        return False
+    position = items.elts.index(read)
+    function = facts.scope(read)
+    calls = [call for call in facts.calls if last_name(call) == getattr(function, "name", None)]
+    if not calls:
+        return False
+    for call in calls:
+        assign = facts.parents.get(call)
+        if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Tuple)
+                and len(assign.targets[0].elts) == len(items.elts)):
+            return False
+        target = assign.targets[0].elts[position]
+        if not (isinstance(target, ast.Name) and target.id == "_"):
+            return False
+    return True

@@ -185,7 +185,10 @@ class RankGuards:
                 and any(re.search(r"Lightning(?:Data)?Module$", ast.unparse(base)) for base in owner.bases))
 
     def _single_process_branch(self, test: ast.expr, in_else: bool) -> bool:
-        """The branch runs when the job is not distributed: ``else:`` of ``if ddp:``, body of ``if not ddp:``."""
+        """The branch runs when the job is not distributed: ``else:`` of ``if ddp:``, body of ``if not ddp:``,
+        body of ``if not args.ddp and not args.dp:`` (OpenLTM: one part of an ``and`` is enough)."""
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and not in_else:
+            return any(self._single_process_branch(value, in_else=False) for value in test.values)
         negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
         # ProPainter's `config['distributed']`: the flag kept under a key reads as the flag
         text = re.sub(r"^(?:\w+\.)*\w+\[['\"](\w+)['\"]\]$", r"\1", ast.unparse(test.operand if negated else test))
@@ -261,14 +264,17 @@ class RankGuards:
         for node in names:
             bound = self.assigned.get(ast.unparse(node), [])
             values = [v for v in bound if not (isinstance(v, ast.Constant) and v.value in (False, None))]
+            # PVD's `should_diag = gpu == 0` when distributed, `should_diag = True` otherwise: a flag that is a
+            # rank-0 test wherever it is not simply on is on in a one-process run only.
+            tests = [v for v in values if not (isinstance(v, ast.Constant) and v.value is True)]
             # `writer = None`, then `if rank == 0: writer = SummaryWriter()`: a name that is None except
             # where a rank test bound it is truthy on those ranks only (`if not writer: continue`).
             unset = depth == 0 and isinstance(test, (ast.Name, ast.Attribute)) and len(values) < len(bound)
             kinds = {(self._test_kind(v, depth + 1) if self._may_be_a_test(v) else "")
-                     or (self._binding_guard(v) if unset else "") for v in values}
-            if values and kinds == {"global"}:
+                     or (self._binding_guard(v) if unset else "") for v in tests}
+            if tests and kinds == {"global"}:
                 return "global"
-            if values and kinds <= {"global", "local"} and "local" in kinds:
+            if tests and kinds <= {"global", "local"} and "local" in kinds:
                 return "local"
         return ""
 
@@ -371,6 +377,8 @@ class RankGuards:
             return "global" if self.main_block() is not None or self._unnamed_elsewhere(function) else ""
         kinds = set()
         for use in uses:
+            if self.scope(use) is function and (isinstance(use, ast.Name) or ast.unparse(use.value) in ("self", "cls")):
+                continue  # it calls itself: that runs only where it already runs (CLAP's update_top_k_performance)
             call = self.parents.get(use)
             if isinstance(call, (ast.If, ast.While, ast.BoolOp, ast.UnaryOp, ast.Compare)):
                 # read as a truth value (FourCastNet's `if self.params.save_checkpoint:` beside the method
