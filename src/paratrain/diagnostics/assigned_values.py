@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from paratrain.diagnostics.call_names import last_name, returned_module
 from paratrain.diagnostics.tree_walk import walk
 
 __all__ = ["assigned_in", "bound_values"]
@@ -65,3 +66,17 @@ def assigned_in(function: ast.AST, name: str) -> list[ast.expr]:
     """Every value ``function`` binds to the plain name ``name``, however the binding is spelled."""
     return [value for node in walk(function) for target, value in bound_values(node)
             if isinstance(target, ast.Name) and target.id == name]
+
+
+def returned_calls(function: ast.AST, names: tuple[str, ...]) -> list[ast.Call]:
+    """Calls to ``names`` the function returns: directly, or through a name it assigned one to
+    (``model = DDP(model)`` in one branch, ``return model``); not inside a tuple."""
+    found = []
+    for ret in (n for n in walk(function) if isinstance(n, ast.Return) and n.value is not None):
+        values = assigned_in(function, ret.value.id) if isinstance(ret.value, ast.Name) else [ret.value]
+        for value in values:
+            for choice in ((value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,)):
+                choice = returned_module(choice)
+                if isinstance(choice, ast.Call) and last_name(choice) in names:
+                    found.append(choice)
+    return found

@@ -11,6 +11,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from paratrain.diagnostics.assigned_values import returned_calls
 from paratrain.diagnostics.check_finding import Finding
 from paratrain.diagnostics.project_norms import norm_aliases
 from paratrain.diagnostics.script_facts import ScriptFacts, last_name, returned_module
@@ -51,10 +52,13 @@ _MODEL_NAME = re.compile(r"model|net|module|encoder|decoder|generator|discrimina
 
 def _wrapper_makers(facts: ScriptFacts) -> tuple[str, ...]:
     """Callees that give a DDP/DataParallel wrapper: torch's, the script's own subclasses, a function of the
-    project that returns one (``model = get_model(conf, local_rank=rank)``), Accelerate's ``prepare``."""
+    file (SpCL's ``create_model``) or of its project that returns one (``model = get_model(conf,
+    local_rank=rank)``), Accelerate's ``prepare``."""
     imported = facts.imported
     makers = {name.rpartition(".")[2] for name in (*imported.wrapper_makers, *imported.wrapper_classes)}
-    return (*WRAPPERS, *own_subclasses(facts, *WRAPPERS), *makers, "prepare")
+    own = {node.name for node in walk(facts.tree)
+           if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and returned_calls(node, WRAPPERS)}
+    return (*WRAPPERS, *own_subclasses(facts, *WRAPPERS), *makers, *sorted(own), "prepare")
 
 
 def _wrapper_holders(facts: ScriptFacts) -> set[str]:

@@ -21,7 +21,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from paratrain.diagnostics.assigned_values import assigned_in
+from paratrain.diagnostics.assigned_values import assigned_in, returned_calls
 from paratrain.diagnostics.argument_needs import call_positions, needed_arguments
 from paratrain.diagnostics.check_rendezvous import environ_parameters
 from paratrain.diagnostics.check_rules import checkpoint_writer, path_names_rank
@@ -202,12 +202,12 @@ class _Reader:
             names.rank_tests.add(callee)
         elif kind == "local":
             names.machine_tests.add(callee)
-        samplers = _returned_calls(function, _SAMPLERS)
+        samplers = returned_calls(function, _SAMPLERS)
         if samplers:
             names.sampler_makers[callee] = samplers
-        if _returned_calls(function, WRAPPERS):
+        if returned_calls(function, WRAPPERS):
             names.wrapper_makers.add(callee)
-        if _returned_calls(function, ("DataParallel",)):
+        if returned_calls(function, ("DataParallel",)):
             names.data_parallel_makers.add(callee)
         printer = prints_by_rank_argument(function)
         if printer is not None:
@@ -418,20 +418,6 @@ def _wrapper_base(module: Module, cls: ast.ClassDef) -> str | None:
 
 def _too_long(function: _Function) -> bool:
     return (function.end_lineno or function.lineno) - function.lineno > _LONGEST
-
-
-def _returned_calls(function: _Function, names: tuple[str, ...]) -> list[ast.Call]:
-    """Calls to ``names`` the function returns: directly, or through a name it assigned one to
-    (``model = DDP(model)`` in one branch, ``return model``); not inside a tuple."""
-    found = []
-    for ret in (n for n in walk(function) if isinstance(n, ast.Return) and n.value is not None):
-        values = assigned_in(function, ret.value.id) if isinstance(ret.value, ast.Name) else [ret.value]
-        for value in values:
-            for choice in ((value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,)):
-                choice = returned_module(choice)
-                if isinstance(choice, ast.Call) and last_name(choice) in names:
-                    found.append(choice)
-    return found
 
 
 def _replaces_print(node: ast.AST) -> bool:
