@@ -146,3 +146,18 @@ def test_a_method_named_like_a_library_call_inside_it_is_still_followed() -> Non
         "Runner().train()\n"
     )
     assert (12, "print-on-every-rank") in _findings(source)
+
+
+def test_a_rank_named_rank_that_holds_local_rank_is_once_per_machine() -> None:
+    # wespeaker: `rank = int(os.environ['LOCAL_RANK'])`, then `if rank == 0: save_checkpoint(...)`
+    source = _HEAD + "rank = int(os.environ['LOCAL_RANK'])\nif rank == 0:\n    torch.save(model.state_dict(), 'm.pt')\n"
+    found = _findings(source)
+    assert list(found) == [(11, "save-on-every-rank")]
+    assert "once per machine" in found[(11, "save-on-every-rank")]
+
+
+def test_a_local_rank_handed_to_init_process_group_as_the_rank_stays_global() -> None:
+    source = _HEAD.replace('dist.init_process_group("nccl")', 'rank = int(os.environ["LOCAL_RANK"])\n'
+                           'dist.init_process_group("nccl", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))')
+    source += "if rank == 0:\n    torch.save(model.state_dict(), 'm.pt')\n"
+    assert _findings(source) == {}

@@ -318,8 +318,11 @@ class RankGuards:
             from_env = any(_LOCAL_GUARD.search(ast.unparse(v)) for v in values)
             per_node = {name, *(ast.unparse(v) for v in values)} & self._node_offset_indices
             return "local" if from_env or per_node else "global"
-        if {ast.unparse(n) for n in walk(test) if isinstance(n, (ast.Name, ast.Attribute))} & self._group_ranks:
+        names = {ast.unparse(n) for n in walk(test) if isinstance(n, (ast.Name, ast.Attribute))}
+        if names & self._group_ranks:
             return "global"  # the value this process gave init_process_group as its rank, whatever its name
+        if names & self._local_ranks_by_another_name:
+            return "local"
         if _GLOBAL_GUARD.search(_LOCAL_GUARD.sub("", text)):
             return "global"
         if _EVERY_RANK_OF_A_RUN.fullmatch(text):
@@ -356,6 +359,16 @@ class RankGuards:
                 break
             ranks |= held
         return ranks
+
+    @cached_property
+    def _local_ranks_by_another_name(self) -> set[str]:
+        """Names every assignment of which reads the launcher's ``LOCAL_RANK`` (wespeaker's ``rank =
+        int(os.environ['LOCAL_RANK'])``): ``rank == 0`` on them is once per machine, whatever the name says.
+        A name handed to ``init_process_group(rank=...)`` stays global (:attr:`_group_ranks`)."""
+        return {name for name, values in self.assigned.items()
+                if values and name not in self._group_ranks
+                and all(re.search(r"""environ(?:\.get)?[\[(]\s*['"]LOCAL_RANK['"]|getenv\(\s*['"]LOCAL_RANK['"]""",
+                                  ast.unparse(v)) for v in values)}
 
     @cached_property
     def functions_returning_the_global_rank(self) -> set[str]:
