@@ -1,6 +1,6 @@
 """paratrain check reads who sets up a script's logging before judging its ``logger.info`` lines.
 
-Three readings, each with its quiet counterpart:
+Readings, each with its quiet counterpart:
 
 * a method named for logging that only returns early off the main process (a metrics logger's ``log``) sets up
   no logger: the root logger made verbose by a project helper still logs the script's lines on every rank;
@@ -123,7 +123,7 @@ SPAWN_UTILS = """\
 
 def test_a_logger_helper_of_the_launching_parent_leaves_the_workers_setup_to_decide(tmp_path):
     script = project(tmp_path / "parent", {"train.py": SPAWN_SCRIPT, "utils.py": SPAWN_UTILS})
-    assert _logs(script) == [16]
+    assert _logs(script) == [15]
     # the same helper called in the worker too may choose its handlers there: unknown, so quiet
     in_worker = SPAWN_SCRIPT.replace('        logger, _ = setup_logger("out", rank)\n',
                                      '        logger, _ = setup_logger("out", rank)\n        create_logger("cfg.yaml")\n')
@@ -336,3 +336,29 @@ def test_a_project_logger_set_to_info_in_its_module_logs_on_every_rank_through_a
                                          "            logging.basicConfig")
     script = project(tmp_path / "handler-on-rank-0", {"train.py": quiet, "trainer.py": SELF_LEVELLED_MODULE})
     assert _logs(script) == []  # a root handler on rank 0 only: the other ranks have nothing to write with
+
+
+def test_a_function_of_the_script_named_like_a_logger_helper_is_read_not_trusted(tmp_path):
+    # CLIP4Clip: `set_seed_logger(args)` of the script itself calls the project's every-rank `get_logger`
+    script = project(tmp_path, {"train.py": """\
+        import torch.distributed as dist
+        from utils import get_logger
+
+        logger = None
+
+
+        def set_seed_logger(args):
+            global logger
+            logger = get_logger("train")
+
+
+        def main():
+            dist.init_process_group("nccl")
+            set_seed_logger(None)
+            logger.info("device ready")
+
+
+        if __name__ == "__main__":
+            main()
+        """, "utils.py": ROOT_INFO_HELPER})
+    assert _logs(script) == [15]

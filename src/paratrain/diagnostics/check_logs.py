@@ -65,7 +65,9 @@ def _loggers(facts: ScriptFacts) -> set[str] | None:
     # project read and found to call nothing of logging (a Lightning logger's maker). One called in
     # the launcher's parent only (HigherHRNet's `create_logger` before `mp.spawn`) sets up the parent's loggers:
     # the spawned workers are fresh interpreters that do not run that code, so it cannot change their logging.
+    # A function of the script itself is read here, whatever its name (CLIP4Clip's `set_seed_logger`).
     if any(_LOGGER_HELPER.fullmatch(last_name(call)) and last_name(call) != "getLogger" and call not in helpers
+           and not (isinstance(call.func, ast.Name) and call.func.id in facts.own_functions)
            and imported.callee(call) not in imported.logging_free and not facts.in_launcher(call)
            for call in facts.calls):
         return None
