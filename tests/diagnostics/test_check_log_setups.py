@@ -123,7 +123,7 @@ SPAWN_UTILS = """\
 
 def test_a_logger_helper_of_the_launching_parent_leaves_the_workers_setup_to_decide(tmp_path):
     script = project(tmp_path / "parent", {"train.py": SPAWN_SCRIPT, "utils.py": SPAWN_UTILS})
-    assert _logs(script) == [15]
+    assert _logs(script) == [16]
     # the same helper called in the worker too may choose its handlers there: unknown, so quiet
     in_worker = SPAWN_SCRIPT.replace('        logger, _ = setup_logger("out", rank)\n',
                                      '        logger, _ = setup_logger("out", rank)\n        create_logger("cfg.yaml")\n')
