@@ -89,12 +89,14 @@ def validate(loader, world_size):
     if covered < len(loader.dataset):
         tail = Subset(loader.dataset, range(covered, len(loader.dataset)))
         evaluate(DataLoader(tail, batch_size=64))
+
+validate(val_loader, 2)
 """
 
 
 def test_drop_last_with_a_remainder_loader_is_exact():
     assert rules(REMAINDER) == []
-    without_tail = REMAINDER.split("    covered =")[0]
+    without_tail = REMAINDER.split("    covered =")[0] + "\nvalidate(val_loader, 2)\n"
     (problem,) = problems(without_tail, "padded-eval-sampler")
     assert "drops the last samples" in problem
     (padded,) = problems(without_tail.replace(", drop_last=True", ""), "padded-eval-sampler")

@@ -188,6 +188,7 @@ def make_sampler(data):
 dist.init_process_group("gloo")
 test_sampler = make_sampler(test_data)
 test_loader = DataLoader(test_data, batch_size=4, sampler=test_sampler)
+accuracy = evaluate(test_loader)
 """
     assert rules(helper) == [(5, "padded-eval-sampler")]
     training_only = helper.replace("test_", "train_")
@@ -202,6 +203,7 @@ dist.init_process_group("gloo")
 sampler_val = DistributedSampler(dataset_val, shuffle=False)
 loader_val = DataLoader(dataset_val, sampler=sampler_val)
 coco_evaluator = CocoEvaluator(base_ds, ("bbox",))
+stats = evaluate(model, loader_val)
 """
     assert rules(source) == []
     assert rules(source.replace("coco_evaluator = CocoEvaluator", "scores = Accuracy")) == [

@@ -28,3 +28,6 @@ for epoch in range(1, 3):
         loss.backward()
         optimizer.step()
         print("【train】 epoch:{} step:{} loss:{:.6f}".format(epoch, step, loss.item()))
+    with torch.no_grad():  # the post's `loss, accuracy = self.dev(dev_loader)` after each epoch
+        correct = sum((model(x.cuda()).argmax(1) == y.cuda()).sum().item() for x, y in dev_loader)
+    print("【dev】 epoch:{} accuracy:{:.4f}".format(epoch, correct / len(dev_dataset)))
