@@ -143,3 +143,4 @@ test_loader, _ = get_loaders(range(10))
 accuracy = sum(batch for batch in test_loader)
 """
     assert rules(kept) == [(5, "padded-eval-sampler")]
+

@@ -161,3 +161,28 @@ def test_a_local_rank_handed_to_init_process_group_as_the_rank_stays_global() ->
                            'dist.init_process_group("nccl", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))')
     source += "if rank == 0:\n    torch.save(model.state_dict(), 'm.pt')\n"
     assert _findings(source) == {}
+
+
+def test_the_else_that_turns_distribution_off_runs_in_one_process() -> None:
+    # MAE's init_distributed_mode (its own name quiets prints after it): the last `else:` prints and sets args.distributed = False
+    source = _HEAD + (
+        "def setup_distributed(args):\n"
+        "    if 'RANK' in os.environ and 'WORLD_SIZE' in os.environ:\n"
+        "        args.rank = int(os.environ['RANK'])\n"
+        "    else:\n"
+        "        print('Not using distributed mode')\n"
+        "        args.distributed = False\n"
+        "        return\n"
+        "    print('distributed init done')\n"
+        "\n"
+        "setup_distributed(None)\n"
+    )
+    found = _findings(source)
+    assert list(found) == [(16, "print-on-every-rank")]
+    assert "13" not in found[(16, "print-on-every-rank")]
+
+
+def test_a_distributed_setting_at_the_top_of_the_main_block_limits_nothing() -> None:
+    # bubbliiiing's train.py: `distributed = False` is a switch the user may turn on, not a one-process branch
+    source = _HEAD + "if __name__ == '__main__':\n    distributed = False\n    print('training')\n"
+    assert list(_findings(source)) == [(11, "print-on-every-rank")]

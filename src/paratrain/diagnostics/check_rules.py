@@ -25,6 +25,7 @@ from paratrain.diagnostics.check_samplers import (
 from paratrain.diagnostics.check_wrappers import batchnorm_without_syncbn, data_parallel, wrapped_state_dict
 from paratrain.diagnostics.dead_code import never_runs
 from paratrain.diagnostics.metric_flow import metric_over_shard, sharded_loaders
+from paratrain.diagnostics.project_savers import in_memory
 from paratrain.diagnostics.argument_needs import passes_all
 from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
 from paratrain.diagnostics.tree_walk import walk
@@ -111,7 +112,8 @@ def checkpoint_writer(facts: ScriptFacts, call: ast.Call) -> str | None:
     process is the main one (``is_main_process=accelerator.is_main_process`` makes it rank-aware); else None."""
     name = last_name(call)
     if name == "save" and facts.full_name(call) == "torch.save":
-        return "torch.save"
+        # into an io.BytesIO: a copy in memory to send or compare (mdetr's all_gather), no file
+        return None if in_memory(facts.scope(call), call) else "torch.save"
     if name in ("save_file", "save_model") and facts.full_name(call).startswith("safetensors."):
         return f"safetensors' {name}"
     if name == "save_pretrained" and isinstance(call.func, ast.Attribute) and not any(

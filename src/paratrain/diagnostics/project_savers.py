@@ -77,8 +77,16 @@ def per_rank_path(function: _Function, save: ast.Call) -> bool:
 
 
 def in_memory(function: _Function, save: ast.Call) -> bool:
-    """``torch.save(obj, buffer)`` with ``buffer = io.BytesIO()``: a copy in memory, no file (DeiT's EMA load)."""
+    """``torch.save(obj, buffer)`` with ``buffer = io.BytesIO()`` in the same function (or module), the buffer handed
+    to nothing but a load (``torch.load``, timm's ``model_ema._load_checkpoint``): a copy in memory, no file (DeiT's
+    EMA load, mdetr's all_gather)."""
     target = save.args[1] if len(save.args) > 1 else keyword(save, "f")
-    return isinstance(target, ast.Name) and any(
-        isinstance(v, ast.Call) and last_name(v) == "BytesIO" for v in assigned_in(function, target.id))
+    if not (isinstance(target, ast.Name) and any(
+            isinstance(v, ast.Call) and last_name(v) == "BytesIO" for v in assigned_in(function, target.id))):
+        return False
+    # handed on to anything but a load (minGPT's `upload_fileobj(buffer, ...)` to S3): a checkpoint after all
+    return not any(isinstance(call, ast.Call) and "load" not in last_name(call).lower().replace("upload", "")
+                   and any(isinstance(a, ast.Name) and a.id == target.id
+                           for a in (*call.args, *(k.value for k in call.keywords)))
+                   and call is not save for call in walk(function))
 

@@ -90,6 +90,22 @@ def _environ_presence(test: ast.expr) -> bool:
             and re.fullmatch(r"(?:os\.)?environ", ast.unparse(test.comparators[0])) is not None)
 
 
+def _turns_distribution_off(branching: ast.If | ast.IfExp, child: ast.AST) -> bool:
+    """``child`` is in the ``else:`` of ``branching`` and that ``else:`` sets the run's distributed switch to False
+    (MAE's ``init_distributed_mode``: ``else: print('Not using distributed mode'); args.distributed = False;
+    return``, taken when no launcher set RANK, WORLD_SIZE or SLURM_PROCID): the branch of a run of one process.
+
+    Invariant: only an ``else:`` that says so itself, in its own statements. An ``else:`` of an environment test
+    alone may be an ``mp.spawn`` worker's (``else: args.rank = gpu``), which every process runs; and a block that
+    merely starts with the setting (bubbliiiing's ``if __name__ == "__main__": distributed = False  # or True``)
+    says what a user may switch, not which branch runs."""
+    if not isinstance(branching, ast.If) or child not in branching.orelse:
+        return False
+    block = branching.orelse
+    return any(isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and stmt.value.value is False
+               and any(_DISTRIBUTED_TEST.search(ast.unparse(target)) for target in stmt.targets) for stmt in block)
+
+
 def not_main_membership(test: ast.expr) -> bool:
     """``rank not in (-1, 0)``: a rank name's absence from a literal list, tuple or set of exactly -1 and 0."""
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotIn)):
@@ -154,7 +170,7 @@ class RankGuards:
         while parent is not None:
             if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
                 in_else = child in parent.orelse if isinstance(parent, ast.If) else child is parent.orelse
-                if self._single_process_branch(parent.test, in_else):
+                if self._single_process_branch(parent.test, in_else) or _turns_distribution_off(parent, child):
                     return "global"
                 kind = self._test_kind(parent.test)  # either branch: `if rank != 0: … else: save()`
                 if kind == "global":
@@ -195,11 +211,12 @@ class RankGuards:
         return bool(_DISTRIBUTED_TEST.search(text)) and in_else != negated
 
     def single_process(self, node: ast.AST) -> bool:
-        """``node`` sits in the branch a run without ``torch.distributed`` takes (``else:`` of ``if ddp:``)."""
+        """``node`` sits in the branch a run without ``torch.distributed`` takes (``else:`` of ``if ddp:``, or a
+        branch that sets ``args.distributed = False``)."""
         child, parent = node, self.parents.get(node)
         while parent is not None:
-            if isinstance(parent, ast.If) and child is not parent.test and self._single_process_branch(
-                    parent.test, child in parent.orelse):
+            if isinstance(parent, ast.If) and child is not parent.test and (self._single_process_branch(
+                    parent.test, child in parent.orelse) or _turns_distribution_off(parent, child)):
                 return True
             child, parent = parent, self.parents.get(parent)
         return False
