@@ -39,16 +39,17 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         return
     # `import torch as th; th.save(...)` counts, `fabric.save` does not; nor does a helper of the project
     # that saves under a rank test of its own.
-    savers = set(facts.imported.unguarded_savers)
+    savers, per_machine = set(facts.imported.unguarded_savers), facts.imported.machine_savers
     found: list[tuple[ast.Call, str, str]] = []
     for call in facts.calls:
-        helper = facts.imported.callee(call) in savers
+        machine = facts.imported.callee(call) in per_machine  # the helper tests the local rank itself
+        helper = facts.imported.callee(call) in savers or machine
         writer = checkpoint_writer(facts, call)
         if not helper and writer is None:
             continue
         if helper and not _saves_when_called_so(facts, call):
             continue
-        guard = facts.guard(call)
+        guard = facts.guard(call) or ("local" if machine else "")
         if guard == "global" or facts.in_launcher(call) or never_runs(facts, call) or _trainer_save_hook(facts, call) or (
                 not helper and path_names_rank(facts, call)):
             continue
@@ -66,7 +67,9 @@ def save_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
             f"{writer} runs on every rank: all processes write the same file at once (a torn or "
             "clobbered checkpoint)"
         )
-        if helper:  # the project's `save_checkpoint(...)`, read in its own file
+        if machine:  # the project's `save_network(..., local_rank)`, whose own test is the local rank's
+            why = f"`{facts.imported.callee(call)}` writes a checkpoint under a local-rank test of its own; " + why
+        elif helper:  # the project's `save_checkpoint(...)`, read in its own file
             why = f"`{facts.imported.callee(call)}` writes a checkpoint with no rank test of its own; " + why
         found.append((call, why, _MESH_FIX if mesh else
                       "save under `if dist.get_rank() == 0:` (pt.is_main()), or use pt.Checkpointer, which "

@@ -32,6 +32,7 @@ class ImportedNames:
     # a launcher of the project imports the script after setting the root logger's level by rank (MSN's main.py)
     levels_chosen_by_importer: bool = False
     unguarded_savers: set[str] = field(default_factory=set)  # torch.save with no rank test of their own
+    machine_savers: set[str] = field(default_factory=set)  # their every save under a local-rank test of their own
     # → (their positional parameters, for each save the arguments a call must pass for it to run): minimind's
     # `lm_checkpoint(cfg, model=model, …)` saves, `lm_checkpoint(cfg, weight=…)` only loads
     saver_arguments: dict[str, tuple[list[str], list[frozenset[str]]]] = field(default_factory=dict)

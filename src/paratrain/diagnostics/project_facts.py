@@ -212,6 +212,8 @@ class _Reader:
         printer = prints_by_rank_argument(function)
         if printer is not None:
             names.rank_argument_prints[callee] = printer
+        if self._saves_once_per_machine(module, function):
+            names.machine_savers.add(callee)
         saves = self._unguarded_saves(module, function)
         if saves:
             names.unguarded_savers.add(callee)
@@ -325,6 +327,20 @@ class _Reader:
                                        or path_names_rank(mf, save) or per_rank_path(function, save)
                                        or in_memory(function, save) or nested_call_guarded(mf, function, save)
                                        for save in saves) else saves
+
+    def _saves_once_per_machine(self, module: Module, function: _Function) -> bool:
+        """Every checkpoint write of the body that can run sits under a local-rank test of its own there, or in its
+        one-process branch (Person re-ID's ``save_network(..., local_rank)``: ``if local_rank > -1: if local_rank ==
+        0: torch.save(...)`` ``else: torch.save(...)``): once per machine."""
+        if function.decorator_list or not any(isinstance(node, ast.Call) and last_name(node) in _WRITES
+                                              for node in walk(function)):
+            return False
+        mf = self.facts_of(module)
+        kinds = {mf.guard_in_function(node) for node in walk(function)
+                 if isinstance(node, ast.Call) and last_name(node) in _WRITES and checkpoint_writer(mf, node)
+                 and not never_runs(mf, node) and not in_memory(function, node)
+                 and not path_names_rank(mf, node) and not per_rank_path(function, node)}
+        return "local" in kinds and kinds <= {"local", "global"}  # "global": a one-process branch beside it
 
     def _saved_state_dicts(self, module: Module, function: _Function) -> set[str]:
         """The parameters whose ``state_dict()`` the function saves (in a ``save`` call, as a value of a dict, or

@@ -206,6 +206,8 @@ class RankGuards:
         if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and not in_else:
             return any(self._single_process_branch(value, in_else=False) for value in test.values)
         negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+        if in_else and not negated and _EVERY_RANK_OF_A_RUN.fullmatch(ast.unparse(test)):
+            return True  # `if local_rank > -1: … else:`: no launcher passed a local rank (Person re-ID's save_network)
         # ProPainter's `config['distributed']`: the flag kept under a key reads as the flag
         text = re.sub(r"^(?:\w+\.)*\w+\[['\"](\w+)['\"]\]$", r"\1", ast.unparse(test.operand if negated else test))
         return bool(_DISTRIBUTED_TEST.search(text)) and in_else != negated
