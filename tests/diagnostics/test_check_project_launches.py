@@ -95,6 +95,21 @@ def test_a_command_naming_another_file_of_the_same_name_tells_nothing_of_this_on
     assert _prints(path) == []
 
 
+def test_a_bare_name_in_a_command_file_under_the_scripts_own_folder_names_it(tmp_path):
+    # LLaMA-Adapter: gorilla/finetune/scripts/finetune/x.sh runs `main_finetune.py` from gorilla/finetune, while
+    # another subproject has a main_finetune.py of its own
+    path = _project(tmp_path, "gorilla/finetune/main_finetune.py", "gorilla/finetune/scripts/finetune/run.sh",
+                    "torchrun --nproc_per_node=8 main_finetune.py\n")
+    (tmp_path / "llama_adapter").mkdir()
+    (tmp_path / "llama_adapter" / "main_finetune.py").write_text(SCRIPT)
+    assert _prints(path) == [6]
+    assert multi_process_launch(path).where == "gorilla/finetune/scripts/finetune/run.sh:1"
+    assert _prints(tmp_path / "llama_adapter" / "main_finetune.py") == []
+    # a file of that name nearer to the command file is the one it runs
+    (tmp_path / "gorilla" / "finetune" / "scripts" / "main_finetune.py").write_text(SCRIPT)
+    assert _prints(path) == []
+
+
 def test_without_a_project_root_only_the_scripts_own_directory_is_read(tmp_path):
     script = tmp_path / "job" / "train.py"
     script.parent.mkdir()

@@ -190,7 +190,22 @@ class _Names:
             if existing:
                 return self.script in existing
             return word.endswith("/" + self.script.relative_to(self.root).as_posix())
-        return word == self.script.name and (directory == self.script.parent or self.unique)
+        return word == self.script.name and (directory == self.script.parent or self.unique
+                                             or self._nearest_below_the_script(directory))
+
+    def _nearest_below_the_script(self, directory: Path) -> bool:
+        """A command file in a folder under the script's own (LLaMA-Adapter's ``gorilla/finetune/scripts/finetune/
+        x.sh`` running ``main_finetune.py`` from ``gorilla/finetune``) names the script by its bare name when no
+        file of that name sits nearer to it, in its folder or one between. Not for a script at the project's root,
+        under which every folder lies: there the bare name may be any of the project's files of that name."""
+        if self.script.parent == self.root or self.script.parent not in directory.parents:
+            return False
+        folder = directory
+        while folder != self.script.parent:
+            if (folder / self.script.name).exists():
+                return False
+            folder = folder.parent
+        return True
 
 
 def _launched(command: str, directory: Path, names: _Names, counts: _Counts) -> str | None:
