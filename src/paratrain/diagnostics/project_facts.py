@@ -107,6 +107,7 @@ class _Reader:
         self.imports = imports
         self._facts: dict[Path, ScriptFacts] = {}
         self._rank_flags: set[str] = set()  # the script's attributes set to a rank-0 test
+        self._writes: dict[_Function, tuple[ScriptFacts | None, list[ast.Call]]] = {}  # _checkpoint_writes
         # id of a reached function → (the function, what it does): read once, though many callees reach it
         self._done_by: dict[int, tuple[_Function, _Does]] = {}
 
@@ -310,18 +311,26 @@ class _Reader:
         kind = None if found is None or _too_long(found[1]) else self._logger_kind(*found, 0)
         return "every" if isinstance(kind, tuple) and kind[1] is None else None
 
+    def _checkpoint_writes(self, module: Module, function: _Function) -> tuple[ScriptFacts | None, list[ast.Call]]:
+        """The module's reading and the checkpoint writes of the body that can run (what the script's own rule counts:
+        :func:`checkpoint_writer`); none in a decorated function (a decorator may run it on rank 0 only, as ResNeSt's
+        ``@master_only``). The module is read only for a function that writes; asked twice per function."""
+        if function not in self._writes:
+            self._writes[function] = self._find_checkpoint_writes(module, function)
+        return self._writes[function]
+
+    def _find_checkpoint_writes(self, module: Module, function: _Function) -> tuple[ScriptFacts | None, list[ast.Call]]:
+        if function.decorator_list or not any(isinstance(node, ast.Call) and last_name(node) in _WRITES
+                                              for node in walk(function)):
+            return None, []
+        mf = self.facts_of(module)
+        return mf, [node for node in walk(function) if isinstance(node, ast.Call) and last_name(node) in _WRITES
+                    and checkpoint_writer(mf, node) and not never_runs(mf, node)]
+
     def _unguarded_saves(self, module: Module, function: _Function) -> list[ast.Call]:
-        """The checkpoint writes of the body (what the script's own rule counts: :func:`checkpoint_writer`) that can
-        run, when each has no rank test around it there and writes into a path that does not name the rank, else
-        none; none either in a decorated function (a decorator may run it on rank 0 only, as ResNeSt's
-        ``@master_only``)."""
-        if function.decorator_list:
-            return []
-        saves = [node for node in walk(function) if isinstance(node, ast.Call) and last_name(node) in _WRITES]
-        if not saves:
-            return []
-        mf = self.facts_of(module)  # the module's reading, made only for a function that saves
-        saves = [save for save in saves if checkpoint_writer(mf, save) and not never_runs(mf, save)]
+        """The checkpoint writes of the body that can run (:meth:`_checkpoint_writes`), when each has no rank test
+        around it there and writes into a path that does not name the rank, else none."""
+        mf, saves = self._checkpoint_writes(module, function)
         return [] if not saves or any(mf.guard_in_function(save) or under_rank_test(function, save)
                                        or under_rank_flag(function, save, self._rank_flags)
                                        or path_names_rank(mf, save) or per_rank_path(function, save)
@@ -332,14 +341,9 @@ class _Reader:
         """Every checkpoint write of the body that can run sits under a local-rank test of its own there, or in its
         one-process branch (Person re-ID's ``save_network(..., local_rank)``: ``if local_rank > -1: if local_rank ==
         0: torch.save(...)`` ``else: torch.save(...)``): once per machine."""
-        if function.decorator_list or not any(isinstance(node, ast.Call) and last_name(node) in _WRITES
-                                              for node in walk(function)):
-            return False
-        mf = self.facts_of(module)
-        kinds = {mf.guard_in_function(node) for node in walk(function)
-                 if isinstance(node, ast.Call) and last_name(node) in _WRITES and checkpoint_writer(mf, node)
-                 and not never_runs(mf, node) and not in_memory(function, node)
-                 and not path_names_rank(mf, node) and not per_rank_path(function, node)}
+        mf, saves = self._checkpoint_writes(module, function)
+        kinds = {mf.guard_in_function(save) for save in saves if not in_memory(function, save)
+                 and not path_names_rank(mf, save) and not per_rank_path(function, save)}
         return "local" in kinds and kinds <= {"local", "global"}  # "global": a one-process branch beside it
 
     def _saved_state_dicts(self, module: Module, function: _Function) -> set[str]:
