@@ -21,11 +21,12 @@ from pathlib import Path
 
 from paratrain.diagnostics.assigned_values import bound_values
 from paratrain.diagnostics.call_names import callee_names, is_true, keyword, last_name, returned_module
+from paratrain.diagnostics.guard_texts import RANK_ZERO_TEST, returned_test_kind
 from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.launcher_parent import JOB_EXECUTORS, LauncherParent
 from paratrain.diagnostics.library_calls import ignite_distributed
 from paratrain.diagnostics.project_launches import Launch, multi_process_launch
-from paratrain.diagnostics.rank_guards import RANK_ZERO_TEST, RankGuards, returned_test_kind
+from paratrain.diagnostics.rank_guards import RankGuards
 from paratrain.diagnostics.tree_walk import walk
 
 __all__ = ["DISTRIBUTED_MARKERS", "ScriptFacts", "callee_names", "is_true", "keyword", "last_name",
