@@ -24,13 +24,12 @@ from pathlib import Path
 from paratrain.diagnostics.assigned_values import assigned_in, returned_calls
 from paratrain.diagnostics.argument_needs import call_positions, needed_arguments
 from paratrain.diagnostics.check_rendezvous import environ_parameters
-from paratrain.diagnostics.check_rules import checkpoint_writer, path_names_rank
-from paratrain.diagnostics.check_wrappers import WRAPPERS, saved_state_dict
-from paratrain.diagnostics.dead_code import never_runs
+from paratrain.diagnostics.check_wrappers import WRAPPERS
 from paratrain.diagnostics.importing_entry_points import levels_chosen_by_an_importer
 from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.library_calls import returns_main_process_logger
 from paratrain.diagnostics.project_builders import ProjectBuilders
+from paratrain.diagnostics.project_checkpoints import ProjectCheckpoints
 from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.project_loaders import loader_bindings
 from paratrain.diagnostics.project_logs import ProjectLogs, root_verbose_at_import
@@ -52,14 +51,7 @@ from paratrain.diagnostics.project_local_rank import (
 from paratrain.diagnostics.project_rendezvous import fixed_rendezvous_calls
 from paratrain.diagnostics.project_norms import ProjectNorms
 from paratrain.diagnostics.project_prints import ProjectPrints
-from paratrain.diagnostics.project_savers import (
-    in_memory,
-    nested_call_guarded,
-    per_rank_path,
-    stored_rank_flags,
-    under_rank_flag,
-    under_rank_test,
-)
+from paratrain.diagnostics.project_savers import stored_rank_flags
 from paratrain.diagnostics.project_wrapped_saves import might_save_a_wrapper, wrapped_save
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
@@ -72,7 +64,6 @@ _GROUP_CALLS = ("init_process_group", "DistributedDataParallel")
 _LOG_SETUPS = ("basicConfig", "setLevel", "addHandler", "StreamHandler", "set_verbosity", "disable", "addFilter")
 _PRINT_TARGETS = ("builtins.print", "__builtin__.print", "sys.stdout")
 _DDP = ("DistributedDataParallel", "DDP")
-_WRITES = ("save", "save_file", "save_model", "save_pretrained")  # the last names checkpoint_writer knows
 _HOPS = 2  # calls followed inside the project from a function the script calls
 # A function longer than this is a program's body (a `train()`), not a helper: not read, which keeps a
 # check within its time on projects of large files.
@@ -106,15 +97,14 @@ class _Reader:
     def __init__(self, imports: ProjectImports) -> None:
         self.imports = imports
         self._facts: dict[Path, ScriptFacts] = {}
-        self._rank_flags: set[str] = set()  # the script's attributes set to a rank-0 test
-        self._writes: dict[_Function, tuple[ScriptFacts | None, list[ast.Call]]] = {}  # _checkpoint_writes
+        self._checkpoints = ProjectCheckpoints(self.facts_of, set())  # made for each script read
         # id of a reached function → (the function, what it does): read once, though many callees reach it
         self._done_by: dict[int, tuple[_Function, _Does]] = {}
 
     def read(self, facts: ScriptFacts) -> ImportedNames:
         """What every call of the script to a project function tells (keyed by the callee as written)."""
         names = ImportedNames()
-        self._rank_flags = stored_rank_flags(facts)
+        self._checkpoints = ProjectCheckpoints(self.facts_of, stored_rank_flags(facts))
         builders = ProjectBuilders(self.imports, facts)
         prints = ProjectPrints(self.imports, builders)
         logs = ProjectLogs(self.imports, prints, self._helper_kind)
@@ -213,15 +203,15 @@ class _Reader:
         printer = prints_by_rank_argument(function)
         if printer is not None:
             names.rank_argument_prints[callee] = printer
-        if self._saves_once_per_machine(module, function):
+        if self._checkpoints.saves_once_per_machine(module, function):
             names.machine_savers.add(callee)
-        saves = self._unguarded_saves(module, function)
+        saves = self._checkpoints.unguarded_saves(module, function)
         if saves:
             names.unguarded_savers.add(callee)
             needs = [needed_arguments(function, save) for save in saves]
             if all(needs):  # every save runs only when the call passes an argument: which, the call tells
                 names.saver_arguments[callee] = (call_positions(function), needs)
-        saved = self._saved_state_dicts(module, function)
+        saved = self._checkpoints.saved_state_dicts(module, function)
         if saved:
             positional = [a.arg for a in function.args.posonlyargs + function.args.args]
             names.state_dict_savers[callee] = (positional[1:] if positional[:1] == ["self"] else positional, saved)
@@ -310,64 +300,6 @@ class _Reader:
         found = self._in_module(module, ast.unparse(call.func))
         kind = None if found is None or _too_long(found[1]) else self._logger_kind(*found, 0)
         return "every" if isinstance(kind, tuple) and kind[1] is None else None
-
-    def _checkpoint_writes(self, module: Module, function: _Function) -> tuple[ScriptFacts | None, list[ast.Call]]:
-        """The module's reading and the checkpoint writes of the body that can run (what the script's own rule counts:
-        :func:`checkpoint_writer`); none in a decorated function (a decorator may run it on rank 0 only, as ResNeSt's
-        ``@master_only``). The module is read only for a function that writes; asked twice per function."""
-        if function not in self._writes:
-            self._writes[function] = self._find_checkpoint_writes(module, function)
-        return self._writes[function]
-
-    def _find_checkpoint_writes(self, module: Module, function: _Function) -> tuple[ScriptFacts | None, list[ast.Call]]:
-        if function.decorator_list or not any(isinstance(node, ast.Call) and last_name(node) in _WRITES
-                                              for node in walk(function)):
-            return None, []
-        mf = self.facts_of(module)
-        return mf, [node for node in walk(function) if isinstance(node, ast.Call) and last_name(node) in _WRITES
-                    and checkpoint_writer(mf, node) and not never_runs(mf, node)]
-
-    def _unguarded_saves(self, module: Module, function: _Function) -> list[ast.Call]:
-        """The checkpoint writes of the body that can run (:meth:`_checkpoint_writes`), when each has no rank test
-        around it there and writes into a path that does not name the rank, else none."""
-        mf, saves = self._checkpoint_writes(module, function)
-        return [] if not saves or any(mf.guard_in_function(save) or under_rank_test(function, save)
-                                       or under_rank_flag(function, save, self._rank_flags)
-                                       or path_names_rank(mf, save) or per_rank_path(function, save)
-                                       or in_memory(function, save) or nested_call_guarded(mf, function, save)
-                                       for save in saves) else saves
-
-    def _saves_once_per_machine(self, module: Module, function: _Function) -> bool:
-        """Every checkpoint write of the body that can run sits under a local-rank test of its own there, or in its
-        one-process branch (Person re-ID's ``save_network(..., local_rank)``: ``if local_rank > -1: if local_rank ==
-        0: torch.save(...)`` ``else: torch.save(...)``): once per machine."""
-        mf, saves = self._checkpoint_writes(module, function)
-        kinds = {mf.guard_in_function(save) for save in saves if not in_memory(function, save)
-                 and not path_names_rank(mf, save) and not per_rank_path(function, save)}
-        return "local" in kinds and kinds <= {"local", "global"}  # "global": a one-process branch beside it
-
-    def _saved_state_dicts(self, module: Module, function: _Function) -> set[str]:
-        """The parameters whose ``state_dict()`` the function saves (in a ``save`` call, as a value of a dict, or
-        bound to a name that reaches one of those), never rebound in it (``net = net.module``) nor unwrapped
-        there: what the caller passes is what is saved."""
-        calls = [node for node in walk(function) if isinstance(node, ast.Call) and last_name(node) == "state_dict"
-                 and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)]
-        params = {a.arg for a in function.args.posonlyargs + function.args.args + function.args.kwonlyargs} - {"self"}
-        calls = [call for call in calls if call.func.value.id in params]
-        if not calls:
-            return set()
-        mf = self.facts_of(module)
-        rebound = {t.id for node in walk(function) if isinstance(node, (ast.Assign, ast.AugAssign, ast.For, ast.With))
-                   for target in (node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)])
-                   if target is not None for t in walk(target) if isinstance(t, ast.Name)}
-        # `model.module.state_dict() if distributed else model.state_dict()` (CvT), `hasattr(net, "module")`: the
-        # function tells a wrapper apart itself
-        unwrapped = {node.value.id for node in walk(function) if isinstance(node, ast.Attribute)
-                     and node.attr == "module" and isinstance(node.value, ast.Name)} | {
-            node.args[0].id for node in walk(function) if isinstance(node, ast.Call) and last_name(node) == "hasattr"
-            and node.args and isinstance(node.args[0], ast.Name)}
-        return {call.func.value.id for call in calls if call.func.value.id not in rebound | unwrapped
-                and not mf.single_process(call) and saved_state_dict(mf, call)}
 
     def _logger_kind(self, module: Module, function: _Function, depth: int) -> str | tuple[str, int | None] | None:
         """``"rank"`` when the function chooses a logging level or handler by rank; ``("every", index)`` when
