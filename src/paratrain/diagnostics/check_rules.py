@@ -19,13 +19,13 @@ from paratrain.diagnostics.check_rendezvous import hardcoded_rendezvous, one_mac
 from paratrain.diagnostics.check_logs import log_on_every_rank, project_call_logs
 from paratrain.diagnostics.check_output import RANK_TAG, print_on_every_rank, project_call_prints
 from paratrain.diagnostics.check_samplers import (
-    EVAL_NAME, LOADERS, SAMPLERS, imported_sampler_bindings, is_eval, no_set_epoch, padded_eval_sampler,
-    prepared_loader_dropped, sampler_not_passed, shuffle_beside_sampler,
+    no_set_epoch, padded_eval_sampler, prepared_loader_dropped, sampler_not_passed, shuffle_beside_sampler,
 )
 from paratrain.diagnostics.check_wrappers import batchnorm_without_syncbn, data_parallel, wrapped_state_dict
 from paratrain.diagnostics.dead_code import never_runs
 from paratrain.diagnostics.metric_flow import metric_over_shard, sharded_loaders
 from paratrain.diagnostics.project_savers import in_memory
+from paratrain.diagnostics.sampler_makers import EVAL_NAME, LOADERS, SAMPLERS, imported_sampler_bindings, is_eval
 from paratrain.diagnostics.argument_needs import passes_all
 from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
 from paratrain.diagnostics.tree_walk import walk

@@ -2,7 +2,8 @@
 sampler, no ``set_epoch``, and evaluation data sharded with padding.
 
 A sampler is followed by the name it is bound to, or, unnamed, from the DataLoader call that makes it
-(or that calls a function of the file returning one); loaders read in a single pass need no set_epoch.
+(or that calls a function of the file returning one: :mod:`~paratrain.diagnostics.sampler_makers`); loaders read
+in a single pass need no set_epoch.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from paratrain.diagnostics.check_finding import Finding
 from paratrain.diagnostics.dead_code import never_read
 from paratrain.diagnostics.library_calls import ignite_eval_loaders
 from paratrain.diagnostics.project_mentions import project_calls
+from paratrain.diagnostics.sampler_makers import (
+    EVAL_NAME, LOADERS, SAMPLERS, first_arg, imported_sampler_bindings, in_script, is_eval, names_of, sampler_makers,
+)
 from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
 from paratrain.diagnostics.tree_walk import walk
 
-EVAL_NAME = re.compile(r"val|dev|test|eval", re.IGNORECASE)
-SAMPLERS = ("DistributedSampler",)
-LOADERS = ("DataLoader",)
 _SAMPLER_KEYS = ("sampler", "batch_sampler")
 
 
@@ -177,11 +178,6 @@ def _loaders_read_once(facts: ScriptFacts, loaders: set[str]) -> bool:
     return passes > 0
 
 
-def is_eval(name: str, sampler: ast.Call) -> bool:
-    """The sampler's name or its dataset's says evaluation (``val_sampler``, ``DistributedSampler(test_set)``)."""
-    return bool(EVAL_NAME.search(name) or EVAL_NAME.search(_first_arg(sampler)))
-
-
 def _remainder_loader(facts: ScriptFacts) -> ast.Call | None:
     """A ``Subset`` of the samples past ``len(sampler) * world_size``: the tail that a
     ``drop_last=True`` sampler leaves out, evaluated on its own (pytorch/examples' imagenet)."""
@@ -195,17 +191,13 @@ def _remainder_loader(facts: ScriptFacts) -> ast.Call | None:
     ), None)
 
 
-def _first_arg(call: ast.Call) -> str:
-    return ast.unparse(call.args[0]) if call.args else ""
-
-
 def sampler_not_passed(facts: ScriptFacts) -> Iterator[Finding]:
     used = _sampler_uses(facts)
     for name, sampler in facts.names_bound_to(*SAMPLERS).items():
         if name in used or _handed_on(facts, name) or _returned(facts, name, sampler):
             continue  # BatchSampler(sampler, …), a helper that builds the loader, a caller: it reaches a loader there
-        dataset = _first_arg(sampler)
-        loader = next((c for c in facts.calls_named(*LOADERS) if dataset and _first_arg(c) == dataset), None)
+        dataset = first_arg(sampler)
+        loader = next((c for c in facts.calls_named(*LOADERS) if dataset and first_arg(c) == dataset), None)
         where = f"the DataLoader at line {loader.lineno} reads" if loader else "every DataLoader reads"
         yield Finding(
             sampler.lineno, "sampler-not-passed",
@@ -295,71 +287,34 @@ def _unnamed_samplers(facts: ScriptFacts) -> Iterator[tuple[ast.Call, ast.Call]]
     ``DataLoader(ds, sampler=DistributedSampler(ds))``, or by a function of this file that returns one,
     ``DataLoader(ds, sampler=data_sampler(ds, shuffle=True))``, whose loader is read more than once.
     Called only where the file has no ``.sampler.set_epoch(``."""
-    makers = _makers(facts)
+    makers = sampler_makers(facts)
     reported = set()
     for loader in facts.calls_named(*LOADERS):
         given = keyword(loader, "sampler")
         if not isinstance(given, ast.Call):
             continue
         samplers = [given] if last_name(given) in SAMPLERS else makers.get(ast.unparse(given.func), [])
-        for sampler in (_in_script(facts, sampler, given) for sampler in samplers):
+        for sampler in (in_script(facts, sampler, given) for sampler in samplers):
             shuffles = [keyword(sampler, "shuffle"), keyword(given, "shuffle")]
             if any(isinstance(s, ast.Constant) and s.value is False for s in shuffles):
                 continue
-            dataset = _first_arg(loader) or _first_arg(given)
-            if (EVAL_NAME.search(dataset) or sampler in reported or _loaders_read_once(facts, _names_of(facts, loader))
-                    or _returned_to_a_caller_that_sets_epochs(facts, _names_of(facts, loader))):
+            dataset = first_arg(loader) or first_arg(given)
+            if (EVAL_NAME.search(dataset) or sampler in reported or _loaders_read_once(facts, names_of(facts, loader))
+                    or _returned_to_a_caller_that_sets_epochs(facts, names_of(facts, loader))):
                 continue
             reported.add(sampler)
             yield sampler, loader
-
-
-def _names_of(facts: ScriptFacts, call: ast.Call) -> set[str]:
-    """The variables assigned ``call`` (``loader = DataLoader(...)``)."""
-    return {name for name, values in facts.assigned.items() if call in values}
-
-
-def _makers(facts: ScriptFacts) -> dict[str, list[ast.Call]]:
-    """Functions of the file, and of its project that it calls, that return a DistributedSampler (by the name
-    the file calls them) → the sampler calls they return."""
-    own = {
-        node.name: [ret.value for ret in walk(node) if isinstance(ret, ast.Return)
-                    and isinstance(ret.value, ast.Call) and last_name(ret.value) in SAMPLERS]
-        for node in facts.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    }
-    return {**own, **facts.imported.sampler_makers}
-
-
-def _in_script(facts: ScriptFacts, sampler: ast.Call, call: ast.Call) -> ast.Call:
-    """Where a sampler is reported: itself when the file makes it, else the file's ``call`` of the project
-    function whose own file makes it (vq-vae-2's ``dist.data_sampler(dataset, shuffle=True, …)``), read
-    for the keywords that call passes when the sampler's own are not constants."""
-    if sampler in facts.parents:
-        return sampler
-    fixed = [kw for kw in sampler.keywords if kw.arg in ("shuffle", "drop_last") and isinstance(kw.value, ast.Constant)]
-    return ast.Call(func=call.func, args=call.args, keywords=fixed + [kw for kw in call.keywords
-                                                                      if kw.arg not in {k.arg for k in fixed}],
-                    lineno=call.lineno, col_offset=call.col_offset)
-
-
-def imported_sampler_bindings(facts: ScriptFacts) -> list[tuple[str, ast.Call]]:
-    """(name, sampler) for each assignment of a call to a project function of another file that returns a
-    DistributedSampler (the sampler read as that call, see ``_in_script``)."""
-    makers = facts.imported.sampler_makers
-    bound = facts.bindings(*{maker.rpartition(".")[2] for maker in makers})
-    return [(name, _in_script(facts, makers[ast.unparse(call.func)][0], call))
-            for name, call in bound if ast.unparse(call.func) in makers]
 
 
 def _eval_samplers(facts: ScriptFacts) -> Iterator[tuple[str, ast.Call]]:
     """(name, sampler) for each DistributedSampler over evaluation data: bound to a name, made inside a
     DataLoader call (``valid_loader = DataLoader(valid, sampler=DistributedSampler(valid))``), or returned
     by a function of the file or of its project (HRNet's ``test_sampler = get_sampler(test_dataset)``)."""
-    makers = _makers(facts)
+    makers = sampler_makers(facts)
     seen = set()
     made = [(name, call) for name, values in facts.assigned.items() for call in values if isinstance(call, ast.Call)
             and makers.get(ast.unparse(call.func))]
-    inline = [(" ".join(sorted(_names_of(facts, loader))) + " " + _first_arg(loader), keyword(loader, "sampler"))
+    inline = [(" ".join(sorted(names_of(facts, loader))) + " " + first_arg(loader), keyword(loader, "sampler"))
               for loader in facts.calls_named(*LOADERS) if isinstance(keyword(loader, "sampler"), ast.Call)]
     # a loader a project builder returns with a DistributedSampler in it (project_loaders.py)
     built = {(name, id(call)): samplers for name, call, samplers in facts.imported.loader_bindings}
@@ -373,7 +328,7 @@ def _eval_samplers(facts: ScriptFacts) -> Iterator[tuple[str, ast.Call]]:
             if elsewhere and any(kw.arg == "drop_last" and not isinstance(kw.value, ast.Constant) for kw in made.keywords):
                 continue  # pads or drops as its caller there says: unknown here
             key = (made, call) if elsewhere else made
-            sampler = _in_script(facts, made, call)
+            sampler = in_script(facts, made, call)
             if key not in seen and (is_eval(name, sampler) or is_eval(name, call)):
                 seen.add(key)
                 yield name.strip(), sampler

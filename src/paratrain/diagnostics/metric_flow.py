@@ -16,7 +16,7 @@ import ast
 import re
 from collections.abc import Iterator
 
-from paratrain.diagnostics.check_samplers import LOADERS, SAMPLERS, imported_sampler_bindings
+from paratrain.diagnostics.sampler_makers import LOADERS, SAMPLERS, imported_sampler_bindings
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
 from paratrain.diagnostics.tree_walk import walk
 
