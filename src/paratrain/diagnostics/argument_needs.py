@@ -5,6 +5,7 @@ and no call passes ``cleaned``.
 
     needed_arguments(function, node)          # frozenset({"model"})
     runs_when_called(function, node, call)    # False: the call leaves ``model`` at None
+    skipped_by(function, node, call)          # True: ``maybe_zero_3(p, ignore_status=True)`` skips ``if not ignore_status:``
 """
 
 from __future__ import annotations
@@ -115,3 +116,87 @@ def runs_when_called(function: _Function, node: ast.AST, call: ast.Call) -> bool
     """``node`` of ``function`` may run when ``call`` calls it: the call passes every argument it needs."""
     need = needed_arguments(function, node)
     return not need or passes_all(call, call_positions(function), need)
+
+
+_UNKNOWN = object()
+
+
+def skipped_by(function: _Function, node: ast.AST, call: ast.Call) -> bool:
+    """``call`` of ``function`` cannot reach ``node``: an ``if`` of the body holding ``node`` tests parameters only,
+    and the values this call gives them — a constant it passes, or the default of one it leaves out — make the
+    test false (MoE-LLaVA's ``maybe_zero_3(param, ignore_status=False)`` prints under ``if not ignore_status:``;
+    its one caller passes ``ignore_status=True``); or ``node`` is in the ``else:`` of a test they make true.
+
+    Invariant: a value the call may pass that is not a constant (a variable, ``*args``, ``**kwargs``) is unknown,
+    and an unknown value never skips anything."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(kw.arg is None for kw in call.keywords):
+        return False
+    tests = _parameter_tests(function)
+    if not tests:
+        return False
+    values = _values_given(function, call)
+    for branching in tests:
+        inside_body = any(n is node for stmt in branching.body for n in walk(stmt))
+        inside_else = not inside_body and any(n is node for stmt in branching.orelse for n in walk(stmt))
+        if inside_body or inside_else:
+            truth = _truth(branching.test, values)
+            if truth is not _UNKNOWN and bool(truth) != inside_body:
+                return True
+    return False
+
+
+# id of a function → (the function, its `if`s whose tests read its parameters only, none of them rebound)
+_TESTS: dict[int, tuple[_Function, list[ast.If]]] = {}
+
+
+def _parameter_tests(function: _Function) -> list[ast.If]:
+    known = _TESTS.get(id(function))
+    if known is None or known[0] is not function:
+        if len(_TESTS) > 4096:
+            _TESTS.clear()
+        arguments = function.args
+        parameters = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
+        parameters -= _rebound(function)
+        tests = [n for n in walk(function) if isinstance(n, ast.If)
+                 and {name.id for name in walk(n.test) if isinstance(name, ast.Name)} <= parameters
+                 and any(isinstance(name, ast.Name) for name in walk(n.test))]
+        known = _TESTS[id(function)] = (function, tests)
+    return known[1]
+
+
+def _rebound(function: _Function) -> set[str]:
+    return {n.id for n in walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+
+
+def _values_given(function: _Function, call: ast.Call) -> dict[str, object]:
+    """Each parameter whose value in ``call`` is a constant: passed as one, or left at a constant default."""
+    values = {name: value for name, value in _defaults(function).items()}
+    positions = call_positions(function)
+    for name, arg in zip(positions, call.args):
+        values[name] = arg.value if isinstance(arg, ast.Constant) else _UNKNOWN
+    for kw in call.keywords:
+        values[kw.arg] = kw.value.value if isinstance(kw.value, ast.Constant) else _UNKNOWN
+    return {name: value for name, value in values.items() if value is not _UNKNOWN}
+
+
+def _truth(test: ast.expr, values: dict[str, object]) -> object:
+    """The value of ``test`` from ``values`` alone (``p``, ``not p``, ``p is None``, ``p == 3``, ``and``/``or`` of
+    those), else unknown."""
+    if isinstance(test, ast.Name):
+        return values.get(test.id, _UNKNOWN)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _truth(test.operand, values)
+        return inner if inner is _UNKNOWN else not inner
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name)
+            and isinstance(test.comparators[0], ast.Constant) and test.left.id in values):
+        left, right, op = values[test.left.id], test.comparators[0].value, test.ops[0]
+        compare = {ast.Is: lambda: left is right, ast.IsNot: lambda: left is not right,
+                   ast.Eq: lambda: left == right, ast.NotEq: lambda: left != right}.get(type(op))
+        return _UNKNOWN if compare is None else compare()
+    if isinstance(test, ast.BoolOp):
+        parts = [_truth(part, values) for part in test.values]
+        decisive = isinstance(test.op, ast.Or)  # a true part decides an `or`, a false one an `and`
+        if any(part is not _UNKNOWN and bool(part) == decisive for part in parts):
+            return decisive
+        return _UNKNOWN if any(part is _UNKNOWN for part in parts) else not decisive
+    return _UNKNOWN

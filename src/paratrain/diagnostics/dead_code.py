@@ -1,9 +1,11 @@
 """Statements of a file that can never run: the body of ``if False:`` (or ``if 0:``), and what follows a ``return``,
 ``raise``, ``continue`` or ``break`` in the same block (ColBERT's ``print_memory_stats``: ``return  # FIXME`` above
-the prints it no longer makes). Their prints and saves are no one's output.
+the prints it no longer makes), and what every call of its function skips by the constants it passes
+(``maybe_zero_3(p, ignore_status=True)`` beside ``if not ignore_status: print(...)``). Their prints and saves are no
+one's output.
 
 Invariant: only what no run can reach is dead; a branch that some flag turns off is not (which flags a run passes
-is not known here).
+is not known here), nor one a call from another file may take.
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ _LEAVES = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 
 
 def never_runs(facts: ScriptFacts, node: ast.AST) -> bool:
-    """``node`` lies in the body of a constant-false ``if``/``while`` or after a statement that leaves its block."""
+    """``node`` lies in the body of a constant-false ``if``/``while``, after a statement that leaves its block, or
+    in a function every call of which skips it by the constants it passes
+    (:meth:`~paratrain.diagnostics.rank_guards.RankGuards.skipped_by_every_caller`)."""
+    return _unreachable(facts, node) or facts.skipped_by_every_caller(node)
+
+
+def _unreachable(facts: ScriptFacts, node: ast.AST) -> bool:
     child, parent = node, facts.parents.get(node)
     while parent is not None:
         if isinstance(parent, (ast.If, ast.While)) and child in parent.body and constant_false(parent.test):

@@ -53,17 +53,29 @@ def _names_used_elsewhere(script: Path) -> frozenset[bytes] | None:
     if root is None:
         return None
     files = [path for path in _python_files(root) if path != script] + [root / "pyproject.toml", root / "setup.cfg"]
-    text = b"\n".join(read_small_file(path) or b"" for path in files)
+    texts = [read_small_file(path) or b"" for path in files]
+    text = b"\n".join(texts)
     stem = re.escape(script.stem.encode())
     aliases = {script.stem.encode(), *re.findall(rb"\b" + stem + rb"\s+as\s+(\w+)", text)}
     imports = re.findall(rb"\bimport\s*\(([^)]*)\)", text) + re.findall(rb"\bimport\b([^\n]*)", text)
+    imports += re.findall(rb"\bfrom\s+([\w.]+)\s+import\b", text)  # `from trainer import gather` imports trainer
     used = {word for names in imports for word in re.findall(rb"\w+", names)}
     if script.stem.encode() not in used:
         return None
-    used.update(re.findall(rb"(?<![\w.])(\w+)\s*\(", text))
+    for other in texts:  # a bare call of a function the calling file defines itself calls its own
+        used.update(set(re.findall(rb"(?<![\w.])(\w+)\s*\(", other)) - set(re.findall(rb"\bdef\s+(\w+)", other)))
     used.update(re.findall(rb"['\"](\w+)['\"]", text))
     used.update(re.findall(rb"\b(?:" + b"|".join(re.escape(a) for a in sorted(aliases)) + rb")\.(\w+)", text))
     return frozenset(used)
+
+
+def called_only_here(script: Path, name: str, method: bool) -> bool:
+    """No other file of ``script``'s marked project may call its function ``name`` (:func:`project_names`; a method:
+    nor ``.name(``): a program no other file imports counts, as its functions run only as it calls them. False
+    when nothing marks the project's root."""
+    if _marked_root(script.resolve()) is None or project_names(script, name) is True:
+        return False
+    return not (method and project_calls(script, name))
 
 
 def _marked_root(script: Path) -> Path | None:
