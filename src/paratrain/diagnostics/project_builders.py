@@ -63,6 +63,17 @@ class ProjectBuilders:
                 found[id(method[1])] = method
         return next(iter(found.values())) if len(found) == 1 else None
 
+    def classes_of(self, owner: str) -> list[tuple[Module, ast.ClassDef]]:
+        """Every project class the script's object ``owner`` may be made from (``exp = Exp(args)``, ``Exp`` bound
+        to project classes only; or a project function returning one); empty when any way it is made is unknown."""
+        classes: list[tuple[Module, ast.ClassDef]] = []
+        for kind, made in self._makers_of(owner):
+            found = made if kind == "class" else self._returned_classes(*made)
+            if not found:
+                return []
+            classes += found
+        return classes
+
     def _returned_classes(self, module: Module, function: ast.FunctionDef) -> list[tuple[Module, ast.ClassDef]]:
         """The project classes whose objects ``function`` returns (``return TrainState(...)``, or a name it
         assigned one only); empty when anything else may be returned."""

@@ -75,15 +75,19 @@ class ProjectCheckpoints:
         return "local" in kinds and kinds <= {"local", "global"}  # "global": a one-process branch beside it
 
     def saved_state_dicts(self, module: Module, function: _Function) -> set[str]:
-        """The parameters whose ``state_dict()`` the function saves (in a ``save`` call, as a value of a dict, or
+        """The parameters whose ``state_dict()`` the function saves (:meth:`saved_state_dict_lines`)."""
+        return set(self.saved_state_dict_lines(module, function))
+
+    def saved_state_dict_lines(self, module: Module, function: _Function) -> dict[str, int]:
+        """Each parameter whose ``state_dict()`` the function saves (in a ``save`` call, as a value of a dict, or
         bound to a name that reaches one of those), never rebound in it (``net = net.module``) nor unwrapped
-        there: what the caller passes is what is saved."""
+        there — what the caller passes is what is saved — with the line of the first such ``state_dict()``."""
         calls = [node for node in walk(function) if isinstance(node, ast.Call) and last_name(node) == "state_dict"
                  and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)]
         params = {a.arg for a in function.args.posonlyargs + function.args.args + function.args.kwonlyargs} - {"self"}
         calls = [call for call in calls if call.func.value.id in params]
         if not calls:
-            return set()
+            return {}
         mf = self._facts_of(module)
         rebound = {t.id for node in walk(function) if isinstance(node, (ast.Assign, ast.AugAssign, ast.For, ast.With))
                    for target in (node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)])
@@ -94,5 +98,9 @@ class ProjectCheckpoints:
                      and node.attr == "module" and isinstance(node.value, ast.Name)} | {
             node.args[0].id for node in walk(function) if isinstance(node, ast.Call) and last_name(node) == "hasattr"
             and node.args and isinstance(node.args[0], ast.Name)}
-        return {call.func.value.id for call in calls if call.func.value.id not in rebound | unwrapped
-                and not mf.single_process(call) and saved_state_dict(mf, call)}
+        lines: dict[str, int] = {}
+        for call in sorted(calls, key=lambda call: call.lineno):
+            if (call.func.value.id not in rebound | unwrapped and not mf.single_process(call)
+                    and saved_state_dict(mf, call)):
+                lines.setdefault(call.func.value.id, call.lineno)
+        return lines

@@ -55,9 +55,14 @@ class ProjectClasses:
     def wraps_in_data_parallel(self, module: Module, cls: ast.ClassDef, name: str) -> bool:
         """Calling method ``name`` of an instance of ``cls`` (``__init__``: building one) wraps an attribute
         of it in torch's DataParallel (see the module's docstring)."""
+        return bool(self.wrapped_attributes(module, cls, name))
+
+    def wrapped_attributes(self, module: Module, cls: ast.ClassDef, name: str) -> set[str]:
+        """The attributes of the object that calling method ``name`` assigns a DataParallel (``"model"`` for
+        ``self.model = self._build_model().to(device)``; ``"?"`` for one ``setattr`` names at run time)."""
         lineage = self.lineage(module, cls)
         found = _method(lineage, name, 0)
-        return found is not None and self._wraps(lineage, found, _HOPS)
+        return set() if found is None else self._wrapped(lineage, found, _HOPS)
 
     def visible_classes(self, module: Module) -> list[tuple[Module, ast.ClassDef]]:
         """The classes ``module`` defines and those it imports from the project: what an object one of its
@@ -78,22 +83,23 @@ class ProjectClasses:
         found = _method(lineage, name, 0)
         return None if found is None else (lineage[found[0]][0], found[1])
 
-    def _wraps(self, lineage: _Lineage, found: tuple[int, _Function], hops: int) -> bool:
+    def _wrapped(self, lineage: _Lineage, found: tuple[int, _Function], hops: int) -> set[str]:
         index, function = found
+        wrapped: set[str] = set()
         for node in walk(function):
-            value = None
+            value, names = None, set()
             if isinstance(node, ast.Assign) and any(_on_self(t) for t in node.targets):
-                value = node.value
+                value, names = node.value, {t.attr for t in node.targets if _on_self(t)}
             elif isinstance(node, ast.Call) and last_name(node) == "setattr" and len(node.args) == 3 and (
                     isinstance(node.args[0], ast.Name) and node.args[0].id == "self"):
-                value = node.args[2]
+                value, names = node.args[2], {"?"}
             if value is not None and self._data_parallel_value(lineage, returned_module(value)):
-                return True
+                wrapped |= names
             if hops and isinstance(node, ast.Call):
                 called = _self_call(lineage, node, index)
-                if called is not None and called[1] is not function and self._wraps(lineage, called, hops - 1):
-                    return True
-        return False
+                if called is not None and called[1] is not function:
+                    wrapped |= self._wrapped(lineage, called, hops - 1)
+        return wrapped
 
     def _data_parallel_value(self, lineage: _Lineage, value: ast.expr) -> bool:
         """``DataParallel(...)``, or ``self.m(...)`` where the object's ``m`` returns one."""

@@ -28,8 +28,10 @@ from paratrain.diagnostics.check_wrappers import WRAPPERS
 from paratrain.diagnostics.importing_entry_points import levels_chosen_by_an_importer
 from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.library_calls import returns_main_process_logger
+from paratrain.diagnostics.project_attribute_saves import AttributeSaves
 from paratrain.diagnostics.project_builders import ProjectBuilders
 from paratrain.diagnostics.project_checkpoints import ProjectCheckpoints
+from paratrain.diagnostics.project_classes import ProjectClasses
 from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.project_loaders import loader_bindings
 from paratrain.diagnostics.project_logs import ProjectLogs, root_verbose_at_import
@@ -122,6 +124,9 @@ class _Reader:
             if builders.wraps_in_data_parallel(callee):
                 names.data_parallel_makers.add(callee)
             found = self.imports.definition(callee) or builders.method(callee)  # `train_state.save(...)`
+            owner, _, method = callee.rpartition(".")
+            if found is not None and owner and not isinstance(found[1], ast.ClassDef):
+                self._learn_attribute_saves(names, callee, builders.classes_of(owner), method)
             flag = local_rank_flag(found[1], found[0].tree) if found is not None else None  # a parser, or its class
             if flag is not None:
                 names.local_rank_flags[callee] = flag
@@ -157,6 +162,16 @@ class _Reader:
             if "MASTER_" in module.source:
                 names.environ_parameters.update(environ_parameters(self.facts_of(module)))
         return names
+
+    def _learn_attribute_saves(self, names: ImportedNames, callee: str, classes: list, method: str) -> None:
+        """``exp.train(...)`` saves the state dict of an attribute ``exp``'s construction wrapped in DataParallel
+        (:mod:`paratrain.diagnostics.project_attribute_saves`): for every class ``exp`` may be made from."""
+        reader = AttributeSaves(self.imports, ProjectClasses(self.imports), self._checkpoints)
+        for module, cls in classes:
+            saved = reader.wrapped_attribute_save(module, cls, method)
+            if saved is not None:
+                names.wrapper_state_savers.setdefault(callee, (self.imports.shown(saved[0]), saved[1]))
+                return
 
     def _learn_norms(self, names: ImportedNames, facts: ScriptFacts) -> None:
         """Which model builders of the project reach a BatchNorm layer: read only where DDP wraps something
