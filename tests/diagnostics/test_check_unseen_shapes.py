@@ -548,6 +548,8 @@ url = "tcp://" + args.host + ":" + str(args.rdzv_port)
 same_machine = f"tcp://{args.local_host}:{os.environ['MASTER_PORT']}"
 """
     assert rules(source) == [(9, "hardcoded-rendezvous"), (10, "hardcoded-rendezvous")]
+    # each names the line that builds the address from it
+    assert [f.problem.endswith("(also lines 13)") for f in check_source(HEAD + source)] == [True, True]
 
 
 def test_a_local_rank_flag_overwritten_by_the_spawned_worker_is_never_read():

@@ -301,10 +301,11 @@ def _composed_url_defaults(facts: ScriptFacts) -> Iterator[Finding]:
             if isinstance(value, str) and value in _LOOPBACK:
                 continue
             reported.add(option.lineno)
+            built = f" (also lines {node.lineno})" if node.lineno != option.lineno else ""  # where the address is made
             yield Finding(
                 option.lineno, "hardcoded-rendezvous",
                 f"the rendezvous address {ast.unparse(node)} takes this option's fixed default {value!r}: the job "
-                "breaks when the machine or its address changes, and a port left busy by another job stops it",
+                f"breaks when the machine or its address changes, and a port left busy by another job stops it{built}",
                 "init_process_group(backend) with the default env:// and start with paratrain run "
                 "(--master-addr/--master-port on several machines), or pt.Runtime()",
             )

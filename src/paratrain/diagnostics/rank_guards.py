@@ -69,6 +69,8 @@ class RankGuards:
         local = False
         child, parent = node, self.parents.get(node)
         while parent is not None:
+            if parent is self.tree and child is self._self_test:
+                return "global"  # a module's self-test: one process
             if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
                 in_else = child in parent.orelse if isinstance(parent, ast.If) else child is parent.orelse
                 if self._single_process_branch(parent.test, in_else) or turns_distribution_off(parent, child):
@@ -115,14 +117,43 @@ class RankGuards:
 
     def single_process(self, node: ast.AST) -> bool:
         """``node`` sits in the branch a run without ``torch.distributed`` takes (``else:`` of ``if ddp:``, or a
-        branch that sets ``args.distributed = False``)."""
+        branch that sets ``args.distributed = False``), or in a module's self-test (:attr:`_self_test`)."""
         child, parent = node, self.parents.get(node)
         while parent is not None:
+            if parent is self.tree and child is self._self_test:
+                return True
             if isinstance(parent, ast.If) and child is not parent.test and (self._single_process_branch(
                     parent.test, child in parent.orelse) or turns_distribution_off(parent, child)):
                 return True
             child, parent = parent, self.parents.get(parent)
         return False
+
+    @cached_property
+    def _self_test(self) -> ast.If | None:
+        """The ``if __name__ == "__main__":`` block of a module whose several processes come from its functions and
+        classes only, when the block uses none of them and starts no process itself (ResShift's ``trainer.py``, whose
+        classes ``main.py`` builds from a config, ends with an image test run as ``python trainer.py``): it runs in
+        one process. None otherwise.
+
+        Invariant: only when some function or class of the file starts or joins processes, none is decorated (a
+        registry may run it from the block), nothing at the module's top level starts or joins processes, the block
+        names none of the file's own functions or classes (a ``main()`` it calls would), and no command of the
+        project launches this file in several processes."""
+        main = self.main_block()
+        if main is None:
+            return None
+        definitions = [stmt for stmt in self.tree.body if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        top = [stmt for stmt in self.tree.body if stmt is not main and stmt not in definitions]
+        if not any(isinstance(n, ast.Call) and self._starts_processes(n) for d in definitions for n in walk(d)):
+            return None  # its processes come from elsewhere: the main block is the program (Swin-Unet's train.py)
+        if any(d.decorator_list for d in definitions if not isinstance(d, ast.ClassDef)):
+            return None  # a registry (typer's `@app.command()`, hydra's `@main`) may run them from the block
+        own = {d.name for d in definitions}
+        if any(isinstance(n, ast.Name) and n.id in own for n in walk(main)):
+            return None
+        if any(isinstance(n, ast.Call) and self._starts_processes(n) for part in [main, *top] for n in walk(part)):
+            return None
+        return main if self.launch is None else None
 
     def _early_exit_kind(self, block_owner: ast.AST, child: ast.AST) -> str:
         """``if not is_main(): return`` (or ``if rank != 0: return``) before ``child`` in the same body:
