@@ -147,3 +147,28 @@ def test_a_single_process_script_is_not_told_about_its_projects_prints(tmp_path)
             """,
     })
     assert prints(script) == []
+
+
+def test_a_print_after_a_deit_style_init_distributed_mode_on_the_way_is_quieted(tmp_path):
+    """dust3r's ``train(args)`` calls croco's ``misc.init_distributed_mode(args)`` (a submodule not checked out),
+    which replaces print on the other ranks: the prints after it are quieted, those before it are not."""
+    training = """\
+        import torch.distributed as dist
+        import croco.utils.misc as misc
+
+
+        def train(args):
+            {before}
+            misc.init_distributed_mode(args)
+            print("output_dir: " + args.output_dir)
+        """
+    files = {"train.py": script_text("""\
+                from training import train
+                dist.init_process_group("nccl")
+                train(None)
+                """)}
+    quiet = project(tmp_path / "quiet", {**files, "training.py": training.format(before="pass")})
+    assert prints(quiet) == []
+    loud = project(tmp_path / "loud", {**files, "training.py": training.format(before='print("starting")')})
+    [(line, problem)] = prints(loud)
+    assert "training.py:6" in problem

@@ -16,7 +16,7 @@ from paratrain.diagnostics.tree_walk import walk
 # DeiT/DINO/MAE/DETR's shared `utils.init_distributed_mode(args)` reads RANK/LOCAL_RANK from the
 # environment (args.gpu) and calls `setup_for_distributed(is_master)`, which replaces builtins.print
 # on the other ranks: taken on its name where its file was not read.
-_PRINT_SILENCING_HELPERS = ("init_distributed_mode", "setup_for_distributed")
+PRINT_SILENCING_HELPERS = ("init_distributed_mode", "setup_for_distributed")
 # `sys.stdout = open(os.devnull, "w")` (under a rank test) silences print, and logging to sys.stdout set up after it.
 _PRINT_SILENCED = re.compile(r"builtins\.print\s*=|__builtin__\.print\s*=|sys\.stdout\s*=\s*open\(\s*os\.devnull")
 _PRINT_KEYWORDS = ("sep", "end", "file", "flush")
@@ -34,7 +34,7 @@ def print_silenced(facts: ScriptFacts) -> bool:
     """The script, or a function of its project that it calls, replaces builtins.print or stdout for good."""
     imported = facts.imported
     return imported.print_replaced or (facts.mentions(_PRINT_SILENCED.pattern) and not _stdout_restored(facts)) or any(
-        imported.callee(call) not in imported.read for call in facts.calls_named(*_PRINT_SILENCING_HELPERS))
+        imported.callee(call) not in imported.read for call in facts.calls_named(*PRINT_SILENCING_HELPERS))
 
 
 def _stdout_restored(facts: ScriptFacts) -> bool:
@@ -66,7 +66,7 @@ def silencing_calls(facts: ScriptFacts) -> list[ast.Call]:
     return [call for call in facts.calls
             if imported.callee(call) in imported.print_replacers
             or (isinstance(call.func, ast.Name) and call.func.id in own)
-            or (last_name(call) in _PRINT_SILENCING_HELPERS and imported.callee(call) not in imported.read)]
+            or (last_name(call) in PRINT_SILENCING_HELPERS and imported.callee(call) not in imported.read)]
 
 
 def _own_silencers(facts: ScriptFacts) -> set[str] | None:

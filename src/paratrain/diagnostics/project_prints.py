@@ -15,7 +15,8 @@ that makes the call: no step is under an ``if`` testing a rank, a main process, 
 after an ``if`` that may return, none is in a last ``else`` (a fallback; an ``elif`` is a choice), a block that gives up (``raise``, a bare
 ``return``, an exit), an ``except`` block or a nested function, no function on the way is
 decorated (a decorator may run it on rank 0 only) or named for a rank, and the print is the builtin one
-(its module neither defines nor imports nor assigns a ``print``), to the console (no ``file=`` other than
+(its module neither defines nor imports nor assigns a ``print``, and no DeiT-style ``init_distributed_mode`` /
+``setup_for_distributed`` call before it in its function replaced it), to the console (no ``file=`` other than
 ``sys.stdout``/``sys.stderr``), with a text that does not name its rank. Anything else is an unknown, and
 unknowns are left out. Bounded: at most ``_MAX_FUNCTIONS`` functions read per call, none longer than
 ``_LONGEST`` lines.
@@ -32,6 +33,7 @@ from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.check_output import rank_tagged
 from paratrain.diagnostics.dead_code import constant_false
 from paratrain.diagnostics.project_builders import ProjectBuilders
+from paratrain.diagnostics.print_silencing import PRINT_SILENCING_HELPERS
 from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.tree_walk import walk
 
@@ -95,6 +97,10 @@ class ProjectPrints:
                 if via:  # what runs only when given an argument that every call into it leaves at its default
                     prints = [node for node in prints if any(runs_when_called(function, node, c) for c in via)]
                     calls = [node for node in calls if any(runs_when_called(function, node, c) for c in via)]
+                quieted = min((c.lineno for c in calls if last_name(c) in PRINT_SILENCING_HELPERS), default=None)
+                if quieted is not None:  # dust3r's train(): `misc.init_distributed_mode(args)` (croco's, unread) first
+                    prints = [node for node in prints if node.lineno < quieted]
+                    calls = [node for node in calls if node.lineno < quieted]
                 found = pick(module, prints, calls)
                 if found is not None:
                     return module, found
