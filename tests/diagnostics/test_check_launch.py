@@ -56,3 +56,27 @@ def test_a_parser_bound_to_a_name_then_parsed_is_named_at_the_build_and_the_pars
         torch.cuda.set_device(args.local_rank)
         """, "tools/args.py": ARGS})
     assert _local_rank(script) == [(9, {5, 7})]
+
+
+USAGE = '''\
+"""Pretraining."""
+import os
+
+import torch.distributed as dist
+
+dist.init_process_group("nccl")
+local_rank = int(os.environ["LOCAL_RANK"])
+# To run on 2 nodes, 3 gpus each:
+#   python -m torch.distributed.launch  \\
+#       {flag}--nnodes 2  --nproc_per_node 3  \\
+#       pretrain.py
+'''
+
+
+def test_a_usage_comment_with_use_env_and_no_local_rank_flag_is_not_the_old_launchers(tmp_path):
+    """longformer's pretrain.py documents ``torch.distributed.launch --use_env``: LOCAL_RANK comes in the
+    environment, as torchrun gives it, and the script parses no ``--local_rank``."""
+    quiet = project(tmp_path / "env", {"pretrain.py": USAGE.format(flag="--use_env  ")})
+    assert [f.line for f in check_file(quiet) if f.rule == "deprecated-launcher"] == []
+    loud = project(tmp_path / "arg", {"pretrain.py": USAGE.format(flag="")})
+    assert [f.line for f in check_file(loud) if f.rule == "deprecated-launcher"] == [9]

@@ -144,3 +144,30 @@ accuracy = sum(batch for batch in test_loader)
 """
     assert rules(kept) == [(5, "padded-eval-sampler")]
 
+
+
+LIGHTNING = """\
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+class {base_name}({base}):
+    def _loader(self, dataset, is_train):
+        sampler = DistributedSampler(dataset, shuffle=is_train) if self.trainer.use_ddp else None
+        return DataLoader(dataset, batch_size=4, sampler=sampler)
+
+    def train_dataloader(self):
+        return self._loader(range(8), True)
+
+
+trainer = pl.Trainer(gpus=2, distributed_backend="ddp")
+"""
+
+
+def test_a_sampler_a_lightning_module_makes_gets_its_epochs_from_lightning():
+    """Lightning's fit loop calls set_epoch on the sampler of the loader it trains on (longformer's scripts)."""
+    for base in ("pl.LightningModule", "pl.LightningDataModule"):
+        assert [r for r in rules(LIGHTNING.format(base_name="Summarizer", base=base)) if r[1] == "no-set-epoch"] == []
+    # the same method in a plain class is the user's to call set_epoch for
+    assert (8, "no-set-epoch") in rules(LIGHTNING.format(base_name="Summarizer", base="object"))

@@ -174,7 +174,8 @@ def deprecated_launcher(facts: ScriptFacts) -> Iterator[Finding]:
     # none when every command starts another script (the prose beside them is about that one too).
     commands = [(number, line) for number, line in mentions if re.search(r"-m\s+torch\.distributed\.launch\b", line)]
     if commands:
-        mentions = commands = [(number, line) for number, line in commands if not _starts_another_script(facts, line)]
+        mentions = commands = [(number, line) for number, line in commands if not _starts_another_script(facts, line)
+                               and not _environment_only(facts, number)]
     for number, _ in (commands or mentions)[:1]:
         yield Finding(number, "deprecated-launcher", _DEPRECATED, _TO_TORCHRUN)
         return
@@ -189,6 +190,23 @@ def deprecated_launcher(facts: ScriptFacts) -> Iterator[Finding]:
         yield Finding(flags[0].lineno, "deprecated-launcher",
                       f"its project starts it with torch.distributed.launch ({launch.where}): " + _DEPRECATED,
                       _TO_TORCHRUN)
+
+
+def _environment_only(facts: ScriptFacts, number: int) -> bool:
+    """The command starting at line ``number`` passes ``--use_env`` (its continuation lines, ``\\``-ended, read
+    with it) and the script parses no ``--local_rank``: the launcher hands each process LOCAL_RANK in the
+    environment as torchrun does (longformer's usage comment), so nothing in the script is the old launcher's."""
+    if any(isinstance(a, ast.Constant) and a.value in ("--local_rank", "--local-rank")
+           for call in facts.calls_named("add_argument") for a in call.args):
+        return False
+    command, at = "", number
+    while at <= len(facts.lines):
+        line = facts.lines[at - 1]
+        command += " " + line
+        if not line.rstrip().endswith("\\"):
+            break
+        at += 1
+    return re.search(r"--use[_-]env\b", command) is not None
 
 
 _DEPRECATED = "torch.distributed.launch is deprecated: it passes --local_rank and is superseded by torchrun"

@@ -261,7 +261,8 @@ def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
         shuffle = keyword(sampler, "shuffle")
         if is_eval(name, sampler) or (isinstance(shuffle, ast.Constant) and shuffle.value is False):
             continue  # evaluation order does not matter
-        if _handed_on(facts, name) or _read_once(facts, name) or _returned_to_a_caller_that_sets_epochs(facts, {name}):
+        if (_handed_on(facts, name) or _read_once(facts, name) or _returned_to_a_caller_that_sets_epochs(facts, {name})
+                or _in_lightning_module(facts, sampler)):
             continue
         # aot-benchmark's `train_sampler = self.train_sampler`, then `train_sampler.set_epoch(epoch)`: a name for it
         aliases = {alias for alias, values in facts.assigned.items() if any(ast.unparse(v) == name for v in values)}
@@ -273,6 +274,8 @@ def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
                 f"call {name}.set_epoch(epoch) at the start of every epoch; rt.loader(...) does it for you",
             )
     for sampler, loader in _unnamed_samplers(facts):
+        if _in_lightning_module(facts, sampler):
+            continue
         yield Finding(
             sampler.lineno, "no-set-epoch",
             f"the DistributedSampler of the DataLoader at line {loader.lineno} never gets set_epoch (the file "
@@ -280,6 +283,16 @@ def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
             "bind the sampler to a name and call sampler.set_epoch(epoch) at the start of every epoch (or "
             "loader.sampler.set_epoch(epoch)); rt.loader(...) does it for you",
         )
+
+
+def _in_lightning_module(facts: ScriptFacts, node: ast.AST) -> bool:
+    """``node`` is in a method of a LightningModule or LightningDataModule of the file (longformer's
+    ``_get_dataloader``, which ``train_dataloader`` returns): Lightning's fit loop calls ``set_epoch`` on the
+    sampler of the loader it trains on, every epoch."""
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, ast.ClassDef):
+        parent = facts.parents.get(parent)
+    return parent is not None and any(re.search(r"Lightning(?:Data)?Module$", ast.unparse(base)) for base in parent.bases)
 
 
 def _unnamed_samplers(facts: ScriptFacts) -> Iterator[tuple[ast.Call, ast.Call]]:
