@@ -13,7 +13,9 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from paratrain.diagnostics.argument_needs import skipped_by
 from paratrain.diagnostics.call_names import last_name
+from paratrain.diagnostics.project_mentions import called_only_here
 
 if TYPE_CHECKING:
     from paratrain.diagnostics.script_facts import ScriptFacts
@@ -24,8 +26,29 @@ _LEAVES = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 def never_runs(facts: ScriptFacts, node: ast.AST) -> bool:
     """``node`` lies in the body of a constant-false ``if``/``while``, after a statement that leaves its block, or
     in a function every call of which skips it by the constants it passes
-    (:meth:`~paratrain.diagnostics.rank_guards.RankGuards.skipped_by_every_caller`)."""
-    return _unreachable(facts, node) or facts.skipped_by_every_caller(node)
+    (:func:`_skipped_by_every_caller`)."""
+    return _unreachable(facts, node) or _skipped_by_every_caller(facts, node)
+
+
+def _skipped_by_every_caller(facts: ScriptFacts, node: ast.AST) -> bool:
+    """Every call of the function holding ``node`` skips it by the constants it passes
+    (:func:`~paratrain.diagnostics.argument_needs.skipped_by`): MoE-LLaVA's ``maybe_zero_3(..., ignore_status=True)``
+    never reaches the ``print`` under ``if not ignore_status:``.
+
+    Invariant: only a function every use of which in this file is a call (not handed on), called at least once,
+    and called by no other file of its marked project (:func:`~paratrain.diagnostics.project_mentions.
+    called_only_here`); anything else may call it with other values."""
+    function = facts.scope(node)
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or function.decorator_list:
+        return False
+    uses = facts.uses(function)
+    calls = [facts.parents.get(use) for use in uses]
+    if not calls or not all(isinstance(call, ast.Call) and call.func is use for call, use in zip(calls, uses)):
+        return False
+    if not all(skipped_by(function, node, call) for call in calls):
+        return False
+    method = isinstance(facts.parents.get(function), ast.ClassDef)
+    return facts.script is not None and called_only_here(facts.script, function.name, method)
 
 
 def _unreachable(facts: ScriptFacts, node: ast.AST) -> bool:

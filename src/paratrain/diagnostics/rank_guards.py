@@ -16,12 +16,11 @@ import ast
 import re
 from functools import cached_property
 
-from paratrain.diagnostics.argument_needs import skipped_by
 from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.guard_texts import (
     DEVICE_GUARD, DISTRIBUTED_TEST, EVERY_RANK_OF_A_RUN, GLOBAL_GUARD, LOCAL_GUARD, ONE_PROCESS_TEST, PER_MACHINE,
     RANK_ZERO_DECORATOR, environ_presence, not_main_membership, turns_distribution_off)
-from paratrain.diagnostics.project_mentions import called_only_here, project_names
+from paratrain.diagnostics.project_mentions import project_names
 from paratrain.diagnostics.rank_values import global_rank_value, returning_the_global_rank
 from paratrain.diagnostics.tree_walk import walk
 
@@ -329,7 +328,7 @@ class RankGuards:
     def _callers_guard(self, function: ast.FunctionDef | ast.AsyncFunctionDef, callers_guards: dict[ast.AST, str]) -> str:
         """The weakest guard over every use of ``function``'s name in this file (methods: ``x.name``),
         with ``callers_guards`` standing for the guards of the functions those uses sit in."""
-        uses = self._uses(function)
+        uses = self.uses(function)
         if not uses:
             # A script (it has a __main__ entry point) that never uses one of its own functions never
             # runs it; a module's functions are called from other files.
@@ -355,31 +354,11 @@ class RankGuards:
             return "global"
         return "local" if kinds and "" not in kinds else ""
 
-    def skipped_by_every_caller(self, node: ast.AST) -> bool:
-        """Every call of the function holding ``node`` skips it by the constants it passes
-        (:func:`~paratrain.diagnostics.argument_needs.skipped_by`): MoE-LLaVA's ``maybe_zero_3(..., ignore_status=
-        True)`` never reaches the ``print`` under ``if not ignore_status:``.
-
-        Invariant: only a function every use of which in this file is a call (not handed on), called at least
-        once, and called by no other file of its marked project (:func:`~paratrain.diagnostics.project_mentions.
-        called_only_here`); anything else may call it with other values."""
-        function = self.scope(node)
-        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or function.decorator_list:
-            return False
-        calls = [self.parents.get(use) for use in self._uses(function)]
-        if not calls or not all(isinstance(call, ast.Call) and call.func is use
-                                for call, use in zip(calls, self._uses(function))):
-            return False
-        if not all(skipped_by(function, node, call) for call in calls):
-            return False
-        method = isinstance(self.parents.get(function), ast.ClassDef)
-        return self.script is not None and called_only_here(self.script, function.name, method)
-
     def _unnamed_elsewhere(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         """No other file of this module's (marked) project names ``function``; False when that is not known."""
         return self.script is not None and project_names(self.script, function.name) is False
 
-    def _uses(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
+    def uses(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
         """Every read of ``function``'s name in this file: ``f`` for a function, ``x.f`` for a method where
         ``x`` may be an instance of its class (kept per function: guards ask for it again and again)."""
         if function not in self._uses_of:
