@@ -5,7 +5,7 @@ and no call passes ``cleaned``.
 
     needed_arguments(function, node)          # frozenset({"model"})
     runs_when_called(function, node, call)    # False: the call leaves ``model`` at None
-    skipped_by(function, node, call)          # True: ``maybe_zero_3(p, ignore_status=True)`` skips ``if not ignore_status:``
+    skipped_by(function, node, call)          # True: ``maybe_zero_3(p, ignore_status=True)``, ``if not ignore_status:``
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def _parameter_tests(function: _Function) -> list[ast.If]:
             _TESTS.clear()
         arguments = function.args
         parameters = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
-        parameters -= _rebound(function)
+        parameters -= rebound(function)
         tests = [n for n in walk(function) if isinstance(n, ast.If)
                  and {name.id for name in walk(n.test) if isinstance(name, ast.Name)} <= parameters
                  and any(isinstance(name, ast.Name) for name in walk(n.test))]
@@ -164,13 +164,14 @@ def _parameter_tests(function: _Function) -> list[ast.If]:
     return known[1]
 
 
-def _rebound(function: _Function) -> set[str]:
+def rebound(function: _Function) -> set[str]:
+    """The names ``function`` assigns or deletes somewhere in its body (its parameters among them)."""
     return {n.id for n in walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
 
 
 def _values_given(function: _Function, call: ast.Call) -> dict[str, object]:
     """Each parameter whose value in ``call`` is a constant: passed as one, or left at a constant default."""
-    values = {name: value for name, value in _defaults(function).items()}
+    values = dict(_defaults(function))
     positions = call_positions(function)
     for name, arg in zip(positions, call.args):
         values[name] = arg.value if isinstance(arg, ast.Constant) else _UNKNOWN

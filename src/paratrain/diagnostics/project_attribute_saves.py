@@ -9,8 +9,9 @@ self.model, path)``, an ``EarlyStopping`` built there whose ``__call__`` hands `
 
 Invariant: only an attribute the object's ``__init__`` assigns a DataParallel
 (:meth:`~paratrain.diagnostics.project_classes.ProjectClasses.wrapped_attributes`) and the method never unwraps
-(``self.model.module``), passed as itself to a callee found in the project — a method of the same object, a function, or an object of a project
-class made in the method (its ``__call__`` or a method of it) — whose parameter in that place is saved
+(``self.model.module``), passed as itself to a callee found in the project — a method of the same object, a
+function, or an object of a project class made in the method (its ``__call__`` or a method of it) — whose parameter
+in that place is saved
 (:meth:`~paratrain.diagnostics.project_checkpoints.ProjectCheckpoints.saved_state_dict_lines`), there or after being
 handed on once more, unchanged, to a method of the callee's own object. Anything else is left out.
 """
@@ -19,10 +20,10 @@ from __future__ import annotations
 
 import ast
 
-from paratrain.diagnostics.argument_needs import call_positions
+from paratrain.diagnostics.argument_needs import call_positions, rebound
 from paratrain.diagnostics.assigned_values import assigned_in
 from paratrain.diagnostics.project_checkpoints import ProjectCheckpoints
-from paratrain.diagnostics.project_classes import ProjectClasses
+from paratrain.diagnostics.project_classes import ProjectClasses, on_self
 from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.tree_walk import walk
 
@@ -51,10 +52,10 @@ class AttributeSaves:
         # Crossformer's train ends by saving `self.model.module.state_dict() if isinstance(self.model, DataParallel)
         # else …` over the checkpoint: a method that unwraps the attribute itself tells the wrapper apart
         wrapped -= {node.value.attr for node in walk(function) if isinstance(node, ast.Attribute)
-                    and node.attr == "module" and _on_self(node.value)}
+                    and node.attr == "module" and on_self(node.value)}
         for call in sorted((n for n in walk(function) if isinstance(n, ast.Call)), key=lambda n: n.lineno):
             for place, argument in _arguments(call):
-                if not (_on_self(argument) and argument.attr in wrapped):
+                if not (on_self(argument) and argument.attr in wrapped):
                     continue
                 callee = self._callee(owner, function, (module, cls), call)
                 parameter = None if callee is None else _parameter(callee[1], place)
@@ -76,7 +77,8 @@ class AttributeSaves:
         made = self._class_made(owner, function, func.id)
         if made is not None:
             return self._method_of(made, "__call__")
-        own = [s for s in owner.tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == func.id]
+        own = [s for s in owner.tree.body
+               if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == func.id]
         found = (owner, own[0]) if own else self.imports.function(func.id, within=owner)
         return None if found is None else (found[0], found[1], None)
 
@@ -107,7 +109,7 @@ class AttributeSaves:
         lines = self.checkpoints.saved_state_dict_lines(module, function)
         if parameter in lines:
             return module, lines[parameter]
-        if not hops or obj is None or parameter in _rebound(function):
+        if not hops or obj is None or parameter in rebound(function):
             return None
         for call in (n for n in walk(function) if isinstance(n, ast.Call)):
             if not (isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
@@ -141,10 +143,3 @@ def _parameter(function: _Function, place: int | str) -> str | None:
     positions = call_positions(function)
     return positions[place] if place < len(positions) else None
 
-
-def _on_self(node: ast.expr) -> bool:
-    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
-
-
-def _rebound(function: _Function) -> set[str]:
-    return {n.id for n in walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}

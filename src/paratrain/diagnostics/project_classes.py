@@ -88,8 +88,8 @@ class ProjectClasses:
         wrapped: set[str] = set()
         for node in walk(function):
             value, names = None, set()
-            if isinstance(node, ast.Assign) and any(_on_self(t) for t in node.targets):
-                value, names = node.value, {t.attr for t in node.targets if _on_self(t)}
+            if isinstance(node, ast.Assign) and any(on_self(t) for t in node.targets):
+                value, names = node.value, {t.attr for t in node.targets if on_self(t)}
             elif isinstance(node, ast.Call) and last_name(node) == "setattr" and len(node.args) == 3 and (
                     isinstance(node.args[0], ast.Name) and node.args[0].id == "self"):
                 value, names = node.args[2], {"?"}
@@ -111,7 +111,8 @@ class ProjectClasses:
         return called is not None and _returns_data_parallel(called[1])
 
 
-def _on_self(target: ast.expr) -> bool:
+def on_self(target: ast.expr) -> bool:
+    """``self.name``: an attribute of the object a method runs on."""
     return isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
 
 

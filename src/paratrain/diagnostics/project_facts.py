@@ -31,7 +31,6 @@ from paratrain.diagnostics.library_calls import returns_main_process_logger
 from paratrain.diagnostics.project_attribute_saves import AttributeSaves
 from paratrain.diagnostics.project_builders import ProjectBuilders
 from paratrain.diagnostics.project_checkpoints import ProjectCheckpoints
-from paratrain.diagnostics.project_classes import ProjectClasses
 from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.project_loaders import loader_bindings
 from paratrain.diagnostics.project_logs import ProjectLogs, root_verbose_at_import
@@ -108,6 +107,7 @@ class _Reader:
         names = ImportedNames()
         self._checkpoints = ProjectCheckpoints(self.facts_of, stored_rank_flags(facts))
         builders = ProjectBuilders(self.imports, facts)
+        self._attribute_saves = AttributeSaves(self.imports, builders.classes, self._checkpoints)
         prints = ProjectPrints(self.imports, builders)
         logs = ProjectLogs(self.imports, prints, self._helper_kind)
         made: dict[str, list[ast.Call]] = {}
@@ -166,9 +166,8 @@ class _Reader:
     def _learn_attribute_saves(self, names: ImportedNames, callee: str, classes: list, method: str) -> None:
         """``exp.train(...)`` saves the state dict of an attribute ``exp``'s construction wrapped in DataParallel
         (:mod:`paratrain.diagnostics.project_attribute_saves`): for every class ``exp`` may be made from."""
-        reader = AttributeSaves(self.imports, ProjectClasses(self.imports), self._checkpoints)
         for module, cls in classes:
-            saved = reader.wrapped_attribute_save(module, cls, method)
+            saved = self._attribute_saves.wrapped_attribute_save(module, cls, method)
             if saved is not None:
                 names.wrapper_state_savers.setdefault(callee, (self.imports.shown(saved[0]), saved[1]))
                 return
