@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -98,9 +99,19 @@ def _scripts(paths: list[str]) -> list[str]:
         if not folder.is_dir():
             scripts.append(path)
             continue
-        found = sorted(str(p) for p in folder.rglob("*.py")
-                       if not any(part.startswith(".") for part in p.relative_to(folder).parts))
+        found = _python_files(folder)
         if not found:
             raise ConfigError(f"{path} is a folder with no .py file in it; pass a training script or a folder of them")
         scripts += found
     return scripts
+
+
+def _python_files(folder: Path) -> list[str]:
+    """The ``*.py`` files under ``folder``, hidden files and folders left out, sorted. A subfolder that cannot be
+    listed — removed while it is read (a scratch folder of a running job), or unreadable — is skipped, as ``os.walk``
+    does, where ``Path.rglob`` would raise and end the check with a traceback."""
+    found = []
+    for directory, subdirectories, files in os.walk(folder):
+        subdirectories[:] = [d for d in subdirectories if not d.startswith(".")]
+        found += [os.path.join(directory, name) for name in files if name.endswith(".py") and not name.startswith(".")]
+    return sorted(found)
