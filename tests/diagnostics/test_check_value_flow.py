@@ -2,7 +2,8 @@
 
 Each script here is written for the test: a sampler bound by tuple unpacking (and the other forms of binding a
 name), loguru's default sink left on until after a log line, an accuracy over a sharded loader handed to a
-function and printed per rank, a print helper called with a literal rank, and a rendezvous port that reaches
+function and printed per rank, a validation loss summed over an Accelerate-prepared loader and reported from
+the main process, a print helper called with a literal rank, and a rendezvous port that reaches
 MASTER_PORT through a flag's default.
 """
 
@@ -120,6 +121,35 @@ def main(rank, model, train_ds, test_ds):
     assert "ungathered-metric" not in {rule for _, rule in rules(reduced)}
     unsharded = source.replace("sampler=DistributedSampler(train_ds)", "shuffle=True")
     assert "ungathered-metric" not in {rule for _, rule in rules(unsharded + "torch.distributed.init_process_group('gloo')\n")}
+
+
+def test_a_validation_loss_summed_over_an_accelerate_prepared_loader_and_reported_is_one_ranks():
+    source = """\
+from accelerate import Accelerator
+
+def main(model, train_dataloader, eval_dataloader, wandb):
+    accelerator = Accelerator()
+    model, train_dataloader, eval_dataloader = accelerator.prepare(model, train_dataloader, eval_dataloader)
+    best_loss = float("inf")
+    for epoch in range(3):
+        total_val_loss = 0
+        for step, batch in enumerate(eval_dataloader):
+            total_val_loss += model(batch).detach().float()
+        if accelerator.is_main_process:
+            result = {"epoch": epoch}
+            result["val_loss"] = round(total_val_loss.item() / len(eval_dataloader), 4)
+            wandb.log(result)
+            if result["val_loss"] < best_loss:
+                best_loss = result["val_loss"]
+"""
+    assert [line for line, rule in rules(source) if rule == "ungathered-metric"] == [13]
+    # reduced across ranks first, or made of the training loader, or never reported: nothing to say
+    reduced = source.replace("        if accelerator.is_main_process:",
+                             "        total_val_loss = accelerator.reduce(total_val_loss)\n        if accelerator.is_main_process:")
+    training = source.replace("enumerate(eval_dataloader)", "enumerate(train_dataloader)")
+    unreported = source.replace("            wandb.log(result)\n", "").replace("result[\"val_loss\"] < best_loss", "epoch < 2")
+    for quiet in (reduced, training, unreported):
+        assert "ungathered-metric" not in {rule for _, rule in rules(quiet)}
 
 
 def test_a_print_helper_given_a_rank_written_as_a_number_prints_on_every_rank(tmp_path):

@@ -23,9 +23,8 @@ from paratrain.diagnostics.check_samplers import (
 )
 from paratrain.diagnostics.check_wrappers import batchnorm_without_syncbn, data_parallel, wrapped_state_dict
 from paratrain.diagnostics.dead_code import never_runs
-from paratrain.diagnostics.metric_flow import metric_over_shard, sharded_loaders
+from paratrain.diagnostics.metric_flow import metric_over_shard, sharded_eval_loaders, sharded_loaders, total_over_shard
 from paratrain.diagnostics.project_savers import in_memory
-from paratrain.diagnostics.sampler_makers import EVAL_NAME, LOADERS, SAMPLERS, imported_sampler_bindings, is_eval
 from paratrain.diagnostics.argument_needs import passes_all
 from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
 from paratrain.diagnostics.tree_walk import walk
@@ -282,19 +281,6 @@ _METRIC = re.compile(r"\b(?:\w*_)?(?:acc\d?|accuracy|correct|top1|top5|val_loss|
 _REPORTS = ("print", "info", "log", "log_dict", "add_scalar")
 
 
-def _sharded_eval_loaders(facts: ScriptFacts) -> list[str]:
-    """Evaluation loaders whose data each rank sees a part of: built on an evaluation DistributedSampler,
-    or handed to ``accelerator.prepare`` / ``fabric.setup_dataloaders``."""
-    samplers = {name for name, call in [*facts.names_bound_to(*SAMPLERS).items(), *imported_sampler_bindings(facts)]
-                if is_eval(name, call)}
-    loaders = [name for name, call in facts.names_bound_to(*LOADERS).items()
-               if keyword(call, "sampler") is not None and ast.unparse(keyword(call, "sampler")) in samplers]
-    for call in facts.calls_named("prepare", "setup_dataloaders"):
-        loaders += [ast.unparse(arg) for arg in call.args if EVAL_NAME.search(ast.unparse(arg))
-                    and "loader" in ast.unparse(arg).lower()]
-    return loaders
-
-
 # A project's own helper named for what it does across processes (ResNeSt's `torch_dist_sum`,
 # `reduce_loss_dict`, `all_gather_list`): the counts are combined there.
 _REDUCING_HELPER = re.compile(
@@ -310,8 +296,11 @@ def ungathered_metric(facts: ScriptFacts) -> Iterator[Finding]:
     for call, loader in metric_over_shard(facts, sharded_loaders(facts), _METRIC, _REPORTS):
         yield _ungathered(call.lineno, loader)
         return
-    loaders = _sharded_eval_loaders(facts)
+    loaders = sharded_eval_loaders(facts)
     if not loaders:
+        return
+    for assign, loader in total_over_shard(facts, loaders, _METRIC, _REPORTS):
+        yield _ungathered(assign.lineno, loader)
         return
     # Only where this file counts the metric itself: the report sits in the function that loops over
     # the loader (a metric from another file's `evaluate()` may be reduced there).

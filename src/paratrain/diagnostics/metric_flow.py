@@ -5,9 +5,11 @@ from a DistributedSampler, the function counts only this rank's shard, so the nu
 
 Invariant: a value keeps the loader it was counted over. A metric is known to be one shard's when the
 script's own function loops over the parameter that received a sharded loader, is named for (or returns) a
-metric, and its result, bound to a name, is reported in the same function. Anything less (the loader
-reaches the function under another name, the function is another file's, the result is never reported)
-says nothing.
+metric, and its result, bound to a name, is reported in the same function; or when a loop over a sharded
+evaluation loader sums a total (``total_val_loss += loss``) that a metric is then made of
+(``result["val_loss"] = total_val_loss.item() / len(eval_dataloader)``) and reported or compared in the same
+function. Anything less (the loader reaches the function under another name, the function is another file's,
+the result is never reported) says nothing.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ import ast
 import re
 from collections.abc import Iterator
 
-from paratrain.diagnostics.sampler_makers import LOADERS, SAMPLERS, imported_sampler_bindings
+from paratrain.diagnostics.sampler_makers import EVAL_NAME, LOADERS, SAMPLERS, imported_sampler_bindings, is_eval
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name
 from paratrain.diagnostics.tree_walk import walk
 
-__all__ = ["metric_over_shard", "sharded_loaders"]
+__all__ = ["metric_over_shard", "sharded_eval_loaders", "sharded_loaders", "total_over_shard"]
 
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -35,6 +37,59 @@ def sharded_loaders(facts: ScriptFacts) -> set[str]:
                                     or ast.unparse(sampler) in samplers):
             found.add(name)
     return found
+
+
+def sharded_eval_loaders(facts: ScriptFacts) -> list[str]:
+    """Evaluation loaders whose data each rank sees a part of: built on an evaluation DistributedSampler,
+    or handed to ``accelerator.prepare`` / ``fabric.setup_dataloaders``."""
+    samplers = {name for name, call in [*facts.names_bound_to(*SAMPLERS).items(), *imported_sampler_bindings(facts)]
+                if is_eval(name, call)}
+    loaders = [name for name, call in facts.names_bound_to(*LOADERS).items()
+               if keyword(call, "sampler") is not None and ast.unparse(keyword(call, "sampler")) in samplers]
+    for call in facts.calls_named("prepare", "setup_dataloaders"):
+        loaders += [ast.unparse(arg) for arg in call.args if EVAL_NAME.search(ast.unparse(arg))
+                    and "loader" in ast.unparse(arg).lower()]
+    return loaders
+
+
+def total_over_shard(facts: ScriptFacts, loaders: list[str], metric: re.Pattern[str],
+                     reports: tuple[str, ...]) -> Iterator[tuple[ast.Assign, str]]:
+    """Assignments of a metric made from a total that a loop over one of ``loaders`` summed, after that loop and
+    in its function, where the metric's name is then reported (a call named in ``reports`` reads it) or compared
+    (the best-checkpoint test): each with the loader's name. The script is assumed to reduce nothing (the rule
+    returns before this for a file with a collective)."""
+    for loop in walk(facts.tree):
+        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+            continue
+        loader = next((ast.unparse(n) for n in walk(loop.iter) if ast.unparse(n) in loaders), None)
+        totals = {node.target.id for node in walk(loop)
+                  if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name)}
+        if loader is None or not totals:
+            continue
+        scope = facts.scope(loop)
+        for node in walk(scope):
+            if (isinstance(node, ast.Assign) and node.lineno > (loop.end_lineno or loop.lineno)
+                    and len(node.targets) == 1 and metric.search(ast.unparse(node.targets[0]))
+                    and totals & _names(node.value) and _used_later(facts, scope, node, reports)):
+                yield node, loader
+                break
+
+
+def _used_later(facts: ScriptFacts, scope: ast.AST, assign: ast.Assign, reports: tuple[str, ...]) -> bool:
+    """The name ``assign`` binds (for ``result["val_loss"] = …``, ``result``) is read after it in ``scope`` by a
+    report or a comparison."""
+    target = assign.targets[0]
+    while isinstance(target, (ast.Subscript, ast.Attribute)):
+        target = target.value
+    if not isinstance(target, ast.Name):
+        return False
+    readers = [node for node in walk(scope) if getattr(node, "lineno", 0) > assign.lineno
+               and (isinstance(node, ast.Compare) or isinstance(node, ast.Call) and last_name(node) in reports)]
+    return any(target.id in _names(reader) for reader in readers)
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in walk(node) if isinstance(n, ast.Name)}
 
 
 def metric_over_shard(facts: ScriptFacts, loaders: set[str], metric: re.Pattern[str],
