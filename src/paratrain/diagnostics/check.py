@@ -8,11 +8,16 @@ Each finding names the line, why it is wrong in a multi-process job and the fix
 (rules in :mod:`paratrain.diagnostics.check_rules`). Given a path, ``check`` also reads the functions the
 script imports from its own project (``from utils import save_checkpoint``) in their files. A line ending in
 ``# paratrain: ignore`` (all rules) or ``# paratrain: ignore[rule-a, rule-b]`` is skipped.
+
+A script its own project runs only as one process (``python3 train.py`` in its README, no launcher) still gets
+the findings of the rules about several processes: they are what happens once it runs on several, which is what
+paratrain is for. Each such finding says so and names the command, so that it is not read as today's failure.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from paratrain.diagnostics.check_rules import RULES, Finding
@@ -21,6 +26,9 @@ from paratrain.diagnostics.script_facts import ScriptFacts
 from paratrain.diagnostics.tree_walk import forget as forget_walks
 from paratrain.errors import ConfigError
 
+# The rules whose pitfall needs several processes (not DataParallel, a flag or a checkpoint's keys).
+_ON_SEVERAL = {"print-on-every-rank", "log-on-every-rank", "save-on-every-rank", "no-set-epoch", "padded-eval-sampler",
+               "ungathered-metric", "unseeded-split", "model-before-seed", "sampler-not-passed"}
 _IGNORE = re.compile(r"#\s*paratrain:\s*ignore(?:\[([\w\s,-]+)\])?")
 
 
@@ -41,6 +49,8 @@ def check_source(source: str, filename: str = "<script>", script: Path | None = 
     if script is not None:
         facts.learn(read_project_facts(facts, script), script)
     findings = [finding for rule in RULES for finding in rule(facts)]
+    if any(f.rule in _ON_SEVERAL for f in findings) and facts.started_alone is not None:
+        findings = [_once_on_several(f, facts.started_alone.where) if f.rule in _ON_SEVERAL else f for f in findings]
     return sorted((f for f in findings if not _ignored(facts.lines, f)), key=lambda f: (f.line, f.rule))
 
 
@@ -58,6 +68,11 @@ def check_file(path: str | Path) -> list[Finding]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {path} ({exc}); pass a UTF-8 Python file") from None
     return check_source(source, str(path), path)
+
+
+def _once_on_several(finding: Finding, where: str) -> Finding:
+    return replace(finding, problem=f"{finding.problem} (its project runs it as one process today, {where}: this "
+                   "happens once it runs on several, as with paratrain run --nproc-per-node N)")
 
 
 def format_finding(filename: str, finding: Finding) -> str:

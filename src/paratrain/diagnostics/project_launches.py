@@ -37,7 +37,7 @@ from pathlib import Path
 
 from paratrain.diagnostics.project_imports import ROOT_MARKERS, project_root, read_small_file
 
-__all__ = ["Launch", "deprecated_launch", "multi_process_launch"]
+__all__ = ["Launch", "deprecated_launch", "multi_process_launch", "only_plain_runs"]
 
 MAX_FILES = 400
 MAX_BYTES = 256_000
@@ -78,6 +78,60 @@ def deprecated_launch(script: Path) -> Launch | None:
     any process count (PixArt's README starts it so with ``--nproc_per_node=1``); None as for
     :func:`multi_process_launch`."""
     return _first_launch_or_none(script, lambda launcher, options, before: launcher == "torch.distributed.launch")
+
+
+def only_plain_runs(script: Path) -> Launch | None:
+    """The first command of the script's project that runs it as a plain program (``python3 code/run.py …``,
+    ``CUDA_VISIBLE_DEVICES=0 python -u train.py``), when every command of the project that names the script is one
+    (no launcher, ``srun``, ``accelerate launch``, ``mpirun`` or prose around it); None otherwise, or when none names
+    it within the bounds. Never raises: what cannot be read is skipped."""
+    try:
+        script = script.resolve()
+        root = project_root(script)
+        if root not in script.parents or not any((root / marker).exists() for marker in ROOT_MARKERS):
+            root = script.parent
+        files, same_name = _command_files(root, script)
+        names = _Names(script, root, unique=same_name == 1)
+        first = None
+        for path in files:
+            data = read_small_file(path, MAX_BYTES)
+            if data is None or script.stem.encode() not in data:
+                continue
+            for number, command in _commands(data.decode("utf-8", "replace")):
+                plain = _plain_run(command, path.parent, names)
+                if plain is False:
+                    return None
+                if plain and first is None:
+                    first = Launch(path.relative_to(root).as_posix(), number, "python")
+        return first
+    except (OSError, ValueError, RuntimeError):
+        return None
+
+
+# Words that may come before a plain `python script.py` in a command: the shell's own, a notebook's `!`
+_BEFORE_PYTHON = {"nohup", "time", "exec", "$", "!", "-", "*", ">", "sudo"}
+# The interpreter's options that take a value (`-W ignore`, `-X dev`)
+_PYTHON_VALUED = {"-W", "-X", "-c"}
+
+
+def _plain_run(command: str, directory: Path, names: _Names) -> bool | None:
+    """True when ``command`` runs the script as ``python script.py``, False when it names the script any other
+    way (under a launcher, after prose), None when it does not name it."""
+    words = [word.strip(_QUOTES) for word in command.split()]
+    for at, word in enumerate(words):
+        target = words[at + 1].replace(".", "/") + ".py" if word in ("-m", "--module") and at + 1 < len(words) else word
+        if not target.endswith(".py") or not names.named(target, directory):
+            continue
+        start = at - 1 if word in ("-m", "--module") else at
+        before = start - 1
+        while before >= 0 and words[before].startswith("-") and words[before] not in ("-m", "--module"):
+            before -= 1  # the interpreter's flags
+        if before > 0 and words[before - 1] in _PYTHON_VALUED:
+            before -= 2
+        if before < 0 or not re.fullmatch(r"python[\d.]*", words[before].rpartition("/")[2]):
+            return False
+        return all(w in _BEFORE_PYTHON or re.fullmatch(r"[A-Za-z_]\w*=\S*", w) for w in words[:before])
+    return None
 
 
 def _first_launch_or_none(script: Path, counts: _Counts) -> Launch | None:

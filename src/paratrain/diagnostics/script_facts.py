@@ -25,7 +25,7 @@ from paratrain.diagnostics.guard_texts import RANK_ZERO_TEST, returned_test_kind
 from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.launcher_parent import JOB_EXECUTORS, LauncherParent
 from paratrain.diagnostics.library_calls import ignite_distributed
-from paratrain.diagnostics.project_launches import Launch, multi_process_launch
+from paratrain.diagnostics.project_launches import Launch, multi_process_launch, only_plain_runs
 from paratrain.diagnostics.rank_guards import RankGuards
 from paratrain.diagnostics.tree_walk import walk
 
@@ -49,6 +49,8 @@ _TRACKERS = ("wandb", "comet_ml", "mlflow", "neptune", "clearml", "swanlab", "ai
 # A Lightning Trainer runs one process per device when given several (its ddp strategy re-runs the
 # script in each), or when the command line chooses (`Trainer.from_argparse_args`).
 _LIGHTNING_SPREAD = ("devices", "gpus", "strategy", "num_nodes")
+# What starts processes from the script itself, so that a plain `python script.py` runs several.
+_STARTS_ITS_OWN = r"\bspawn\b|start_processes|\bProcess\(|launch\(|\bFabric\b|submitit|horovod|\bhvd\.|\bray\b|lightning"
 # torch.distributed calls that need a process group: a script making them runs under a launcher
 # (FastChat's HF Trainer scripts call `dist.get_rank()` and `dist.barrier()` under torchrun).
 _COLLECTIVE_CALLS = ("get_rank", "get_world_size", "barrier", "all_reduce", "all_gather", "broadcast",
@@ -190,6 +192,19 @@ class ScriptFacts(RankGuards, LauncherParent):
             isinstance(node, ast.If) and RANK_ZERO_TEST.search(ast.unparse(node.test)) and self._direct_test_kind(node.test)
             for node in walk(self.tree)
         ) or self.launch is not None
+
+    @cached_property
+    def started_alone(self) -> Launch | None:
+        """The command that runs the script in one process, when its project runs it only so: every command of
+        the project that names it is a plain ``python script.py`` (ERNIE's README: ``python3 code/run_fewrel.py``),
+        and the script starts no process of its own (no ``spawn``, ``Process``, ``launch()``, Fabric, submitit,
+        Horovod or Lightning). Its distributed branch (``if args.local_rank != -1:``, ``if "WORLD_SIZE" in
+        os.environ:``) is taken only once a launcher runs it on several, as ``paratrain run`` does. None for a
+        source read alone, or when any of that does not hold. Reads the project's command files: ask it only
+        of a script with a finding."""
+        if self.script is None or self.mentions(_STARTS_ITS_OWN):
+            return None
+        return only_plain_runs(self.script)
 
     @cached_property
     def launch(self) -> Launch | None:
