@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from paratrain.diagnostics.project_imports import ROOT_MARKERS, project_root, read_small_file
 
-__all__ = ["Launch", "deprecated_launch", "multi_process_launch", "only_plain_runs"]
+__all__ = ["Command", "Launch", "deprecated_launch", "multi_process_launch", "only_plain_runs", "project_commands"]
 
 MAX_FILES = 400
 MAX_BYTES = 256_000
@@ -85,27 +85,48 @@ def only_plain_runs(script: Path) -> Launch | None:
     ``CUDA_VISIBLE_DEVICES=0 python -u train.py``), when every command of the project that names the script is one
     (no launcher, ``srun``, ``accelerate launch``, ``mpirun`` or prose around it); None otherwise, or when none names
     it within the bounds. Never raises: what cannot be read is skipped."""
+    first = None
+    for command in project_commands(script):
+        plain = _plain_run(command.text, command.directory, command.names)
+        if plain is False:
+            return None
+        if plain and first is None:
+            first = Launch(command.file, command.line, "python")
+    return first
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command of a project's command files (a backslash continuation joined)."""
+
+    text: str
+    file: str  # its file, from the project's root
+    line: int  # the line it starts on
+    directory: Path  # its file's directory
+    names: _Names  # how a word of it may name the script
+
+    def names_script(self, word: str) -> bool:
+        return self.names.named(word, self.directory)
+
+
+def project_commands(script: Path) -> Iterator[Command]:
+    """The commands of the script's project, in the files that mention the script's name, read within the
+    bounds of the module's docstring. Never raises: what cannot be read is skipped."""
     try:
         script = script.resolve()
         root = project_root(script)
         if root not in script.parents or not any((root / marker).exists() for marker in ROOT_MARKERS):
             root = script.parent
         files, same_name = _command_files(root, script)
-        names = _Names(script, root, unique=same_name == 1)
-        first = None
-        for path in files:
-            data = read_small_file(path, MAX_BYTES)
-            if data is None or script.stem.encode() not in data:
-                continue
-            for number, command in _commands(data.decode("utf-8", "replace")):
-                plain = _plain_run(command, path.parent, names)
-                if plain is False:
-                    return None
-                if plain and first is None:
-                    first = Launch(path.relative_to(root).as_posix(), number, "python")
-        return first
     except (OSError, ValueError, RuntimeError):
-        return None
+        return
+    names = _Names(script, root, unique=same_name == 1)
+    for path in files:
+        data = read_small_file(path, MAX_BYTES)
+        if data is None or script.stem.encode() not in data:
+            continue
+        for number, text in _commands(data.decode("utf-8", "replace")):
+            yield Command(text, path.relative_to(root).as_posix(), number, path.parent, names)
 
 
 # Words that may come before a plain `python script.py` in a command: the shell's own, a notebook's `!`

@@ -25,6 +25,7 @@ from paratrain.diagnostics.guard_texts import RANK_ZERO_TEST, returned_test_kind
 from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.launcher_parent import JOB_EXECUTORS, LauncherParent
 from paratrain.diagnostics.library_calls import ignite_distributed
+from paratrain.diagnostics.muting_launchers import muting_launcher
 from paratrain.diagnostics.project_launches import Launch, multi_process_launch, only_plain_runs
 from paratrain.diagnostics.rank_guards import RankGuards
 from paratrain.diagnostics.tree_walk import walk
@@ -205,6 +206,15 @@ class ScriptFacts(RankGuards, LauncherParent):
         if self.script is None or self.mentions(_STARTS_ITS_OWN):
             return None
         return only_plain_runs(self.script)
+
+    @cached_property
+    def muted_launch(self) -> Launch | None:
+        """The command of the script's project that starts its ranks through a launcher of the project sending
+        every stdout but the first to /dev/null (:mod:`~paratrain.diagnostics.muting_launchers`), when no
+        multi-process launcher command (:attr:`launch`) runs it too; None for a source read alone."""
+        if self.script is None or self.launch is not None:
+            return None
+        return muting_launcher(self.script)
 
     @cached_property
     def launch(self) -> Launch | None:
