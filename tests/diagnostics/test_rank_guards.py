@@ -186,3 +186,24 @@ def test_a_distributed_setting_at_the_top_of_the_main_block_limits_nothing() -> 
     # bubbliiiing's train.py: `distributed = False` is a switch the user may turn on, not a one-process branch
     source = _HEAD + "if __name__ == '__main__':\n    distributed = False\n    print('training')\n"
     assert list(_findings(source)) == [(11, "print-on-every-rank")]
+
+
+def test_an_assert_of_one_process_or_an_early_exit_in_an_else_branch_guards_what_follows_it() -> None:
+    evolve = _HEAD + (
+        "def main(opt):\n"
+        "    if not opt.evolve:\n"
+        "        pass\n"
+        "    else:\n"
+        "        {first}\n"
+        "        torch.save(model.state_dict(), 'evolved.pt')\n"
+    )
+    # YOLO's `--evolve`: `assert opt.local_rank == -1, 'DDP mode not implemented for --evolve'`
+    assert _findings(evolve.format(first="assert opt.local_rank == -1, 'no DDP for --evolve'")) == {}
+    assert _findings(evolve.format(first="if RANK != 0:\n            return")) == {}
+    # an assert of anything else, or one after the save, guards nothing
+    assert list(_findings(evolve.format(first="assert opt.epochs > 0"))) == [(14, "save-on-every-rank")]
+    after = evolve.format(first="pass") + "        assert opt.local_rank == -1\n"
+    assert list(_findings(after)) == [(14, "save-on-every-rank")]
+    # an assert that holds on every rank (timm's `assert args.rank >= 0`) guards nothing either
+    assert list(_findings(evolve.format(first="assert opt.rank >= 0"))) == [(14, "save-on-every-rank")]
+    assert _findings(evolve.format(first="assert not opt.distributed")) == {}

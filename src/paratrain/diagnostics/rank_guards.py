@@ -155,13 +155,17 @@ class RankGuards:
         return main if self.launch is None else None
 
     def _early_exit_kind(self, block_owner: ast.AST, child: ast.AST) -> str:
-        """``if not is_main(): return`` (or ``if rank != 0: return``) before ``child`` in the same body:
-        what follows runs on rank 0 only."""
-        body = getattr(block_owner, "body", None)
-        if not isinstance(body, list) or child not in body:
+        """``if not is_main(): return`` (or ``if rank != 0: return``, or an ``assert`` of one process) before
+        ``child`` in the same body: what follows runs on rank 0 only."""
+        body = next((b for b in (getattr(block_owner, f, None) for f in ("body", "orelse")) if isinstance(b, list)
+                     and child in b), None)  # an `else:` is a body of its own
+        if body is None:
             return ""
         kind = ""
         for stmt in body[:body.index(child)]:
+            if isinstance(stmt, ast.Assert) and (  # `assert opt.local_rank == -1, "no DDP for --evolve"`: holds after
+                    ONE_PROCESS_TEST.search(ast.unparse(stmt.test)) or self._single_process_branch(stmt.test, False)):
+                return "global"
             if not (isinstance(stmt, ast.If) and stmt.body and isinstance(stmt.body[-1], (ast.Return, ast.Continue))
                     and not stmt.orelse):
                 continue
