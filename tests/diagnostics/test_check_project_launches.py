@@ -129,3 +129,17 @@ def test_a_fifo_or_a_huge_file_among_the_command_files_is_skipped_not_waited_on(
     (tmp_path / "c_launch.sh").write_text("torchrun --nproc_per_node 8 finetune.py\n")
     launch = multi_process_launch(path)
     assert launch is not None and launch.where == "c_launch.sh:1"
+
+
+def test_accelerate_launch_starts_several_unless_told_one(tmp_path):
+    path = _project(tmp_path, "finetune.py", "README.md", "accelerate launch ./finetune.py --model_name base\n")
+    launch = multi_process_launch(path)
+    assert launch is not None and (launch.where, launch.launcher) == ("README.md:1", "accelerate launch")
+    assert _prints(path) == [6]
+    readme = tmp_path / "README.md"
+    readme.write_text("accelerate launch --multi_gpu --num_processes=4 --mixed_precision bf16 finetune.py\n")
+    assert multi_process_launch(path) is not None
+    for one in ("accelerate launch --num_processes 1 finetune.py", "accelerate launch --cpu finetune.py",
+                "pip install accelerate && python finetune.py"):
+        readme.write_text(f"{one}\n")
+        assert multi_process_launch(path) is None, one

@@ -43,12 +43,15 @@ MAX_FILES = 400
 MAX_BYTES = 256_000
 _MAX_ENTRIES = 20_000  # directory entries listed while looking for command files
 _SKIPPED_DIRECTORIES = {"node_modules", "site-packages", "__pycache__", "venv", "env", "virtualenv", "virtualenvs"}
-_WORDS = (b"torchrun", b"torch.distributed.", b"deepspeed")  # a file without one holds no launch
+_WORDS = (b"torchrun", b"torch.distributed.", b"deepspeed", b"accelerate")  # a file without one holds no launch
 _TORCH_MODULES = ("torch.distributed.launch", "torch.distributed.run")
 # Options of the launchers that take no value (the word after them is not theirs).
 _FLAGS = {"--standalone", "--no-python", "--no_python", "--use-env", "--use_env", "--run-path", "--run_path",
           "--no_local_rank", "--no-local-rank", "--force_multi", "--force-multi", "--bind_cores_to_rank",
-          "--enable_each_rank_log", "--save_pid", "--module", "-m"}
+          "--enable_each_rank_log", "--save_pid", "--module", "-m",
+          # accelerate launch's
+          "--multi_gpu", "--multi-gpu", "--cpu", "--use_deepspeed", "--use-deepspeed", "--use_fsdp", "--use-fsdp",
+          "--use_megatron_lm", "--tpu", "--debug", "--quiet", "-q"}
 _QUOTES = "\"'`,[]()"
 # Whether a command counts, from its launcher, the launcher's options and the words before it (``VAR=… torchrun``).
 _Counts = Callable[[str, dict[str, str], list[str]], bool]
@@ -290,7 +293,7 @@ def _launched(command: str, directory: Path, names: _Names, counts: _Counts) -> 
         launcher = _launcher_at(words, at)
         if launcher is None:
             continue
-        options, target = _options(words[at + (2 if launcher in _TORCH_MODULES else 1):])
+        options, target = _options(words[at + (2 if launcher in (*_TORCH_MODULES, "accelerate launch") else 1):])
         if target is None or not names.named(target, directory):
             continue
         if counts(launcher, options, words[:at]):
@@ -303,6 +306,8 @@ def _launcher_at(words: list[str], at: int) -> str | None:
     word = words[at]
     if word.rpartition("/")[2] in ("torchrun", "deepspeed"):
         return None if at and words[at - 1].startswith("-") else word.rpartition("/")[2]
+    if word.rpartition("/")[2] == "accelerate" and at + 1 < len(words) and words[at + 1] == "launch":
+        return None if at and words[at - 1].startswith("-") else "accelerate launch"
     if word == "-m" and at + 1 < len(words) and words[at + 1] in _TORCH_MODULES:
         return words[at + 1]
     return None
@@ -338,6 +343,8 @@ def _several(launcher: str, options: dict[str, str], before: list[str]) -> bool:
         if gpus is None and any(re.fullmatch(r"CUDA_VISIBLE_DEVICES=\d+", word) for word in before):
             gpus = "1"
         return gpus != "1" or options.get("num_nodes", "1") != "1" or "hostfile" in options and "num_nodes" not in options
+    if launcher == "accelerate launch":  # without a count, its config's (every GPU, by default)
+        return not (options.get("num_processes") == "1" and options.get("num_machines", "1") == "1" or "cpu" in options)
     count = 1
     for name in ("nproc_per_node", "nnodes"):
         value = options.get(name, "1")
