@@ -303,3 +303,4 @@ train()
 """
     assert [line for line, rule in rules(source) if rule == "log-on-every-rank"] == [10]
     assert "also lines" not in next(f.problem for f in check_source(source) if f.rule == "log-on-every-rank")
+

@@ -13,7 +13,7 @@ import ast
 from collections.abc import Iterator
 
 from paratrain.diagnostics.call_names import last_name, returned_module
-from paratrain.diagnostics.tree_walk import walk
+from paratrain.diagnostics.tree_walk import derived, walk
 
 __all__ = ["assigned_in", "bound_values"]
 
@@ -64,8 +64,17 @@ def _paired(target: ast.expr, value: ast.expr) -> Iterator[tuple[ast.expr, ast.e
 
 def assigned_in(function: ast.AST, name: str) -> list[ast.expr]:
     """Every value ``function`` binds to the plain name ``name``, however the binding is spelled."""
-    return [value for node in walk(function) for target, value in bound_values(node)
-            if isinstance(target, ast.Name) and target.id == name]
+    return derived(function, "names bound", _names_bound).get(name, [])
+
+
+def _names_bound(function: ast.AST) -> dict[str, list[ast.expr]]:
+    """Every plain name ``function`` binds, with its values in the order of :func:`walk`."""
+    bound: dict[str, list[ast.expr]] = {}
+    for node in walk(function):
+        for target, value in bound_values(node):
+            if isinstance(target, ast.Name):
+                bound.setdefault(target.id, []).append(value)
+    return bound
 
 
 def returned_calls(function: ast.AST, names: tuple[str, ...]) -> list[ast.Call]:

@@ -12,6 +12,9 @@ script imports from its own project (``from utils import save_checkpoint``) in t
 A script its own project runs only as one process (``python3 train.py`` in its README, no launcher) still gets
 the findings of the rules about several processes: they are what happens once it runs on several, which is what
 paratrain is for. Each such finding says so and names the command, so that it is not read as today's failure.
+Prints are not reported when the project's own launcher starts the other ranks with stdout sent to /dev/null
+(:mod:`paratrain.diagnostics.muting_launchers`). Both read the project's command files, so only for a script with
+such findings.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 
 from paratrain.diagnostics.check_rules import RULES, Finding
 from paratrain.diagnostics.project_facts import read_project_facts
+from paratrain.diagnostics.project_launches import listings_kept
 from paratrain.diagnostics.script_facts import ScriptFacts
 from paratrain.diagnostics.tree_walk import forget as forget_walks
 from paratrain.errors import ConfigError
@@ -46,11 +50,15 @@ def check_source(source: str, filename: str = "<script>", script: Path | None = 
         facts = ScriptFacts.read(source)
     except SyntaxError as exc:
         raise ConfigError(f"{filename}:{exc.lineno}: not valid Python ({exc.msg}); fix the syntax first") from None
-    if script is not None:
-        facts.learn(read_project_facts(facts, script), script)
-    findings = [finding for rule in RULES for finding in rule(facts)]
-    if any(f.rule in _ON_SEVERAL for f in findings) and facts.started_alone is not None:
-        findings = [_once_on_several(f, facts.started_alone.where) if f.rule in _ON_SEVERAL else f for f in findings]
+    with listings_kept():  # the project's command files, listed once for its launch questions
+        if script is not None:
+            facts.learn(read_project_facts(facts, script), script)
+        findings = [finding for rule in RULES for finding in rule(facts)]
+        if any(f.rule == "print-on-every-rank" for f in findings) and facts.muted_launch is not None:
+            findings = [f for f in findings if f.rule != "print-on-every-rank"]  # the other ranks' stdout is /dev/null
+        if any(f.rule in _ON_SEVERAL for f in findings) and facts.started_alone is not None:
+            findings = [_once_on_several(f, facts.started_alone.where) if f.rule in _ON_SEVERAL else f
+                        for f in findings]
     return sorted((f for f in findings if not _ignored(facts.lines, f)), key=lambda f: (f.line, f.rule))
 
 

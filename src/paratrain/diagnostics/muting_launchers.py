@@ -35,6 +35,8 @@ def muting_launcher(script: Path) -> Launch | None:
     other ranks' stdout to /dev/null (see the module's docstring); None when there is none. Never raises."""
     script = script.resolve()
     for command in project_commands(script):
+        if script.name not in command.text or "python" not in command.text:
+            continue  # the launcher is handed the script's file
         words = [word.strip("\"'`") for word in command.text.split()]
         for at, word in enumerate(words[:-1]):
             if not _PYTHON.fullmatch(word.rpartition("/")[2]):

@@ -31,10 +31,10 @@ def print_replaced(facts: ScriptFacts) -> bool:
 
 
 def print_silenced(facts: ScriptFacts) -> bool:
-    """The script, or a function of its project that it calls, replaces builtins.print or stdout for good; or its
-    project's own launcher starts the other ranks with their stdout sent to /dev/null."""
+    """The script, or a function of its project that it calls, replaces builtins.print or stdout for good. (A
+    launcher of its project that mutes the other ranks is asked last, by ``check``: see ``ScriptFacts.muted_launch``.)"""
     imported = facts.imported
-    return imported.print_replaced or facts.muted_launch is not None or (facts.mentions(_PRINT_SILENCED.pattern) and not _stdout_restored(facts)) or any(
+    return imported.print_replaced or (facts.mentions(_PRINT_SILENCED.pattern) and not _stdout_restored(facts)) or any(
         imported.callee(call) not in imported.read for call in facts.calls_named(*PRINT_SILENCING_HELPERS))
 
 

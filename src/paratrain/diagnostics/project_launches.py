@@ -32,12 +32,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from paratrain.diagnostics.project_imports import ROOT_MARKERS, project_root, read_small_file
 
-__all__ = ["Command", "Launch", "deprecated_launch", "multi_process_launch", "only_plain_runs", "project_commands"]
+__all__ = ["Command", "Launch", "deprecated_launch", "listings_kept", "multi_process_launch", "only_plain_runs",
+           "project_commands"]
 
 MAX_FILES = 400
 MAX_BYTES = 256_000
@@ -113,8 +115,9 @@ class Command:
 
 
 def project_commands(script: Path) -> Iterator[Command]:
-    """The commands of the script's project, in the files that mention the script's name, read within the
-    bounds of the module's docstring. Never raises: what cannot be read is skipped."""
+    """The commands of the script's project that mention the script's name (its file name without ``.py``: a
+    ``-m`` module path names it so too), read within the bounds of the module's docstring. Never raises: what
+    cannot be read is skipped."""
     try:
         script = script.resolve()
         root = project_root(script)
@@ -128,8 +131,10 @@ def project_commands(script: Path) -> Iterator[Command]:
         data = read_small_file(path, MAX_BYTES)
         if data is None or script.stem.encode() not in data:
             continue
+        file = path.relative_to(root).as_posix()
         for number, text in _commands(data.decode("utf-8", "replace")):
-            yield Command(text, path.relative_to(root).as_posix(), number, path.parent, names)
+            if script.stem in text:  # a command that names the script has its name
+                yield Command(text, file, number, path.parent, names)
 
 
 # Words that may come before a plain `python script.py` in a command: the shell's own, a notebook's `!`
@@ -199,8 +204,35 @@ def project_files(script: Path, suffixes: tuple[str, ...]) -> list[Path]:
         return []
 
 
+# (root, script, suffixes, names) → what `_command_files` found, kept while one check runs (`listings_kept`): it
+# reads the same project for its launch commands, its plain runs and its launchers. None: nothing is kept.
+_LISTINGS: dict[tuple[Path, Path, tuple[str, ...], tuple[str, ...]], tuple[list[Path], int]] | None = None
+
+
+@contextmanager
+def listings_kept() -> Iterator[None]:
+    """Within the block, a project's files are listed once (its files are taken not to change meanwhile)."""
+    global _LISTINGS
+    _LISTINGS = {}
+    try:
+        yield
+    finally:
+        _LISTINGS = None
+
+
 def _command_files(root: Path, script: Path, suffixes: tuple[str, ...] = (".sh", ".bash", ".md", ".rst", ".yaml", ".yml"),
                    names_too: tuple[str, ...] = ("Makefile",)) -> tuple[list[Path], int]:
+    if _LISTINGS is None:
+        return _listed_command_files(root, script, suffixes, names_too)
+    key = (root, script, suffixes, names_too)
+    if key not in _LISTINGS:
+        _LISTINGS[key] = _listed_command_files(root, script, suffixes, names_too)
+    files, same_name = _LISTINGS[key]
+    return list(files), same_name
+
+
+def _listed_command_files(root: Path, script: Path, suffixes: tuple[str, ...],
+                          names_too: tuple[str, ...]) -> tuple[list[Path], int]:
     """The project's command files (or those ending in ``suffixes``, or named one of ``names_too``), the script's
     directory's first, then by depth (at most ``MAX_FILES``), and how many ``.py`` files of the project bear the
     script's name."""

@@ -25,7 +25,7 @@ import ast
 from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.project_imports import Module, ProjectImports
 from paratrain.diagnostics.script_facts import ScriptFacts
-from paratrain.diagnostics.tree_walk import walk
+from paratrain.diagnostics.tree_walk import children, walk
 
 _HOPS = 2
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -141,7 +141,7 @@ class _Builder:
     def __init__(self, function: _Function, bound: dict[str, object]) -> None:
         self.function = function
         self.bound = bound
-        self.parents = {child: parent for parent in walk(function) for child in ast.iter_child_nodes(parent)}
+        self.parents = {child: parent for parent in walk(function) for child in children(parent)}
 
     def returned(self, index: int | None) -> list[tuple[ast.expr, int | None]]:
         """The values the function may return (their ``index``-th items), names followed to what was

@@ -35,7 +35,7 @@ from paratrain.diagnostics.dead_code import constant_false
 from paratrain.diagnostics.project_builders import ProjectBuilders
 from paratrain.diagnostics.print_silencing import PRINT_SILENCING_HELPERS
 from paratrain.diagnostics.project_imports import Module, ProjectImports
-from paratrain.diagnostics.tree_walk import walk
+from paratrain.diagnostics.tree_walk import children, walk
 
 _HOPS = 2  # calls followed past the one the script makes: a print three functions deep is found
 _MAX_FUNCTIONS = 24
@@ -203,7 +203,7 @@ def _unguarded(function: _Function) -> tuple[list[ast.Call], list[ast.Call]]:
             elif not any(isinstance(n, (ast.Name, ast.Attribute)) and ast.unparse(n) in flags
                          for arg in _arguments(node) for n in walk(arg)):
                 calls.append(node)  # one given a chosen flag (`set_weight_decay(..., echo=echo)`) is chosen too
-        for child in ast.iter_child_nodes(node):
+        for child in children(node):
             visit(child)
         if isinstance(node, (ast.Return, ast.Raise)):
             returned_early[0] = True  # what follows it in the function runs on some other path, or never

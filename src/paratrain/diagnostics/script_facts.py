@@ -28,7 +28,7 @@ from paratrain.diagnostics.library_calls import ignite_distributed
 from paratrain.diagnostics.muting_launchers import muting_launcher
 from paratrain.diagnostics.project_launches import Launch, multi_process_launch, only_plain_runs
 from paratrain.diagnostics.rank_guards import RankGuards
-from paratrain.diagnostics.tree_walk import walk
+from paratrain.diagnostics.tree_walk import children, walk
 
 __all__ = ["DISTRIBUTED_MARKERS", "ScriptFacts", "callee_names", "is_true", "keyword", "last_name",
            "returned_module", "returned_test_kind"]
@@ -99,7 +99,7 @@ class ScriptFacts(RankGuards, LauncherParent):
         """The facts of an already parsed module (``source``, its text, for the line-based questions)."""
         facts = cls(tree=tree, lines=source.splitlines())
         for parent in walk(tree):
-            for child in ast.iter_child_nodes(parent):
+            for child in children(parent):
                 facts.parents[child] = parent
             for target, value in bound_values(parent):
                 facts.assigned.setdefault(ast.unparse(target), []).append(value)
@@ -143,7 +143,22 @@ class ScriptFacts(RankGuards, LauncherParent):
         return (module + ("." + rest if rest else "")) if module else text
 
     def calls_named(self, *names: str) -> list[ast.Call]:
-        return [call for call in self.calls if last_name(call) in names]
+        """The calls whose last name is one of ``names``, in the order of :attr:`calls`."""
+        lists = [self._calls_by_name.get(name, []) for name in dict.fromkeys(names)]
+        if len(lists) == 1:
+            return list(lists[0])
+        return sorted((call for calls in lists for call in calls), key=lambda call: self._call_order[id(call)])
+
+    @cached_property
+    def _calls_by_name(self) -> dict[str, list[ast.Call]]:
+        by_name: dict[str, list[ast.Call]] = {}
+        for call in self.calls:  # complete once read (:meth:`of_tree`)
+            by_name.setdefault(last_name(call), []).append(call)
+        return by_name
+
+    @cached_property
+    def _call_order(self) -> dict[int, int]:
+        return {id(call): index for index, call in enumerate(self.calls)}
 
     def names_bound_to(self, *callee_names: str) -> dict[str, ast.Call]:
         """Variables (``x``, ``self.x``) assigned the result of one of these calls (the first such call),
@@ -212,9 +227,8 @@ class ScriptFacts(RankGuards, LauncherParent):
         """The command of the script's project that starts its ranks through a launcher of the project sending
         every stdout but the first to /dev/null (:mod:`~paratrain.diagnostics.muting_launchers`), when no
         multi-process launcher command (:attr:`launch`) runs it too; None for a source read alone."""
-        if self.script is None or self.launch is not None:
-            return None
-        return muting_launcher(self.script)
+        found = muting_launcher(self.script) if self.script is not None else None
+        return found if found is not None and self.launch is None else None
 
     @cached_property
     def launch(self) -> Launch | None:
