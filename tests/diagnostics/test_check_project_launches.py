@@ -143,3 +143,18 @@ def test_accelerate_launch_starts_several_unless_told_one(tmp_path):
                 "pip install accelerate && python finetune.py"):
         readme.write_text(f"{one}\n")
         assert multi_process_launch(path) is None, one
+
+
+def test_options_in_a_variable_and_a_script_named_by_a_variable_of_the_same_file(tmp_path):
+    # mt-dnn: `python -m torch.distributed.launch $DISTRIBUTED_ARGS train.py`: a count it cannot read is several
+    run = "DISTRIBUTED_ARGS=\"--nproc_per_node $GPUS\"\npython -m torch.distributed.launch $DISTRIBUTED_ARGS finetune.py --lr 1\n"
+    path = _project(tmp_path, "finetune.py", "run.sh", run)
+    launch = multi_process_launch(path)
+    assert launch is not None and launch.where == "run.sh:2"
+    assert _prints(path) == [6]
+    # UniMatch: `method='finetune'` then `torchrun --nproc_per_node=$1 $method.py`
+    (tmp_path / "run.sh").write_text("method='finetune'\n\ntorchrun --nproc_per_node=$1 \\\n    ${method}.py --config c\n")
+    assert multi_process_launch(path).where == "run.sh:3"
+    # a variable the file never sets names no script
+    (tmp_path / "run.sh").write_text("torchrun --nproc_per_node=8 $method.py\n")
+    assert multi_process_launch(path) is None

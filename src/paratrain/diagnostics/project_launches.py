@@ -184,11 +184,28 @@ def _first_launch(script: Path, counts: _Counts) -> Launch | None:
         if not any(word in data for word in _WORDS) or script.stem.encode() not in data:
             continue
         text = data.decode("utf-8", "replace")
+        expand = _expander(text)
         for number, command in _commands(text):
-            launcher = _launched(command, path.parent, names, counts)
+            launcher = _launched(expand(command), path.parent, names, counts)
             if launcher is not None:
                 return Launch(path.relative_to(root).as_posix(), number, launcher)
     return None
+
+
+# A shell variable set to a plain word on a line of its own (`method='unimatch'`, `export NGPUS=8`)
+_ASSIGNMENT = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_]\w*)=(['\"]?)([\w./:-]*)\2[ \t]*(?:#.*)?$", re.MULTILINE)
+
+
+def _expander(text: str) -> Callable[[str], str]:
+    """What a command of ``text`` reads with the file's plain variables put in (``$method.py`` after
+    ``method='unimatch'`` is ``unimatch.py``): each variable's first value; the others stay as written."""
+    values: dict[str, str] = {}
+    for match in _ASSIGNMENT.finditer(text):
+        values.setdefault(match.group(1), match.group(3))
+    if not values:
+        return lambda command: command
+    pattern = re.compile(r"\$\{?(" + "|".join(map(re.escape, values)) + r")\}?(?!\w)")
+    return lambda command: pattern.sub(lambda match: values[match.group(1)], command)
 
 
 def project_files(script: Path, suffixes: tuple[str, ...]) -> list[Path]:
@@ -354,6 +371,10 @@ def _options(words: list[str]) -> tuple[dict[str, str], str | None]:
         word = words[index]
         if word in ("-m", "--module") and index + 1 < len(words):
             return options, words[index + 1].replace(".", "/") + ".py"
+        if word.startswith("$") and not word.endswith(".py"):
+            options["$"] = word  # `$DISTRIBUTED_ARGS`: options this reading cannot see
+            index += 1
+            continue
         if not word.startswith("-"):
             return options, word if word.endswith(".py") else None
         name, equals, value = word.partition("=")
@@ -377,6 +398,8 @@ def _several(launcher: str, options: dict[str, str], before: list[str]) -> bool:
         return gpus != "1" or options.get("num_nodes", "1") != "1" or "hostfile" in options and "num_nodes" not in options
     if launcher == "accelerate launch":  # without a count, its config's (every GPU, by default)
         return not (options.get("num_processes") == "1" and options.get("num_machines", "1") == "1" or "cpu" in options)
+    if "$" in options and not {"nproc_per_node", "nnodes"} & options.keys():
+        return True  # the count may be among the options it cannot see: a count it cannot read
     count = 1
     for name in ("nproc_per_node", "nnodes"):
         value = options.get(name, "1")
