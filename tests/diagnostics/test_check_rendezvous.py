@@ -117,3 +117,17 @@ def test_a_port_that_fills_an_unset_variable_is_a_default(tmp_path: Path) -> Non
     script = git_project(tmp_path, {"src/__init__.py": "", "src/options.py": _OPTIONS, "src/slurm.py": unset,
                                  "train.py": "from src import slurm\n\nslurm.setup_distributed(8)\n"})
     assert _rendezvous(check_file(script)) == []
+
+
+def test_a_url_with_its_address_from_the_run_and_its_port_written_in_is_a_fixed_port() -> None:
+    wrapper = (
+        "import os, sys\n"
+        "node0 = os.environ['SLURM_NODELIST'].split(',')[0]\n"
+        "cmd = 'python {script} --dist-url tcp://{node0}:1234 --world-size {ws}'.format(script=sys.argv[1], node0=node0, ws=2)\n"
+        "os.system(cmd)\n"
+        "url = f'tcp://{node0}:23456'\n"
+    )
+    assert _rendezvous(check_source(wrapper)) == [3, 5]
+    # the port from the run too: nothing fixed
+    for built in ("'tcp://{}:{}'.format(node0, port)", "'tcp://%s:%s' % (node0, port)", "f'tcp://{node0}:{port}'"):
+        assert _rendezvous(check_source(f"import os\nnode0 = port = os.environ['X']\nurl = {built}\n")) == [], built

@@ -16,6 +16,8 @@ from paratrain.diagnostics.tree_walk import walk
 
 
 _LITERAL_URL = re.compile(r"tcp://[^:/{}%\s]+:\d+$")
+# `tcp://{node0}:1234`, `tcp://%s:1234`: the address from the run, the port a number written in
+_TEMPLATED_PORT = re.compile(r"tcp://(?:\{[^{}]*\}|%s):\d+\b")
 _LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 
@@ -120,6 +122,28 @@ def _fixed_value(line: int, variable: str, source: str) -> Finding:
     )
 
 
+def _templated_port_urls(facts: ScriptFacts) -> Iterator[Finding]:
+    """A ``tcp://`` URL whose address comes from the run and whose port is written in
+    (DepthContrast's ``'--dist-url tcp://{node0}:1234'.format(...)``, ``f"tcp://{host}:23456"``): a fixed port."""
+    for node in walk(facts.tree):
+        if isinstance(node, ast.JoinedStr):
+            text = ast.unparse(node)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and not isinstance(
+                facts.parents.get(node), ast.JoinedStr):
+            text = node.value
+        else:
+            continue
+        match = _TEMPLATED_PORT.search(text)
+        if match:
+            yield Finding(
+                node.lineno, "hardcoded-rendezvous",
+                f"the rendezvous URL's port is fixed in the code ({match.group(0)!r}): a port left busy by another "
+                "job (or a second run on the machine) stops the rendezvous",
+                "init_process_group(backend) with the default env:// and start with paratrain run, which picks a "
+                "free port on one machine and takes --master-port on several",
+            )
+
+
 def _fixed_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
     # A whole literal URL only: "tcp://%s:%s" % (os.environ["MASTER_ADDR"], …) or
     # f"tcp://127.0.0.1:{port}" take their address and port from the run.
@@ -148,6 +172,7 @@ def _fixed_rendezvous(facts: ScriptFacts) -> Iterator[Finding]:
                 "leave MASTER_ADDR/MASTER_PORT to the launcher: paratrain run picks a free port on one machine and "
                 "takes --master-addr/--master-port on several (or os.environ.setdefault for a default)",
             )
+    yield from _templated_port_urls(facts)
     yield from _composed_url_defaults(facts)
     yield from _environ_option_defaults(facts)
     yield from _launch_command_ports(facts)
