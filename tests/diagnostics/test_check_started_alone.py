@@ -75,3 +75,10 @@ def test_a_script_that_starts_its_own_processes_runs_several_from_a_plain_comman
     path = _project(tmp_path, "python3 code/run.py\n", spawning)
     assert only_plain_runs(path) is not None  # the command alone is plain ...
     assert "one process today" not in _save(path)  # ... but the script starts several
+
+
+def test_a_command_word_no_file_can_be_named_by_is_skipped_not_a_crash(tmp_path):
+    long_word = "a" * 300 + "/code/run.py"  # a path component over the file system's limit (ENAMETOOLONG)
+    path = _project(tmp_path, f"python3 {long_word}\npython3 bin/launch.py --script {'b' * 300}/run.py\n")
+    assert only_plain_runs(path) is None
+    assert "one process today" not in _save(path)  # checked, with no traceback

@@ -32,8 +32,15 @@ _FOLDER_SCRIPT = re.compile(rb"add_argument\(\s*['\"]--script['\"]")
 
 def muting_launcher(script: Path) -> Launch | None:
     """The first command of the script's project that runs it through a launcher of the project that sends the
-    other ranks' stdout to /dev/null (see the module's docstring); None when there is none. Never raises."""
-    script = script.resolve()
+    other ranks' stdout to /dev/null (see the module's docstring); None when there is none. Never raises: what
+    cannot be read (a word no file can be named by: too long, a NUL) is no launcher."""
+    try:
+        return _muting_launcher(script.resolve())
+    except (OSError, ValueError, RuntimeError):
+        return None
+
+
+def _muting_launcher(script: Path) -> Launch | None:
     for command in project_commands(script):
         if script.name not in command.text or "python" not in command.text:
             continue  # the launcher is handed the script's file

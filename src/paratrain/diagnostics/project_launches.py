@@ -91,12 +91,15 @@ def only_plain_runs(script: Path) -> Launch | None:
     (no launcher, ``srun``, ``accelerate launch``, ``mpirun`` or prose around it); None otherwise, or when none names
     it within the bounds. Never raises: what cannot be read is skipped."""
     first = None
-    for command in project_commands(script):
-        plain = _plain_run(command.text, command.directory, command.names)
-        if plain is False:
-            return None
-        if plain and first is None:
-            first = Launch(command.file, command.line, "python")
+    try:
+        for command in project_commands(script):
+            plain = _plain_run(command.text, command.directory, command.names)
+            if plain is False:
+                return None
+            if plain and first is None:
+                first = Launch(command.file, command.line, "python")
+    except (OSError, ValueError, RuntimeError):  # a word no file can be named by (too long, a NUL) among them
+        return None
     return first
 
 
