@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from paratrain.diagnostics.check import check_file
-from paratrain.diagnostics.project_launches import only_plain_runs
+from paratrain.diagnostics.plain_runs import only_plain_runs
 
 SCRIPT = """\
 import argparse

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from paratrain.diagnostics.project_imports import ROOT_MARKERS, project_root, read_small_file
 
-__all__ = ["Command", "Launch", "deprecated_launch", "listings_kept", "multi_process_launch", "only_plain_runs",
+__all__ = ["COMMAND_QUOTES", "Command", "Launch", "deprecated_launch", "listings_kept", "multi_process_launch",
            "project_commands"]
 
 MAX_FILES = 400
@@ -54,7 +54,7 @@ _FLAGS = {"--standalone", "--no-python", "--no_python", "--use-env", "--use_env"
           # accelerate launch's
           "--multi_gpu", "--multi-gpu", "--cpu", "--use_deepspeed", "--use-deepspeed", "--use_fsdp", "--use-fsdp",
           "--use_megatron_lm", "--tpu", "--debug", "--quiet", "-q"}
-_QUOTES = "\"'`,[]()"
+COMMAND_QUOTES = "\"'`,[]()"  # stripped from a command's words
 # Whether a command counts, from its launcher, the launcher's options and the words before it (``VAR=… torchrun``).
 _Counts = Callable[[str, dict[str, str], list[str]], bool]
 
@@ -83,24 +83,6 @@ def deprecated_launch(script: Path) -> Launch | None:
     any process count (PixArt's README starts it so with ``--nproc_per_node=1``); None as for
     :func:`multi_process_launch`."""
     return _first_launch_or_none(script, lambda launcher, options, before: launcher == "torch.distributed.launch")
-
-
-def only_plain_runs(script: Path) -> Launch | None:
-    """The first command of the script's project that runs it as a plain program (``python3 code/run.py …``,
-    ``CUDA_VISIBLE_DEVICES=0 python -u train.py``), when every command of the project that names the script is one
-    (no launcher, ``srun``, ``accelerate launch``, ``mpirun`` or prose around it); None otherwise, or when none names
-    it within the bounds. Never raises: what cannot be read is skipped."""
-    first = None
-    try:
-        for command in project_commands(script):
-            plain = _plain_run(command.text, command.directory, command.names)
-            if plain is False:
-                return None
-            if plain and first is None:
-                first = Launch(command.file, command.line, "python")
-    except (OSError, ValueError, RuntimeError):  # a word no file can be named by (too long, a NUL) among them
-        return None
-    return first
 
 
 @dataclass(frozen=True)
@@ -138,32 +120,6 @@ def project_commands(script: Path) -> Iterator[Command]:
         for number, text in _commands(data.decode("utf-8", "replace")):
             if script.stem in text:  # a command that names the script has its name
                 yield Command(text, file, number, path.parent, names)
-
-
-# Words that may come before a plain `python script.py` in a command: the shell's own, a notebook's `!`
-_BEFORE_PYTHON = {"nohup", "time", "exec", "$", "!", "-", "*", ">", "sudo"}
-# The interpreter's options that take a value (`-W ignore`, `-X dev`)
-_PYTHON_VALUED = {"-W", "-X", "-c"}
-
-
-def _plain_run(command: str, directory: Path, names: _Names) -> bool | None:
-    """True when ``command`` runs the script as ``python script.py``, False when it names the script any other
-    way (under a launcher, after prose), None when it does not name it."""
-    words = [word.strip(_QUOTES) for word in command.split()]
-    for at, word in enumerate(words):
-        target = words[at + 1].replace(".", "/") + ".py" if word in ("-m", "--module") and at + 1 < len(words) else word
-        if not target.endswith(".py") or not names.named(target, directory):
-            continue
-        start = at - 1 if word in ("-m", "--module") else at
-        before = start - 1
-        while before >= 0 and words[before].startswith("-") and words[before] not in ("-m", "--module"):
-            before -= 1  # the interpreter's flags
-        if before > 0 and words[before - 1] in _PYTHON_VALUED:
-            before -= 2
-        if before < 0 or not re.fullmatch(r"python[\d.]*", words[before].rpartition("/")[2]):
-            return False
-        return all(w in _BEFORE_PYTHON or re.fullmatch(r"[A-Za-z_]\w*=\S*", w) for w in words[:before])
-    return None
 
 
 def _first_launch_or_none(script: Path, counts: _Counts) -> Launch | None:
@@ -340,7 +296,7 @@ class _Names:
 
 def _launched(command: str, directory: Path, names: _Names, counts: _Counts) -> str | None:
     """The launcher of ``command`` when it starts the script as ``counts`` asks (in several processes); else None."""
-    words = [word.strip(_QUOTES) for word in command.split()]
+    words = [word.strip(COMMAND_QUOTES) for word in command.split()]
     for at, word in enumerate(words):
         launcher = _launcher_at(words, at)
         if launcher is None:

@@ -26,7 +26,8 @@ from paratrain.diagnostics.imported_names import ImportedNames
 from paratrain.diagnostics.launcher_parent import JOB_EXECUTORS, LauncherParent
 from paratrain.diagnostics.library_calls import ignite_distributed
 from paratrain.diagnostics.muting_launchers import muting_launcher
-from paratrain.diagnostics.project_launches import Launch, multi_process_launch, only_plain_runs
+from paratrain.diagnostics.plain_runs import only_plain_runs
+from paratrain.diagnostics.project_launches import Launch, multi_process_launch
 from paratrain.diagnostics.rank_guards import RankGuards
 from paratrain.diagnostics.tree_walk import children, walk
 
