@@ -51,7 +51,7 @@ def _muting_launcher(script: Path) -> Launch | None:
             launcher = next((w for w in words[at + 1:] if not w.startswith("-")), "")
             rest = words[words.index(launcher, at + 1) + 1:] if launcher else []
             if launcher.endswith(".py") and any(command.names_script(w) for w in rest) and _mutes(
-                    _file(launcher, command.directory, command.names.root), script):
+                    next(iter(command.names.files(launcher, command.directory)), None), script):
                 return Launch(command.file, command.line, launcher)
     return _folder_launcher(script)
 
@@ -66,14 +66,6 @@ def _folder_launcher(script: Path) -> Launch | None:
         data = read_small_file(path, _MAX_BYTES) if path != script else None
         if data is not None and _FOLDER_SCRIPT.search(data) and b"__file__" in data and _mutes(path, script):
             return Launch(path.name, 1, path.name)
-    return None
-
-
-def _file(word: str, directory: Path, root: Path) -> Path | None:
-    for base in (directory, root):
-        path = (base / word).resolve()
-        if path.is_file():
-            return path
     return None
 
 

@@ -105,13 +105,15 @@ def project_commands(script: Path) -> Iterator[Command]:
     cannot be read is skipped."""
     try:
         script = script.resolve()
-        root = project_root(script)
-        if root not in script.parents or not any((root / marker).exists() for marker in ROOT_MARKERS):
-            root = script.parent
+        if _KEPT is not None and ("commands", script) in _KEPT:
+            yield from _KEPT["commands", script]
+            return
+        root = _command_root(script)
         files, same_name = _command_files(root, script)
     except (OSError, ValueError, RuntimeError):
         return
     names = _Names(script, root, unique=same_name == 1)
+    commands = []
     for path in files:
         data = read_small_file(path, MAX_BYTES)
         if data is None or script.stem.encode() not in data:
@@ -119,7 +121,10 @@ def project_commands(script: Path) -> Iterator[Command]:
         file = path.relative_to(root).as_posix()
         for number, text in _commands(data.decode("utf-8", "replace")):
             if script.stem in text:  # a command that names the script has its name
-                yield Command(text, file, number, path.parent, names)
+                commands.append(Command(text, file, number, path.parent, names))
+    if _KEPT is not None:
+        _KEPT["commands", script] = commands
+    yield from commands
 
 
 def _first_launch_or_none(script: Path, counts: _Counts) -> Launch | None:
@@ -151,6 +156,14 @@ def _first_launch(script: Path, counts: _Counts) -> Launch | None:
     return None
 
 
+def _command_root(script: Path) -> Path:
+    """The folder whose files are the script's project: its marked root at or above it, else its own folder."""
+    root = project_root(script)
+    if root not in script.parents or not any((root / marker).exists() for marker in ROOT_MARKERS):
+        return script.parent
+    return root
+
+
 # A shell variable set to a plain word on a line of its own (`method='unimatch'`, `export NGPUS=8`)
 _ASSIGNMENT = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_]\w*)=(['\"]?)([\w./:-]*)\2[ \t]*(?:#.*)?$", re.MULTILINE)
 
@@ -172,38 +185,37 @@ def project_files(script: Path, suffixes: tuple[str, ...]) -> list[Path]:
     the script's directory's first, then by depth (at most ``MAX_FILES``); none when the project cannot be read."""
     try:
         script = script.resolve()
-        root = project_root(script)
-        if root not in script.parents or not any((root / marker).exists() for marker in ROOT_MARKERS):
-            root = script.parent
-        return _command_files(root, script, suffixes, ())[0]
+        return _command_files(_command_root(script), script, suffixes, ())[0]
     except (OSError, ValueError, RuntimeError):
         return []
 
 
-# (root, script, suffixes, names) → what `_command_files` found, kept while one check runs (`listings_kept`): it
-# reads the same project for its launch commands, its plain runs and its launchers. None: nothing is kept.
-_LISTINGS: dict[tuple[Path, Path, tuple[str, ...], tuple[str, ...]], tuple[list[Path], int]] | None = None
+# What one check reads of a project more than once, kept while it runs (`listings_kept`): (root, script, suffixes,
+# names) → what `_command_files` found, ("commands", script) → the script's `project_commands`. A check reads the
+# same project for its launch commands, its plain runs and its launchers. None: nothing is kept.
+_KEPT: dict[tuple, object] | None = None
 
 
 @contextmanager
 def listings_kept() -> Iterator[None]:
-    """Within the block, a project's files are listed once (its files are taken not to change meanwhile)."""
-    global _LISTINGS
-    _LISTINGS = {}
+    """Within the block, a project's files are listed, and its commands read, once (its files are taken not to
+    change meanwhile)."""
+    global _KEPT
+    _KEPT = {}
     try:
         yield
     finally:
-        _LISTINGS = None
+        _KEPT = None
 
 
 def _command_files(root: Path, script: Path, suffixes: tuple[str, ...] = (".sh", ".bash", ".md", ".rst", ".yaml", ".yml"),
                    names_too: tuple[str, ...] = ("Makefile",)) -> tuple[list[Path], int]:
-    if _LISTINGS is None:
+    if _KEPT is None:
         return _listed_command_files(root, script, suffixes, names_too)
     key = (root, script, suffixes, names_too)
-    if key not in _LISTINGS:
-        _LISTINGS[key] = _listed_command_files(root, script, suffixes, names_too)
-    files, same_name = _LISTINGS[key]
+    if key not in _KEPT:
+        _KEPT[key] = _listed_command_files(root, script, suffixes, names_too)
+    files, same_name = _KEPT[key]
     return list(files), same_name
 
 
@@ -272,12 +284,17 @@ class _Names:
         path from the root (``$ROOT/train/sft.py``), or its bare name where that is not ambiguous."""
         word = word.removeprefix("./")
         if "/" in word:
-            existing = [path.resolve() for path in (directory / word, self.root / word) if path.is_file()]
+            existing = self.files(word, directory)
             if existing:
                 return self.script in existing
             return word.endswith("/" + self.script.relative_to(self.root).as_posix())
         return word == self.script.name and (directory == self.script.parent or self.unique
                                              or self._nearest_below_the_script(directory))
+
+    def files(self, word: str, directory: Path) -> list[Path]:
+        """The project's files that ``word``, written in a command file of ``directory``, leads to: from there, then
+        from the root."""
+        return [path.resolve() for path in (directory / word, self.root / word) if path.is_file()]
 
     def _nearest_below_the_script(self, directory: Path) -> bool:
         """A command file in a folder under the script's own (LLaMA-Adapter's ``gorilla/finetune/scripts/finetune/
