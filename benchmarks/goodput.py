@@ -81,12 +81,13 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 # ---- part 1: what a save costs ---------------------------------------------------------------------
-def cost_run(task: str, steps: int, mode: str, workdir: Path, src: Path = SRC, strategy: str = "auto") -> dict:
+def cost_run(task: str, steps: int, mode: str, workdir: Path, src: Path = SRC, strategy: str = "auto",
+             nproc: int = 2) -> dict:
     out = workdir / f"{task}-{mode}-{time.monotonic_ns()}"
     flags = {"none": [], "foreground": ["--save-every", "10", "--no-background-save"],
              "background": ["--save-every", "10"]}[mode]
     record = workdir / f"{out.name}-worker"  # the worker notes how long each save held the fit loop
-    command = [sys.executable, "-m", "paratrain", "run", "--nproc-per-node", "2", str(Path(__file__).resolve()),
+    command = [sys.executable, "-m", "paratrain", "run", "--nproc-per-node", str(nproc), str(Path(__file__).resolve()),
                "--startup-worker", str(record), task, "--max-steps", str(steps),
                "--no-eval-per-epoch", "--log-every", str(steps), "--keep-last", "2", "--no-tensorboard",
                "--no-progress", "--strategy", strategy, "--out", str(out), *flags]
@@ -161,7 +162,7 @@ def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
         if round_ % 2:
             order.reverse()
         for mode, (label, src) in order:
-            run = cost_run(args.task, args.steps, mode, workdir, src, args.strategy)
+            run = cost_run(args.task, args.steps, mode, workdir, src, args.strategy, args.nproc)
             runs.setdefault((mode, label), []).append(run)
             print(f"  round {round_ + 1} {mode}{label}: {run['loop_s'] * 1000:.1f} ms/step, step {run['step_s'] * 1000:.1f} ms, "
                   f"blocking {', '.join(f'{s * 1000:.0f}' for s in run['saves'])} ms (ledger), "
@@ -170,7 +171,7 @@ def part_cost(args: argparse.Namespace, workdir: Path) -> list[str]:
                   f"in the run {run['within']:+.1%} against its steps far from a save ({run['late']} late writes); "
                   f"rank 0's writing thread {_cpu_per_write(run['write_cpu'])}",
                   flush=True)
-    lines = [f"## what a save costs: {args.task}, 2 processes, strategy {args.strategy}, {args.steps} steps, saves every 10 steps, "
+    lines = [f"## what a save costs: {args.task}, {args.nproc} process(es) on {os.cpu_count()} CPUs, strategy {args.strategy}, {args.steps} steps, saves every 10 steps, "
              f"{args.rounds} round(s); load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end", "",
              "| code | saves | step (same runs) | blocking p50 | blocking p99 | p50 / step | p99 / step "
              "| the loop's whole save: p50 / step | p99 / step | save blocking / loop time | s per step vs no saves "
@@ -746,6 +747,8 @@ def main() -> int:
     parser.add_argument("--digits-step", type=float, default=None, help="--part overhead: a digits step in ms")
     parser.add_argument("--text-step", type=float, default=None, help="--part overhead: a text-cls step in ms")
     parser.add_argument("--task", default="text-cls")
+    parser.add_argument("--nproc", type=int, default=2, help="--part cost: processes of each run (1: a core left free "
+                        "for the writing thread, as on a GPU host whose cores do not all train)")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--modes", default="none,foreground,background", help="--part cost: which runs (comma-separated)")

@@ -91,8 +91,8 @@ def _failed_write(rt, directory: str) -> dict:
     ckpt.save(step=1)
     real = saving.start_writing_shards
 
-    def full_disk_on_rank_one(target, states, group):
-        started = real(target, states, group)
+    def full_disk_on_rank_one(target, states, group, *host_copy):
+        started = real(target, states, group, *host_copy)
         if rt.rank != 1:
             return started
         failed: Future = Future()
@@ -135,3 +135,76 @@ def killed_while_writing(directory: str) -> dict:
 def resume_after_kill(directory: str) -> dict:
     """Resume, save at 12 (the run's first save: foreground) and 15 (background), and leave it to rt.close()."""
     return in_runtime("fsdp", lambda rt: train(rt, directory, True, save_at=(12, 15), resume=True, wait=False))
+
+
+def live_sharded_state() -> dict:
+    return in_runtime("fsdp", _live_sharded_state)
+
+
+def _live_sharded_state(rt) -> dict:
+    """LiveState on fsdp shards: torch's answer the first time, then the same keys over the very same shards
+    without torch; and what the training thread of a background sharded save agrees on (collectives it makes)."""
+    import threading
+
+    import torch.distributed.checkpoint.state_dict as dsd
+
+    from paratrain import comm
+    from paratrain.checkpoint.snapshot import LiveState, _same_state
+
+    model, optimizer, schedule, loader = build(rt, 1)
+    batches = iter(loader)
+    for _ in range(2):
+        train_step(rt, model, optimizer, schedule, *next(batches))
+    live = LiveState()
+    first = live.model(model, sharded=True), live.optimizer(model, optimizer, sharded=True)
+    reference = dsd.get_model_state_dict(model), dsd.get_optimizer_state_dict(model, optimizer)
+    train_step(rt, model, optimizer, schedule, *next(batches))
+    calls = []
+    real = dsd.get_model_state_dict, dsd.get_optimizer_state_dict
+    dsd.get_model_state_dict = dsd.get_optimizer_state_dict = lambda *a, **k: calls.append(a)
+    try:
+        fast = live.model(model, sharded=True), live.optimizer(model, optimizer, sharded=True)
+    finally:
+        dsd.get_model_state_dict, dsd.get_optimizer_state_dict = real
+    again = dsd.get_model_state_dict(model), dsd.get_optimizer_state_dict(model, optimizer)
+    matched = {"first": _same_state(first[0], reference[0]) and _same_state(first[1], reference[1]),
+               "fast": _same_state(fast[0], again[0]) and _same_state(fast[1], again[1]),
+               "torch_calls": len(calls), "kinds": sorted({type(v).__name__ for v in fast[0].values()}),
+               "optimizer_matched": live._optimizers[optimizer]}
+
+    # collectives of the training thread during background saves after the first (foreground) one
+    ckpt = Checkpointer(rt, _scratch(rt), background=True, model=model, optimizer=optimizer, loader=loader)
+    ckpt.save(step=3)
+    counted = []
+    wrapped = {}
+    for name in ("all_gather_object", "broadcast_object", "barrier", "gather_object"):
+        original = getattr(comm, name)
+        wrapped[name] = original
+
+        def counting(*args, _name=name, _original=original, **kwargs):
+            if threading.current_thread() is threading.main_thread():
+                counted.append(_name)
+            return _original(*args, **kwargs)
+
+        setattr(comm, name, counting)
+    per_save = []
+    try:
+        for step in (4, 5):
+            train_step(rt, model, optimizer, schedule, *next(batches))
+            counted.clear()
+            ckpt.save(step=step)
+            per_save.append(list(counted))
+    finally:
+        for name, original in wrapped.items():
+            setattr(comm, name, original)
+    ckpt.finish_writing()
+    return {**matched, "collectives_per_save": per_save, "latest": ckpt.latest().name}
+
+
+def _scratch(rt) -> str:
+    """A fresh directory every rank names alike (rank 0's, shared)."""
+    import tempfile
+
+    from paratrain import comm
+
+    return comm.broadcast_object(tempfile.mkdtemp(prefix="live-sharded-") if rt.is_main else None)

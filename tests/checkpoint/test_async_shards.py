@@ -49,3 +49,32 @@ def test_kill_9_during_a_background_sharded_write_resumes_the_previous_checkpoin
     assert resumed["in_background"] == [False, True]
     assert Checkpointer(None, tmp_path, model=Net()).latest().name == "step-000015"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".step-")) == []  # no leftovers
+
+
+def test_a_background_sharded_save_agrees_twice_in_the_training_thread():
+    """Once on everything up to the copies (the previous write's outcome, the checks, the hidden directory every
+    rank names alike), once on DCP's start: the training thread makes no other collective."""
+    result = pt.spawn(workers.live_sharded_state, 2)
+    assert result["collectives_per_save"] == [["all_gather_object", "all_gather_object"]] * 2
+    assert result["latest"] == "step-000005"
+
+
+def test_the_host_copy_of_the_shards_is_kept_between_saves_and_made_again_for_another_layout():
+    import torch
+
+    from paratrain.checkpoint.async_shards import HostCopyOfShards
+
+    state = {"model": {"w": torch.arange(6.0)}, "optimizer": {"state": {}, "param_groups": [{"lr": 0.1}]}}
+    host = HostCopyOfShards()
+    first = host.stage(state)
+    state["model"]["w"] += 1  # training goes on: the copy keeps the values at the save
+    assert first["model"]["w"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    second = host.stage(state)
+    assert second["model"]["w"].data_ptr() == first["model"]["w"].data_ptr()  # the same host memory, copied into
+    assert second["model"]["w"].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    state["optimizer"]["param_groups"][0]["lr"] = 0.05
+    assert host.stage(state)["optimizer"]["param_groups"][0]["lr"] == 0.05  # plain values: the save's own
+    state["optimizer"]["state"] = {"w": {"exp_avg": torch.ones(6)}}  # an optimizer's first state: another layout
+    third = host.stage(state)
+    assert third["optimizer"]["state"]["w"]["exp_avg"].tolist() == [1.0] * 6
+    assert third["model"]["w"].data_ptr() != first["model"]["w"].data_ptr()

@@ -182,3 +182,14 @@ def test_the_first_background_save_reads_in_place_into_buffers_the_first_save_ma
     assert all(ckpt.host_buffers._buffers[path] is buffer for path, buffer in buffers.items())
     saved = load_pt(tmp_path / "ckpt" / "step-000003" / "optimizer.pt")["state"]
     assert float(saved["embed.weight"]["step"]) == 3.0  # the state at the save, copied into those buffers
+
+
+def test_live_state_reads_fsdp_shards_in_place_without_torch_after_the_first_time():
+    """2 real fsdp ranks: torch's answer at the first read, then the same keys over the very same DTensor shards
+    with neither of torch's readers called (what a background sharded save blocks on)."""
+    import paratrain as pt
+    from tests.checkpoint import async_shards_workers as workers
+
+    result = pt.spawn(workers.live_sharded_state, 2)
+    assert result["first"] and result["fast"] and result["optimizer_matched"] is True
+    assert result["torch_calls"] == 0 and result["kinds"] == ["DTensor"]

@@ -25,6 +25,7 @@ import dataclasses
 import os
 import sys
 import time
+import uuid
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +37,7 @@ from paratrain import comm
 from paratrain.arguments import check_type, reject_objects
 from paratrain.checkpoint import catalog, restoring, saving
 from paratrain.checkpoint.all_or_none import main_then_share, on_all_ranks
-from paratrain.checkpoint.async_shards import writing_group
+from paratrain.checkpoint.async_shards import HostCopyOfShards, writing_group
 from paratrain.checkpoint.auto_interval import AutoInterval
 from paratrain.checkpoint.background import BackgroundWrite
 from paratrain.checkpoint.manifest import Manifest, verify
@@ -158,6 +159,8 @@ class Checkpointer:
         self._writing: BackgroundWrite | None = None  # every rank: its thread of the background save in progress
         self._writing_name: str | None = None  # every rank: the checkpoint a thread writes
         self._group: Any = None  # every rank: the gloo group of background sharded writes, once made
+        self.hidden_suffix: str | None = None  # every rank alike, with the group: its saves' hidden directories' suffix
+        self.host_copy = HostCopyOfShards()  # every rank: the host copy of its shards, kept between background saves
         self._waits_said = 0  # rank 0: saves that waited for the previous write and said so
         self.every = every
         self.interval = AutoInterval(mtbf) if every == "auto" else None
@@ -239,6 +242,7 @@ class Checkpointer:
         use it, one save after the other, so its collectives run in the same order on every rank."""
         if self._group is None and comm.is_initialized():  # without a process group there is none to make
             self._group = writing_group()
+            self.hidden_suffix = comm.broadcast_object(uuid.uuid4().hex[:8])
             comm.before_leaving(weakref.WeakMethod(self._finish_before_leaving))
         return self._group
 

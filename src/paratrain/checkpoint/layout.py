@@ -72,8 +72,10 @@ def is_own_leftover(name: str) -> bool:
     return OWN_LEFTOVER.fullmatch(name) is not None
 
 
-def temporary_name(name: str) -> str:
-    return f".{name}.tmp-{uuid.uuid4().hex[:8]}"
+def temporary_name(name: str, suffix: str | None = None) -> str:
+    """The hidden name ``name`` is written under: with ``suffix`` (one every rank holds, so none need be told
+    rank 0's), the same on every rank; else a new random one."""
+    return f".{name}.tmp-{suffix or uuid.uuid4().hex[:8]}"
 
 
 def set_aside_name(name: str) -> str:

@@ -123,7 +123,7 @@ def save(
     temporary = Path(main_then_share(f"cannot start checkpoint {name}", lambda: str(_prepare(ckpt.directory, name))))
     try:
         if ckpt.sharded:
-            shards = on_all_ranks(f"collecting the state of checkpoint {name}", lambda: _sharded_states(ckpt, temporary))
+            shards = on_all_ranks(f"collecting the state of checkpoint {name}", lambda: _sharded_states(ckpt))
             on_all_ranks(f"writing the shards of checkpoint {name}", lambda: write_sharded(temporary, shards))
         gathered = {}
         if getattr(ckpt.access, "collective", False):
@@ -138,6 +138,8 @@ def save(
             if ckpt.background:
                 ckpt.writing_group()  # collective: made here, where every rank waits anyway, not in a background save
                 start_writing_thread()  # and the thread the next saves hand their writes to
+                if ckpt.sharded:  # and the host copy of this rank's shards, which the next saves copy into
+                    ckpt.host_copy.stage(shards)
                 if comm.is_main() and not ckpt.sharded:
                     _prepare_host_copies(ckpt)
     except CheckpointError:
@@ -186,15 +188,19 @@ def _prepare(directory: Path, name: str, hidden: str | None = None) -> Path:
     return temporary
 
 
-def _sharded_states(ckpt: Checkpointer, temporary: Path) -> dict[str, Any]:
-    """This rank's DTensor shards of every model and every optimizer that has state."""
+def _sharded_states(ckpt: Checkpointer) -> dict[str, Any]:
+    """This rank's DTensor shards of every model and every optimizer that has state (room for them checked on
+    the checkpoints' disk)."""
     states: dict[str, Any] = {}
+    live = ckpt.live_state  # torch's answer, without its per-call overhead once it matched (the first save)
     for entry in ckpt.entries:
         if entry.kind == "model":
-            states[entry.name] = model_state(entry.obj, sharded=True)
+            states[entry.name] = live.model(entry.obj, sharded=True) if live else model_state(entry.obj, sharded=True)
         elif entry.kind == "optimizer" and not optimizer_is_fresh(entry.obj):
-            states[entry.name] = optimizer_state(ckpt.model_of(entry), entry.obj, sharded=True)
-    check_free_space(temporary, tensor_bytes(states))
+            model = ckpt.model_of(entry)
+            states[entry.name] = (live.optimizer(model, entry.obj, sharded=True) if live
+                                  else optimizer_state(model, entry.obj, sharded=True))
+    check_free_space(ckpt.directory, tensor_bytes(states))
     return states
 
 
@@ -310,54 +316,60 @@ def _agree_then_write(ckpt: Checkpointer, name: str, manifest: Manifest, taken: 
 
 def _save_shards_in_background(ckpt: Checkpointer, name: str, manifest: Manifest, step: int | None,
                                check: Callable[[], None] | None) -> Path:
-    """Every rank blocks only while the previous write completes (if it still runs), DCP copies its shards
-    to host memory and rank 0 copies the one-file parts; a thread on every rank then waits for its shards
-    to be written, agrees with the other ranks on the outcome, and rank 0 writes the one-file parts and
-    commits (:func:`_shards_write`). Collective.
+    """Every rank blocks only while the previous write completes (if it still runs), for its checks and a copy
+    of its shards to host memory (into the copy kept from the previous save) and, on rank 0, a copy of the
+    one-file parts; then a thread on every rank waits for its shards to be written, agrees with the other ranks
+    on the outcome, and rank 0 writes the one-file parts and commits (:func:`_shards_write`). Collective: two
+    agreements in the training thread, one on everything up to the copies (the previous write's outcome
+    included), one on DCP's start.
 
-    A rank that fails to copy its shards after another rank started writing leaves that rank's DCP thread
+    A rank that fails to start DCP's write after another rank started it leaves that rank's DCP thread
     waiting on the writing group: the group is dropped (the next save makes a new one) and the thread
-    gives up at the group's timeout.
+    gives up at the group's timeout. Nothing fails between the first agreement and that start but DCP's own
+    copy, so a check that refuses the save (weights not finite) or a failed previous write never does so.
     """
     rng_state = rng.capture()  # before anything else runs: the state the loop has now
     per_rank = {e.name: comm.gather_object(e.obj.state_dict()) for e in ckpt.entries if e.kind == "per_rank"}
     ckpt.hold_directory()  # held since the first save: nothing to do
-    ckpt.finish_writing(f"saving {name} (said once: later waits count as save blocking in the goodput ledger)",
-                        say=ckpt._waits_said < 1)  # one write at a time; a failed one raises here, on every rank
     group = ckpt.writing_group()
-    hidden = temporary_name(name)  # rank 0's is the one made, and shared in the same all-gather
+    # every rank knows the hidden directory's name: the suffix was agreed with the writing group
+    temporary = ckpt.directory / temporary_name(name, ckpt.hidden_suffix)
 
-    def begin() -> None:  # every rank: the check; rank 0: the hidden directory
+    ckpt._writing_name = None  # waited for below, within the agreement
+
+    def collect() -> Any:
+        # the previous write, complete (one write at a time); its failure, agreed by the threads, raised here
+        ckpt.wait_for_previous(f"saving {name}")
         if check is not None:
             check()
         if comm.is_main():
-            _prepare(ckpt.directory, name, hidden)
+            _prepare(ckpt.directory, name, temporary.name)
+        # every rank its shards; rank 0 a host copy of the one-file parts, checked now
+        return _sharded_states(ckpt), (_host_snapshot(ckpt, per_rank) if comm.is_main() else None)
 
     try:
-        _, shared = on_all_ranks_sharing(f"saving checkpoint {name}", begin, (rng_state, hidden))
-        rng_states = [state for state, _ in shared]
-        temporary = ckpt.directory / shared[0][1]
-
-        def collect() -> Any:  # every rank its shards; rank 0 a host copy of the one-file parts, checked now
-            return _sharded_states(ckpt, temporary), (_host_snapshot(ckpt, per_rank) if comm.is_main() else None)
-
-        shards, taken = on_all_ranks(f"collecting the state of checkpoint {name}", collect)
+        try:
+            (shards, taken), shared = on_all_ranks_sharing(f"saving checkpoint {name}", collect, rng_state)
+        except CheckpointError as exc:
+            if getattr(exc.__cause__, "agreed", False):  # the previous write's failure, the same on every rank
+                raise exc.__cause__ from None
+            raise
         try:
             future = on_all_ranks(f"copying the shards of checkpoint {name}",
-                                  lambda: start_writing_shards(temporary, shards, group))
+                                  lambda: start_writing_shards(temporary, shards, group, ckpt.host_copy))
         except CheckpointError:
             ckpt.drop_writing_group()  # a rank that did start waits on it in vain: never use it again
             raise
     except CheckpointError:  # on every rank together: all return once the hidden directory is gone
         if comm.is_main():
-            shutil.rmtree(ckpt.directory / hidden, ignore_errors=True)
+            shutil.rmtree(temporary, ignore_errors=True)
         comm.barrier(name=f"cleaning up the failed checkpoint {name}")
         raise
     except BaseException:
         if comm.is_main():
-            shutil.rmtree(ckpt.directory / hidden, ignore_errors=True)
+            shutil.rmtree(temporary, ignore_errors=True)
         raise
-    ckpt.start_writing(name, _shards_write(ckpt, name, manifest, temporary, future, taken, rng_states, step, group))
+    ckpt.start_writing(name, _shards_write(ckpt, name, manifest, temporary, future, taken, shared, step, group))
     ckpt._writing_name = name  # every rank: finish_writing() waits for it (collectively)
     return ckpt.directory / name
 

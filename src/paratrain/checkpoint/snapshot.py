@@ -142,28 +142,30 @@ def can_wait(optimizer: Any) -> bool:
 
 class LiveState:
     """Model and optimizer state in torch's ``get_model_state_dict`` / ``get_optimizer_state_dict``
-    layout (whole tensors, in place: no copies), read without torch's per-call overhead once it was
-    checked to match. Not collective; for whole-tensor (not sharded) state only."""
+    layout (in place: no copies; an fsdp model's DTensor shards as they are), read without torch's per-call
+    overhead once it was checked to match (the very same tensors, or DTensors over the very same shards, under
+    the same keys). Not collective. ``sharded``: what torch gives when it does not match is this rank's shards
+    in place (a DCP save's input), not whole tensors on the CPU."""
 
     def __init__(self) -> None:
         self._models: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._optimizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer → matched torch's answer?
 
-    def model(self, module: torch.nn.Module) -> dict[str, Any]:
+    def model(self, module: torch.nn.Module, sharded: bool = False) -> dict[str, Any]:
         live = module.state_dict()
         known = self._models.get(module)  # (module.state_dict()'s keys, {torch's key: its key} or None)
         if known is not None and known[0] == tuple(live):
-            if known[1] is None:  # a layout it does not match: torch's whole-tensor answer
-                return model_state(module, sharded=False)
+            if known[1] is None:  # a layout it does not match: torch's answer
+                return model_state(module, sharded=sharded)
             return {key: live[source] for key, source in known[1].items()}
         reference = model_layout(module)
         keys = _match_keys(reference, live)
         self._models[module] = (tuple(live), keys)
-        return reference if keys is not None else model_state(module, sharded=False)
+        return reference if keys is not None else model_state(module, sharded=sharded)
 
-    def optimizer(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    def optimizer(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, sharded: bool = False) -> dict[str, Any]:
         if optimizer_is_fresh(optimizer):
-            return optimizer_state(module, optimizer, sharded=False)
+            return optimizer_state(module, optimizer, sharded=sharded)
         matched = self._optimizers.get(optimizer)
         if matched is None:  # the first time: compared with torch's answer in place
             reference = _torch_optimizer_state(module, optimizer)
@@ -171,7 +173,7 @@ class LiveState:
             if matched:
                 return reference
         fast = _optimizer_by_name(module, optimizer) if matched else None
-        return fast if fast is not None else optimizer_state(module, optimizer, sharded=False)
+        return fast if fast is not None else optimizer_state(module, optimizer, sharded=sharded)
 
 
 def _torch_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -181,8 +183,15 @@ def _torch_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optim
 
 
 def _view(tensor: Any) -> tuple[Any, ...] | None:
-    if not isinstance(tensor, torch.Tensor) or getattr(tensor, "_local_tensor", None) is not None:
+    """What makes two tensors read the very same values: their memory and its layout; for a DTensor, its shard's,
+    and how the shards make the whole (mesh, placements, global shape)."""
+    if not isinstance(tensor, torch.Tensor):
         return None
+    local = getattr(tensor, "_local_tensor", None)
+    if local is not None:
+        shard = _view(local)
+        return None if shard is None else (
+            "dtensor", id(tensor.device_mesh), tuple(str(p) for p in tensor.placements), tuple(tensor.shape), shard)
     return tensor.device, tensor.dtype, tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride())
 
 
