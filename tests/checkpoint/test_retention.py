@@ -50,3 +50,29 @@ def test_saving_a_step_again_after_resuming_an_older_one_replaces_it(tmp_path):
     assert names(tmp_path) == ["latest", "step-000001", "step-000002"]
     assert second.sequence > first.sequence and second.extra == {"attempt": 2}
     assert ckpt.resume().extra == {"attempt": 2}
+
+
+def test_a_checkpoint_pruned_while_another_process_reads_the_list_is_left_out_not_raised(tmp_path, monkeypatch):
+    """A reader beside the run (a watcher, `paratrain goodput`) lists the checkpoints while retention removes the
+    oldest: the one that vanished between its marker's check and its manifest's read is skipped, not a traceback."""
+    from paratrain.checkpoint import catalog, manifest
+
+    model, optimizer = trained()
+    ckpt = Checkpointer(None, tmp_path, model=model, optimizer=optimizer, keep_last=3)
+    for step in (1, 2):
+        ckpt.save(step=step)
+    real = manifest.sha256_file
+
+    def pruned_meanwhile(path):
+        if path.parent.name == "step-000001":  # retention removes it right after its marker was seen
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real(path)
+
+    monkeypatch.setattr(manifest, "sha256_file", pruned_meanwhile)
+    assert [path.name for path, _ in catalog.complete(tmp_path)] == ["step-000002"]
+    import pytest
+
+    from paratrain.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match="was removed while it was read"):
+        read_manifest(tmp_path / "step-000001")

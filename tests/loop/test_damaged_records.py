@@ -52,7 +52,11 @@ class DeleteOutDir:
         import shutil
 
         if (trainer.out_dir / "checkpoints").is_dir():
-            shutil.rmtree(trainer.out_dir)
+            for _ in range(100):  # as `rm -rf` run again: TensorBoard's thread may add a file while the tree goes
+                shutil.rmtree(trainer.out_dir, ignore_errors=True)
+                if not trainer.out_dir.exists():
+                    return
+            raise AssertionError(f"{trainer.out_dir} could not be removed")
 
     def __getattr__(self, name):  # every other hook: nothing
         return lambda *args: None

@@ -87,11 +87,14 @@ def read_manifest(directory: Path) -> Manifest:
         raise CheckpointError(f"{directory} has no {COMPLETE} marker: its save never finished; it is not a checkpoint")
     if not manifest_path.exists():
         raise CheckpointError(f"{manifest_path} is missing; the checkpoint is damaged")
-    expected = marker.read_text().split()[-1:]
-    if expected != [sha256_file(manifest_path)]:
-        raise CheckpointError(f"{manifest_path} does not match its {COMPLETE} marker (corrupted or edited)")
     try:
+        expected = marker.read_text().split()[-1:]
+        if expected != [sha256_file(manifest_path)]:
+            raise CheckpointError(f"{manifest_path} does not match its {COMPLETE} marker (corrupted or edited)")
         data = json.loads(manifest_path.read_text())
+    except FileNotFoundError:
+        # Read beside the run that writes it (`paratrain goodput`, a watcher): its retention removed it meanwhile.
+        raise CheckpointError(f"{directory} was removed while it was read (an older checkpoint its run pruned)") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{manifest_path} is not valid JSON ({exc}); the checkpoint is damaged") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
