@@ -79,7 +79,7 @@ def read_manifest(directory: Path) -> Manifest:
 
     Raises:
         CheckpointError: no marker (an unfinished save), no or unreadable manifest,
-            or a manifest that does not match its marker (corrupted).
+            a manifest that does not match its marker (corrupted), or the checkpoint removed while it was read.
     """
     directory = Path(directory)
     marker, manifest_path = directory / COMPLETE, directory / MANIFEST
