@@ -26,11 +26,11 @@ _SKIPPED = {"node_modules", "site-packages", "build", "dist", "venv", "env", "__
 
 def project_calls(script: Path, method: str) -> bool:
     """Some Python file of ``script``'s project, other than the script, has ``.method(`` in its text."""
-    root = _marked_root(script.resolve())
+    root = marked_root(script.resolve())
     if root is None:
         return False
     needle = f".{method}(".encode()
-    return any(needle in (read_small_file(path) or b"") for path in _python_files(root) if path != script.resolve())
+    return any(needle in (read_small_file(path) or b"") for path in python_files(root) if path != script.resolve())
 
 
 def project_names(script: Path, name: str) -> bool | None:
@@ -49,10 +49,10 @@ def project_names(script: Path, name: str) -> bool | None:
 def _names_used_elsewhere(script: Path) -> frozenset[bytes] | None:
     """Every name the other files of ``script``'s marked project may use as one of its functions (the forms
     :func:`project_names` lists), read once per script: a check asks for many names."""
-    root = _marked_root(script)
+    root = marked_root(script)
     if root is None:
         return None
-    files = [path for path in _python_files(root) if path != script] + [root / "pyproject.toml", root / "setup.cfg"]
+    files = [path for path in python_files(root) if path != script] + [root / "pyproject.toml", root / "setup.cfg"]
     texts = [read_small_file(path) or b"" for path in files]
     text = b"\n".join(texts)
     stem = re.escape(script.stem.encode())
@@ -73,12 +73,13 @@ def called_only_here(script: Path, name: str, method: bool) -> bool:
     """No other file of ``script``'s marked project may call its function ``name`` (:func:`project_names`; a method:
     nor ``.name(``): a program no other file imports counts, as its functions run only as it calls them. False
     when nothing marks the project's root."""
-    if _marked_root(script.resolve()) is None or project_names(script, name) is True:
+    if marked_root(script.resolve()) is None or project_names(script, name) is True:
         return False
     return not (method and project_calls(script, name))
 
 
-def _marked_root(script: Path) -> Path | None:
+def marked_root(script: Path) -> Path | None:
+    """The nearest directory above ``script`` that a root marker names its project's (``.git``, ``pyproject.toml``…)."""
     for directory in script.parents:
         if any((directory / marker).exists() for marker in ROOT_MARKERS):
             return directory
@@ -86,7 +87,9 @@ def _marked_root(script: Path) -> Path | None:
 
 
 @functools.lru_cache(maxsize=16)
-def _python_files(root: Path) -> tuple[Path, ...]:
+def python_files(root: Path) -> tuple[Path, ...]:
+    """The project's Python files under ``root``, in a stable order: at most ``_MAX_FILES``, hidden and
+    virtual-environment directories skipped; listed once per root."""
     found: list[Path] = []
     for directory, subdirectories, files in os.walk(root):
         subdirectories[:] = sorted(d for d in subdirectories if not d.startswith(".") and d not in _SKIPPED)

@@ -20,6 +20,7 @@ from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.guard_texts import (
     DEVICE_GUARD, DISTRIBUTED_TEST, EVERY_RANK_OF_A_RUN, GLOBAL_GUARD, LOCAL_GUARD, ONE_PROCESS_TEST, PER_MACHINE,
     RANK_ZERO_DECORATOR, environ_presence, not_main_membership, turns_distribution_off)
+from paratrain.diagnostics.project_callers import callers_guard
 from paratrain.diagnostics.project_mentions import project_names
 from paratrain.diagnostics.rank_values import global_rank_value, returning_the_global_rank
 from paratrain.diagnostics.tree_walk import walk
@@ -341,7 +342,10 @@ class RankGuards:
                 return ""
             # A module's function that no other file of its project names either never runs (LSGM's
             # `utils.save_checkpoint`, which the trainers replaced with saves of their own).
-            return "global" if self.main_block() is not None or self._unnamed_elsewhere(function) else ""
+            if self.main_block() is not None or self._unnamed_elsewhere(function):
+                return "global"
+            # FocalNet's `utils.save_checkpoint`, called by main.py under `if dist.get_rank() == 0`
+            return callers_guard(self.script, function.name) if self.script is not None else ""
         kinds = set()
         for use in uses:
             if self.scope(use) is function and (isinstance(use, ast.Name) or ast.unparse(use.value) in ("self", "cls")):

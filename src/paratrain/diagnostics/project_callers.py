@@ -1,0 +1,170 @@
+"""How the other files of a module's project guard their calls of one of its functions.
+
+FocalNet's ``utils.save_checkpoint`` holds a bare ``torch.save``; its one caller, ``main.py``, calls it under
+``if dist.get_rank() == 0 and …:``. Read on its own, the module's save looks like every rank's; read with its
+callers, it runs on rank 0 only::
+
+    callers_guard(Path("utils.py"), "save_checkpoint")   # "global": every call elsewhere is under a rank-0 test
+
+Only files that import the module (``from utils import save_checkpoint``, ``import utils``, ``from pkg import
+utils``) count as callers, and only calls of the name as imported (``save_checkpoint(``, ``utils.save_checkpoint(``).
+A file that names the function in any other way (hands it on as a callback, registers it) may run it anywhere, and
+the answer is then ``""``. Each caller's own guard is read within its file (its functions' callers there too), not
+from further files: one level, so a check stays bounded.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from pathlib import Path
+
+from paratrain.diagnostics.project_imports import read_small_file
+from paratrain.diagnostics.project_mentions import marked_root, python_files
+from paratrain.diagnostics.tree_walk import walk
+
+_MAX_CALLER_FILES = 8  # files that import the module and name the function; more than that: not followed
+
+
+def callers_guard(script: Path, name: str) -> str:
+    """The weakest guard over the calls of ``script``'s top-level function ``name`` in the other files of its marked
+    project: ``"global"`` when every one is under a rank-0 test, ``"local"`` when every one is at least under a
+    local-rank test, ``""`` when one is not, when a file names it other than by a call, when no file calls it, or
+    when nothing marks the project's root."""
+    return _callers_guard(script.resolve(), name)
+
+
+@functools.lru_cache(maxsize=256)
+def _callers_guard(script: Path, name: str) -> str:
+    root = marked_root(script)
+    if root is None:
+        return ""
+    word = re.compile(rb"\b" + re.escape(name.encode()) + rb"\b")
+    callers = []
+    for path, text in _importers(script, root):
+        if word.search(text):
+            bound = _imported_from_script(path, script, root)
+            if bound is None or name in bound.values() or "*" in bound.values() or "" in bound.values():
+                callers.append(path)
+    if len(callers) > _MAX_CALLER_FILES:
+        return ""
+    kinds = set()
+    for path in callers:
+        found = _guards_in(path, script, root, name)
+        if found is None:
+            return ""
+        kinds |= found
+    if kinds == {"global"}:
+        return "global"
+    return "local" if kinds and "" not in kinds else ""
+
+
+@functools.lru_cache(maxsize=256)
+def _imported_from_script(path: Path, script: Path, root: Path) -> dict[str, str] | None:
+    """:func:`_bindings` of ``path``'s import statements alone (None when one does not parse on its own)."""
+    return _bindings(_import_statements(read_small_file(path) or b""), path, script, root)
+
+
+@functools.lru_cache(maxsize=4)
+def _importers(script: Path, root: Path) -> tuple[tuple[Path, bytes], ...]:
+    """The project's other files that may import ``script`` (its name shows in them), with their bytes: read once
+    per module, as a check asks for each of its functions."""
+    stem = re.compile(rb"\b" + re.escape(script.stem.encode()) + rb"\b")
+    return tuple((path, text) for path in python_files(root) if path != script
+                 and stem.search(text := read_small_file(path) or b""))
+
+
+def _guards_in(path: Path, script: Path, root: Path, name: str) -> set[str] | None:
+    """The guards over ``path``'s calls of ``script``'s function ``name`` (imported by name, or called through the
+    module imported as a whole); None when the file names it in another way than a call, or cannot be read."""
+    facts = _facts_of(path)
+    if facts is None:
+        return None
+    bound = _bindings(facts.tree, path, script, root) or {}
+    functions = {local for local, original in bound.items() if original in (name, "*")} | ({name} if "*" in bound else set())
+    modules = {local for local, original in bound.items() if original == ""}
+    kinds: set[str] = set()
+    for node in walk(facts.tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in functions:
+            return None  # a function of its own by that name: its calls may be of either
+        named = isinstance(node, ast.Name) and node.id in functions
+        if not (named or isinstance(node, ast.Attribute) and node.attr == name and ast.unparse(node.value) in modules):
+            continue
+        call = facts.parents.get(node)
+        if not (isinstance(call, ast.Call) and call.func is node):
+            return None  # handed on, or stored: it runs where something else decides
+        kinds.add(facts.guard(call))
+    return kinds
+
+
+@functools.lru_cache(maxsize=16)
+def _facts_of(path: Path):
+    """The facts of a caller, read once (its guards are asked for each function it calls). None when unreadable."""
+    from paratrain.diagnostics.script_facts import ScriptFacts  # script_facts asks this module: imported when used
+
+    try:
+        return ScriptFacts.read(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
+        return None
+
+
+_LINE = rb"(?:[^\\\n]|\\[\s\S])*"  # to the end of the line, and of the lines a backslash continues it on
+_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import[ \t]+(?:\([^)]*\)|" + _LINE + rb")|import[ \t]+" + _LINE + rb")",
+                     re.MULTILINE)
+
+
+def _import_statements(text: bytes) -> ast.Module | None:
+    """The file's import statements alone (wherever they stand), parsed one by one: what it imports is known
+    without parsing the whole file, for the many files that turn out not to import the module. None when one does
+    not parse on its own."""
+    tree = ast.Module(body=[], type_ignores=[])
+    for match in _IMPORT.finditer(text):
+        try:
+            tree.body.extend(ast.parse(match.group().decode("utf-8", "replace").strip()).body)
+        except SyntaxError:
+            return None
+    return tree
+
+
+def _bindings(tree: ast.Module | None, path: Path, script: Path, root: Path) -> dict[str, str] | None:
+    """What ``path``'s imports bind from ``script``: each local name → the name of the function it stands for
+    (``from utils import save as f`` → ``{"f": "save"}``; ``"*"`` for a star import), or ``""`` for the module itself
+    (``import pkg.utils as U``, ``from pkg import utils``). The module's dotted name is looked for as Python would,
+    from the file's directory or any directory above it up to the project's root. None when ``tree`` is None."""
+    if tree is None:
+        return None
+    bound: dict[str, str] = {}
+    for node in walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _names_script(alias.name, 0, path, script, root):
+                    bound[alias.asname or alias.name] = ""
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if _names_script(node.module or "", node.level, path, script, root):
+                    bound[alias.asname or alias.name] = alias.name
+                elif _names_script(f"{node.module}.{alias.name}" if node.module else alias.name, node.level, path,
+                                   script, root):
+                    bound[alias.asname or alias.name] = ""
+    return bound
+
+
+def _names_script(dotted: str, level: int, path: Path, script: Path, root: Path) -> bool:
+    """``dotted``, imported from ``path`` (``level`` dots before it), is the module ``script``."""
+    return bool(dotted) and dotted in _script_names(path.parent, script, root, level)
+
+
+@functools.lru_cache(maxsize=1024)
+def _script_names(directory: Path, script: Path, root: Path, level: int) -> frozenset[str]:
+    """The dotted names ``script`` goes by in an import written in ``directory``: relative to ``directory``'s
+    ``level - 1``-th parent for a relative import, else to any directory above both up to the root."""
+    if level:
+        bases = [directory.parents[level - 2] if level > 1 else directory] if level - 1 <= len(directory.parents) else []
+    else:
+        bases = [d for d in (directory, *directory.parents) if (d == root or root in d.parents) and d in script.parents]
+    names = set()
+    for base in bases:
+        if base in script.parents:
+            names.add(".".join(script.relative_to(base).with_suffix("").parts))
+    return frozenset(names)
