@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from paratrain.diagnostics.check_finding import Finding
 from paratrain.diagnostics.dead_code import never_runs
 from paratrain.diagnostics.library_calls import peft_prints, pretty_prints, tqdm_writes
-from paratrain.diagnostics.print_silencing import print_replaced, print_silenced, runs_before, silencing_calls
+from paratrain.diagnostics.print_silencing import (
+    open_above, print_replaced, print_silenced, runs_before, silencing_calls)
+from paratrain.diagnostics.project_launches import launch_above
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, last_name
 from paratrain.diagnostics.tree_walk import walk
@@ -81,7 +83,10 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         and not never_runs(facts, call)
     ]
     why = "print runs on every rank: each line appears once per process, interleaved"
-    if print_silenced(facts) or print_replaced(facts):
+    opened = _opened_print(facts)
+    if opened:
+        why = opened
+    elif print_silenced(facts) or print_replaced(facts):
         silencing = silencing_calls(facts)
         prints = [call for call in prints if any(runs_before(facts, call, then) for then in silencing)]
         why = (f"print runs on every rank before `{last_name(silencing[0])}` (line {silencing[0].lineno}) quiets "
@@ -93,6 +98,21 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         "pt.print(...) or `if dist.get_rank() == 0:` for messages; gather values first "
         "(pt.all_reduce) when every rank's number matters",
     )
+
+
+def _opened_print(facts: ScriptFacts) -> str:
+    """Why the script's prints run on every rank although its project replaced print to quiet them: the
+    replacement prints on every rank above a job size (MAE's ``get_world_size() > 8``) and a command of the
+    project starts the script in more processes than that (mage's README: ``--nproc_per_node=8 --nnodes=8``).
+    "" otherwise: a count the commands do not write in numbers leaves the replacement taken as quieting."""
+    if facts.script is None or not (print_silenced(facts) or print_replaced(facts)):
+        return ""
+    sizes = [size for size in (facts.imported.print_open_above, open_above(facts.tree)) if size is not None]
+    launch = launch_above(facts.script, min(sizes)) if sizes else None
+    if launch is None:
+        return ""
+    return (f"print runs on every rank: the project's print replacement lets every rank print once a job has more "
+            f"than {min(sizes)} processes, and {launch.where} starts more; each line appears once per process")
 
 
 def project_call_prints(facts: ScriptFacts) -> Iterator[Finding]:

@@ -49,6 +49,8 @@ class ImportedNames:
     print_replaced: bool = False  # a called function replaces builtins.print (or stdout)
     print_replaced_at_import: bool = False  # an imported module's own statements do (DLRM's extend_distributed)
     print_replacers: set[str] = field(default_factory=set)  # the called functions that replace it
+    # the job size above which a replacement lets every rank print (MAE's `force or get_world_size() > 8`)
+    print_open_above: int | None = None
     reads_local_rank_env: bool = False  # a called function (or an imported module's import) reads LOCAL_RANK
     # → the parameter test their prints run under (`print_rank_0(msg, rank)`: `if rank <= 0: print(msg)`)
     rank_argument_prints: dict[str, RankArgumentPrint] = field(default_factory=dict)

@@ -20,6 +20,26 @@ PRINT_SILENCING_HELPERS = ("init_distributed_mode", "setup_for_distributed")
 # `sys.stdout = open(os.devnull, "w")` (under a rank test) silences print, and logging to sys.stdout set up after it.
 _PRINT_SILENCED = re.compile(r"builtins\.print\s*=|__builtin__\.print\s*=|sys\.stdout\s*=\s*open\(\s*os\.devnull")
 _PRINT_KEYWORDS = ("sep", "end", "file", "flush")
+_WORLD_SIZE = re.compile(r"(?:\w+\.)*(?:get_world_size\(\)|world_size)")
+
+
+def open_above(node: ast.AST) -> int | None:
+    """The job size above which the print that ``node`` puts in place of builtins.print lets every rank print:
+    MAE's ``setup_for_distributed`` (copied by its many descendants) defines ``print`` with ``force = force or
+    (get_world_size() > 8)`` and sets ``builtins.print = print``, so that a large job's ranks all report. Read in
+    the replacing function only (``if world_size > 1:`` elsewhere says nothing of it). None without such a test."""
+    replacing = {ast.unparse(node.value) for node in walk(node) if isinstance(node, ast.Assign)
+                 and any(ast.unparse(target) in ("builtins.print", "__builtin__.print") for target in node.targets)}
+    sizes = []
+    for function in walk(node):
+        if not (isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and function.name in replacing):
+            continue
+        for compare in (n for n in walk(function) if isinstance(n, ast.Compare) and len(n.ops) == 1):
+            limit = compare.comparators[0]
+            if (_WORLD_SIZE.fullmatch(ast.unparse(compare.left)) and isinstance(limit, ast.Constant)
+                    and type(limit.value) is int and isinstance(compare.ops[0], (ast.Gt, ast.GtE))):
+                sizes.append(limit.value - isinstance(compare.ops[0], ast.GtE))
+    return min(sizes) if sizes else None
 
 
 def print_replaced(facts: ScriptFacts) -> bool:

@@ -53,6 +53,7 @@ from paratrain.diagnostics.project_rendezvous import fixed_rendezvous_calls
 from paratrain.diagnostics.project_norms import ProjectNorms
 from paratrain.diagnostics.project_prints import ProjectPrints
 from paratrain.diagnostics.project_savers import stored_rank_flags
+from paratrain.diagnostics.print_silencing import open_above
 from paratrain.diagnostics.project_wrapped_saves import might_save_a_wrapper, wrapped_save
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, keyword, last_name, returned_module, returned_test_kind
@@ -86,6 +87,7 @@ class _Does:
     sets_levels_by_rank: bool
     joins_process_group: bool
     replaces_print: bool  # builtins.print or sys.stdout assigned
+    print_open_above: int | None  # the job size above which its replaced print prints on every rank (MAE's)
     reads_local_rank_env: bool
     attributes_read: set[str]  # read before it sets them
     attributes_stored: set[str]
@@ -252,6 +254,8 @@ class _Reader:
             if done.replaces_print:
                 names.print_replaced = True
                 names.print_replacers.add(callee)
+                if done.print_open_above is not None:
+                    names.print_open_above = min(done.print_open_above, names.print_open_above or done.print_open_above)
             names.reads_local_rank_env |= done.reads_local_rank_env
             names.attributes_read |= done.attributes_read
             names.attributes_stored |= done.attributes_stored
@@ -274,6 +278,7 @@ class _Reader:
             # XLM's `init_distributed_mode(params)` makes the process group in slurm.py: the script is distributed
             joins_process_group=any(last_name(call) in _GROUP_CALLS for call in calls),
             replaces_print=_replaces_print(reached),
+            print_open_above=open_above(reached) if _replaces_print(reached) else None,
             reads_local_rank_env=reads_local_rank_env(reached),
             attributes_read=attributes_read_before_set(reached),
             attributes_stored={node.attr for node in nodes

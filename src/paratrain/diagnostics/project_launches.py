@@ -38,8 +38,8 @@ from pathlib import Path
 
 from paratrain.diagnostics.project_imports import ROOT_MARKERS, project_root, read_small_file
 
-__all__ = ["COMMAND_QUOTES", "Command", "Launch", "deprecated_launch", "listings_kept", "multi_process_launch",
-           "project_commands"]
+__all__ = ["COMMAND_QUOTES", "Command", "Launch", "deprecated_launch", "launch_above", "listings_kept",
+           "multi_process_launch", "project_commands"]
 
 MAX_FILES = 400
 MAX_BYTES = 256_000
@@ -83,6 +83,14 @@ def deprecated_launch(script: Path) -> Launch | None:
     any process count (PixArt's README starts it so with ``--nproc_per_node=1``); None as for
     :func:`multi_process_launch`."""
     return _first_launch_or_none(script, lambda launcher, options, before: launcher == "torch.distributed.launch")
+
+
+def launch_above(script: Path, processes: int) -> Launch | None:
+    """The first command of the script's project that starts it in more than ``processes`` processes, counted from
+    its literal options (``--nproc_per_node=8 --nnodes=4``: 32; deepspeed's ``--num_gpus`` × ``--num_nodes``,
+    accelerate's ``--num_processes``); a count written with a variable, or left to the machine, is not known and
+    does not count. None as for :func:`multi_process_launch`."""
+    return _first_launch_or_none(script, lambda launcher, options, before: (_count(launcher, options) or 0) > processes)
 
 
 @dataclass(frozen=True)
@@ -360,6 +368,26 @@ def _options(words: list[str]) -> tuple[dict[str, str], str | None]:
         options[name.replace("-", "_").lstrip("_")] = value
         index += 1
     return options, None
+
+
+def _count(launcher: str, options: dict[str, str]) -> int | None:
+    """The processes the command starts in all, when its options say so in numbers (elastic ``--nnodes=1:4``: the
+    most); None otherwise."""
+    if launcher == "deepspeed":
+        names = ("num_gpus", "num_nodes")
+    elif launcher == "accelerate launch":
+        names = ("num_processes",)
+    else:
+        names = ("nproc_per_node", "nnodes")
+    if "$" in options or not any(name in options for name in names):
+        return None
+    count = 1
+    for name in names:
+        value = options.get(name, "1").rpartition(":")[2]
+        if not value.isdigit():
+            return None
+        count *= int(value)
+    return count
 
 
 def _several(launcher: str, options: dict[str, str], before: list[str]) -> bool:
