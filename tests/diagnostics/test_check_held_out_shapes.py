@@ -737,3 +737,68 @@ def test_a_project_saver_is_read_with_the_scripts_own_idea_of_a_checkpoint_write
         script = project(tmp_path / kind, {"train.py": script_text(body), "helpers.py": text})
         found[kind] = [f.line for f in check_file(script) if f.rule == "save-on-every-rank"]
     assert found == {"pretrained": [6], "safetensors": [6], "dead": [], "rank-aware": []}
+
+
+TRAINER_WITH_ITS_OWN_SAVE_PRETRAINED = """\
+from accelerate import Accelerator
+
+
+class Trainer:
+    def __init__(self, model):
+        self.accelerator = Accelerator()
+        self.model = self.accelerator.prepare(model)
+
+    def save_pretrained(self, directory):
+        self.accelerator.wait_for_everyone()
+        self.accelerator.unwrap_model(self.model).save_pretrained(
+            directory, save_function=self.accelerator.save, is_main_process=self.accelerator.is_main_process)
+
+    def learn(self, steps):
+        for step in range(steps):
+            if step % 100 == 0:
+                self.save_pretrained(f"checkpoint_{step}")
+"""
+
+
+def test_a_trainers_own_save_pretrained_is_its_code_not_hugging_faces():
+    # trlx's trainer: its `self.save_pretrained` hands is_main_process on to the model's; no save on every rank
+    assert [rule for _, rule in rules(TRAINER_WITH_ITS_OWN_SAVE_PRETRAINED)] == []
+    # the model's own save_pretrained, not told which process is the main one, still is
+    plain = TRAINER_WITH_ITS_OWN_SAVE_PRETRAINED.replace(
+        "self.save_pretrained(f\"checkpoint_{step}\")", "self.model.save_pretrained(f\"checkpoint_{step}\")")
+    assert (17, "save-on-every-rank") in rules(plain)
+
+
+PORT_FROM_THE_CLOCK = """\
+import argparse
+import os
+import time
+
+import torch.distributed as dist
+
+
+def parse_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args()
+
+
+def setup_ddp(rank, world_size, seed):
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = str(seed)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+
+
+def initialize_environment_ddp(rank, world_size, seed=0):
+    seed = (seed + int(time.time())) % 55535 + 10000
+    setup_ddp(rank, world_size, seed)
+"""
+
+
+def test_a_port_named_seed_computed_from_the_clock_is_not_the_seed_options_default():
+    # Music-Source-Separation-Training: the `--seed` option and setup_ddp's `seed` share a name only
+    assert "hardcoded-rendezvous" not in [rule for _, rule in rules(PORT_FROM_THE_CLOCK)]
+    # an option named for the port, handed on by name, still reaches MASTER_PORT with its fixed default
+    port = PORT_FROM_THE_CLOCK.replace('"--seed", type=int, default=0', '"--master_port", type=int, default=12355')
+    port = port.replace("str(seed)", "str(master_port)").replace("world_size, seed)", "world_size, master_port)")
+    assert (10, "hardcoded-rendezvous") in rules(port)

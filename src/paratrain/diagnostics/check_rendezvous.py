@@ -354,11 +354,15 @@ def _environ_option_defaults(facts: ScriptFacts) -> Iterator[Finding]:
         if variable is None or _default_only(facts, node, variable):
             continue
         for part in walk(node.value):
-            if isinstance(part, (ast.Name, ast.Attribute)) and last_name(part) in defaults:
+            if isinstance(part, (ast.Name, ast.Attribute)) and last_name(part) in defaults and (
+                    isinstance(part, ast.Attribute) or _ADDRESS_WORD.search(part.id)):  # a bare name may be a local
                 reaching.setdefault(last_name(part), variable)
                 break
     for name, variable in {**facts.imported.environ_parameters, **environ_parameters(facts)}.items():
-        if name in defaults:
+        # by its name alone only when it names an address or a port: Music-Source-Separation-Training's
+        # `setup_ddp(rank, world_size, seed)` writes MASTER_PORT from a `seed` its caller computed from the clock,
+        # not from the `--seed` option
+        if name in defaults and _ADDRESS_WORD.search(name):
             reaching.setdefault(name, variable)
     reaching.update({option: variable for option, variable in _passed_to_writers(facts, defaults).items()
                      if option not in reaching})
@@ -375,6 +379,9 @@ def _environ_option_defaults(facts: ScriptFacts) -> Iterator[Finding]:
         )
 
 
+_ADDRESS_WORD = re.compile(r"port|addr|host|master|url|ip\b|ip_", re.IGNORECASE)
+
+
 def _passed_to_writers(facts: ScriptFacts, defaults: dict[str, ast.Call]) -> dict[str, str]:
     """Options handed to a function of the file at a parameter it writes into a rendezvous variable."""
     writers = environ_parameters(facts)
@@ -388,6 +395,7 @@ def _passed_to_writers(facts: ScriptFacts, defaults: dict[str, ast.Call]) -> dic
         given = [(param, arg) for param, arg in zip(params, call.args) if not isinstance(arg, ast.Starred)]
         given += [(kw.arg, kw.value) for kw in call.keywords if kw.arg is not None]
         for param, arg in given:
-            if param in writers and isinstance(arg, (ast.Name, ast.Attribute)) and last_name(arg) in defaults:
+            if param in writers and isinstance(arg, (ast.Name, ast.Attribute)) and last_name(arg) in defaults and (
+                    isinstance(arg, ast.Attribute) or _ADDRESS_WORD.search(arg.id)):  # a bare name may be a local
                 found[last_name(arg)] = writers[param]
     return found

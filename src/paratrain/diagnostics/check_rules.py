@@ -119,9 +119,22 @@ def checkpoint_writer(facts: ScriptFacts, call: ast.Call) -> str | None:
     if name in ("save_file", "save_model") and facts.full_name(call).startswith("safetensors."):
         return f"safetensors' {name}"
     if name == "save_pretrained" and isinstance(call.func, ast.Attribute) and not any(
-            kw.arg == "is_main_process" and not is_true(kw.value) for kw in call.keywords):
+            kw.arg == "is_main_process" and not is_true(kw.value) for kw in call.keywords) and not _own_method(facts, call):
         return f"`{ast.unparse(call.func)}`"
     return None
+
+
+def _own_method(facts: ScriptFacts, call: ast.Call) -> bool:
+    """``self.save_pretrained(...)`` inside a class of the file that defines ``save_pretrained`` itself (trlx's
+    trainer, whose own ``save_pretrained`` passes ``is_main_process`` on): a call of its own code, whose saves are
+    judged where they are written, not Hugging Face's."""
+    if not (isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) in ("self", "cls")):
+        return False
+    node = facts.parents.get(call)
+    while node is not None and not isinstance(node, ast.ClassDef):
+        node = facts.parents.get(node)
+    return node is not None and any(isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and
+                                    item.name == call.func.attr for item in node.body)
 
 
 def _saves_when_called_so(facts: ScriptFacts, call: ast.Call) -> bool:
