@@ -802,3 +802,38 @@ def test_a_port_named_seed_computed_from_the_clock_is_not_the_seed_options_defau
     port = PORT_FROM_THE_CLOCK.replace('"--seed", type=int, default=0', '"--master_port", type=int, default=12355')
     port = port.replace("str(seed)", "str(master_port)").replace("world_size, seed)", "world_size, master_port)")
     assert (10, "hardcoded-rendezvous") in rules(port)
+
+
+DATASET_THAT_CHOOSES_WHO_WARNS = """\
+import torch.distributed as dist
+
+
+class Tracks:
+    def __init__(self, folders):
+        should_print = not dist.is_initialized() or dist.get_rank() == 0
+        self.tracks = []
+        for folder in folders:
+            if len(folder) == 0 and should_print:
+                print("Warning: no tracks found in", folder)
+            self.tracks.append(folder)
+"""
+
+TRAIN_BUILDING_IT = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from dataset import Tracks
+
+dist.init_process_group("nccl")
+data = Tracks(["a", ""])
+model = DDP(torch.nn.Linear(2, 2))
+"""
+
+
+def test_a_project_print_under_an_and_with_a_stored_rank_test_is_rank_zeros(tmp_path):
+    # Music-Source-Separation-Training's datasets: `if len(found) == 0 and should_print:`
+    script = project(tmp_path / "chosen", {"train.py": TRAIN_BUILDING_IT, "dataset.py": DATASET_THAT_CHOOSES_WHO_WARNS})
+    assert "print-on-every-rank" not in [f.rule for f in check_file(script)]
+    every = DATASET_THAT_CHOOSES_WHO_WARNS.replace("len(folder) == 0 and should_print", "len(folder) == 0")
+    script = project(tmp_path / "every", {"train.py": TRAIN_BUILDING_IT, "dataset.py": every})
+    assert (7, "print-on-every-rank") in [(f.line, f.rule) for f in check_file(script)]

@@ -228,7 +228,10 @@ def _flags(function: _Function) -> set[str]:
 
 
 def _chosen(test: ast.expr, flags: set[str]) -> bool:
-    """The test names a rank, the main process, verbosity; or is a flag of ``flags`` alone (``if not quiet:``)."""
+    """The test names a rank, the main process, verbosity; or is a flag of ``flags`` alone (``if not quiet:``), or
+    one part of an ``and`` is (Music-Source-Separation-Training's ``if len(found) == 0 and should_print:``)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(_chosen(v, flags) for v in test.values):
+        return True
     bare = test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else test
     return bool(_CHOOSING.search(ast.unparse(test))) or isinstance(bare, (ast.Name, ast.Attribute)) and ast.unparse(bare) in flags
 
