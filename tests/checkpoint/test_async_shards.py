@@ -78,3 +78,28 @@ def test_the_host_copy_of_the_shards_is_kept_between_saves_and_made_again_for_an
     third = host.stage(state)
     assert third["optimizer"]["state"]["w"]["exp_avg"].tolist() == [1.0] * 6
     assert third["model"]["w"].data_ptr() != first["model"]["w"].data_ptr()
+
+
+def test_dcp_plans_are_kept_per_host_copy_and_a_changed_layout_still_saves_everything(tmp_path):
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.planner import SavePlanner
+
+    from paratrain.checkpoint.async_shards import HostCopyOfShards
+
+    host = HostCopyOfShards()
+    state = {"model": {"w": torch.arange(6.0)}}
+    written = []
+    for save, extra in enumerate((None, None, "b", None)):
+        if extra:  # another tensor: the local plan changes, the kept plans are merged, not reused as they were
+            state["model"][extra] = torch.full((3,), 7.0)
+        state["model"]["w"] += 1
+        planner = host.planner()
+        dcp.save(host.stage(state), checkpoint_id=str(tmp_path / f"s{save}"), planner=planner, no_dist=True)
+        written.append({key: value.clone() for key, value in state["model"].items()})
+        assert host.plans_key in SavePlanner._cached_save_plan  # the plans of this copy, under its own name
+    assert "DefaultSavePlanner" not in SavePlanner._cached_save_plan  # a user's own DCP saves keep theirs apart
+    for save, expected in enumerate(written):
+        loaded = {"model": {key: torch.zeros_like(value) for key, value in expected.items()}}
+        dcp.load(loaded, checkpoint_id=str(tmp_path / f"s{save}"), no_dist=True)
+        assert all(torch.equal(loaded["model"][key], expected[key]) for key in expected)
