@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from paratrain.diagnostics.check_rules import RULES, Finding
+from paratrain.diagnostics.project_callers import forget as forget_callers
 from paratrain.diagnostics.project_facts import read_project_facts
 from paratrain.diagnostics.project_launches import listings_kept
 from paratrain.diagnostics.script_facts import ScriptFacts
@@ -45,6 +46,7 @@ def check_source(source: str, filename: str = "<script>", script: Path | None = 
         ConfigError: the source is not valid Python (names the file and line).
     """
     forget_walks()  # the walks of the previous check's trees
+    forget_callers()  # the project files the previous check read for its callers
     source = source.removeprefix("\ufeff")  # a byte-order mark, which Python itself skips
     try:
         facts = ScriptFacts.read(source)

@@ -75,6 +75,12 @@ def _importers(script: Path, root: Path) -> tuple[tuple[Path, bytes], ...]:
                  and stem.search(text := read_small_file(path) or b""))
 
 
+def forget() -> None:
+    """Drop the files and facts kept for callers (at the start of each check: a file may have changed since)."""
+    for cached in (_callers_guard, _imported_from_script, _importers, _facts_of, _script_names):
+        cached.cache_clear()
+
+
 def _guards_in(path: Path, script: Path, root: Path, name: str) -> set[str] | None:
     """The guards over ``path``'s calls of ``script``'s function ``name`` (imported by name, or called through the
     module imported as a whole); None when the file names it in another way than a call, or cannot be read."""
