@@ -83,14 +83,15 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         and not never_runs(facts, call)
     ]
     why = "print runs on every rank: each line appears once per process, interleaved"
-    opened = _opened_print(facts)
-    if opened:
-        why = opened
-    elif print_silenced(facts) or print_replaced(facts):
-        silencing = silencing_calls(facts)
-        prints = [call for call in prints if any(runs_before(facts, call, then) for then in silencing)]
-        why = (f"print runs on every rank before `{last_name(silencing[0])}` (line {silencing[0].lineno}) quiets "
-               "the other ranks: each line appears once per process, interleaved") if silencing else why
+    if print_silenced(facts) or print_replaced(facts):
+        opened = _opened_print(facts)
+        if opened:
+            why = opened
+        else:
+            silencing = silencing_calls(facts)
+            prints = [call for call in prints if any(runs_before(facts, call, then) for then in silencing)]
+            why = (f"print runs on every rank before `{last_name(silencing[0])}` (line {silencing[0].lineno}) quiets "
+                   "the other ranks: each line appears once per process, interleaved") if silencing else why
     else:
         prints += _literal_rank_prints(facts)
     yield from first_of(
@@ -104,8 +105,9 @@ def _opened_print(facts: ScriptFacts) -> str:
     """Why the script's prints run on every rank although its project replaced print to quiet them: the
     replacement prints on every rank above a job size (MAE's ``get_world_size() > 8``) and a command of the
     project starts the script in more processes than that (mage's README: ``--nproc_per_node=8 --nnodes=8``).
-    "" otherwise: a count the commands do not write in numbers leaves the replacement taken as quieting."""
-    if facts.script is None or not (print_silenced(facts) or print_replaced(facts)):
+    "" otherwise: a count the commands do not write in numbers leaves the replacement taken as quieting. Asked only
+    of a script whose print is replaced or silenced."""
+    if facts.script is None:
         return ""
     sizes = [size for size in (facts.imported.print_open_above, open_above(facts.tree)) if size is not None]
     launch = launch_above(facts.script, min(sizes)) if sizes else None

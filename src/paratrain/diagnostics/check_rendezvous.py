@@ -354,8 +354,7 @@ def _environ_option_defaults(facts: ScriptFacts) -> Iterator[Finding]:
         if variable is None or _default_only(facts, node, variable):
             continue
         for part in walk(node.value):
-            if isinstance(part, (ast.Name, ast.Attribute)) and last_name(part) in defaults and (
-                    isinstance(part, ast.Attribute) or _ADDRESS_WORD.search(part.id)):  # a bare name may be a local
+            if _may_be_the_option(part, defaults):
                 reaching.setdefault(last_name(part), variable)
                 break
     for name, variable in {**facts.imported.environ_parameters, **environ_parameters(facts)}.items():
@@ -382,6 +381,14 @@ def _environ_option_defaults(facts: ScriptFacts) -> Iterator[Finding]:
 _ADDRESS_WORD = re.compile(r"port|addr|host|master|url|ip\b|ip_", re.IGNORECASE)
 
 
+def _may_be_the_option(node: ast.AST, defaults: dict[str, ast.Call]) -> bool:
+    """``node`` reads an option of ``defaults``: ``args.port``, or a bare name the option's own when it names an
+    address or a port (a bare ``seed`` may be a local computed from anything)."""
+    if isinstance(node, ast.Attribute):
+        return node.attr in defaults
+    return isinstance(node, ast.Name) and node.id in defaults and bool(_ADDRESS_WORD.search(node.id))
+
+
 def _passed_to_writers(facts: ScriptFacts, defaults: dict[str, ast.Call]) -> dict[str, str]:
     """Options handed to a function of the file at a parameter it writes into a rendezvous variable."""
     writers = environ_parameters(facts)
@@ -395,7 +402,6 @@ def _passed_to_writers(facts: ScriptFacts, defaults: dict[str, ast.Call]) -> dic
         given = [(param, arg) for param, arg in zip(params, call.args) if not isinstance(arg, ast.Starred)]
         given += [(kw.arg, kw.value) for kw in call.keywords if kw.arg is not None]
         for param, arg in given:
-            if param in writers and isinstance(arg, (ast.Name, ast.Attribute)) and last_name(arg) in defaults and (
-                    isinstance(arg, ast.Attribute) or _ADDRESS_WORD.search(arg.id)):  # a bare name may be a local
+            if param in writers and _may_be_the_option(arg, defaults):
                 found[last_name(arg)] = writers[param]
     return found

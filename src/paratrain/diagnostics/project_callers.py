@@ -44,7 +44,7 @@ def _callers_guard(script: Path, name: str) -> str:
     callers = []
     for path, text in _importers(script, root):
         if word.search(text):
-            bound = _imported_from_script(path, script, root)
+            bound = _imported_from_script(path, text, script, root)
             if bound is None or name in bound.values() or "*" in bound.values() or "" in bound.values():
                 callers.append(path)
     if len(callers) > _MAX_CALLER_FILES:
@@ -61,9 +61,10 @@ def _callers_guard(script: Path, name: str) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _imported_from_script(path: Path, script: Path, root: Path) -> dict[str, str] | None:
-    """:func:`_bindings` of ``path``'s import statements alone (None when one does not parse on its own)."""
-    return _bindings(_import_statements(read_small_file(path) or b""), path, script, root)
+def _imported_from_script(path: Path, text: bytes, script: Path, root: Path) -> dict[str, str] | None:
+    """:func:`_bindings` of the import statements alone of ``path`` (``text``, its bytes as :func:`_importers` read
+    them); None when one does not parse on its own."""
+    return _bindings(_import_statements(text), path, script, root)
 
 
 @functools.lru_cache(maxsize=4)
@@ -88,7 +89,7 @@ def _guards_in(path: Path, script: Path, root: Path, name: str) -> set[str] | No
     if facts is None:
         return None
     bound = _bindings(facts.tree, path, script, root) or {}
-    functions = {local for local, original in bound.items() if original in (name, "*")} | ({name} if "*" in bound else set())
+    functions = {local for local, original in bound.items() if original == name} | ({name} if "*" in bound else set())
     modules = {local for local, original in bound.items() if original == ""}
     kinds: set[str] = set()
     for node in walk(facts.tree):

@@ -255,7 +255,8 @@ class _Reader:
                 names.print_replaced = True
                 names.print_replacers.add(callee)
                 if done.print_open_above is not None:
-                    names.print_open_above = min(done.print_open_above, names.print_open_above or done.print_open_above)
+                    names.print_open_above = min(size for size in (done.print_open_above, names.print_open_above)
+                                                 if size is not None)
             names.reads_local_rank_env |= done.reads_local_rank_env
             names.attributes_read |= done.attributes_read
             names.attributes_stored |= done.attributes_stored
