@@ -6,7 +6,6 @@ import errno
 import os
 import signal
 import time
-from concurrent.futures import Future
 from pathlib import Path
 
 import paratrain as pt
@@ -84,23 +83,19 @@ def _background_matches_foreground(rt, root: str) -> dict:
 
 
 def _failed_write(rt, directory: str) -> dict:
-    """Rank 1's shards fail to be written (a full disk, told by its Future): the next wait raises on both ranks.
-    Then a background save whose check fails on rank 1 fails on both, before anything is written."""
+    """Rank 1's shards fail to be written (a full disk): the next wait raises on both ranks. Then a background
+    save whose check fails on rank 1 fails on both at the next wait, before anything is written."""
     model, optimizer, schedule, loader = build(rt, 1)
     ckpt = Checkpointer(rt, directory, background=True, model=model, optimizer=optimizer, loader=loader)
     ckpt.save(step=1)
-    real = saving.start_writing_shards
+    real = saving.write_shards
 
-    def full_disk_on_rank_one(target, states, group, *host_copy):
-        started = real(target, states, group, *host_copy)
-        if rt.rank != 1:
-            return started
-        failed: Future = Future()
-        started.add_done_callback(lambda _: failed.set_exception(
-            OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))))
-        return failed
+    def full_disk_on_rank_one(target, staged, group, host_copy):
+        real(target, staged, group, host_copy)
+        if rt.rank == 1:  # what DCP's storage writer raises when the disk is full
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
 
-    saving.start_writing_shards = full_disk_on_rank_one
+    saving.write_shards = full_disk_on_rank_one
     try:
         ckpt.save(step=2)
         error = "no error"
@@ -109,18 +104,20 @@ def _failed_write(rt, directory: str) -> dict:
         except pt.CheckpointError as exc:
             error = str(exc)
     finally:
-        saving.start_writing_shards = real
+        saving.write_shards = real
 
     def refuse_on_rank_one() -> None:  # save(check=...): what the fit loop checks (weights finite, ...)
         if rt.rank == 1:
             raise RuntimeError("weights are not finite")
 
-    refused = "no error"
+    refused, refused_at = "no error", "nowhere"
     try:
         ckpt.save(step=3, check=refuse_on_rank_one)
+        refused_at = "finish_writing"
+        ckpt.finish_writing()
     except pt.CheckpointError as exc:
         refused = str(exc)
-    return {"error": error, "refused": refused, "listing": _listing(directory), "latest": ckpt.latest().name}
+    return {"error": error, "refused": refused, "refused_at": refused_at, "listing": _listing(directory), "latest": ckpt.latest().name}
 
 
 def _listing(directory: str) -> list[str]:

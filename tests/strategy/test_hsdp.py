@@ -1,7 +1,7 @@
 """hsdp on 4 real gloo processes as 2 nodes × 2 (two `paratrain run` launchers over 127.0.0.1, and
 again in two network namespaces joined by a veth pair): the numbers of one process with the whole
-batch, a mesh whose shard groups are the nodes, and a checkpoint that fsdp on the same 4, ddp on 2
-and one plain process resume on the same trajectory; `paratrain train` with strategy auto on two
+batch, a mesh whose shard groups are the nodes, and a checkpoint (written in the background) that fsdp on
+the same 4, ddp on 2 and one plain process resume on the same trajectory; `paratrain train` with strategy auto on two
 nodes, which shards with hsdp and says why in its first line.
 
 Run as a module under `paratrain run`, this file is the job every node runs (:func:`node_job`).
@@ -25,7 +25,8 @@ from tests.strategy.recipes import CLIP, SEED, Net, dataset, flat_state, sgd
 from tests.support import clean_env, free_port, paratrain_cmd
 
 STEPS = 20
-SAVE_AT = 10  # the hsdp run checkpoints after this step, and goes on
+FIRST_SAVE_AT = 5  # the hsdp run checkpoints after this step (in the foreground: a run's first save) …
+SAVE_AT = 10  # … and after this one (in the background), and goes on
 GLOBAL = 16  # rows per step, split evenly over the ranks
 RTOL = 1e-6
 
@@ -51,16 +52,22 @@ def node_job(out: str) -> None:
     model = Net()
     model, optimizer = rt.setup(model, sgd(model.parameters()))
     mesh = next(model.parameters()).device_mesh
-    first = train_steps(rt, model, optimizer, 0, SAVE_AT)
-    pt.Checkpointer(rt, Path(out) / "ckpt", model=model, optimizer=optimizer).save(step=SAVE_AT)
+    ckpt = pt.Checkpointer(rt, Path(out) / "ckpt", model=model, optimizer=optimizer, background=True)
+    first = train_steps(rt, model, optimizer, 0, FIRST_SAVE_AT)
+    ckpt.save(step=FIRST_SAVE_AT)  # a run's first save: in the foreground
+    more = train_steps(rt, model, optimizer, FIRST_SAVE_AT, SAVE_AT)
+    ckpt.save(step=SAVE_AT)  # in the background: written by every rank's thread while training goes on
+    in_background = ckpt._writing_name is not None
     second = train_steps(rt, model, optimizer, SAVE_AT, STEPS)
+    ckpt.finish_writing()
+    first = {key: first[key] + more[key] for key in first}
     state = flat_state(rt.full_state_dict(model))
     nodes = pt.all_gather_object(rt.strategy.process.node_rank)
     auto_sees = detect().num_nodes  # what strategy="auto" is given: 2 nodes, so a sharded model gets hsdp
     record = {"losses": first["losses"] + second["losses"], "norms": first["norms"] + second["norms"],
               "state": state, "mesh": mesh.mesh.tolist(), "mesh_dims": list(mesh.mesh_dim_names), "nodes": nodes,
               "auto_sees_nodes": auto_sees, "local_numel": sum(p.to_local().numel() for p in model.parameters()),
-              "full_numel": sum(p.numel() for p in model.parameters())}
+              "full_numel": sum(p.numel() for p in model.parameters()), "in_background": in_background}
     rt.close()
     record["fsdp_resumed"] = resume_job("fsdp", str(Path(out) / "ckpt"))
     if pt.rank() == 0:
@@ -148,6 +155,7 @@ def test_two_hosts_of_two_processes_match_one_process_with_the_whole_batch(two_h
 
 def test_a_checkpoint_of_hsdp_resumes_on_fsdp_over_the_four_processes(two_nodes):
     _, record = two_nodes
+    assert record["in_background"]  # the checkpoint every resume below starts from was written in the background
     assert record["fsdp_resumed"]["strategy"] == "fsdp"
     assert_same(record["fsdp_resumed"], record, STEPS - SAVE_AT)
 

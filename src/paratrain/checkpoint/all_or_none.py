@@ -36,18 +36,9 @@ def on_all_ranks(doing: str, step: Callable[[], T], group: Any = None) -> T:
         CheckpointError: ``step`` raised on some rank; the message names the first
             failing rank (when there are several processes) and its error.
     """
-    return on_all_ranks_sharing(doing, step, None, group)[0]
-
-
-def on_all_ranks_sharing(doing: str, step: Callable[[], T], share: Any, group: Any = None) -> tuple[T, list[Any]]:
-    """:func:`on_all_ranks`, and every rank's ``share`` (picklable) in rank order, in the same one
-    all-gather. Collective.
-
-    Raises:
-        CheckpointError: as :func:`on_all_ranks`.
-    """
     result, outcome, local = run_here(doing, step)
-    return result, agree(outcome, share, group, local)
+    agree(outcome, None, group, local)
+    return result
 
 
 Outcome = tuple[str, bool] | None  # None: it succeeded; else one line naming the failure, and whether a restart can help

@@ -1,12 +1,11 @@
-"""Sharded checkpoints written in the background, with torch.distributed.checkpoint's ``async_save``.
+"""Sharded checkpoints written in the background with torch.distributed.checkpoint.
 
-``async_save`` copies this rank's shards to host memory in the calling thread (the only part that
-blocks training) and writes them in a thread of DCP's own; that thread's collectives (the save plan,
-the coordinator's ``.metadata``, the agreement on the outcome) run on the process group it is given.
-On the group training uses they could interleave with training's own collectives in another order on
-each rank (a deadlock, or tensors summed into the wrong call); so the writes get a gloo group of their
-own, made once by every rank together (``async_save`` also insists on a CPU backend: "A CPU backend
-must be enabled for async save").
+The training thread copies this rank's shards to host memory (:meth:`HostCopyOfShards.stage`, the only part of
+the shards that blocks training) and hands the copy to the rank's writing thread (:mod:`.background`), which writes
+it with DCP's ``save`` once the ranks agreed on the save. DCP's collectives (the save plan, the coordinator's
+``.metadata``, the agreement on the outcome) run on the process group they are given; on the group training uses
+they could interleave with training's own collectives in another order on each rank (a deadlock, or tensors
+summed into the wrong call); so the writes get a gloo group of their own, made once by every rank together.
 
 The host copy is kept between saves (:class:`HostCopyOfShards`): DCP's own stager allocates a new one at every
 save, which on 2 CPU ranks took ~30 ms of the ~35 ms a background save blocked for (deep copies of every DTensor);
@@ -18,7 +17,6 @@ the ~160 ms of CPU one rank's write of text-cls's fsdp state cost.
 from __future__ import annotations
 
 import itertools
-from concurrent.futures import Future
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -43,13 +41,10 @@ def writing_group() -> Any:
 
 
 class HostCopyOfShards:
-    """A stager for DCP's ``async_save`` (its ``AsyncStager`` protocol; torch's ``BlockingAsyncStager`` with its
-    cache, without importing DCP before a save needs it) that keeps its host copy of a rank's shards from one save
-    to the next: a save copies into it, made again only when the states' layout (keys, shapes, dtypes, placements)
-    changed (an optimizer's first state). The copy is complete when ``stage`` returns. Only one write reads it at
-    a time: a save waits for the previous write before it copies."""
-
-    should_synchronize_after_execute = False  # the copy is made in stage(), before training goes on
+    """A host copy of a rank's shards kept from one save to the next (DCP's own stager allocates a new one at
+    every save): a save copies into it, made again only when the states' layout (keys, shapes, dtypes,
+    placements) changed (an optimizer's first state). The copy is complete when :meth:`stage` returns. Only one
+    write reads it at a time: a save waits for the previous write before it copies."""
 
     def __init__(self) -> None:
         self._copy: dict[str, Any] | None = None
@@ -79,12 +74,6 @@ class HostCopyOfShards:
             self._layout = layout
         return _copy_state_dict(state_dict, self._copy, type_check=False)  # as torch's own stager
 
-    def synchronize_staging(self) -> None:
-        """Nothing: the copy is complete when :meth:`stage` returns."""
-
-    def close(self) -> None:
-        """Nothing: the copy is kept for the next save."""
-
 
 _copies = itertools.count()
 
@@ -100,17 +89,17 @@ def _layout(value: Any) -> Any:
     return None
 
 
-def start_writing_shards(directory: Path, states: dict[str, Any], group: Any,
-                         host_copy: HostCopyOfShards | None = None) -> Future:
-    """Copy this rank's shards of ``states`` to host memory, then write them with DCP in a thread;
-    the returned Future completes when they are written (its ``result()`` raises what the write raised,
-    DCP's own agreement: a failure on any rank fails every rank's Future). Collective on ``group``:
-    every rank starts it for the same checkpoint, and no other write runs on ``group`` until it completes.
+def write_shards(directory: Path, staged: dict[str, Any], group: Any, host_copy: HostCopyOfShards) -> None:
+    """Write this rank's shards, as :meth:`HostCopyOfShards.stage` copied them, with DCP into ``directory``'s
+    shards folder (files fsynced). Collective on ``group``: every rank writes the same checkpoint's shards
+    together, from its writing thread, and no other write runs on ``group`` meanwhile.
+
+    Raises:
+        CheckpointException: DCP's, on every rank when the write failed on any.
     """
     import torch.distributed.checkpoint as dcp
 
     target = Path(directory) / SHARDED_DIR
     target.mkdir(parents=True, exist_ok=True)
-    return dcp.async_save(states, storage_writer=dcp.FileSystemWriter(str(target), sync_files=True),
-                          planner=host_copy.planner() if host_copy is not None else None,
-                          process_group=group, async_stager=host_copy)
+    dcp.save(staged, storage_writer=dcp.FileSystemWriter(str(target), sync_files=True),
+             planner=host_copy.planner(), process_group=group)

@@ -265,11 +265,6 @@ class Checkpointer:
                     raise
                 print(f"paratrain: the background write of a checkpoint failed: {exc}", file=sys.stderr, flush=True)
 
-    def drop_writing_group(self) -> None:
-        """Forget the writing group (a write that started on some ranks only left it waiting); the next
-        background sharded save makes a new one. Every rank together."""
-        self._group = None
-
     def finish_writing(self, before: str = "going on", say: bool = True) -> None:
         """Wait until the checkpoint being written in the background (if any) is complete; say so on
         stderr when it was still being written and ``say``. Collective.
@@ -305,7 +300,7 @@ class Checkpointer:
     def agreement_pending(self) -> bool:
         """Whether the last save returned before the ranks agreed on it (a background save after the first):
         what its ``check`` found on another rank is known at the next save or wait. Not collective."""
-        return self._writing is not None and not self.sharded
+        return self._writing is not None
 
     def _join(self, before: str, say: bool) -> None:
         writing, self._writing = self._writing, None

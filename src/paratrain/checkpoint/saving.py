@@ -10,9 +10,9 @@
 With ``background=True`` (after the first save) every rank blocks only for its own checks and, on
 rank 0, a host copy of the state (the optimizers' state in host memory: copied by rank 0's thread, before
 their next step); a thread on every rank then agrees with the others, and rank 0's runs
-steps 1, 3 and 4 (:mod:`.background`) only when every rank succeeded, while training goes on. Sharded checkpoints: rank 0 runs step 1 in the foreground, every rank copies its shards to
-host memory (DCP's ``async_save``, :mod:`.async_shards`) and a thread on every rank waits for them to
-be written; the threads agree, and rank 0's runs steps 3 and 4.
+steps 1, 3 and 4 (:mod:`.background`) only when every rank succeeded, while training goes on. Sharded
+checkpoints: every rank also copies its shards to host memory (:mod:`.async_shards`); once the threads agreed,
+rank 0's runs step 1, every rank's step 2, rank 0's steps 3 and 4.
 
 A process killed at any point leaves either the old set of checkpoints or the
 new one; a half-written directory keeps its hidden name and is never read.
@@ -33,8 +33,8 @@ import torch
 
 from paratrain import comm
 from paratrain.checkpoint import catalog, rng
-from paratrain.checkpoint.all_or_none import Outcome, agree, main_then_share, on_all_ranks, on_all_ranks_sharing, run_here
-from paratrain.checkpoint.async_shards import start_writing_shards
+from paratrain.checkpoint.all_or_none import Outcome, agree, main_then_share, on_all_ranks, run_here
+from paratrain.checkpoint.async_shards import write_shards
 from paratrain.checkpoint.background import start_writing_thread
 from paratrain.checkpoint.files import (
     check_writable_directory,
@@ -283,125 +283,124 @@ def _agree_then_write(ckpt: Checkpointer, name: str, manifest: Manifest, taken: 
             raise
 
     rng_states: list[Any] = []
+    writing = False  # the ranks agreed: rank 0 writes alone, the others wait for it
 
     def write() -> str:
+        nonlocal writing
         here = outcome
         if taken is not None:  # rank 0: the copies left to this thread, then the checks that the state can be saved
             try:
                 _, here, _ = run_here(f"saving checkpoint {name}", lambda: _finish_snapshot(ckpt, taken))
             finally:
                 ckpt.copies_before_step.done()  # before any wait for another rank: training steps on
-        comm.barrier(name=f"agreeing on checkpoint {name}", group=group)
-        writing = False
-        try:
-            rng_states[:] = agree(here, rng_state, group)
-            writing = True
-            return main_then_share(f"writing checkpoint {name}", write_here, group)
-        except CheckpointError as exc:
-            error = CheckpointError(f"checkpoint {name} was not saved: {exc}")
-            error.restart_can_help = getattr(exc, "restart_can_help", True)
-            error.agreed = True  # the same error on every rank: the training thread raises it as it is
-            raise error from exc
-        except RuntimeError as exc:  # gloo's timeout on the writing group, or a peer gone: not agreed
-            late, ranks = ("rank 0 (writing it)", [0]) if writing and not comm.is_main() else ("a rank", [])
-            raise CollectiveTimeoutError(
-                f"checkpoint {name}: {late} did not take part in the ranks' agreement on it within "
-                f"{comm.DEFAULT_TIMEOUT_S:g}s (it crashed or hangs; a write that takes longer needs a larger "
-                f"PARATRAIN_TIMEOUT): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-                late_ranks=ranks,
-            ) from exc
+        rng_states[:] = _agree_in_thread(name, here, rng_state, group)
+        writing = True
+        return main_then_share(f"writing checkpoint {name}", write_here, group)
 
-    return write
+    return lambda: _as_agreed(name, write, lambda: writing)
+
+
+def _agree_in_thread(name: str, outcome: Outcome, share: Any, group: Any) -> list[Any]:
+    """A writing thread's agreement on checkpoint ``name``, on ``group``: a monitored barrier (a rank that does not
+    reach it within ``PARATRAIN_TIMEOUT`` is named), then one all-gather of every rank's ``outcome`` (its check
+    and copies) and ``share`` (returned in rank order). Collective on ``group``.
+
+    Raises:
+        CheckpointError: some rank's outcome is a failure; on every rank alike, naming the rank.
+    """
+    comm.barrier(name=f"agreeing on checkpoint {name}", group=group)
+    return agree(outcome, share, group)
+
+
+def _as_agreed(name: str, write: Callable[[], str], rank_0_alone: Callable[[], bool]) -> str:
+    """Run a writing thread's ``write`` of checkpoint ``name``: a :class:`CheckpointError`, which every rank's
+    thread raises alike (the ranks agreed on it), says the checkpoint was not saved and is marked ``agreed``
+    (the training thread raises it as it is); a late rank named by the agreement's barrier is raised as it is; a
+    timeout of the writing group or a peer gone (another ``RuntimeError``), not agreed, becomes a :class:`CollectiveTimeoutError` naming rank 0 when, by ``rank_0_alone()``, the others
+    were waiting for it alone."""
+    try:
+        return write()
+    except CheckpointError as exc:
+        error = CheckpointError(f"checkpoint {name} was not saved: {exc}")
+        error.restart_can_help = getattr(exc, "restart_can_help", True)
+        error.agreed = True
+        raise error from exc
+    except CollectiveTimeoutError:  # the monitored barrier's: it names the late rank already
+        raise
+    except RuntimeError as exc:
+        late, ranks = ("rank 0 (writing it)", [0]) if rank_0_alone() and not comm.is_main() else ("a rank", [])
+        raise CollectiveTimeoutError(
+            f"checkpoint {name}: {late} did not take part in the ranks' agreement on it within "
+            f"{comm.DEFAULT_TIMEOUT_S:g}s (it crashed or hangs; a write that takes longer needs a larger "
+            f"PARATRAIN_TIMEOUT): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+            late_ranks=ranks,
+        ) from exc
 
 
 def _save_shards_in_background(ckpt: Checkpointer, name: str, manifest: Manifest, step: int | None,
                                check: Callable[[], None] | None) -> Path:
-    """Every rank blocks only while the previous write completes (if it still runs), for its checks and a copy
-    of its shards to host memory (into the copy kept from the previous save) and, on rank 0, a copy of the
-    one-file parts; then a thread on every rank waits for its shards to be written, agrees with the other ranks
-    on the outcome, and rank 0 writes the one-file parts and commits (:func:`_shards_write`). Collective: two
-    agreements in the training thread, one on everything up to the copies (the previous write's outcome
-    included), one on DCP's start.
+    """Every rank blocks only for what it does alone: its thread of the previous save joined (that save's outcome,
+    the same on every rank, raised here), ``check`` run, its generator states taken, its shards copied to host
+    memory (into the copy kept from the previous save) and, on rank 0, a host copy of the one-file parts. A thread
+    on every rank then agrees with the others on the writing group, and only when every rank succeeded writes
+    (:func:`_shards_write`). Collective, with no collective of its own in the training thread (but a strategy's
+    per-rank state, gathered first as in a foreground save).
 
-    A rank that fails to start DCP's write after another rank started it leaves that rank's DCP thread
-    waiting on the writing group: the group is dropped (the next save makes a new one) and the thread
-    gives up at the group's timeout. Nothing fails between the first agreement and that start but DCP's own
-    copy, so a check that refuses the save (weights not finite) or a failed previous write never does so.
+    What ``check`` or the copies raise on any rank is not raised here: nothing is written for this save, and
+    every rank raises it, naming the rank and this checkpoint, at the next save, :meth:`finish_writing` or
+    :meth:`close` — one save later than a foreground save would (as a one-file background save).
     """
     rng_state = rng.capture()  # before anything else runs: the state the loop has now
+    ckpt._writing_name = None
+    ckpt.wait_for_previous(f"saving {name}")  # every rank: one write at a time; a failed one raises here
     per_rank = {e.name: comm.gather_object(e.obj.state_dict()) for e in ckpt.entries if e.kind == "per_rank"}
     ckpt.hold_directory()  # held since the first save: nothing to do
     group = ckpt.writing_group()
     # every rank knows the hidden directory's name: the suffix was agreed with the writing group
     temporary = ckpt.directory / temporary_name(name, ckpt.hidden_suffix)
 
-    ckpt._writing_name = None  # waited for below, within the agreement
-
-    def collect() -> Any:
-        # the previous write, complete (one write at a time); its failure, agreed by the threads, raised here
-        ckpt.wait_for_previous(f"saving {name}")
+    def snapshot() -> Any:  # every rank: the check and a host copy of its shards; rank 0: of the one-file parts
         if check is not None:
             check()
-        if comm.is_main():
-            _prepare(ckpt.directory, name, temporary.name)
-        # every rank its shards; rank 0 a host copy of the one-file parts, checked now
-        return _sharded_states(ckpt), (_host_snapshot(ckpt, per_rank) if comm.is_main() else None)
+        shards = ckpt.host_copy.stage(_sharded_states(ckpt))
+        return shards, (_host_snapshot(ckpt, per_rank) if comm.is_main() else None)
 
-    try:
-        try:
-            (shards, taken), shared = on_all_ranks_sharing(f"saving checkpoint {name}", collect, rng_state)
-        except CheckpointError as exc:
-            if getattr(exc.__cause__, "agreed", False):  # the previous write's failure, the same on every rank
-                raise exc.__cause__ from None
-            raise
-        try:
-            future = on_all_ranks(f"copying the shards of checkpoint {name}",
-                                  lambda: start_writing_shards(temporary, shards, group, ckpt.host_copy))
-        except CheckpointError:
-            ckpt.drop_writing_group()  # a rank that did start waits on it in vain: never use it again
-            raise
-    except CheckpointError:  # on every rank together: all return once the hidden directory is gone
-        if comm.is_main():
-            shutil.rmtree(temporary, ignore_errors=True)
-        comm.barrier(name=f"cleaning up the failed checkpoint {name}")
-        raise
-    except BaseException:
-        if comm.is_main():
-            shutil.rmtree(temporary, ignore_errors=True)
-        raise
-    ckpt.start_writing(name, _shards_write(ckpt, name, manifest, temporary, future, taken, shared, step, group))
+    taken, outcome, _ = run_here(f"saving checkpoint {name}", snapshot)
+    shards, one_file = taken if taken is not None else (None, None)
+    ckpt.start_writing(name, _shards_write(ckpt, name, manifest, temporary, shards, one_file, outcome, rng_state,
+                                           step, group))
     ckpt._writing_name = name  # every rank: finish_writing() waits for it (collectively)
     return ckpt.directory / name
 
 
-def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: Path, future: Any, taken: Any,
-                  rng_states: list[Any] | None, step: int | None, group: Any) -> Callable[[], str]:
-    """What the writing thread of every rank runs: this rank's shards written, the ranks agree (on
-    ``group``), rank 0 writes the one-file parts, they agree again, rank 0 commits; the same steps as a
-    foreground save. A failure anywhere fails every rank's thread; rank 0 removes the hidden directory."""
+def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: Path, shards: Any, taken: Any,
+                  outcome: Outcome, rng_state: Any, step: int | None, group: Any) -> Callable[[], str]:
+    """What the writing thread of every rank runs for a background sharded save, on ``group`` (the writing group,
+    used by these threads only, one save after the other): the ranks agree on every rank's outcome (its check
+    and copies) as in :func:`_agree_then_write`; rank 0 makes the hidden directory; every rank writes its shards
+    there with DCP and rank 0 the one-file parts, and the ranks agree again; rank 0 commits — the same steps as a
+    foreground save. A failure anywhere fails every rank's thread alike; rank 0 removes the hidden directory."""
 
-    def written() -> None:
-        future.result()  # this rank's shards; DCP fails every rank's Future when one rank failed
+    def written(rng_states: list[Any]) -> None:
+        write_shards(temporary, shards, group, ckpt.host_copy)  # DCP fails every rank when one rank failed
         if comm.is_main():
             objects, pending, _ = taken
             manifest.objects = _write_collected(ckpt, temporary, objects, pending, rng_states, step, checked=True)
 
     def write() -> str:
+        rng_states = _agree_in_thread(name, outcome, rng_state, group)
         try:
-            on_all_ranks(f"writing checkpoint {name}", written, group)
+            main_then_share(f"starting checkpoint {name}", lambda: _prepare(ckpt.directory, name, temporary.name),
+                            group)
+            on_all_ranks(f"writing checkpoint {name}", lambda: written(rng_states), group)
             return main_then_share(f"completing checkpoint {name}", lambda: str(_commit(ckpt, temporary, manifest)),
                                    group)
-        except CheckpointError as exc:
-            exc.agreed = True  # the same error on every rank: finish_writing() raises it as it is
-            if comm.is_main():
-                shutil.rmtree(temporary, ignore_errors=True)
-            raise
         except BaseException:
             if comm.is_main():
                 shutil.rmtree(temporary, ignore_errors=True)
             raise
 
-    return write
+    return lambda: _as_agreed(name, write, lambda: False)
 
 
 def _host_snapshot(ckpt: Checkpointer, gathered: dict[str, Any], name: str | None = None) -> Any:
