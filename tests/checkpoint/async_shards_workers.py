@@ -205,3 +205,58 @@ def _scratch(rt) -> str:
     from paratrain import comm
 
     return comm.broadcast_object(tempfile.mkdtemp(prefix="live-sharded-") if rt.is_main else None)
+
+
+def optimizer_copied_by_the_thread(directory: str) -> dict:
+    return in_runtime("fsdp", _optimizer_copied_by_the_thread, directory)
+
+
+def _optimizer_copied_by_the_thread(rt, directory: str) -> dict:
+    """A background sharded save leaves the copy of the optimizer's shards to the writing thread, which makes it
+    here only once the next step waits for it: that step waits (a ``copy_wait`` in the ledger), and the checkpoint
+    holds the optimizer's state of the save, not the state after the step."""
+    import json
+    import threading
+
+    import torch
+
+    from paratrain.checkpoint.async_shards import HostCopyOfShards
+
+    model, optimizer, schedule, loader = build(rt, 1)
+    batches = iter(loader)
+    for _ in range(2):
+        train_step(rt, model, optimizer, schedule, *next(batches))
+    ckpt = Checkpointer(rt, directory, background=True, model=model, optimizer=optimizer, scheduler=schedule)
+    ckpt.save(step=2)  # the run's first save: in the foreground
+    train_step(rt, model, optimizer, schedule, *next(batches))
+    first = next(iter(model.parameters()))
+    at_save = {key: value.to_local().clone() for key, value in optimizer.state[first].items() if key != "step"}
+    real, release = HostCopyOfShards.copy_the_rest, threading.Event()
+
+    def slow_copy(self, staged):  # the thread copies once the step waits for it (or after 10 s: it did not wait)
+        release.wait(10)
+        return real(self, staged)
+
+    class Waiting(threading.Event):
+        def wait(self, timeout=None):
+            release.set()
+            return super().wait(timeout)
+
+    ckpt.copies_before_step._done = Waiting()
+    ckpt.copies_before_step._done.set()
+    HostCopyOfShards.copy_the_rest = slow_copy
+    try:
+        ckpt.save(step=3)
+        train_step(rt, model, optimizer, schedule, *next(batches))  # its step() waits for the copy
+        ckpt.finish_writing()
+    finally:
+        HostCopyOfShards.copy_the_rest = real
+    moved = not torch.equal(optimizer.state[first]["exp_avg"].to_local(), at_save["exp_avg"])
+    fresh, fresh_optimizer, fresh_schedule, _ = build(rt, 5)
+    Checkpointer(rt, directory, model=fresh, optimizer=fresh_optimizer, scheduler=fresh_schedule).resume()
+    loaded = fresh_optimizer.state[next(iter(fresh.parameters()))]
+    waits = [json.loads(line)["name"] for line in (Path(directory) / LEDGER_FILE).read_text().splitlines()
+             if '"copy_wait"' in line]
+    return {"moved_after_the_save": moved, "waits": waits, "latest": ckpt.latest().name,
+            "saved_is_the_state_at_the_save": all(torch.equal(loaded[key].to_local(), value)
+                                                  for key, value in at_save.items())}

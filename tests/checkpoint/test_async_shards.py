@@ -63,6 +63,36 @@ def test_a_background_sharded_save_makes_no_collective_in_the_training_thread():
     assert result["latest"] == "step-000005"
 
 
+def test_the_optimizers_shards_are_copied_by_the_writing_thread_before_their_next_step(tmp_path):
+    """The training thread copies the model's shards; the writing thread the optimizer's, while the next forward
+    and backward run; the next step waits for it; the checkpoint holds the state of the save."""
+    result = pt.spawn(workers.optimizer_copied_by_the_thread, 2, args=(str(tmp_path),))
+    assert result["latest"] == "step-000003"
+    assert result["moved_after_the_save"]  # the step after the save changed the live state
+    assert result["saved_is_the_state_at_the_save"]
+    assert result["waits"] == ["step-000003"]  # that step waited for the copy, counted in the ledger
+
+
+def test_an_optimizers_state_left_for_later_is_copied_then_into_the_kept_copy_in_its_place():
+    import torch
+
+    from paratrain.checkpoint.async_shards import HostCopyOfShards
+
+    state = {"model": {"w": torch.arange(3.0)},
+             "optimizer": {"state": {"w": {"exp_avg": torch.ones(3)}}, "param_groups": [{"lr": 0.1}]}}
+    host = HostCopyOfShards()
+    host.stage(state)
+    staged = host.stage(state, later=["optimizer"])
+    assert staged["optimizer"]["state"] is None and staged["optimizer"]["param_groups"] == [{"lr": 0.1}]
+    assert list(staged["optimizer"]) == ["state", "param_groups"]  # the live state's order: the same DCP plan
+    state["optimizer"]["state"]["w"]["exp_avg"] += 1  # before the next step, the thread copies what is there then
+    state["optimizer"]["param_groups"][0]["lr"] = 0.05  # a scheduler after the save: the save keeps its own
+    host.copy_the_rest(staged)
+    assert staged["optimizer"]["state"]["w"]["exp_avg"].tolist() == [2.0] * 3
+    assert staged["optimizer"]["state"]["w"]["exp_avg"].data_ptr() != state["optimizer"]["state"]["w"]["exp_avg"].data_ptr()
+    assert staged["optimizer"]["param_groups"] == [{"lr": 0.1}]
+
+
 def test_the_host_copy_of_the_shards_is_kept_between_saves_and_made_again_for_another_layout():
     import torch
 

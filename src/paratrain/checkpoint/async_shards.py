@@ -17,6 +17,7 @@ the ~160 ms of CPU one rank's write of text-cls's fsdp state cost.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Collection
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -43,12 +44,17 @@ def writing_group() -> Any:
 class HostCopyOfShards:
     """A host copy of a rank's shards kept from one save to the next (DCP's own stager allocates a new one at
     every save): a save copies into it, made again only when the states' layout (keys, shapes, dtypes,
-    placements) changed (an optimizer's first state). The copy is complete when :meth:`stage` returns. Only one
-    write reads it at a time: a save waits for the previous write before it copies."""
+    placements) changed (an optimizer's first state). Only one write reads it at a time: a save waits for the
+    previous write before it copies.
+
+    The tensors of an optimizer's ``state`` may be copied later, by the writing thread (:meth:`copy_the_rest`),
+    while training runs the next forward and backward: only the optimizer's next step changes them, and that
+    step waits for the copy (:class:`~paratrain.checkpoint.snapshot.CopiesBeforeStep`)."""
 
     def __init__(self) -> None:
         self._copy: dict[str, Any] | None = None
         self._layout: Any = None
+        self._later: list[tuple[str, Any]] = []  # (an entry's key, its live optimizer state) left to copy_the_rest
         self.plans_key = f"paratrain-host-copy-{next(_copies)}"  # DCP's cached save plans for these shards
 
     def planner(self) -> Any:
@@ -64,24 +70,52 @@ class HostCopyOfShards:
 
         return PlansKept(enable_plan_caching=True)
 
-    def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
-        from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
+    def stage(self, state_dict: dict[str, Any], later: Collection[str] = ()) -> dict[str, Any]:
+        """``state_dict`` copied to host memory, into the kept copy; but for the entries named in ``later``
+        (optimizers'), whose ``state`` is copied only by :meth:`copy_the_rest` (their hyperparameters now: a
+        scheduler may change them before the next step). Training thread."""
+        from torch.distributed._state_dict_utils import _create_cpu_state_dict
 
         layout = _layout(state_dict)
         if self._copy is None or layout != self._layout:
             on_cuda = "'cuda'" in repr(layout)  # pinned host memory (cudaHostRegister) needs CUDA
             self._copy = _create_cpu_state_dict(state_dict, pin_memory=on_cuda)
             self._layout = layout
-        return _copy_state_dict(state_dict, self._copy, type_check=False)  # as torch's own stager
+        self._later = []
+        staged = {}
+        for key, value in state_dict.items():
+            if key in later and isinstance(value, dict) and "state" in value:
+                staged[key] = {name: None if name == "state" else _copied(item, self._copy[key][name])
+                               for name, item in value.items()}  # "state" in its place, filled by copy_the_rest
+                self._later.append((key, value["state"]))
+            else:
+                staged[key] = _copied(value, self._copy[key])
+        return staged
+
+    def copy_the_rest(self, staged: dict[str, Any]) -> None:
+        """The optimizers' ``state`` that :meth:`stage` left, copied into the kept copy and put into ``staged``
+        (its answer). Writing thread, before those optimizers' next step."""
+        for key, state in self._later:
+            staged[key]["state"] = _copied(state, self._copy[key]["state"])
+        self._later = []
 
 
 _copies = itertools.count()
 
 
+def _copied(value: Any, into: Any) -> Any:
+    """``value``'s tensors copied into ``into``'s (the same structure), as torch's own stager does; the answer
+    holds ``into``'s tensors and ``value``'s other values."""
+    from torch.distributed._state_dict_utils import _copy_state_dict
+
+    return _copy_state_dict({"": value}, {"": into}, type_check=False)[""]
+
+
 def _layout(value: Any) -> Any:
     """What a host copy made for ``value`` fits: its containers' keys and its tensors' kinds, shapes and dtypes."""
     if isinstance(value, torch.Tensor):
-        return type(value).__name__, tuple(value.shape), value.dtype, value.device.type, str(getattr(value, "placements", ""))
+        # a DTensor's placements as they are (Shard(0) == Shard(0)): their text took a third of this walk
+        return type(value).__name__, tuple(value.shape), value.dtype, value.device.type, getattr(value, "placements", None)
     if isinstance(value, dict):
         return tuple((key, _layout(item)) for key, item in value.items())
     if isinstance(value, (list, tuple)):

@@ -49,18 +49,32 @@ def start_writing_thread() -> None:
 
 
 class BackgroundWrite:
-    """One checkpoint being written by this process's writing thread; ``write()`` returns its final path.
-    One at a time: the next is handed over only after :meth:`wait` (:meth:`Checkpointer.finish_writing`)."""
+    """One checkpoint to be written by this process's writing thread, from :meth:`start`; ``write()`` returns its
+    final path. One at a time: the next is handed over only after :meth:`wait` (:meth:`Checkpointer.finish_writing`).
 
-    def __init__(self, name: str, write: Callable[[], str]):
+    A save makes it with ``start=False`` and starts it as it returns, after its last file write in the training
+    thread (the goodput ledger's lines): once the thread runs Python, each time the training thread lets go of
+    the interpreter lock (a write to a file, a tensor copy) it waits up to a switch interval (5 ms) to take it
+    back."""
+
+    def __init__(self, name: str, write: Callable[[], str], start: bool = True):
         self.name = name
         self.started = time.time()
         self.finished: float | None = None
         self.path: str | None = None
         self.error: BaseException | None = None
         self._write = write
+        self._done: Future | None = None
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Hand the write to the thread (once; later calls do nothing)."""
+        if self._done is not None:
+            return
+        self.started = time.time()
         try:
-            self._done: Future = _writing_thread().submit(self._run)
+            self._done = _writing_thread().submit(self._run)
         except RuntimeError:  # the interpreter is exiting (a save from an atexit handler): written here, at once
             self._done = Future()
             self._run()
@@ -76,10 +90,12 @@ class BackgroundWrite:
 
     @property
     def running(self) -> bool:
-        return not self._done.done()
+        return self._done is None or not self._done.done()
 
     def wait(self, before: str, say: bool = True) -> None:
-        """Join the thread (saying so on stderr, when ``say``, if it still runs); raise what the write raised."""
+        """Join the thread (saying so on stderr, when ``say``, if it still runs; started first if it was not);
+        raise what the write raised."""
+        self.start()
         if self.running:
             if say:
                 print(f"paratrain: checkpoint {self.name} is still being written; waiting for it before {before}",

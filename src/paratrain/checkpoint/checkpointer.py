@@ -168,7 +168,7 @@ class Checkpointer:
         #: background saves: torch's whole-tensor state read in place, copied into buffers kept between saves
         self.live_state = LiveState() if type(self.access) is TorchStateAccess else None
         self.host_buffers = HostBuffers()
-        self.copies_before_step = CopiesBeforeStep()  # rank 0: optimizer state copied by the writing thread
+        self.copies_before_step = CopiesBeforeStep()  # optimizer state copied by the writing thread (sharded: every rank)
         weakref.finalize(self, self._lock.release)
 
     # ---- writing ---------------------------------------------------------------------------
@@ -210,15 +210,19 @@ class Checkpointer:
         if strategy is not None:  # pending gradients are not state a checkpoint can hold
             strategy.accumulation.check_no_pending("ckpt.save()")
         started = time.perf_counter()
-        with ledger.phase("save") as record:
-            path = saving.save(self, step, epoch, metrics, extra, check)
-            record.update(name=path.name, background=self._writing_name is not None)
-        if step is not None:
-            self._saved_step = step
-            if ledger.active() is not None:
-                ledger.active().set_step(step)
-        if self.interval is not None:  # collective: rank 0's new estimate
-            self.interval.after_save(time.perf_counter() - started)
+        try:
+            with ledger.phase("save") as record:
+                path = saving.save(self, step, epoch, metrics, extra, check)
+                record.update(name=path.name, background=self._writing_name is not None)
+            if step is not None:
+                self._saved_step = step
+                if ledger.active() is not None:
+                    ledger.active().set_step(step)
+            if self.interval is not None:  # collective: rank 0's new estimate
+                self.interval.after_save(time.perf_counter() - started)
+        finally:
+            if self._writing is not None:  # a background save's write, handed to the thread last (BackgroundWrite)
+                self._writing.start()
         return path
 
     def due(self, step: int) -> bool:
@@ -232,9 +236,9 @@ class Checkpointer:
         return step % self.every == 0 and step != self._saved_step
 
     def start_writing(self, name: str, write: Any) -> None:
-        """Every rank: hand the checkpoint ``name`` to this rank's writing thread (rank 0's writes; the others'
-        agree with it). (Called by a background save.)"""
-        self._writing = BackgroundWrite(name, write)
+        """Every rank: the checkpoint ``name`` for this rank's writing thread (rank 0's writes; the others' agree
+        with it), handed to it as :meth:`save` returns. (Called by a background save.)"""
+        self._writing = BackgroundWrite(name, write, start=False)
 
     def writing_group(self) -> Any:
         """The gloo group on which the threads of background saves agree, made at the run's first save (collective

@@ -340,8 +340,10 @@ def _as_agreed(name: str, write: Callable[[], str], rank_0_alone: Callable[[], b
 def _save_shards_in_background(ckpt: Checkpointer, name: str, manifest: Manifest, step: int | None,
                                check: Callable[[], None] | None) -> Path:
     """Every rank blocks only for what it does alone: its thread of the previous save joined (that save's outcome,
-    the same on every rank, raised here), ``check`` run, its generator states taken, its shards copied to host
-    memory (into the copy kept from the previous save) and, on rank 0, a host copy of the one-file parts. A thread
+    the same on every rank, raised here), ``check`` run, its generator states taken, its model's shards copied to
+    host memory (into the copy kept from the previous save; its optimizers' shards in host memory are copied by
+    its writing thread, before their next step, as a one-file save's) and, on rank 0, a host copy of the one-file
+    parts. A thread
     on every rank then agrees with the others on the writing group, and only when every rank succeeded writes
     (:func:`_shards_write`). Collective, with no collective of its own in the training thread (but a strategy's
     per-rank state, gathered first as in a foreground save).
@@ -362,8 +364,13 @@ def _save_shards_in_background(ckpt: Checkpointer, name: str, manifest: Manifest
     def snapshot() -> Any:  # every rank: the check and a host copy of its shards; rank 0: of the one-file parts
         if check is not None:
             check()
-        shards = ckpt.host_copy.stage(_sharded_states(ckpt))
-        return shards, (_host_snapshot(ckpt, per_rank) if comm.is_main() else None)
+        states = _sharded_states(ckpt)
+        later = [key for key in states if ckpt.by_name[key].kind == "optimizer" and can_wait(ckpt.by_name[key].obj)]
+        shards = ckpt.host_copy.stage(states, later)  # but the optimizers' state: the writing thread copies it
+        one_file = _host_snapshot(ckpt, per_rank) if comm.is_main() else None
+        if later:  # the last thing: the writing thread then says done()
+            ckpt.copies_before_step.leave(name, [ckpt.by_name[key].obj for key in later])
+        return shards, one_file
 
     taken, outcome, _ = run_here(f"saving checkpoint {name}", snapshot)
     shards, one_file = taken if taken is not None else (None, None)
@@ -376,8 +383,8 @@ def _save_shards_in_background(ckpt: Checkpointer, name: str, manifest: Manifest
 def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: Path, shards: Any, taken: Any,
                   outcome: Outcome, rng_state: Any, step: int | None, group: Any) -> Callable[[], str]:
     """What the writing thread of every rank runs for a background sharded save, on ``group`` (the writing group,
-    used by these threads only, one save after the other): the ranks agree on every rank's outcome (its check
-    and copies) as in :func:`_agree_then_write`; rank 0 makes the hidden directory; every rank writes its shards
+    used by these threads only, one save after the other): the copies left to it made, then the ranks agree on
+    every rank's outcome (its check and copies) as in :func:`_agree_then_write`; rank 0 makes the hidden directory; every rank writes its shards
     there with DCP and rank 0 the one-file parts, and the ranks agree again; rank 0 commits — the same steps as a
     foreground save. A failure anywhere fails every rank's thread alike; rank 0 removes the hidden directory."""
 
@@ -388,7 +395,13 @@ def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: 
             manifest.objects = _write_collected(ckpt, temporary, objects, pending, rng_states, step, checked=True)
 
     def write() -> str:
-        rng_states = _agree_in_thread(name, outcome, rng_state, group)
+        here = outcome
+        try:
+            if shards is not None:  # the optimizers' state, before their next step
+                _, here, _ = run_here(f"saving checkpoint {name}", lambda: ckpt.host_copy.copy_the_rest(shards))
+        finally:
+            ckpt.copies_before_step.done()  # before any wait for another rank: training steps on
+        rng_states = _agree_in_thread(name, here, rng_state, group)
         try:
             main_then_share(f"starting checkpoint {name}", lambda: _prepare(ckpt.directory, name, temporary.name),
                             group)

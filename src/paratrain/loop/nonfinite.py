@@ -85,7 +85,11 @@ def local_weights_finite(parameters: Iterable[torch.Tensor]) -> torch.Tensor:
     extremes: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}  # stacked per device and dtype
     checks: list[torch.Tensor] = []
     for parameter in parameters:
-        local = parameter.to_local() if hasattr(parameter, "to_local") else parameter
+        # a DTensor's own shard, read directly: to_local() goes through autograd (~30 µs a call: 1–2 ms of an fsdp
+        # text-cls save's 3 ms check)
+        local = getattr(parameter, "_local_tensor", None)
+        if local is None:
+            local = parameter.to_local() if hasattr(parameter, "to_local") else parameter
         local = local.detach()
         if not local.numel() or not (local.is_floating_point() or local.is_complex()):
             continue
