@@ -18,11 +18,12 @@ from tests.checkpoint.workers import EPOCHS, SEED, build, full_params, in_runtim
 KILL_AT = 8  # the background save being written when rank 0 is killed
 
 
-def train(rt, directory: str, background: bool, save_at=(), stop_at=None, resume=False, kill=False,
+def train(rt, directory: str, background: bool, save_at=(), stop_at=None, resume=False, kill=None,
           wait=True) -> dict:
     """Train the recipe of :mod:`tests.checkpoint.workers`, saving after the steps ``save_at`` (and
     ``stop_at``, then stopping); ``resume``: from the newest checkpoint, every generator scrambled first.
-    ``kill``: rank 0 SIGKILLs itself while the save of step KILL_AT is written in the background. ``wait=False``:
+    ``kill`` (a moment of the write): rank 0 SIGKILLs itself while the save of step KILL_AT is written in the
+    background, at that moment. ``wait=False``:
     the end does not wait for the last background write (``rt.close()`` must)."""
     model, optimizer, schedule, loader = build(rt, 3 if resume else 1)
     seed_per_rank(SEED + (1000 if resume else 0), rt.rank)
@@ -36,7 +37,7 @@ def train(rt, directory: str, background: bool, save_at=(), stop_at=None, resume
             train_step(rt, model, optimizer, schedule, x, y)
             step += 1
             if kill and step == KILL_AT + 1 and rt.is_main:
-                _kill_while_written(Path(directory), f".step-{KILL_AT:06d}.tmp-*")
+                _kill_while_written(Path(directory), f".step-{KILL_AT:06d}.tmp-*", kill)
             if step in save_at or step == stop_at:
                 ckpt.save(step=step, epoch=epoch)
                 in_background.append(ckpt._writing_name is not None)  # returned before the write was complete
@@ -49,15 +50,18 @@ def train(rt, directory: str, background: bool, save_at=(), stop_at=None, resume
             "in_background": in_background}
 
 
-def _kill_while_written(directory: Path, hidden: str) -> None:
-    """Rank 0, training on: wait until its writing thread has written the shards and the one-file parts
-    into the hidden directory (and paused there, PARATRAIN_TEST_PAUSE_IN_SAVE), then die by SIGKILL with
+def _kill_while_written(directory: Path, hidden: str, moment: str) -> None:
+    """Rank 0, training on: wait until its writing thread has reached ``moment`` of the write into the hidden
+    directory (``prepared``: made, empty; ``written``: the shards and the one-file parts written; ``sealed``:
+    ``COMPLETE`` written, not renamed) and paused there (PARATRAIN_TEST_PAUSE_IN_SAVE), then die by SIGKILL with
     the checkpoint not committed."""
+    sign = {"prepared": "", "written": "/rng.pt", "sealed": "/COMPLETE"}[moment]
     deadline = time.monotonic() + 120
-    while not list(directory.glob(f"{hidden}/rng.pt")):
+    while not list(directory.glob(f"{hidden}{sign}")):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{directory / hidden} never got rng.pt: the background write did not reach its pause")
+            raise TimeoutError(f"{directory / hidden} never reached {moment!r}: the background write did not pause")
         time.sleep(0.05)
+    time.sleep(0.2)  # past the file's creation: into the pause
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -125,8 +129,8 @@ def _listing(directory: str) -> list[str]:
     return sorted(name for name in os.listdir(directory) if name not in (LOCK_FILE, LEDGER_FILE))
 
 
-def killed_while_writing(directory: str) -> dict:
-    return in_runtime("fsdp", lambda rt: train(rt, directory, True, save_at=(4, KILL_AT, 12), kill=True))
+def killed_while_writing(directory: str, moment: str) -> dict:
+    return in_runtime("fsdp", lambda rt: train(rt, directory, True, save_at=(4, KILL_AT, 12), kill=moment))
 
 
 def resume_after_kill(directory: str) -> dict:

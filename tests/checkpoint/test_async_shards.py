@@ -41,10 +41,13 @@ def test_a_failed_background_write_or_check_raises_on_every_rank_and_leaves_the_
         assert rank["latest"] == "step-000001"
 
 
-def test_kill_9_during_a_background_sharded_write_resumes_the_previous_checkpoint(runs, tmp_path):
+@pytest.mark.parametrize("moment", ["prepared", "written", "sealed"])
+def test_kill_9_during_a_background_sharded_write_resumes_the_previous_checkpoint(runs, tmp_path, moment):
+    """Rank 0 killed while its writing thread pauses with the hidden directory just made, with every file written,
+    or with the checkpoint sealed but not renamed."""
     with pytest.raises((pt.LaunchError, pt.WorkerError)):
-        pt.spawn(workers.killed_while_writing, 2, args=(str(tmp_path),),
-                 env={"PARATRAIN_TEST_PAUSE_IN_SAVE": f"60@{workers.KILL_AT}"})
+        pt.spawn(workers.killed_while_writing, 2, args=(str(tmp_path), moment),
+                 env={"PARATRAIN_TEST_PAUSE_IN_SAVE": f"60@{workers.KILL_AT}:{moment}"})
     resumed = pt.spawn(workers.resume_after_kill, 2, args=(str(tmp_path),))
     assert resumed["resumed_from"] == 4  # step 8's checkpoint was never committed
     assert resumed["steps"] == 15

@@ -388,6 +388,10 @@ def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: 
     there with DCP and rank 0 the one-file parts, and the ranks agree again; rank 0 commits — the same steps as a
     foreground save. A failure anywhere fails every rank's thread alike; rank 0 removes the hidden directory."""
 
+    def prepare() -> None:  # rank 0
+        _prepare(ckpt.directory, name, temporary.name)
+        pause_if_requested(step, temporary, "prepared")
+
     def written(rng_states: list[Any]) -> None:
         write_shards(temporary, shards, group, ckpt.host_copy)  # DCP fails every rank when one rank failed
         if comm.is_main():
@@ -403,8 +407,7 @@ def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: 
             ckpt.copies_before_step.done()  # before any wait for another rank: training steps on
         rng_states = _agree_in_thread(name, here, rng_state, group)
         try:
-            main_then_share(f"starting checkpoint {name}", lambda: _prepare(ckpt.directory, name, temporary.name),
-                            group)
+            main_then_share(f"starting checkpoint {name}", prepare, group)
             on_all_ranks(f"writing checkpoint {name}", lambda: written(rng_states), group)
             return main_then_share(f"completing checkpoint {name}", lambda: str(_commit(ckpt, temporary, manifest)),
                                    group)
