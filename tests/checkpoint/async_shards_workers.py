@@ -220,11 +220,11 @@ def _optimizer_copied_by_the_thread(rt, directory: str) -> dict:
     here only once the next step waits for it: that step waits (a ``copy_wait`` in the ledger), and the checkpoint
     holds the optimizer's state of the save, not the state after the step."""
     import json
-    import threading
 
     import torch
 
     from paratrain.checkpoint.async_shards import HostCopyOfShards
+    from tests.checkpoint.helpers import copy_only_once_the_step_waits
 
     model, optimizer, schedule, loader = build(rt, 1)
     batches = iter(loader)
@@ -235,26 +235,10 @@ def _optimizer_copied_by_the_thread(rt, directory: str) -> dict:
     train_step(rt, model, optimizer, schedule, *next(batches))
     first = next(iter(model.parameters()))
     at_save = {key: value.to_local().clone() for key, value in optimizer.state[first].items() if key != "step"}
-    real, release = HostCopyOfShards.copy_the_rest, threading.Event()
-
-    def slow_copy(self, staged):  # the thread copies once the step waits for it (or after 10 s: it did not wait)
-        release.wait(10)
-        return real(self, staged)
-
-    class Waiting(threading.Event):
-        def wait(self, timeout=None):
-            release.set()
-            return super().wait(timeout)
-
-    ckpt.copies_before_step._done = Waiting()
-    ckpt.copies_before_step._done.set()
-    HostCopyOfShards.copy_the_rest = slow_copy
-    try:
+    with copy_only_once_the_step_waits(ckpt, HostCopyOfShards, "copy_the_rest"):
         ckpt.save(step=3)
         train_step(rt, model, optimizer, schedule, *next(batches))  # its step() waits for the copy
         ckpt.finish_writing()
-    finally:
-        HostCopyOfShards.copy_the_rest = real
     moved = not torch.equal(optimizer.state[first]["exp_avg"].to_local(), at_save["exp_avg"])
     fresh, fresh_optimizer, fresh_schedule, _ = build(rt, 5)
     Checkpointer(rt, directory, model=fresh, optimizer=fresh_optimizer, scheduler=fresh_schedule).resume()

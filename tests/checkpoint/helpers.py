@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -54,3 +57,27 @@ def flip_byte(path: Path, offset: int = -20) -> None:
 def truncate(path: Path) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
+
+
+@contextlib.contextmanager
+def copy_only_once_the_step_waits(ckpt: Checkpointer, owner: Any, method: str):
+    """While inside, ``owner.method`` (what a writing thread calls to copy the optimizers' state) runs only once an
+    optimizer step waits for that copy (or after 10 s: the step did not wait)."""
+    real, release = getattr(owner, method), threading.Event()
+
+    def slow(*args, **kwargs):
+        release.wait(10)
+        return real(*args, **kwargs)
+
+    class Waiting(threading.Event):
+        def wait(self, timeout=None):
+            release.set()
+            return super().wait(timeout)
+
+    ckpt.copies_before_step._done = Waiting()
+    ckpt.copies_before_step._done.set()
+    setattr(owner, method, slow)
+    try:
+        yield
+    finally:
+        setattr(owner, method, real)

@@ -7,6 +7,7 @@ import torch.distributed.checkpoint.state_dict as dsd
 
 from paratrain.checkpoint.safe_load import load_pt
 from paratrain.checkpoint.snapshot import HostBuffers, LiveState, _same_state
+from tests.checkpoint.helpers import copy_only_once_the_step_waits
 
 
 class Tied(torch.nn.Module):
@@ -91,11 +92,10 @@ def _background_checkpointer(tmp_path, model, optimizer):
 
 
 def test_the_optimizer_state_copied_by_the_writing_thread_is_the_state_at_the_save_not_after_the_next_step(
-        tmp_path, monkeypatch):
+        tmp_path):
     """The writing thread copies the optimizer's state (here only once the step waits); the next ``step()`` waits
     for it: the checkpoint holds the state of the save, the ledger counts the wait as save blocking."""
     import json
-    import threading
 
     from paratrain.checkpoint import saving
     from paratrain.goodput.ledger import LEDGER_FILE
@@ -105,24 +105,11 @@ def test_the_optimizer_state_copied_by_the_writing_thread_is_the_state_at_the_sa
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
     _train(model, optimizer)
     ckpt = _background_checkpointer(tmp_path, model, optimizer)
-    finish, release = saving._finish_snapshot, threading.Event()
-
-    def slow_finish(*args):  # the thread copies once the step waits for it (or after 10 s: the step did not wait)
-        release.wait(10)
-        return finish(*args)
-
-    class Waiting(threading.Event):
-        def wait(self, timeout=None):
-            release.set()
-            return super().wait(timeout)
-
-    ckpt.copies_before_step._done = Waiting()
-    ckpt.copies_before_step._done.set()
-    monkeypatch.setattr(saving, "_finish_snapshot", slow_finish)
     _train(model, optimizer, 1)
     at_save = {key: value.clone() for key, value in optimizer.state[model.embed.weight].items()}
-    ckpt.save(step=3)
-    _train(model, optimizer, 1)  # its step() waits for the copy
+    with copy_only_once_the_step_waits(ckpt, saving, "_finish_snapshot"):
+        ckpt.save(step=3)
+        _train(model, optimizer, 1)  # its step() waits for the copy
     assert not torch.equal(optimizer.state[model.embed.weight]["exp_avg"], at_save["exp_avg"])
     ckpt.close()
     saved = load_pt(tmp_path / "ckpt" / "step-000003" / "optimizer.pt")["state"]["embed.weight"]
