@@ -185,8 +185,8 @@ class Checkpointer:
         Collective: all ranks must call it together with the same arguments. It
         returns once the checkpoint is complete on disk and ``latest`` points at it
         (``background=True``: after the first save, once rank 0 holds a host copy of the
-        state, with no collective in the calling thread for one-file checkpoints; the ranks'
-        threads agree and rank 0's completes it, and the next save waits for that).
+        state — sharded: every rank of its shards — with no collective in the calling thread; the
+        ranks' threads agree and complete it, and the next save waits for that).
 
         Args:
             step, epoch: counters (at least one); returned by ``resume()``.
@@ -201,8 +201,8 @@ class Checkpointer:
                 gradients of accumulation micro-steps still wait for an optimizer step.
             CheckpointError: any rank failed (read-only directory, disk full, a state
                 that is not plain data, ``check``); every rank raises it, the half-written
-                checkpoint is removed and earlier ones are untouched. A one-file background save
-                after the first raises what failed in it one save later, at the next save,
+                checkpoint is removed and earlier ones are untouched. A background save after
+                the first raises what failed in it one save later, at the next save,
                 :meth:`finish_writing` or :meth:`close`, naming the rank and the checkpoint; what
                 failed in the previous one is raised here.
         """
