@@ -35,8 +35,21 @@ def callers_guard(script: Path, name: str) -> str:
     return _callers_guard(script.resolve(), name)
 
 
+def argument_guard(script: Path, name: str, parameter: str, position: int) -> str:
+    """The weakest guard over what the other files of ``script``'s marked project pass for ``parameter`` (by keyword,
+    or as the ``position``-th positional argument) in their calls of its top-level ``name`` — a class: what its
+    ``__init__`` is given. A call that does not pass it leaves the parameter its default and is no evidence either way;
+    one that passes ``None`` neither; any other counts with its own guard, or else the rank test under which the
+    value it passes is bound, being ``None`` elsewhere (``logger = None`` … ``if rank == 0: logger = Logger()``).
+    ``""`` as :func:`callers_guard`, also when a call passes ``*args``/``**kwargs`` or no call passes the parameter.
+
+    XMem's ``XMemTrainer(config, logger=logger, …)`` only under ``if local_rank == 0:`` (the other ranks build it
+    without one): ``self.logger`` is ``None`` but on rank 0, and ``if self.logger is not None:`` a rank-0 test."""
+    return _callers_guard(script.resolve(), name, (parameter, position))
+
+
 @functools.lru_cache(maxsize=256)
-def _callers_guard(script: Path, name: str) -> str:
+def _callers_guard(script: Path, name: str, argument: tuple[str, int] | None = None) -> str:
     root = marked_root(script)
     if root is None:
         return ""
@@ -51,7 +64,7 @@ def _callers_guard(script: Path, name: str) -> str:
         return ""
     kinds = set()
     for path in callers:
-        found = _guards_in(path, script, root, name)
+        found = _guards_in(path, script, root, name, argument)
         if found is None:
             return ""
         kinds |= found
@@ -82,9 +95,10 @@ def forget() -> None:
         cached.cache_clear()
 
 
-def _guards_in(path: Path, script: Path, root: Path, name: str) -> set[str] | None:
+def _guards_in(path: Path, script: Path, root: Path, name: str, argument: tuple[str, int] | None = None) -> set[str] | None:
     """The guards over ``path``'s calls of ``script``'s function ``name`` (imported by name, or called through the
-    module imported as a whole); None when the file names it in another way than a call, or cannot be read."""
+    module imported as a whole) — with ``argument``, over the values those calls pass for it (:func:`argument_guard`);
+    None when the file names it in another way than a call, or cannot be read."""
     facts = _facts_of(path)
     if facts is None:
         return None
@@ -101,8 +115,34 @@ def _guards_in(path: Path, script: Path, root: Path, name: str) -> set[str] | No
         call = facts.parents.get(node)
         if not (isinstance(call, ast.Call) and call.func is node):
             return None  # handed on, or stored: it runs where something else decides
-        kinds.add(facts.guard(call))
+        if argument is None:
+            kinds.add(facts.guard(call))
+            continue
+        passed = _passed(call, *argument)
+        if passed is _UNKNOWN:
+            return None
+        if passed is not None and not (isinstance(passed, ast.Constant) and passed.value is None):
+            kinds.add(facts.guard(call) or facts.test_kind(passed))
     return kinds
+
+
+_UNKNOWN = ast.Constant(value=...)  # what a call passes cannot be read (``*args``, ``**kwargs``)
+
+
+def _passed(call: ast.Call, parameter: str, position: int) -> ast.expr | None:
+    """The value ``call`` passes for ``parameter`` (by keyword, or at ``position``); None when it passes none,
+    :data:`_UNKNOWN` when ``*args`` or ``**kwargs`` may hold it."""
+    for keyword in call.keywords:
+        if keyword.arg == parameter:
+            return keyword.value
+        if keyword.arg is None:
+            return _UNKNOWN
+    for index, value in enumerate(call.args):
+        if isinstance(value, ast.Starred):
+            return _UNKNOWN
+        if index == position:
+            return value
+    return None
 
 
 @functools.lru_cache(maxsize=16)
