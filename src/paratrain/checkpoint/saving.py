@@ -316,8 +316,9 @@ def _as_agreed(name: str, write: Callable[[], str], rank_0_alone: Callable[[], b
     """Run a writing thread's ``write`` of checkpoint ``name``: a :class:`CheckpointError`, which every rank's
     thread raises alike (the ranks agreed on it), says the checkpoint was not saved and is marked ``agreed``
     (the training thread raises it as it is); a late rank named by the agreement's barrier is raised as it is; a
-    timeout of the writing group or a peer gone (another ``RuntimeError``), not agreed, becomes a :class:`CollectiveTimeoutError` naming rank 0 when, by ``rank_0_alone()``, the others
-    were waiting for it alone."""
+    timeout of the writing group or a peer gone (another ``RuntimeError``), not agreed, becomes a
+    :class:`CollectiveTimeoutError` naming rank 0 when, by ``rank_0_alone()``, the others were waiting for it
+    alone."""
     try:
         return write()
     except CheckpointError as exc:
@@ -343,9 +344,8 @@ def _save_shards_in_background(ckpt: Checkpointer, name: str, manifest: Manifest
     the same on every rank, raised here), ``check`` run, its generator states taken, its model's shards copied to
     host memory (into the copy kept from the previous save; its optimizers' shards in host memory are copied by
     its writing thread, before their next step, as a one-file save's) and, on rank 0, a host copy of the one-file
-    parts. A thread
-    on every rank then agrees with the others on the writing group, and only when every rank succeeded writes
-    (:func:`_shards_write`). Collective, with no collective of its own in the training thread (but a strategy's
+    parts. A thread on every rank then agrees with the others on the writing group, and only when every rank
+    succeeded writes (:func:`_shards_write`). Collective, with no collective of its own in the training thread (but a strategy's
     per-rank state, gathered first as in a foreground save).
 
     What ``check`` or the copies raise on any rank is not raised here: nothing is written for this save, and
@@ -384,9 +384,10 @@ def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: 
                   outcome: Outcome, rng_state: Any, step: int | None, group: Any) -> Callable[[], str]:
     """What the writing thread of every rank runs for a background sharded save, on ``group`` (the writing group,
     used by these threads only, one save after the other): the copies left to it made, then the ranks agree on
-    every rank's outcome (its check and copies) as in :func:`_agree_then_write`; rank 0 makes the hidden directory; every rank writes its shards
-    there with DCP and rank 0 the one-file parts, and the ranks agree again; rank 0 commits — the same steps as a
-    foreground save. A failure anywhere fails every rank's thread alike; rank 0 removes the hidden directory."""
+    every rank's outcome (its check and copies) as in :func:`_agree_then_write`; rank 0 makes the hidden
+    directory; every rank writes its shards there with DCP and rank 0 the one-file parts, and the ranks agree
+    again; rank 0 commits — the same steps as a foreground save. A failure anywhere fails every rank's thread
+    alike; rank 0 removes the hidden directory."""
 
     def prepare() -> None:  # rank 0
         _prepare(ckpt.directory, name, temporary.name)
