@@ -1,4 +1,4 @@
-"""pt.spawn workers for background (``async_save``) sharded checkpoints: 2 ranks, fsdp."""
+"""pt.spawn workers for background (DCP, from each rank's writing thread) sharded checkpoints: 2 ranks, fsdp."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Background sharded checkpoints (DCP ``async_save``) on 2 real fsdp ranks: the same weights as foreground
+"""Background sharded checkpoints (DCP, written by each rank's writing thread) on 2 real fsdp ranks: the same weights as foreground
 saves after a resume; a failed write raises on every rank; kill -9 mid-write resumes the previous one;
 ``rt.close()`` completes a write still running."""
 

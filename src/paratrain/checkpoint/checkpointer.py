@@ -13,8 +13,8 @@
 
 Single/dp/ddp/deepspeed: rank 0 writes one file set (deepspeed's whole tensors are
 gathered by all ranks first). fsdp (``rt.strategy.sharded_state``):
-every rank writes its shards with torch.distributed.checkpoint (``background=True``: its
-``async_save``). Either way the
+every rank writes its shards with torch.distributed.checkpoint (``background=True``: from its
+writing thread). Either way the
 save is atomic, checksummed and all-or-nothing across ranks; see
 :mod:`paratrain.checkpoint.saving` and :mod:`paratrain.checkpoint.restoring`.
 """
@@ -93,8 +93,8 @@ class Checkpointer:
             optimizers' state in host memory: its thread copies it, before their next ``step()``);
             a thread of every rank then agrees with the others (every rank's ``check`` and copy succeeded)
             and rank 0's writes, checksums, commits and prunes while training goes on (sharded checkpoints:
-            every rank copies its shards and a thread of every rank writes them with DCP's ``async_save``;
-            rank 0's commits once every rank's are written). :meth:`save` then returns before the
+            every rank copies its shards and, once the threads agreed, a thread of every rank writes them
+            with DCP's ``save``; rank 0's commits once every rank's are written). :meth:`save` then returns before the
             checkpoint is complete; the next save, :meth:`resume`, :meth:`finish_writing` and
             :meth:`close` wait for it, and raise what failed in it.
         every: what :meth:`due` answers: a save every N steps, or ``"auto"`` — the Young/Daly interval
