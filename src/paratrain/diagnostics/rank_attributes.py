@@ -14,8 +14,26 @@ value stored, a parameter with another default, ``self.X is None``) is not read 
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
+from paratrain.diagnostics.project_callers import argument_guard
 from paratrain.diagnostics.tree_walk import walk
+
+
+def given_on_rank_0(test: ast.expr, parents: dict[ast.AST, ast.AST], tree: ast.Module, script: Path | None) -> str:
+    """The guard ``test`` stands for when it is ``self.X`` (``is not None``) in a top-level class of ``script``
+    (``tree``, its nodes' ``parents``) whose ``__init__`` stores in it a parameter that the project's constructions
+    pass under a rank test only (:func:`~paratrain.diagnostics.project_callers.argument_guard`); else ``""``."""
+    attribute = attribute_of_the_test(test)
+    if attribute is None or script is None:
+        return ""
+    cls = parents.get(test)
+    while cls is not None and not isinstance(cls, ast.ClassDef):
+        cls = parents.get(cls)
+    if cls is None or parents.get(cls) is not tree:
+        return ""
+    held = held_parameter(cls, attribute)
+    return argument_guard(script, cls.name, *held) if held else ""
 
 
 def attribute_of_the_test(test: ast.expr) -> str | None:

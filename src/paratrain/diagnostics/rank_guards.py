@@ -20,9 +20,9 @@ from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.guard_texts import (
     DEVICE_GUARD, DISTRIBUTED_TEST, EVERY_RANK_OF_A_RUN, GLOBAL_GUARD, LOCAL_GUARD, ONE_PROCESS_TEST, PER_MACHINE,
     RANK_ZERO_DECORATOR, environ_presence, not_main_membership, turns_distribution_off)
-from paratrain.diagnostics.project_callers import argument_guard, callers_guard
+from paratrain.diagnostics.project_callers import callers_guard
 from paratrain.diagnostics.project_mentions import project_names
-from paratrain.diagnostics.rank_attributes import held_parameter, attribute_of_the_test
+from paratrain.diagnostics.rank_attributes import given_on_rank_0
 from paratrain.diagnostics.rank_values import global_rank_value, returning_the_global_rank
 from paratrain.diagnostics.tree_walk import walk
 
@@ -217,10 +217,9 @@ class RankGuards:
         ``if save_logs:``): the kind of what every assignment stores, a constant ``False``/``None``
         (which only disables) left aside; or an object's attribute that only rank 0's construction gives a value
         (:mod:`~paratrain.diagnostics.rank_attributes`)."""
-        if depth == 0:
-            given = self._given_on_rank_0(test)
-            if given:
-                return given
+        given = given_on_rank_0(test, self.parents, self.tree, self.script) if depth == 0 else ""
+        if given:
+            return given
         names = [node for node in walk(test) if isinstance(node, (ast.Name, ast.Attribute))]
         for node in names:
             bound = self.assigned.get(ast.unparse(node), [])
@@ -238,21 +237,6 @@ class RankGuards:
             if tests and kinds <= {"global", "local"} and "local" in kinds:
                 return "local"
         return ""
-
-    def _given_on_rank_0(self, test: ast.expr) -> str:
-        """``self.X`` (``is not None``) in a top-level class of this module whose ``__init__`` stores in it a
-        parameter that the project's constructions pass under a rank test only
-        (:func:`~paratrain.diagnostics.project_callers.argument_guard`)."""
-        attribute = attribute_of_the_test(test)
-        if attribute is None or self.script is None:
-            return ""
-        cls = self.parents.get(test)
-        while cls is not None and not isinstance(cls, ast.ClassDef):
-            cls = self.parents.get(cls)
-        if cls is None or self.parents.get(cls) is not self.tree:
-            return ""
-        held = held_parameter(cls, attribute)
-        return argument_guard(self.script, cls.name, *held) if held else ""
 
     def _may_be_a_test(self, value: ast.expr) -> bool:
         """A stored value that may hold a rank test: anything but a call of something other than a rank helper.
