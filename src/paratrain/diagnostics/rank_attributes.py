@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from paratrain.diagnostics.argument_needs import call_positions
 from paratrain.diagnostics.project_callers import argument_guard
 from paratrain.diagnostics.tree_walk import walk
 
@@ -73,9 +74,8 @@ def held_parameter(cls: ast.ClassDef, attribute: str) -> tuple[str, int] | None:
     parameter = stored.pop()
     if parameter not in defaults or not _is_none(defaults[parameter]):
         return None
-    names = [a.arg for a in arguments]
-    position = names.index(parameter) - 1 if parameter in names else -1  # keyword-only: never by position
-    return parameter, position
+    positions = call_positions(init)
+    return parameter, positions.index(parameter) if parameter in positions else -1  # keyword-only: never by position
 
 
 def _is_none(value: ast.expr) -> bool:
