@@ -837,3 +837,53 @@ def test_a_project_print_under_an_and_with_a_stored_rank_test_is_rank_zeros(tmp_
     every = DATASET_THAT_CHOOSES_WHO_WARNS.replace("len(folder) == 0 and should_print", "len(folder) == 0")
     script = project(tmp_path / "every", {"train.py": TRAIN_BUILDING_IT, "dataset.py": every})
     assert (7, "print-on-every-rank") in [(f.line, f.rule) for f in check_file(script)]
+
+
+def test_an_unseeded_shuffle_at_the_end_of_a_dataset_chain_differs_per_rank():
+    source = """\
+import torch.distributed as dist
+from datasets import load_dataset
+from transformers import Trainer
+
+def make_train_dataset(path, tokenize):
+    dataset = load_dataset("json", data_files=path)["train"]
+    dataset = dataset.map(tokenize, batched=True, num_proc=8).shuffle()
+    return dataset
+
+dist.init_process_group("nccl")
+Trainer(model=None, train_dataset=make_train_dataset("train.json", None)).train()
+"""
+    assert rules(source) == [(7, "unseeded-split")]
+    seeded = source.replace(".shuffle()", ".shuffle(seed=42)")
+    assert rules(seeded) == []
+
+
+def test_a_monitored_validation_loss_logged_without_sync_dist_is_one_shards():
+    source = """\
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+class Classifier(pl.LightningModule):
+    def validation_step(self, batch, batch_idx):
+        loss, acc = self.shared_step(batch)
+        self.log("val_loss", loss)
+        self.log("val_acc", acc)
+
+    def test_step(self, batch, batch_idx):
+        self.log("test_acc", self.accuracy)
+
+def main(devices):
+    checkpoint = ModelCheckpoint(monitor="val_loss", mode="min")
+    pl.Trainer(devices=devices, callbacks=[checkpoint]).fit(Classifier())
+"""
+    found = check_source(source)
+    assert [(f.line, f.rule) for f in found] == [(7, "ungathered-metric")]
+    assert found[0].problem.endswith("(also lines 8)")  # test_step logs a metric object, which syncs itself
+    synced = source.replace('self.log("val_loss", loss)', 'self.log("val_loss", loss, sync_dist=True)')
+    assert rules(synced) == []  # val_acc is still each shard's, but nothing chooses by it
+    assert rules(source.replace('monitor="val_loss"', 'monitor="val_acc"')) == [(8, "ungathered-metric")]
+    one_device = source.replace("devices=devices", "devices=1")
+    assert rules(one_device) == []
+    gathered = source.replace("        self.log(\"val_loss\", loss)\n",
+                              "        self.log(\"val_loss\", self.all_gather(loss).mean())\n")
+    assert rules(gathered) == []

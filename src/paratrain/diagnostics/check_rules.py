@@ -23,6 +23,7 @@ from paratrain.diagnostics.check_samplers import (
 )
 from paratrain.diagnostics.check_wrappers import batchnorm_without_syncbn, data_parallel, wrapped_state_dict
 from paratrain.diagnostics.dead_code import never_runs
+from paratrain.diagnostics.lightning_metrics import unsynced_monitored_log
 from paratrain.diagnostics.metric_flow import metric_over_shard, sharded_eval_loaders, sharded_loaders, total_over_shard
 from paratrain.diagnostics.project_savers import in_memory
 from paratrain.diagnostics.argument_needs import passes_all
@@ -354,12 +355,13 @@ def unseeded_split(facts: ScriptFacts) -> Iterator[Finding]:
         if re.search(r"(?:^|\.)random\.(?:shuffle|permutation)$", facts.full_name(call))
         and call.args and isinstance(call.args[0], ast.Name) and re.search(rf"\b{call.args[0].id}\b", subsets)
     ]
-    # A dataset's own `.shuffle()` (Hugging Face datasets) with no seed: a different order per process,
-    # which the Trainer's or a DistributedSampler's sharding by index then splits into overlapping parts.
+    # A dataset's own `.shuffle()` (Hugging Face datasets, PyG) with no seed: a different order per process,
+    # which the Trainer's or a DistributedSampler's sharding by index then splits into overlapping parts. The
+    # dataset may be the value of a chain (`ds.map(tokenize).shuffle()`, `TUDataset(path).shuffle()`).
     splits += [
         call for call in facts.calls_named("shuffle")
         if isinstance(call.func, ast.Attribute) and not call.args and not call.keywords
-        and isinstance(call.func.value, (ast.Subscript, ast.Name, ast.Attribute))
+        and isinstance(call.func.value, (ast.Subscript, ast.Name, ast.Attribute, ast.Call))
     ]
     # A dataset class that shuffles its samples when it is built (FastChat's flan-t5 dataset): each rank
     # builds its own copy, and a sampler or the Trainer shards it by index. Where the seeding sits is not
@@ -377,7 +379,7 @@ def unseeded_split(facts: ScriptFacts) -> Iterator[Finding]:
             continue  # seeded with the same value on every rank before the split
         why = ("the seed set before it differs per rank" if seeds else "nothing seeds it before")
         yield Finding(
-            split.lineno, "unseeded-split",
+            split.func.end_lineno or split.lineno, "unseeded-split",  # `.shuffle()` ending a chain: its own line
             f"`{last_name(split)}` draws a random split on every rank and {why}: each rank trains and evaluates "
             "on a different split (a sample may be in one rank's training set and another's test set)",
             "pass a generator seeded alike everywhere: random_split(ds, sizes, generator=torch.Generator().manual_seed(0)); "
@@ -397,5 +399,5 @@ RULES: tuple[Rule, ...] = (
     sampler_not_passed, prepared_loader_dropped, shuffle_beside_sampler, no_set_epoch, padded_eval_sampler, local_rank_argument,
     deprecated_launcher, hardcoded_rendezvous, save_on_every_rank, print_on_every_rank, project_call_prints, wrapped_state_dict,
     batchnorm_without_syncbn, model_before_seed, data_parallel, log_on_every_rank, project_call_logs, ungathered_metric,
-    unseeded_split,
+    unsynced_monitored_log, unseeded_split,
 )

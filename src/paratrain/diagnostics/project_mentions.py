@@ -86,14 +86,20 @@ def marked_root(script: Path) -> Path | None:
     return None
 
 
-@functools.lru_cache(maxsize=16)
 def python_files(root: Path) -> tuple[Path, ...]:
     """The project's Python files under ``root``, in a stable order: at most ``_MAX_FILES``, hidden and
     virtual-environment directories skipped; listed once per root."""
+    return project_files(root, (".py",))
+
+
+@functools.lru_cache(maxsize=16)
+def project_files(root: Path, suffixes: tuple[str, ...]) -> tuple[Path, ...]:
+    """The project's files under ``root`` whose names end in one of ``suffixes`` (``(".yaml", ".yml")`` for its
+    configurations), as :func:`python_files` lists them."""
     found: list[Path] = []
     for directory, subdirectories, files in os.walk(root):
         subdirectories[:] = sorted(d for d in subdirectories if not d.startswith(".") and d not in _SKIPPED)
-        found.extend(Path(directory) / name for name in sorted(files) if name.endswith(".py"))
+        found.extend(Path(directory) / name for name in sorted(files) if name.endswith(suffixes))
         if len(found) >= _MAX_FILES:
             break
     return tuple(found[:_MAX_FILES])

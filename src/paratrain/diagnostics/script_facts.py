@@ -283,7 +283,8 @@ class ScriptFacts(RankGuards, LauncherParent):
             return False
         if not name.endswith("Trainer"):
             return True  # the command line picks the devices
-        spread = [kw.value for kw in call.keywords if kw.arg in _LIGHTNING_SPREAD]
+        # `args.num_gpus = 1` just before `Trainer(gpus=args.num_gpus)` (mvsnerf): the value the option had is gone
+        spread = [self._bound_just_before(call, kw.value) for kw in call.keywords if kw.arg in _LIGHTNING_SPREAD]
         # `config.trainer.strategy = "ddp"`, then `pl.Trainer(**config.trainer)` (a Hydra/OmegaConf config): the
         # settings the file stores on the mapping it unpacks count as keywords
         spread += [value for kw in call.keywords if kw.arg is None for name in _LIGHTNING_SPREAD
@@ -291,6 +292,23 @@ class ScriptFacts(RankGuards, LauncherParent):
                    + self.assigned.get(f"{ast.unparse(kw.value)}[{name!r}]", [])]
         return any(not (isinstance(value, ast.Constant) and value.value in (1, None, "auto", "single_device"))
                    for value in spread)
+
+    def _bound_just_before(self, call: ast.Call, value: ast.expr) -> ast.expr:
+        """The value an earlier statement of the block that holds ``call`` last bound to the name or attribute
+        ``value`` (``args.num_gpus, args.use_amp = 1, False``); ``value`` itself when none did, or when it is
+        neither. A binding inside a branch or loop of the block is not followed."""
+        if not isinstance(value, (ast.Name, ast.Attribute)):
+            return value
+        statement: ast.AST | None = call
+        while statement is not None and not isinstance(statement, ast.stmt):
+            statement = self.parents.get(statement)
+        owner = self.parents.get(statement) if statement is not None else None
+        body = next((block for field in ("body", "orelse", "finalbody")
+                     if statement in (block := getattr(owner, field, None) or [])), [])
+        text, found = ast.unparse(value), value
+        for earlier in body[:body.index(statement)] if body else []:
+            found = next((bound for target, bound in bound_values(earlier) if ast.unparse(target) == text), found)
+        return found
 
     def inside(self, node: ast.AST, *callee_names: str) -> ast.Call | None:
         """The nearest enclosing call to one of ``callee_names`` (``node`` is in its arguments)."""
