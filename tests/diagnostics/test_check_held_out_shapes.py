@@ -887,3 +887,74 @@ def main(devices):
     gathered = source.replace("        self.log(\"val_loss\", loss)\n",
                               "        self.log(\"val_loss\", self.all_gather(loss).mean())\n")
     assert rules(gathered) == []
+
+
+def test_a_question_about_the_ranks_device_is_not_a_rank_test():
+    source = """\
+import logging
+import torch
+import torch.multiprocessing as mp
+
+logger = logging.getLogger(__package__)
+
+def worker(rank, world_size):
+    torch.distributed.init_process_group("nccl", rank=rank, world_size=world_size)
+    logging.basicConfig(level=logging.INFO)
+    logger.info("gpu_mem: {}".format(torch.cuda.get_device_properties(rank).total_memory))
+    if torch.cuda.get_device_properties(rank).total_memory / 1e9 > 14:
+        logger.info("setting batch size according to 24G gpu")
+    if rank == 0:
+        logger.info("only here")
+    logger.info("rank {} ready".format(rank))
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(2,), nprocs=2)
+"""
+    found = check_source(source)
+    assert [(f.line, f.rule) for f in found] == [(10, "log-on-every-rank")]
+    assert found[0].problem.endswith("(also lines 12)")  # not 14 (rank 0's) nor 15 (it names its rank)
+
+
+def test_a_copy_of_the_wrappers_state_dict_saved_later_keeps_its_prefix():
+    source = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("nccl")
+model = DDP(torch.nn.Linear(2, 2))
+if dist.get_rank() == 0:
+    best_model = model.state_dict().copy()
+    torch.save(best_model, "best.pth")
+"""
+    assert rules(source) == [(8, "wrapped-state-dict")]
+    assert rules(source.replace("model.state_dict().copy()", "copy.deepcopy(model.state_dict())")) == [
+        (8, "wrapped-state-dict")]
+    assert rules(source.replace("model.state_dict().copy()", "model.module.state_dict().copy()")) == []
+
+
+def test_a_validation_total_compared_with_the_best_is_one_shards():
+    source = """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+def train(model, valid_set, epochs):
+    valid_sampler = DistributedSampler(valid_set)
+    valid_loader = DataLoader(valid_set, batch_size=8, sampler=valid_sampler)
+    best_val_loss = float("inf")
+    for epoch in range(epochs):
+        valid_rec_loss = 0.0
+        for batch in valid_loader:
+            valid_rec_loss += model(batch).item()
+        if dist.get_rank() == 0:
+            if valid_rec_loss < best_val_loss:
+                best_val_loss = valid_rec_loss
+                torch.save(model.module.state_dict(), "best.pth")
+"""
+    found = [(f.line, f.rule) for f in check_source(source)]
+    assert (15, "ungathered-metric") in found
+    reduced = source.replace("        if dist.get_rank() == 0:\n",
+                             "        dist.all_reduce(torch.tensor(valid_rec_loss))\n        if dist.get_rank() == 0:\n")
+    assert not [rule for _, rule in rules(reduced) if rule == "ungathered-metric"]

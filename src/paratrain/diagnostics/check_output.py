@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from paratrain.diagnostics.check_finding import Finding
 from paratrain.diagnostics.dead_code import never_runs
+from paratrain.diagnostics.guard_texts import device_query
 from paratrain.diagnostics.library_calls import peft_prints, pretty_prints, tqdm_writes
 from paratrain.diagnostics.print_silencing import (
     open_above, print_replaced, print_silenced, runs_before, silencing_calls)
@@ -58,7 +59,16 @@ def rank_tagged(call: ast.Call) -> bool:
         or isinstance(name, ast.Subscript) and isinstance(name.slice, ast.Constant)
         and isinstance(name.slice.value, str) and bool(RANK_TAG.fullmatch(name.slice.value))
         for arg in call.args for value in _interpolated(arg) for name in walk(value)
+        if not _device_query_argument(name, value)
     )
+
+
+def _device_query_argument(name: ast.AST, value: ast.AST) -> bool:
+    """``name`` is (in) an argument of a ``torch.cuda`` call within ``value``: ``torch.cuda.memory_allocated(rank)``
+    shows the rank's device's figure, not which process writes the line (guard_texts.without_device_queries)."""
+    return any(isinstance(call, ast.Call) and device_query(call)
+               and any(node is name for argument in call.args for node in walk(argument))
+               for call in walk(value))
 
 
 def handling_an_exception(facts: ScriptFacts, call: ast.Call) -> bool:

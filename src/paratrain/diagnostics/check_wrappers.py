@@ -192,6 +192,11 @@ def saved_state_dict(facts: ScriptFacts, call: ast.Call) -> bool:
     """The ``state_dict()`` call's value reaches a checkpoint: inside a ``save`` call, a value of a dict, or
     bound to a name that later is one of those."""
     parent = facts.parents.get(call)
+    # `best = soundstream.state_dict().copy()`, `copy.deepcopy(model.state_dict())`: a copy has the same keys
+    if isinstance(parent, ast.Attribute) and parent.attr == "copy" and isinstance(facts.parents.get(parent), ast.Call):
+        call, parent = facts.parents[parent], facts.parents.get(facts.parents[parent])
+    elif isinstance(parent, ast.Call) and last_name(parent) in ("deepcopy", "copy") and call in parent.args:
+        call, parent = parent, facts.parents.get(parent)
     # `"state_dict": cpu_state if args.fsdp else model.state_dict()`: a branch of a conditional
     # expression is its value whenever that branch is taken
     while isinstance(parent, ast.IfExp) and call is not parent.test:

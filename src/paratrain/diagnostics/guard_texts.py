@@ -15,6 +15,22 @@ import re
 GLOBAL_GUARD = re.compile(
     r"(?<![\w.])(?:\w+\.)*(?:(?:(?!node_|group_|local_)[a-z]\w*_)?rank|get_rank|RANK|is_main\w*|is_master\w*|master_process|is_rank_zero"
     r"|is_primary\w*|is_root\w*|is_global_zero|is_world_process_zero|main_process|rank_?0|rank_zero\w*)\b")
+# A question about the rank's device (`torch.cuda.get_device_properties(rank).total_memory > 14e9`,
+# `torch.cuda.memory_allocated(local_rank)`): the rank only says which device; every rank asks it of its own, so
+# neither a test on the answer nor a line showing it tells the processes apart.
+_DEVICE_QUERY = re.compile(r"\b((?:torch\.)?cuda\.\w+)\([^()]*\)")
+
+
+def device_query(call: ast.Call) -> bool:
+    """``call`` is one of :data:`_DEVICE_QUERY`'s (``torch.cuda.memory_allocated(rank)``)."""
+    return re.fullmatch(r"(?:torch\.)?cuda\.\w+", ast.unparse(call.func)) is not None
+
+
+def without_device_queries(text: str) -> str:
+    """``text`` with the arguments of its ``torch.cuda`` calls left out (:data:`_DEVICE_QUERY`)."""
+    return _DEVICE_QUERY.sub(r"\1()", text)
+
+
 # A comparison with rank 0 (not `local_rank > -1`, which only picks a device), or a library's
 # main-process predicate (`trainer.is_world_process_zero()`, `accelerator.is_main_process`).
 RANK_ZERO_TEST = re.compile(

@@ -53,10 +53,11 @@ def sharded_eval_loaders(facts: ScriptFacts) -> list[str]:
 
 
 def total_over_shard(facts: ScriptFacts, loaders: list[str], metric: re.Pattern[str],
-                     reports: tuple[str, ...]) -> Iterator[tuple[ast.Assign, str]]:
+                     reports: tuple[str, ...]) -> Iterator[tuple[ast.Assign | ast.Compare, str]]:
     """Assignments of a metric made from a total that a loop over one of ``loaders`` summed, after that loop and
     in its function, where the metric's name is then reported (a call named in ``reports`` reads it) or compared
-    (the best-checkpoint test): each with the loader's name. The script is assumed to reduce nothing (the rule
+    (the best-checkpoint test); else the total itself compared with the best so far there: each with the
+    loader's name. The script is assumed to reduce nothing (the rule
     returns before this for a file with a collective)."""
     for loop in walk(facts.tree):
         if not isinstance(loop, (ast.For, ast.AsyncFor)):
@@ -67,12 +68,25 @@ def total_over_shard(facts: ScriptFacts, loaders: list[str], metric: re.Pattern[
         if loader is None or not totals:
             continue
         scope = facts.scope(loop)
-        for node in walk(scope):
-            if (isinstance(node, ast.Assign) and node.lineno > (loop.end_lineno or loop.lineno)
-                    and len(node.targets) == 1 and metric.search(ast.unparse(node.targets[0]))
-                    and totals & _names(node.value) and _used_later(facts, scope, node, reports)):
-                yield node, loader
-                break
+        after = [node for node in walk(scope) if getattr(node, "lineno", 0) > (loop.end_lineno or loop.lineno)]
+        made = next((node for node in after
+                     if isinstance(node, ast.Assign) and len(node.targets) == 1
+                     and metric.search(ast.unparse(node.targets[0]))
+                     and totals & _names(node.value) and _used_later(facts, scope, node, reports)), None)
+        # The total itself against the best so far (`if valid_rec_loss < best_val_loss:`): the loop is over
+        # evaluation data, so what it sums is an evaluation figure whatever its name.
+        made = made or next((node for node in after if isinstance(node, ast.Compare) and _against_best(node, totals)),
+                            None)
+        if made is not None:
+            yield made, loader
+
+
+def _against_best(compare: ast.Compare, totals: set[str]) -> bool:
+    """``compare`` orders one of ``totals`` against a name of the best value (``valid_loss < best_val_loss``)."""
+    sides = [compare.left, *compare.comparators]
+    return (len(sides) == 2 and all(isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)) for op in compare.ops)
+            and any(isinstance(side, ast.Name) and side.id in totals for side in sides)
+            and any("best" in ast.unparse(side).lower() for side in sides))
 
 
 def _used_later(facts: ScriptFacts, scope: ast.AST, assign: ast.Assign, reports: tuple[str, ...]) -> bool:

@@ -19,7 +19,7 @@ from functools import cached_property
 from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.guard_texts import (
     DEVICE_GUARD, DISTRIBUTED_TEST, EVERY_RANK_OF_A_RUN, GLOBAL_GUARD, LOCAL_GUARD, ONE_PROCESS_TEST, PER_MACHINE,
-    RANK_ZERO_DECORATOR, environ_presence, not_main_membership, turns_distribution_off)
+    RANK_ZERO_DECORATOR, environ_presence, not_main_membership, turns_distribution_off, without_device_queries)
 from paratrain.diagnostics.project_callers import callers_guard
 from paratrain.diagnostics.project_mentions import project_names
 from paratrain.diagnostics.rank_attributes import given_on_rank_0
@@ -263,7 +263,7 @@ class RankGuards:
     def _direct_test_kind(self, test: ast.expr) -> str:
         if environ_presence(test):
             return ""
-        text = ast.unparse(test)
+        text = without_device_queries(ast.unparse(test))
         called = {last_name(node) for node in walk(test) if isinstance(node, ast.Call)}
         if called & self.machine_helpers:
             return "local"
@@ -278,7 +278,8 @@ class RankGuards:
             from_env = any(LOCAL_GUARD.search(ast.unparse(v)) for v in values)
             per_node = {name, *(ast.unparse(v) for v in values)} & self._node_offset_indices
             return "local" if from_env or per_node else "global"
-        names = {ast.unparse(n) for n in walk(test) if isinstance(n, (ast.Name, ast.Attribute))}
+        names = {name for n in walk(test) if isinstance(n, (ast.Name, ast.Attribute))
+                 and re.search(rf"(?<![\w.]){re.escape(name := ast.unparse(n))}(?![\w])", text)}
         if names & self._group_ranks:
             return "global"  # the value this process gave init_process_group as its rank, whatever its name
         if names & self._local_ranks_by_another_name:
