@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from paratrain.diagnostics.check_rules import RULES, Finding
+from paratrain.diagnostics.importer_prints import prints_run_by_importers
 from paratrain.diagnostics.project_callers import forget as forget_callers
 from paratrain.diagnostics.project_facts import read_project_facts
 from paratrain.diagnostics.project_launches import listings_kept
@@ -34,6 +35,8 @@ from paratrain.errors import ConfigError
 # The rules whose pitfall needs several processes (not DataParallel, a flag or a checkpoint's keys).
 _ON_SEVERAL = {"print-on-every-rank", "log-on-every-rank", "save-on-every-rank", "no-set-epoch", "padded-eval-sampler",
                "ungathered-metric", "unseeded-split", "model-before-seed", "sampler-not-passed"}
+# Rules that read the project's programs importing the file (they read the project as the file's own check does).
+_IMPORTERS_RULES = (prints_run_by_importers,)
 _IGNORE = re.compile(r"#\s*paratrain:\s*ignore(?:\[([\w\s,-]+)\])?")
 
 
@@ -55,7 +58,7 @@ def check_source(source: str, filename: str = "<script>", script: Path | None = 
     with listings_kept():  # the project's command files, listed once for its launch questions
         if script is not None:
             facts.learn(read_project_facts(facts, script), script)
-        findings = [finding for rule in RULES for finding in rule(facts)]
+        findings = [finding for rule in (*RULES, *_IMPORTERS_RULES) for finding in rule(facts)]
         if any(f.rule == "print-on-every-rank" for f in findings) and facts.muted_launch is not None:
             findings = [f for f in findings if f.rule != "print-on-every-rank"]  # the other ranks' stdout is /dev/null
         if any(f.rule in _ON_SEVERAL for f in findings) and facts.started_alone is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from paratrain.diagnostics.project_imports import read_small_file
@@ -33,6 +34,18 @@ def callers_guard(script: Path, name: str) -> str:
     local-rank test, ``""`` when one is not, when a file names it other than by a call, when no file calls it, or
     when nothing marks the project's root."""
     return _callers_guard(script.resolve(), name)
+
+
+def importers(script: Path, keep: Callable[[bytes], bool] = lambda _text: True) -> list[tuple[Path, bytes]]:
+    """The other files of ``script``'s marked project that import it (as :func:`callers_guard` reads imports) and
+    whose bytes ``keep`` keeps (asked first: reading the imports costs more), with their bytes; none when nothing
+    marks the project's root."""
+    script = script.resolve()
+    root = marked_root(script)
+    if root is None:
+        return []
+    return [(path, text) for path, text in _importers(script, root)
+            if keep(text) and _imported_from_script(path, text, script, root)]
 
 
 def argument_guard(script: Path, name: str, parameter: str, position: int) -> str:

@@ -73,9 +73,11 @@ _LONGEST = 200
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
-def read_project_facts(facts: ScriptFacts, script: Path) -> ImportedNames:
-    """The facts about every project function ``facts``'s script calls (see the module's docstring)."""
-    return _Reader(ProjectImports(script, facts.tree)).read(facts)
+def read_project_facts(facts: ScriptFacts, script: Path, guards_only: bool = False) -> ImportedNames:
+    """The facts about every project function ``facts``'s script calls (see the module's docstring). With
+    ``guards_only``, what the script's rank tests, process starts and print silencing need, without the prints, logs
+    and norms its project functions reach (for a file read to ask how it calls another, not checked itself)."""
+    return _Reader(ProjectImports(script, facts.tree)).read(facts, guards_only)
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ class _Reader:
         # id of a reached function → (the function, what it does): read once, though many callees reach it
         self._done_by: dict[int, tuple[_Function, _Does]] = {}
 
-    def read(self, facts: ScriptFacts) -> ImportedNames:
+    def read(self, facts: ScriptFacts, guards_only: bool = False) -> ImportedNames:
         """What every call of the script to a project function tells (keyed by the callee as written)."""
         names = ImportedNames()
         self._checkpoints = ProjectCheckpoints(self.facts_of, stored_rank_flags(facts))
@@ -117,10 +119,10 @@ class _Reader:
             if isinstance(call.func, (ast.Name, ast.Attribute)):
                 made.setdefault(ImportedNames.callee(call), []).append(call)
         for callee in sorted(made):
-            printed = prints.reached(callee, made[callee])
+            printed = None if guards_only else prints.reached(callee, made[callee])
             if printed is not None:
                 names.every_rank_prints[callee] = (self.imports.shown(printed[0]), printed[1].lineno)
-            logged = logs.reached(callee, made[callee])
+            logged = None if guards_only else logs.reached(callee, made[callee])
             if logged is not None:
                 names.every_rank_logs[callee] = (self.imports.shown(logged[0]), logged[1].lineno, logged[2])
             if builders.wraps_in_data_parallel(callee):
@@ -151,7 +153,8 @@ class _Reader:
         names.levels_chosen_by_importer = levels_chosen_by_an_importer(self.imports.script)
         names.loader_bindings = loader_bindings(self.imports, facts)
         names.fixed_rendezvous = fixed_rendezvous_calls(self.imports, facts)
-        self._learn_norms(names, facts)
+        if not guards_only:
+            self._learn_norms(names, facts)
         # A module's own statements run when it is imported (`args.gpu = int(os.environ["LOCAL_RANK"])` at its
         # top; DLRM's extend_distributed sets `builtins.print = rank0_print` there).
         imported = [stmt for module in self.imports.modules() for stmt in module.tree.body

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 from paratrain.diagnostics.argument_needs import runs_when_called
 from paratrain.diagnostics.call_names import last_name
@@ -80,6 +81,18 @@ class ProjectPrints:
             return self._reached(callee, pick, list(made))
         except RecursionError:  # a pathologically nested expression: unknown
             return None
+
+    def every_reached_in(self, callee: str, path: Path, made: list[ast.Call] = ()) -> list[ast.Call]:
+        """Every print of the module at ``path`` that calling ``callee`` runs in every process (as :meth:`reached`
+        finds its first, on every path it follows)."""
+        found: list[ast.Call] = []
+
+        def collect(module: Module, prints: list[ast.Call], _calls: list[ast.Call]) -> None:
+            if module.path == path:
+                found.extend(p for p in prints if _builtin_console_print(module, p) and p not in found)
+
+        self.reached_by(callee, collect, made)
+        return found
 
     def _reached(self, callee: str, pick: Picker, made: list[ast.Call]) -> tuple[Module, ast.Call] | None:
         start = self._entry(callee)

@@ -347,8 +347,11 @@ class RankGuards:
             if not top_level or function.decorator_list:
                 return ""
             # A module's function that no other file of its project names either never runs (LSGM's
-            # `utils.save_checkpoint`, which the trainers replaced with saves of their own).
-            if self.main_block() is not None or self._unnamed_elsewhere(function):
+            # `utils.save_checkpoint`, which the trainers replaced with saves of their own). A main block of its
+            # own is a self-test when other files import the function (CLIP-Driven-Universal-Model's
+            # `dataset/dataloader.py`, whose `get_loader` train.py calls): their calls decide.
+            named_elsewhere = self.script is not None and project_names(self.script, function.name) is True
+            if not named_elsewhere and (self.main_block() is not None or self._unnamed_elsewhere(function)):
                 return "global"
             # FocalNet's `utils.save_checkpoint`, called by main.py under `if dist.get_rank() == 0`
             return callers_guard(self.script, function.name) if self.script is not None else ""

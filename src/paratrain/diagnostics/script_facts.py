@@ -248,9 +248,20 @@ class ScriptFacts(RankGuards, LauncherParent):
             callee_names(call) & DISTRIBUTED_MARKERS and self.full_name(call).partition(".")[0] not in _TRACKERS
             and not self.full_name(call).startswith(_ONE_PROCESS_SETUP)
             or last_name(call).endswith("DistributedDataParallel")  # mmcv's MMDistributedDataParallel, apex's
-            or (last_name(call) == "launch" and not (isinstance(call.func, ast.Name) and call.func.id in own))
+            or (last_name(call) == "launch" and not (isinstance(call.func, ast.Name) and call.func.id in own)
+                and not self._web_app_launch(call))
             or self.lightning_trainer_on_several_devices(call) or ignite_distributed(self, call)
             or self.full_name(call).startswith("torch.distributed.") and last_name(call) in _COLLECTIVE_CALLS)
+
+    def _web_app_launch(self, call: ast.Call) -> bool:
+        """``demo.launch()`` / ``app.queue().launch()`` of a Gradio app (``with gr.Blocks() as app:``): a web server,
+        no training process."""
+        root = call.func
+        while isinstance(root, (ast.Attribute, ast.Call)):
+            root = root.func if isinstance(root, ast.Call) else root.value
+        return isinstance(root, ast.Name) and any(
+            isinstance(value, ast.Call) and self.full_name(value).startswith("gradio.")
+            for value in self.assigned.get(root.id, []))
 
     def _project_function(self, call: ast.Call) -> bool:
         """``call`` calls a function defined in this file or read in its project (not a library's)."""
