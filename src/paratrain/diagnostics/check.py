@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from paratrain.diagnostics.check_rules import RULES, Finding
-from paratrain.diagnostics.importer_prints import prints_run_by_importers
+from paratrain.diagnostics.importer_lines import logs_run_by_importers, prints_run_by_importers
 from paratrain.diagnostics.project_callers import forget as forget_callers
 from paratrain.diagnostics.project_facts import read_project_facts
 from paratrain.diagnostics.project_launches import listings_kept
@@ -36,7 +36,7 @@ from paratrain.errors import ConfigError
 _ON_SEVERAL = {"print-on-every-rank", "log-on-every-rank", "save-on-every-rank", "no-set-epoch", "padded-eval-sampler",
                "ungathered-metric", "unseeded-split", "model-before-seed", "sampler-not-passed"}
 # Rules that read the project's programs importing the file (they read the project as the file's own check does).
-_IMPORTERS_RULES = (prints_run_by_importers,)
+_IMPORTERS_RULES = (prints_run_by_importers, logs_run_by_importers)
 _IGNORE = re.compile(r"#\s*paratrain:\s*ignore(?:\[([\w\s,-]+)\])?")
 
 

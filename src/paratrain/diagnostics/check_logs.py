@@ -247,9 +247,7 @@ def project_call_logs(facts: ScriptFacts) -> Iterator[Finding]:
     """
     if not facts.distributed or print_silenced(facts) or next(log_on_every_rank(facts), None) is not None:
         return
-    root = _root_verbose(facts)
-    handler = root or _root_handler_everywhere(facts)
-    heard = {"own": True, "root": root, "level": handler}  # how a line is heard (project_logs.py) → heard here
+    heard = heard_here(facts)
     logging = {callee: where for callee, where in facts.imported.every_rank_logs.items() if heard[where[2]]}
     groups = calls_by_file(facts, logging, lambda call: not handling_an_exception(facts, call)
                             and not never_runs(facts, call))
@@ -257,7 +255,7 @@ def project_call_logs(facts: ScriptFacts) -> Iterator[Finding]:
         _, path, line = min(groups, key=lambda group: (group[0][0].lineno, group[0][0].col_offset))
         calls = sorted((call for group in groups for call in group[0]), key=lambda call: (call.lineno, call.col_offset))
         first = calls[0]
-        if logging[facts.imported.callee(first)][2] == "level" and not root:
+        if logging[facts.imported.callee(first)][2] == "level" and not heard["root"]:
             how, fix = ("its module sets that logger to INFO itself, and the root logger's handler in every process "
                         "writes what it makes", "drop that logger's own setLevel(INFO) (the root's level by rank then "
                         "applies to it), or call it on rank 0 only")
@@ -269,6 +267,15 @@ def project_call_logs(facts: ScriptFacts) -> Iterator[Finding]:
             f"`{facts.imported.callee(first)}` logs on every rank ({path}:{line}, {how}, no rank test on the way): "
             f"each message appears once per process, interleaved{also_lines(calls)}", fix,
         )
+
+
+def heard_here(facts: ScriptFacts) -> dict[str, bool]:
+    """For each way a project's logging line is heard (:mod:`~paratrain.diagnostics.project_logs`: its logger's own
+    console handler, the root logger's, or its own INFO level through the root's handler), whether the script's
+    processes hear it: the root logger verbose in every process (:func:`_root_verbose`), or a root handler in every
+    process (:func:`_root_handler_everywhere`, whatever the root's level)."""
+    root = _root_verbose(facts)
+    return {"own": True, "root": root, "level": root or _root_handler_everywhere(facts)}
 
 
 def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:

@@ -80,6 +80,24 @@ def read_project_facts(facts: ScriptFacts, script: Path, guards_only: bool = Fal
     return _Reader(ProjectImports(script, facts.tree)).read(facts, guards_only)
 
 
+def lines_reached_in(importer: ScriptFacts, imports: ProjectImports, module: Path,
+                     made: dict[str, list[ast.Call]]) -> dict[int, tuple[str, str]]:
+    """The lines of ``module``'s prints and logging calls that ``importer``'s calls ``made`` (callee as written → its
+    calls; ``imports``, the importer's) run in every process, as the importer's own check follows them: each with the
+    first callee that reaches it and ``"print"``, or how the logging line is heard
+    (:class:`~paratrain.diagnostics.project_logs.ProjectLogs`)."""
+    reader = _Reader(imports)
+    prints = ProjectPrints(imports, ProjectBuilders(imports, importer))
+    logs = ProjectLogs(imports, prints, reader._helper_kind)
+    found: dict[int, tuple[str, str]] = {}
+    for callee, calls in made.items():
+        for call in prints.every_reached_in(callee, module, calls):
+            found.setdefault(call.lineno, (callee, "print"))
+        for call, how in logs.every_reached_in(callee, module, calls):
+            found.setdefault(call.lineno, (callee, how))
+    return found
+
+
 @dataclass(frozen=True)
 class _Does:
     """What one function of the project does, as far as the facts of a call that reaches it go."""

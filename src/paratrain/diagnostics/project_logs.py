@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
+from pathlib import Path
 
 from paratrain.diagnostics.call_names import last_name
 from paratrain.diagnostics.check_logs import VERBOSE_LEVEL, verbose_console_setup
@@ -66,6 +67,22 @@ class ProjectLogs:
             return None
         module, call = found
         return module, call, self._loggers_of(module)[ast.unparse(call.func.value)]
+
+    def every_reached_in(self, callee: str, path: Path, made: list[ast.Call] = ()) -> list[tuple[ast.Call, str]]:
+        """Every logging line of the module at ``path`` that calling ``callee`` runs in every process, with how it is
+        heard (as :meth:`reached` finds the first, on every path it follows)."""
+        found: list[tuple[ast.Call, str]] = []
+
+        def collect(module: Module, _prints: list[ast.Call], calls: list[ast.Call]) -> None:
+            if module.path != path:
+                return
+            loggers = self._loggers_of(module)
+            found.extend((call, loggers[ast.unparse(call.func.value)]) for call in calls
+                         if isinstance(call.func, ast.Attribute) and call.func.attr in _LINES and not rank_tagged(call)
+                         and ast.unparse(call.func.value) in loggers and all(call is not seen for seen, _ in found))
+
+        self.prints.reached_by(callee, collect, made)
+        return found
 
     def _pick(self, module: Module, _prints: list[ast.Call], calls: list[ast.Call]) -> ast.Call | None:
         loggers = None

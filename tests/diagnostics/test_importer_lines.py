@@ -49,3 +49,37 @@ def test_a_self_test_block_does_not_make_an_imported_function_dead(tmp_path):
     unused = project(tmp_path / "e", {"train.py": script_text("dist.init_process_group('nccl')\n"),
                                       "data/loaders.py": with_self_test})
     assert rules(unused.parent / "data" / "loaders.py") == []  # nothing imports it: the self-test alone runs it
+
+
+EXECUTOR = """\
+import logging
+
+class Executor:
+    def train_one_epoch(self, model, loader):
+        logging.info("using accumulate grad, new batch size is 8 times larger than before")
+        for batch in loader:
+            model(batch)
+"""
+
+
+def test_a_modules_logging_line_heard_on_every_rank_of_its_importer(tmp_path):
+    train = """\
+        import logging
+        from utils.executor import Executor
+        def main():
+            logging.basicConfig(level=logging.DEBUG)
+            dist.init_process_group("nccl")
+            executor = Executor()
+            for epoch in range(3):
+                executor.train_one_epoch(model, loader)
+        if __name__ == "__main__":
+            main()
+        """
+    root = project(tmp_path / "f", {"train.py": script_text(train), "utils/executor.py": EXECUTOR}).parent
+    assert rules(root / "utils" / "executor.py") == [(5, "log-on-every-rank")]
+    quiet = train.replace("level=logging.DEBUG", "level=logging.INFO if dist.get_rank() == 0 else logging.WARNING")
+    root = project(tmp_path / "g", {"train.py": script_text(quiet), "utils/executor.py": EXECUTOR}).parent
+    assert rules(root / "utils" / "executor.py") == []  # the other ranks drop INFO
+    unset = train.replace("        logging.basicConfig(level=logging.DEBUG)\n", "")
+    root = project(tmp_path / "h", {"train.py": script_text(unset), "utils/executor.py": EXECUTOR}).parent
+    assert rules(root / "utils" / "executor.py") == []  # the root logger stays at WARNING
