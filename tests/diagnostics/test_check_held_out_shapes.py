@@ -958,3 +958,47 @@ def train(model, valid_set, epochs):
     reduced = source.replace("        if dist.get_rank() == 0:\n",
                              "        dist.all_reduce(torch.tensor(valid_rec_loss))\n        if dist.get_rank() == 0:\n")
     assert not [rule for _, rule in rules(reduced) if rule == "ungathered-metric"]
+
+
+def test_stdout_sent_to_devnull_in_two_steps_silences_the_other_ranks():
+    source = """\
+import os
+import sys
+import torch.distributed as dist
+
+def train(local_rank):
+    if local_rank != 0:
+        f = open(os.devnull, "w")
+        sys.stdout = sys.stderr = f
+    dist.init_process_group("nccl")
+    print("-" * 10)
+"""
+    assert rules(source) == []
+    assert rules(source.replace("sys.stdout = sys.stderr = f", "log_file = f")) == [(10, "print-on-every-rank")]
+
+
+def test_a_print_into_a_file_is_no_console_line():
+    source = """\
+import json
+import torch.distributed as dist
+
+dist.init_process_group("nccl")
+with open("experiment.log", "w") as f:
+    print(json.dumps({"lr": 0.1}), file=f)
+print("to the console", file=sys.stderr)
+"""
+    assert rules(source) == [(7, "print-on-every-rank")]
+
+
+def test_a_debug_line_makes_no_record_at_info():
+    source = """\
+import logging
+import torch.distributed as dist
+
+logging.basicConfig(level=logging.INFO)
+dist.init_process_group("nccl")
+logging.debug("%d files", 3)
+logging.info("project root")
+"""
+    assert rules(source) == [(7, "log-on-every-rank")]
+    assert rules(source.replace("level=logging.INFO", "level=logging.DEBUG")) == [(6, "log-on-every-rank")]

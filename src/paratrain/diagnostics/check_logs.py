@@ -285,8 +285,12 @@ def log_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     early = _loguru_lines_before_sinks(facts)
     own_level = _loggers_verbose_of_their_own(facts) - loggers
     named = loggers | own_level
+    # `debug()` is heard only where a setup of the file says DEBUG (or lower): at INFO it makes no record (fairchem's
+    # `setup_logging` sets INFO; its `logging.debug(...)` lines write nothing). loguru's default sink takes DEBUG.
+    debug = any(re.search(r"DEBUG|NOTSET|\b10\b", ast.unparse(call)) for call in facts.calls_named(*_LOG_SETUP_CALLS))
     logs = [call for call in facts.calls_named("info", "debug")  # the cheap test first: the gates cost
             if isinstance(call.func, ast.Attribute) and (ast.unparse(call.func.value) in named or call in early)
+            and (call.func.attr == "info" or debug or call in early or ast.unparse(call.func.value) not in loggers)
             and _every_rank_line(facts, call)]
     yield from first_of(
         [call for call in logs if ast.unparse(call.func.value) in loggers or call in early],

@@ -71,6 +71,13 @@ def _device_query_argument(name: ast.AST, value: ast.AST) -> bool:
                for call in walk(value))
 
 
+def to_console(call: ast.Call) -> bool:
+    """A print to stdout or stderr, not to a file it is given (``print(json.dumps(config), file=f)``: an experiment
+    log, which is a write to a file, not a line on the console)."""
+    target = next((kw.value for kw in call.keywords if kw.arg == "file"), None)
+    return target is None or re.fullmatch(r"(?:sys\.)?std(?:out|err)", ast.unparse(target)) is not None
+
+
 def handling_an_exception(facts: ScriptFacts, call: ast.Call) -> bool:
     """The line is written in an ``except`` block (``except Exception: logger.info(traceback.format_exc())``):
     it tells the failure of the process that writes it, as a line naming its rank tells that rank's state."""
@@ -90,7 +97,7 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         call for call in [*facts.calls_named("print"), *library]
         if (isinstance(call.func, ast.Name) or call in library) and not facts.guard(call)
         and not facts.in_launcher(call) and not rank_tagged(call) and not unreached_method(facts, call)
-        and not never_runs(facts, call)
+        and not never_runs(facts, call) and to_console(call)
     ]
     why = "print runs on every rank: each line appears once per process, interleaved"
     if print_silenced(facts) or print_replaced(facts):

@@ -54,8 +54,21 @@ def print_silenced(facts: ScriptFacts) -> bool:
     """The script, or a function of its project that it calls, replaces builtins.print or stdout for good. (A
     launcher of its project that mutes the other ranks is asked last, by ``check``: see ``ScriptFacts.muted_launch``.)"""
     imported = facts.imported
-    return imported.print_replaced or (facts.mentions(_PRINT_SILENCED.pattern) and not _stdout_restored(facts)) or any(
+    return imported.print_replaced or (bool(_silencing_lines(facts)) and not _stdout_restored(facts)) or any(
         imported.callee(call) not in imported.read for call in facts.calls_named(*PRINT_SILENCING_HELPERS))
+
+
+def _silencing_lines(facts: ScriptFacts) -> set[int]:
+    """The lines that replace print or send stdout to /dev/null: ``sys.stdout = open(os.devnull, "w")``, or in two
+    steps (MONAI's ``f = open(os.devnull, "w")``, then ``sys.stdout = sys.stderr = f``)."""
+    lines = {number for number, line in enumerate(facts.lines, start=1) if _PRINT_SILENCED.search(line)}
+    if "devnull" not in "\n".join(facts.lines):
+        return lines
+    devnull = {name for name, values in facts.assigned.items()
+               if any(isinstance(v, ast.Call) and last_name(v) == "open" and "devnull" in ast.unparse(v) for v in values)}
+    return lines | {node.lineno for node in walk(facts.tree) if isinstance(node, ast.Assign)
+                    and any(ast.unparse(target) == "sys.stdout" for target in node.targets)
+                    and ast.unparse(node.value) in devnull}
 
 
 def _stdout_restored(facts: ScriptFacts) -> bool:
@@ -95,7 +108,7 @@ def _own_silencers(facts: ScriptFacts) -> set[str] | None:
     copied into a project's ``misc.py``, then called at the end of its ``init_distributed_mode``): a call of one
     quiets what runs after it. None when the file does so outside them too (at its top level, in a method):
     when is not known then."""
-    silencing = {number for number, line in enumerate(facts.lines, start=1) if _PRINT_SILENCED.search(line)}
+    silencing = _silencing_lines(facts)
     own = set()
     for function in facts.tree.body:
         if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
