@@ -55,16 +55,11 @@ def prints_run_by_importers(facts: ScriptFacts) -> Iterator[Finding]:
     """One finding at the module's first print that an importer runs on every rank, the others named in it."""
     if facts.distributed:
         return  # its own reading judges its prints (with its functions' callers in the project)
-    reached = _lines_run_by_importers(facts)["print"]
-    if reached:
-        lines = sorted(reached)
-        yield Finding(
-            lines[0], "print-on-every-rank",
-            f"print runs on every rank: {reached[lines[0]]} calls into this module in every process of a "
-            f"multi-process run, with no rank test on the way; each line appears once per process, interleaved"
-            f"{_also(lines)}",
-            "print under `if dist.get_rank() == 0:` here (or pt.print), or make that call on rank 0 only",
-        )
+    yield from _first_of(
+        _lines_run_by_importers(facts)["print"], "print-on-every-rank",
+        "print runs on every rank: {call} calls into this module in every process of a multi-process run, with no "
+        "rank test on the way; each line appears once per process, interleaved",
+        "print under `if dist.get_rank() == 0:` here (or pt.print), or make that call on rank 0 only")
 
 
 def logs_run_by_importers(facts: ScriptFacts) -> Iterator[Finding]:
@@ -73,21 +68,22 @@ def logs_run_by_importers(facts: ScriptFacts) -> Iterator[Finding]:
     that imports it does, which is why its own reading rarely can)."""
     if facts.distributed and (next(log_on_every_rank(facts), None) or next(project_call_logs(facts), None)):
         return
-    reached = _lines_run_by_importers(facts)["log"]
+    yield from _first_of(
+        _lines_run_by_importers(facts)["log"], "log-on-every-rank",
+        "logging writes on every rank: {call} calls into this module in every process of a multi-process run, whose "
+        "logging writes INFO to the console in each, with no rank test on the way; each message appears once per "
+        "process, interleaved",
+        "set the logging level by rank where that program sets it up (INFO on rank 0, WARNING elsewhere), or make "
+        "that call on rank 0 only")
+
+
+def _first_of(reached: dict[int, str], rule: str, problem: str, fix: str) -> Iterator[Finding]:
+    """One finding at the first of the ``reached`` lines (line → the call that runs it), naming that call in
+    ``problem`` and the other lines after it."""
     if reached:
         lines = sorted(reached)
-        yield Finding(
-            lines[0], "log-on-every-rank",
-            f"logging writes on every rank: {reached[lines[0]]} calls into this module in every process of a "
-            f"multi-process run, whose logging writes INFO to the console in each, with no rank test on the way; "
-            f"each message appears once per process, interleaved{_also(lines)}",
-            "set the logging level by rank where that program sets it up (INFO on rank 0, WARNING elsewhere), "
-            "or make that call on rank 0 only",
-        )
-
-
-def _also(lines: list[int]) -> str:
-    return f" (also lines {', '.join(map(str, lines[1:]))})" if len(lines) > 1 else ""
+        others = f" (also lines {', '.join(map(str, lines[1:]))})" if len(lines) > 1 else ""
+        yield Finding(lines[0], rule, problem.format(call=reached[lines[0]]) + others, fix)
 
 
 def _is_line(call: ast.Call, prints: bool) -> bool:
