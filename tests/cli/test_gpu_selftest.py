@@ -31,3 +31,11 @@ def test_every_check_reports_and_a_failing_one_is_a_problem_with_its_error(monke
     assert found["self-test: device"].status == OK and found["self-test: bf16"].status == WARNING
     failed = found["self-test: torch.compile"]
     assert failed.status == PROBLEM and failed.detail == "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
+def test_the_grad_scaler_check_itself_passes_where_its_logic_runs_on_the_cpu():
+    """The fp16 check is device-independent arithmetic (torch's GradScaler runs on the CPU too): an
+    overflowing step is skipped and halves the scale, and the next finite one is applied. On the first
+    GPU it ran on, the finite step was skipped, because the skipped step's inf gradients were never
+    cleared before it."""
+    assert gpu_selftest._fp16_scaler(torch.device("cpu")).startswith("an overflowing step is skipped (scale 65536 -> 32768)")

@@ -96,6 +96,9 @@ def _fp16_scaler(device) -> str:
     precision.backward(model(torch.randn(3, 4, device=device)).sum() * 1e35)  # overflows once scaled
     precision.unscale(optimizer)
     assert precision.optimizer_step(optimizer) is False and precision.scale == scale / 2, "overflow was not skipped"
+    # A skipped step leaves its inf gradients in .grad, as a training loop's would be until its zero_grad;
+    # without it the finite backward below adds onto them and is skipped too.
+    optimizer.zero_grad(set_to_none=True)
     precision.backward(model(torch.randn(3, 4, device=device)).sum())
     precision.unscale(optimizer)
     assert precision.optimizer_step(optimizer) is True, "a finite step was skipped"
