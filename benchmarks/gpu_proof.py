@@ -25,6 +25,9 @@ cuts the repeated ones):
                        kernels that are not deterministic)
     own loop           pt.Runtime(strategy="ddp") in a group of one the script made (NCCL on CUDA) +
                        rt.loader (pinned memory on CUDA) + rt.backward/rt.step
+    readme script      the README's complete script (the ``+`` side of its diff), unchanged, run as
+                       ``python train.py``: it must train 3 epochs on the device, then, run again,
+                       find the run finished and train nothing
     doctor             ``paratrain doctor --json``, and its GPU self-test findings as a row of their own
     pytest -m gpu      ``pytest -m gpu -n0 tests/gpu`` (the doctor's test left out: the doctor row runs it)
 
@@ -73,7 +76,7 @@ BERT_BATCHES = (32, 256)
 PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0), ("H200", 989.0), ("A100", 312.0))
 # Seconds each check may take at most (the part's deadline may cut it shorter).
 BUDGET = {"versions": 30, "digits": 90, "digits compile": 150, "digits ddp-nccl": 120, "kill": 150,
-          "own loop": 60, "doctor": 150, "pytest": 240}
+          "own loop": 60, "readme script": 120, "doctor": 150, "pytest": 240}
 
 
 @dataclass
@@ -90,7 +93,7 @@ class Check:
 
 def a_rows() -> list[str]:
     return ["versions", "digits cpu", *(f"digits {name}" for name in PRECISIONS), "kill -9 and rerun",
-            "own loop", "doctor", "doctor gpu self-test", "pytest -m gpu"]
+            "own loop", "readme script", "doctor", "doctor gpu self-test", "pytest -m gpu"]
 
 
 def b_rows() -> list[str]:
@@ -163,13 +166,14 @@ class Proof:
             env.setdefault("OMP_NUM_THREADS", "1")
         return env
 
-    def command(self, argv: list[str], part: str, seconds: float, env: dict[str, str] | None = None) -> Outcome:
+    def command(self, argv: list[str], part: str, seconds: float, env: dict[str, str] | None = None,
+                cwd: Path = ROOT) -> Outcome:
         """Run ``argv`` to its end or its timeout (then its whole process group is killed); output goes to the log."""
         timeout, by_deadline = self.budget(part, seconds)
         self.say(f"$ {' '.join(argv)}   (timeout {timeout:.0f} s)")
         begin = time.monotonic()
         with tempfile.TemporaryFile("w+") as output:
-            process = subprocess.Popen(argv, cwd=ROOT, env=env or self.env(), stdout=output, stderr=subprocess.STDOUT,
+            process = subprocess.Popen(argv, cwd=cwd, env=env or self.env(), stdout=output, stderr=subprocess.STDOUT,
                                        text=True, start_new_session=True)
             try:
                 code, timed_out = process.wait(timeout=max(timeout, 0.1)), False
@@ -488,6 +492,47 @@ def check_own_loop(proof: Proof) -> None:
             torch.cuda.empty_cache()
 
 
+# The README's script, run unchanged; afterwards, whether torch put anything on the GPU.
+README_RUNNER = ("import runpy, torch; runpy.run_path('train.py', run_name='__main__'); "
+                 "print('cuda bytes', torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0)")
+
+
+def readme_script() -> str:
+    """The README's complete script: the context and ``+`` lines of its first diff block."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = re.search(r"```diff\n(.*?)```", text, re.S).group(1).splitlines()
+    return "".join(line[1:] + "\n" for line in lines if line[:1] in (" ", "+") or line == "")
+
+
+def check_readme_script(proof: Proof) -> None:
+    """The README's script as a user copies it: three epochs on the device, then a rerun that finds
+    the run finished and trains nothing (the checkpoint it resumes was written on the GPU)."""
+    name = "readme script"
+    folder = proof.work / "readme"
+    folder.mkdir()
+    (folder / "train.py").write_text(readme_script(), encoding="utf-8")
+    argv = [sys.executable, "-c", README_RUNNER]
+    first = proof.command(argv, "A", BUDGET[name], cwd=folder)
+    if bad := first.verdict(BUDGET[name]):
+        proof.set(name, *bad)
+        return
+    epochs = re.findall(r"^epoch (\d) loss", first.text, re.M)
+    used = int(re.search(r"^cuda bytes (\d+)", first.text, re.M).group(1))
+    again = proof.command(argv, "A", BUDGET[name], cwd=folder)
+    if bad := again.verdict(BUDGET[name]):
+        proof.set(name, bad[0], f"the rerun: {bad[1]}")
+        return
+    problems = [] if epochs == ["0", "1", "2"] else [f"printed epochs {epochs}, not 0, 1, 2"]
+    if proof.cuda and not used:
+        problems.append("nothing was put on the GPU")
+    if re.search(r"^epoch \d", again.text, re.M):
+        problems.append("the rerun trained again instead of finding the run finished")
+    figures = {"epochs": epochs, "cuda_bytes": used, "rerun_trained": bool(re.search(r"^epoch \d", again.text, re.M))}
+    where = f"{used / 2**20:.1f} MiB on the GPU" if used else "on the CPU"
+    proof.set(name, FAILED if problems else OK,
+              "; ".join(problems) or f"3 epochs ({where}); the rerun found the run finished and trained nothing", **figures)
+
+
 def check_doctor(proof: Proof) -> None:
     outcome = proof.command([sys.executable, "-m", "paratrain", "doctor", "--json"], "A", BUDGET["doctor"])
     try:
@@ -674,6 +719,7 @@ def main(argv: list[str] | None = None) -> int:
             proof.run_check(f"digits {name}", check_digits, proof, name)
         proof.run_check("kill -9 and rerun", check_kill_and_rerun, proof)
         proof.run_check("own loop", check_own_loop, proof)
+        proof.run_check("readme script", check_readme_script, proof)
         proof.run_check("doctor", check_doctor, proof)
         proof.run_check("pytest -m gpu", check_pytest_gpu, proof)
         proof.run_check(b_rows()[0], check_bert, proof)

@@ -15,13 +15,14 @@ import torch
 from tests.support import ROOT, clean_env
 
 PART_A = ["versions", "digits cpu", "digits fp32", "digits bf16-mixed", "digits fp16-mixed", "digits compile",
-          "digits ddp-nccl", "kill -9 and rerun", "own loop", "doctor", "doctor gpu self-test", "pytest -m gpu"]
+          "digits ddp-nccl", "kill -9 and rerun", "own loop", "readme script", "doctor", "doctor gpu self-test",
+          "pytest -m gpu"]
 METHODS = ["paratrain", "paratrain-compile", "paratrain-fit", "hf-trainer", "accelerate", "fabric", "raw-compiled"]
 PART_B = [f"bert batch {batch} {method}" for batch in (32, 256) for method in METHODS]
 # What the smoke run must show on a CPU: the CUDA-only rows are present and say so; the others ran.
 SMOKE_STATUS = {
     "versions": {"ok"}, "digits cpu": {"ok"}, "digits fp32": {"ok"}, "kill -9 and rerun": {"ok"}, "own loop": {"ok"},
-    "doctor": {"ok"},
+    "readme script": {"ok"}, "doctor": {"ok"},
     **{name: {"skipped: no CUDA"} for name in ["digits bf16-mixed", "digits fp16-mixed", "digits compile",
                                                "digits ddp-nccl", "doctor gpu self-test", "pytest -m gpu"]},
     **{f"bert batch {b} {m}": {"ok"} for b in (32, 256) for m in ("paratrain", "paratrain-fit", "raw-compiled")},
@@ -63,6 +64,7 @@ def test_the_smoke_run_executes_every_part_and_writes_every_row(tmp_path):
     assert figures["kill -9 and rerun"]["resumed_from_step"] > 0  # the rerun resumed, it did not start over
     assert figures["digits fp32"]["accuracy"] > 0.9
     assert figures["own loop"]["ddp_wrapped"] and figures["own loop"]["last_loss"] < figures["own loop"]["first_loss"]
+    assert figures["readme script"]["epochs"] == ["0", "1", "2"] and figures["readme script"]["rerun_trained"] is False
     assert all(figures[f"bert batch {b} paratrain"]["samples_per_s"] > 0 for b in (32, 256))
     assert "$ " in (tmp_path / "proof.log").read_text()  # the commands are logged with their output
 

@@ -81,3 +81,35 @@ def test_a_watchdog_stopped_while_its_thread_waits_in_a_store_call_arms_no_hard_
     assert not watchdog._thread.is_alive()
     after = calls[closed_at:]
     assert "cancel" in after and "arm" not in after[after.index("cancel"):], after
+
+
+def _runtime_left_open(report_dir: str) -> int:
+    """A Runtime inside the user's own group, never closed (as in a script that makes several and closes
+    only the one that owns the group): which watchdog threads are still running once every other exit
+    handler has run, i.e. when the interpreter finalizes and ends daemon threads wherever they are."""
+    import atexit
+    import os
+    from pathlib import Path
+
+    import paratrain as pt
+
+    def running_at_exit() -> None:  # registered first, so run last among the exit handlers
+        names = sorted(t.name for t in threading.enumerate() if t.name == "paratrain-watchdog" and t.is_alive())
+        Path(report_dir, f"rank{os.environ['RANK']}.txt").write_text(",".join(names) or "none")
+
+    atexit.register(running_at_exit)
+    dist.init_process_group("gloo")
+    rt = pt.Runtime(strategy="ddp", timeout=60)
+    assert not rt.owns_process_group and any(t.name == "paratrain-watchdog" for t in threading.enumerate())
+    return rt.rank
+
+
+def test_a_watchdog_never_stopped_is_stopped_before_the_interpreter_finalizes(tmp_path):
+    """A daemon watchdog thread still running at finalization may be inside a store call with the GIL
+    released; CPython ends it as it takes the GIL back, through C++ frames that cannot be unwound, and
+    the process aborts (SIGABRT) after its work is done: a worker that finished reported as killed (seen
+    once in six two-process DeepSpeed runs)."""
+    import paratrain as pt
+
+    pt.spawn(_runtime_left_open, nprocs=2, args=(str(tmp_path),))
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == {"rank0.txt": "none", "rank1.txt": "none"}

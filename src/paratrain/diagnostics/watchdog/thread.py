@@ -7,6 +7,7 @@ and ends the job naming the stalled rank (the package's docstring tells the whol
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import faulthandler
 import math
@@ -127,6 +128,11 @@ class Watchdog:
             self._board = ProgressBoard(self._store, self.rank, self.world_size)
         self._thread = threading.Thread(target=self._run, name="paratrain-watchdog", daemon=True)
         self._thread.start()
+        # Stopped before the interpreter finalizes, whoever forgot to stop it (a Runtime inside a group it
+        # did not make, never closed): a daemon thread still inside a store call then (the GIL released
+        # in C++) is ended by CPython as it takes the GIL back, through C++ frames that cannot be
+        # unwound, and the whole process aborts (SIGABRT) after its work is done.
+        atexit.register(self.stop)
         if self._store is not None:
             threading.Thread(target=self._watch_store, name="paratrain-watchdog-store", daemon=True).start()
         _active = self
@@ -138,6 +144,7 @@ class Watchdog:
         if _active is self:
             _active = outer
         self._stop.set()
+        atexit.unregister(self.stop)
         if self._thread is not None and self._thread is not threading.current_thread() and self.report is None:
             self._thread.join(timeout=self.poll + 5)
         faulthandler.cancel_dump_traceback_later()
