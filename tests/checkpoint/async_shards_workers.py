@@ -248,3 +248,34 @@ def _optimizer_copied_by_the_thread(rt, directory: str) -> dict:
     return {"moved_after_the_save": moved, "waits": waits, "latest": ckpt.latest().name,
             "saved_is_the_state_at_the_save": all(torch.equal(loaded[key].to_local(), value)
                                                   for key, value in at_save.items())}
+
+
+def slow_shard_writer(directory: str) -> dict:
+    """fsdp, background saves: rank 1's writing thread writes its shards of step 6 slowly (past
+    ``PARATRAIN_TIMEOUT``): what rank 0's next save raised, and the checkpoints left. 2 ranks."""
+    return in_runtime("fsdp", _slow_shard_writer, directory)
+
+
+def _slow_shard_writer(rt, directory: str) -> dict:
+    from paratrain import comm
+    from paratrain.checkpoint.files import PAUSE_ENV
+
+    model, optimizer, *_ = build(rt, 1)
+    ckpt = Checkpointer(rt, directory, model=model, optimizer=optimizer, background=True)
+    ckpt.save(step=2)  # the first one: in the foreground
+    ckpt.save(step=4)
+    ckpt.finish_writing("the slow one")
+    if rt.rank == 1:
+        os.environ[PAUSE_ENV] = f"{comm.DEFAULT_TIMEOUT_S + 5:g}@6:shards"
+    ckpt.save(step=6)  # returns at once on both ranks; rank 1's thread then writes its shards slowly
+    raised = None
+    try:
+        ckpt.save(step=8)
+    except pt.ParatrainError as exc:
+        raised = f"{type(exc).__name__}: {exc}"
+    os.environ.pop(PAUSE_ENV, None)
+    try:
+        ckpt.finish_writing("the end")
+    except pt.ParatrainError:
+        pass
+    return {"rank": rt.rank, "raised": raised, "complete": [path.name for path in ckpt.checkpoints()]}

@@ -140,3 +140,12 @@ def test_dcp_plans_are_kept_per_host_copy_and_a_changed_layout_still_saves_every
         loaded = {"model": {key: torch.zeros_like(value) for key, value in expected.items()}}
         dcp.load(loaded, checkpoint_id=str(tmp_path / f"s{save}"), no_dist=True)
         assert all(torch.equal(loaded["model"][key], expected[key]) for key in expected)
+
+
+def test_a_rank_whose_writing_thread_is_late_with_its_shards_is_named_by_the_others(tmp_path):
+    """Every wait ends in an error naming who is late: rank 0's writing thread waits inside DCP's collectives for
+    rank 1, which is still writing its shards, and says so (not "a rank", nor rank 0's own timeout)."""
+    first = pt.spawn(workers.slow_shard_writer, 2, args=(str(tmp_path),), env={"PARATRAIN_TIMEOUT": "8"})
+    assert first["rank"] == 0 and first["raised"] is not None, first
+    assert "rank(s) 1 (still writing their shards)" in first["raised"], first["raised"]
+    assert "step-000006" not in first["complete"]

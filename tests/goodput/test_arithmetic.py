@@ -72,3 +72,12 @@ def test_a_launch_whose_workers_died_before_their_clock_started_is_recovery():
     run = accounting.account([{"event": "launch", "time": 90.0}] + _records())
     assert run.wall == pytest.approx(45.5) and run.seconds["recovery"] == pytest.approx(15.0)
     assert run.accounted == pytest.approx(1.0)
+
+
+def test_the_steps_beside_a_write_cost_what_they_took_beyond_the_steps_after_it():
+    # 4 steps beside the write took 0.6 s; the 8 after it 0.8 s (0.1 s each): the write cost them 0.2 s
+    assert interval.write_slowdown_seconds((10.0, 100), (10.6, 104), (11.4, 112)) == pytest.approx(0.2)
+    assert interval.write_slowdown_seconds((10.0, 100), (10.2, 104), (11.4, 112)) == 0.0  # not slower: nothing
+    assert interval.write_slowdown_seconds((10.0, 100), (10.0, 100), (11.4, 112)) == 0.0  # no step beside it
+    assert interval.write_slowdown_seconds((10.0, 100), (10.6, 104), (10.7, 105)) == 0.0  # one step after: no reference
+    assert interval.write_slowdown_seconds(None, (10.6, 104), (11.4, 112)) == 0.0  # no ledger open

@@ -17,7 +17,7 @@ the ~160 ms of CPU one rank's write of text-cls's fsdp state cost.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -123,10 +123,12 @@ def _layout(value: Any) -> Any:
     return None
 
 
-def write_shards(directory: Path, staged: dict[str, Any], group: Any, host_copy: HostCopyOfShards) -> None:
+def write_shards(directory: Path, staged: dict[str, Any], group: Any, host_copy: HostCopyOfShards,
+                 written_here: Callable[[], None] = lambda: None) -> None:
     """Write this rank's shards, as :meth:`HostCopyOfShards.stage` copied them, with DCP into ``directory``'s
     shards folder (files fsynced). Collective on ``group``: every rank writes the same checkpoint's shards
-    together, from its writing thread, and no other write runs on ``group`` meanwhile.
+    together, from its writing thread, and no other write runs on ``group`` meanwhile. ``written_here()`` runs
+    once this rank's own files are written, before DCP's last collective waits for the other ranks'.
 
     Raises:
         CheckpointException: DCP's, on every rank when the write failed on any.
@@ -135,5 +137,30 @@ def write_shards(directory: Path, staged: dict[str, Any], group: Any, host_copy:
 
     target = Path(directory) / SHARDED_DIR
     target.mkdir(parents=True, exist_ok=True)
-    dcp.save(staged, storage_writer=dcp.FileSystemWriter(str(target), sync_files=True),
+    dcp.save(staged, storage_writer=_writer_that_says_when_done(str(target), written_here),
              planner=host_copy.planner(), process_group=group)
+
+
+def _writer_that_says_when_done(path: str, written_here: Callable[[], None]) -> Any:
+    """DCP's file writer (files fsynced), calling ``written_here()`` once this rank's data files are written (the
+    class is made at the first save: DCP is imported only when it is used)."""
+    global _WriterThatSaysWhenDone
+    if _WriterThatSaysWhenDone is None:
+        import torch.distributed.checkpoint as dcp
+
+        class WriterThatSaysWhenDone(dcp.FileSystemWriter):
+            def __init__(self, path: str, written_here: Callable[[], None]):
+                super().__init__(path, sync_files=True)
+                self.written_here = written_here
+
+            def write_data(self, plan: Any, planner: Any) -> Any:
+                done = super().write_data(plan, planner)
+                done.wait()  # FileSystemWriter writes before it returns; the wait makes sure of it
+                self.written_here()
+                return done
+
+        _WriterThatSaysWhenDone = WriterThatSaysWhenDone
+    return _WriterThatSaysWhenDone(path, written_here)
+
+
+_WriterThatSaysWhenDone: Any = None

@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from paratrain.goodput import ledger
+
 _writer: tuple[int, ThreadPoolExecutor] | None = None  # (the process it was made in, the executor)
 _writer_made = threading.Lock()
 
@@ -61,6 +63,8 @@ class BackgroundWrite:
         self.name = name
         self.started = time.time()
         self.finished: float | None = None
+        # The goodput ledger's steps clock as the write starts and ends: how much the steps beside it slowed.
+        self.clocks: tuple[tuple[float, int] | None, tuple[float, int] | None] = (None, None)
         self.path: str | None = None
         self.error: BaseException | None = None
         self._write = write
@@ -73,6 +77,7 @@ class BackgroundWrite:
         if self._done is not None:
             return
         self.started = time.time()
+        self.clocks = (ledger.steps_clock(), None)
         try:
             self._done = _writing_thread().submit(self._run)
         except RuntimeError:  # the interpreter is exiting (a save from an atexit handler): written here, at once
@@ -87,6 +92,7 @@ class BackgroundWrite:
             self.error = exc
         finally:
             self.finished = time.time()
+            self.clocks = (self.clocks[0], ledger.steps_clock())
 
     @property
     def running(self) -> bool:

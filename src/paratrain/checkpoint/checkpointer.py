@@ -317,7 +317,7 @@ class Checkpointer:
             writing.wait(before, say)
         finally:
             if self.interval is not None and writing.finished is not None:
-                self.interval.written(writing.finished - writing.started)
+                self.interval.written(writing.finished - writing.started, *writing.clocks)
             if ledger.active() is not None:
                 ledger.active().event("written", name=writing.name, start=writing.started, end=writing.finished,
                                       failed=writing.error is not None)

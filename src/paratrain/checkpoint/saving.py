@@ -53,6 +53,7 @@ from paratrain.checkpoint.manifest import Manifest, seal
 from paratrain.checkpoint.model_state import model_state, optimizer_is_fresh, optimizer_state
 from paratrain.checkpoint.safe_load import check_plain
 from paratrain.checkpoint.snapshot import LiveState, can_wait
+from paratrain.checkpoint.write_marks import WriteMarks
 from paratrain.checkpoint.writer import (
     check_free_space,
     safetensors_ready,
@@ -297,7 +298,10 @@ def _agree_then_write(ckpt: Checkpointer, name: str, manifest: Manifest, taken: 
         writing = True
         return main_then_share(f"writing checkpoint {name}", write_here, group)
 
-    return lambda: _as_agreed(name, write, lambda: writing)
+    def late() -> tuple[str, list[int]]:  # when the ranks had agreed, the others wait for rank 0 alone
+        return ("rank 0 (writing it)", [0]) if writing and not comm.is_main() else ("a rank", [])
+
+    return lambda: _as_agreed(name, write, late)
 
 
 def _agree_in_thread(name: str, outcome: Outcome, share: Any, group: Any) -> list[Any]:
@@ -312,13 +316,13 @@ def _agree_in_thread(name: str, outcome: Outcome, share: Any, group: Any) -> lis
     return agree(outcome, share, group)
 
 
-def _as_agreed(name: str, write: Callable[[], str], rank_0_alone: Callable[[], bool]) -> str:
+def _as_agreed(name: str, write: Callable[[], str], late: Callable[[], tuple[str, list[int]]]) -> str:
     """Run a writing thread's ``write`` of checkpoint ``name``: a :class:`CheckpointError`, which every rank's
     thread raises alike (the ranks agreed on it), says the checkpoint was not saved and is marked ``agreed``
     (the training thread raises it as it is); a late rank named by the agreement's barrier is raised as it is; a
     timeout of the writing group or a peer gone (another ``RuntimeError``), not agreed, becomes a
-    :class:`CollectiveTimeoutError` naming rank 0 when, by ``rank_0_alone()``, the others were waiting for it
-    alone."""
+    :class:`CollectiveTimeoutError` naming the ranks ``late()`` names then (its words and the rank numbers; "a
+    rank" and none when it cannot tell)."""
     try:
         return write()
     except CheckpointError as exc:
@@ -329,9 +333,9 @@ def _as_agreed(name: str, write: Callable[[], str], rank_0_alone: Callable[[], b
     except CollectiveTimeoutError:  # the monitored barrier's: it names the late rank already
         raise
     except RuntimeError as exc:
-        late, ranks = ("rank 0 (writing it)", [0]) if rank_0_alone() and not comm.is_main() else ("a rank", [])
+        who, ranks = late()
         raise CollectiveTimeoutError(
-            f"checkpoint {name}: {late} did not take part in the ranks' agreement on it within "
+            f"checkpoint {name}: {who} did not take part in the ranks' agreement on it within "
             f"{comm.DEFAULT_TIMEOUT_S:g}s (it crashed or hangs; a write that takes longer needs a larger "
             f"PARATRAIN_TIMEOUT): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
             late_ranks=ranks,
@@ -387,19 +391,36 @@ def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: 
     every rank's outcome (its check and copies) as in :func:`_agree_then_write`; rank 0 makes the hidden
     directory; every rank writes its shards there with DCP and rank 0 the one-file parts, and the ranks agree
     again; rank 0 commits — the same steps as a foreground save. A failure anywhere fails every rank's thread
-    alike; rank 0 removes the hidden directory."""
+    alike; rank 0 removes the hidden directory. A rank whose wait inside DCP's collectives ends names the ranks
+    that had not written their own shards by then (:mod:`.write_marks`)."""
+    marks = WriteMarks(name)
+    phase = "agreeing"
 
     def prepare() -> None:  # rank 0
         _prepare(ckpt.directory, name, temporary.name)
         pause_if_requested(step, temporary, "prepared")
 
+    def written_here() -> None:  # this rank's own shards are on disk; DCP's last collective waits for the others'
+        pause_if_requested(step, temporary, "shards")
+        marks.reached("shards")
+
     def written(rng_states: list[Any]) -> None:
-        write_shards(temporary, shards, group, ckpt.host_copy)  # DCP fails every rank when one rank failed
+        try:  # DCP fails every rank when one rank failed
+            write_shards(temporary, shards, group, ckpt.host_copy, written_here)
+        except Exception as exc:
+            slow = marks.missing("shards")
+            if not slow:
+                raise
+            raise CheckpointError(f"{_ranks_still_writing(slow)} did not write their shards of checkpoint {name} "
+                                  f"within {comm.DEFAULT_TIMEOUT_S:g}s (a slow or full disk, or a process that "
+                                  f"hangs; a write that takes longer needs a larger PARATRAIN_TIMEOUT): "
+                                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
         if comm.is_main():
             objects, pending, _ = taken
             manifest.objects = _write_collected(ckpt, temporary, objects, pending, rng_states, step, checked=True)
 
     def write() -> str:
+        nonlocal phase
         here = outcome
         try:
             if shards is not None:  # the optimizers' state, before their next step
@@ -407,6 +428,7 @@ def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: 
         finally:
             ckpt.copies_before_step.done()  # before any wait for another rank: training steps on
         rng_states = _agree_in_thread(name, here, rng_state, group)
+        phase = "writing"
         try:
             main_then_share(f"starting checkpoint {name}", prepare, group)
             on_all_ranks(f"writing checkpoint {name}", lambda: written(rng_states), group)
@@ -417,7 +439,15 @@ def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: 
                 shutil.rmtree(temporary, ignore_errors=True)
             raise
 
-    return lambda: _as_agreed(name, write, lambda: False)
+    def late() -> tuple[str, list[int]]:
+        slow = marks.missing("shards") if phase == "writing" else []
+        return (_ranks_still_writing(slow), slow) if slow else ("a rank", [])
+
+    return lambda: _as_agreed(name, write, late)
+
+
+def _ranks_still_writing(ranks: list[int]) -> str:
+    return f"rank(s) {', '.join(map(str, ranks))} (still writing their shards)"
 
 
 def _host_snapshot(ckpt: Checkpointer, gathered: dict[str, Any], name: str | None = None) -> Any:

@@ -207,6 +207,11 @@ class Ledger:
         self.totals[category] += seconds
         self._since += seconds
 
+    def steps_clock(self) -> tuple[float, int]:
+        """``(seconds, steps)`` of this attempt's timed steps so far; two readings give the mean step between
+        them. Any thread (a background write reads it as it ends)."""
+        return self.timed_seconds, self.timed_steps
+
     def step_seconds(self) -> float | None:
         """The mean time of this attempt's steps after the first one (None before the second)."""
         return self.timed_seconds / self.timed_steps if self.timed_steps else None
@@ -334,6 +339,12 @@ def step_done() -> None:
     """An optimizer step ended (``rt.step``); nothing without an open ledger."""
     if _active is not None:
         _active.step_done()
+
+
+def steps_clock() -> tuple[float, int] | None:
+    """See :meth:`Ledger.steps_clock`; None without an open ledger."""
+    active = _active
+    return active.steps_clock() if active is not None else None
 
 
 def within_step(category: str, seconds: float) -> None:
