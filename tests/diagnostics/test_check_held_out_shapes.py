@@ -1002,3 +1002,150 @@ logging.info("project root")
 """
     assert rules(source) == [(7, "log-on-every-rank")]
     assert rules(source.replace("level=logging.INFO", "level=logging.DEBUG")) == [(6, "log-on-every-rank")]
+
+
+def test_a_method_that_another_file_calls_on_an_instance_under_a_rank_test_saves_once(tmp_path):
+    """PyTorch-StudioGAN (28th corpus): ``WORKER.save`` and the ``misc.save_model`` it calls hold bare
+    ``torch.save`` calls; ``loader.py`` makes ``worker = WORKER(...)`` and calls ``worker.save(...)`` only under
+    ``if global_rank == 0:``. Both saves run on rank 0 alone; the same call without the test saves on every rank."""
+    files = {
+        "worker.py": """\
+            import torch
+            import torch.distributed as dist
+            import misc
+
+            class WORKER:
+                def __init__(self, model):
+                    self.model = model
+                    self.group = dist.new_group(list(range(dist.get_world_size())))
+
+                def save(self, step):
+                    torch.save({"step": step}, "state.pth")
+                    misc.save_model(self.model, "model.pth")
+            """,
+        "misc.py": """\
+            import torch
+            import torch.distributed as dist
+
+            def save_model(model, path):
+                torch.save(model.state_dict(), path)
+                dist.barrier()
+            """,
+        "loader.py": script_text("""\
+            from worker import WORKER
+            dist.init_process_group("nccl")
+            global_rank = dist.get_rank()
+            worker = WORKER(torch.nn.Linear(2, 2))
+            for step in range(3):
+                if global_rank == 0:
+                    worker.save(step=step)
+            """),
+    }
+    guarded = project(tmp_path / "guarded", files)
+    saves = lambda root: sorted((name, f.line) for name in ("worker.py", "misc.py")  # noqa: E731
+                                for f in check_file(root / name) if f.rule == "save-on-every-rank")
+    assert saves(guarded.parent) == []
+    files["loader.py"] = files["loader.py"].replace("if global_rank == 0:", "if step >= 0:")
+    every_rank = project(tmp_path / "every", files)
+    assert saves(every_rank.parent) == [("misc.py", 5), ("worker.py", 11)]
+
+
+def test_a_print_the_file_rebinds_to_its_own_writer_is_not_quieted_by_the_projects_replacement():
+    """UniTS (28th corpus): ``exp_pretrain.py`` binds ``print = custom_print_decorator(print)`` when imported; the
+    wrapper writes to ``sys.stdout`` itself, so ``setup_for_distributed``'s later replacement of builtins.print,
+    which quiets every other file's prints, never reaches this one's."""
+    source = """\
+import sys
+import torch.distributed as dist
+from utils.ddp import init_distributed_mode
+
+def custom_print_decorator(func):
+    def wrapper(*args, **kwargs):
+        sys.stdout.write(' '.join(map(str, args)) + '\\n')
+    return wrapper
+
+print = custom_print_decorator(print)
+
+def train(args):
+    init_distributed_mode(args)
+    for epoch in range(3):
+        print("epoch", epoch)
+        dist.barrier()
+
+if __name__ == "__main__":
+    train(None)
+"""
+    assert rules(source) == [(15, "print-on-every-rank")]
+    plain = source.replace("print = custom_print_decorator(print)\n", "")
+    assert rules(plain) == []  # the project's replacement quiets it
+
+
+def test_a_flag_switched_off_on_every_gpu_but_the_first_is_a_rank_test():
+    """P5 (28th corpus): ``self.verbose = True``, then ``if self.args.gpu != 0: self.verbose = False``; its prints
+    sit under ``if self.verbose:``, which holds on the first GPU (of each machine) only."""
+    source = """\
+import torch
+import torch.distributed as dist
+
+class TrainerBase:
+    def __init__(self, args):
+        self.args = args
+        self.verbose = True
+        if self.args.distributed:
+            if self.args.gpu != 0:
+                self.verbose = False
+
+    def create_optimizer(self):
+        if self.verbose:
+            print('Building Optimizer')
+        dist.barrier()
+
+if __name__ == "__main__":
+    dist.init_process_group("nccl")
+    TrainerBase(None).create_optimizer()
+"""
+    assert rules(source) == []
+    assert rules(source.replace("if self.args.gpu != 0:", "if self.args.gpu >= 0:")) == [(14, "print-on-every-rank")]
+
+
+def test_a_parameter_every_call_fills_with_a_rank_test_guards_what_it_tests():
+    """THUMT (28th corpus): ``print_variables(model, pattern, log=dist.get_rank() == 0)``, whose prints sit under
+    ``if log:``. A call passing ``log=True`` (or leaving the default ``True``) prints on every rank."""
+    source = """\
+import torch
+import torch.distributed as dist
+
+def print_variables(model, pattern, log=True):
+    for name, _ in model.named_parameters():
+        if log:
+            print(name)
+
+def main():
+    dist.init_process_group("nccl")
+    model = torch.nn.Linear(2, 2)
+    print_variables(model, "w", log=dist.get_rank() == 0)
+
+if __name__ == "__main__":
+    main()
+"""
+    assert rules(source) == []
+    assert rules(source.replace('log=dist.get_rank() == 0', 'log=True')) == [(7, "print-on-every-rank")]
+    assert rules(source.replace(', log=dist.get_rank() == 0', '')) == [(7, "print-on-every-rank")]
+
+
+def test_a_branch_for_a_job_of_one_process_runs_once():
+    """PyTorch-StudioGAN (28th corpus): ``if cfgs.OPTIMIZATION.world_size == 1: print(...)``."""
+    source = """\
+import torch.distributed as dist
+
+def load_configs(cfgs):
+    if cfgs.OPTIMIZATION.world_size == 1:
+        print("You have chosen a specific GPU. This will completely disable data parallelism.")
+    if cfgs.OPTIMIZATION.world_size == 2:
+        print("two")
+    dist.init_process_group("nccl")
+
+if __name__ == "__main__":
+    load_configs(None)
+"""
+    assert rules(source) == [(7, "print-on-every-rank")]

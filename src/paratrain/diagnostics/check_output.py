@@ -17,7 +17,7 @@ from paratrain.diagnostics.dead_code import never_runs
 from paratrain.diagnostics.guard_texts import device_query
 from paratrain.diagnostics.library_calls import peft_prints, pretty_prints, tqdm_writes
 from paratrain.diagnostics.print_silencing import (
-    open_above, print_replaced, print_silenced, runs_before, silencing_calls)
+    open_above, own_print_binding, print_replaced, print_silenced, runs_before, silencing_calls)
 from paratrain.diagnostics.project_launches import launch_above
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, last_name
@@ -100,7 +100,12 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
         and not never_runs(facts, call) and to_console(call)
     ]
     why = "print runs on every rank: each line appears once per process, interleaved"
-    if print_silenced(facts) or print_replaced(facts):
+    own = own_print_binding(facts)
+    if own is not None:
+        why = (f"print runs on every rank: this file's `print` is `{ast.unparse(own.value)}` (line {own.lineno}), "
+               "bound when the file is imported, so the project's quieting of builtins.print never reaches it: "
+               "each line appears once per process, interleaved")
+    elif print_silenced(facts) or print_replaced(facts):
         opened = _opened_print(facts)
         if opened:
             why = opened

@@ -9,9 +9,13 @@ quiet about it.
 from __future__ import annotations
 
 import ast
+import weakref
 from dataclasses import dataclass, field
 
 from paratrain.diagnostics.rank_argument_prints import RankArgumentPrint
+
+_callees: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # call → callee: read once per call
+
 
 
 @dataclass
@@ -89,5 +93,9 @@ class ImportedNames:
 
     @staticmethod
     def callee(call: ast.Call) -> str:
-        """The key of a call: its function as written (``dist.data_sampler``)."""
-        return ast.unparse(call.func)
+        """The key of a call: its function as written (``dist.data_sampler``); kept per call (every rule asks it of
+        every call of the file)."""
+        key = _callees.get(call)
+        if key is None:
+            key = _callees[call] = ast.unparse(call.func)
+        return key

@@ -50,6 +50,23 @@ def print_replaced(facts: ScriptFacts) -> bool:
                for call in facts.calls_named("print") if isinstance(call.func, ast.Name) for kw in call.keywords)
 
 
+def own_print_binding(facts: ScriptFacts) -> ast.Assign | None:
+    """The file's own module-level ``print = wrapper(print)``, made when it is imported (before any
+    project quiets builtins.print), by a function of the file with no rank test in it: its calls of ``print`` write
+    on every rank whatever replaces builtins.print later. UniTS's ``exp_pretrain.py`` binds ``print =
+    custom_print_decorator(print)``, whose wrapper writes to ``sys.stdout`` itself. None without one."""
+    defined = {node.name: node for node in facts.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for node in facts.tree.body:
+        if not (isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["print"]
+                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)):
+            continue
+        wrapper = defined.get(node.value.func.id)
+        if (wrapper is not None and any(isinstance(a, ast.Name) and a.id == "print" for a in node.value.args)
+                and not re.search(r"rank|is_main|is_master|main_process", ast.unparse(wrapper))):
+            return node
+    return None
+
+
 def print_silenced(facts: ScriptFacts) -> bool:
     """The script, or a function of its project that it calls, replaces builtins.print or stdout for good. (A
     launcher of its project that mutes the other ranks is asked last, by ``check``: see ``ScriptFacts.muted_launch``.)"""

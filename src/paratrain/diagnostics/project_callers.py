@@ -16,10 +16,12 @@ from further files: one level, so a check stays bounded.
 from __future__ import annotations
 
 import ast
+import collections
 import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from paratrain.diagnostics.project_imports import read_small_file
 from paratrain.diagnostics.project_mentions import marked_root, python_files
@@ -34,6 +36,82 @@ def callers_guard(script: Path, name: str) -> str:
     local-rank test, ``""`` when one is not, when a file names it other than by a call, when no file calls it, or
     when nothing marks the project's root."""
     return _callers_guard(script.resolve(), name)
+
+
+def method_callers_guard(script: Path, class_name: str, method: str) -> str:
+    """:func:`callers_guard` for the method ``method`` of ``script``'s top-level class ``class_name``: the weakest
+    guard over the calls ``x.method(...)`` in the other files of its project, where ``x`` is bound there to an
+    instance made by ``class_name(...)`` (imported from ``script``). ``""`` as :func:`callers_guard`, and also when an
+    instance's name is used for ``method`` other than by a call, or no such call is found.
+
+    PyTorch-StudioGAN's ``WORKER.save`` holds bare ``torch.save`` calls; ``loader.py`` makes ``worker =
+    WORKER(...)`` and calls ``worker.save(...)`` under ``if global_rank == 0:`` only."""
+    return _method_callers_guard(script.resolve(), class_name, method)
+
+
+_asking: set[tuple[Path, str, str]] = set()  # method guards being read: a caller's file asking back gets ""
+
+
+@functools.lru_cache(maxsize=256)
+def _method_callers_guard(script: Path, class_name: str, method: str) -> str:
+    root = marked_root(script)
+    key = (script, class_name, method)
+    if root is None or key in _asking:
+        return ""
+    _asking.add(key)
+    try:
+        word = re.compile(rb"\b" + re.escape(class_name.encode()) + rb"\b")
+        callers = [path for path, text in _importers(script, root) if word.search(text)
+                   and _imported_from_script(path, text, script, root) is not None]
+        if not callers:
+            return ""
+        return _weakest(callers, lambda path: _method_guards_in(path, script, root, class_name, method))
+    finally:
+        _asking.discard(key)
+
+
+def _method_guards_in(path: Path, script: Path, root: Path, class_name: str, method: str) -> set[str] | None:
+    """The guards over ``path``'s calls of ``method`` on instances of ``script``'s ``class_name`` made there; None
+    when the file defines a class of that name, reads the method off an instance without calling it, or is
+    unreadable."""
+    facts, index = _facts_of(path), _index(path)
+    if facts is None or index is None:
+        return None
+    bound = _tree_bindings(path, script, root)
+    classes = {local for local, original in bound.items() if original == class_name}
+    modules = {local for local, original in bound.items() if original == ""}
+    if classes & index.defined:
+        return None
+    instances: set[str] = set()
+    for node in index.made:
+        made = node.value.func
+        if (isinstance(made, ast.Name) and made.id in classes or isinstance(made, ast.Attribute)
+                and made.attr == class_name and ast.unparse(made.value) in modules):
+            instances |= {ast.unparse(target) for target in node.targets if isinstance(target, (ast.Name, ast.Attribute))}
+    kinds: set[str] = set()
+    for node in index.attributes.get(method, ()):
+        if ast.unparse(node.value) in instances:
+            call = facts.parents.get(node)
+            if not (isinstance(call, ast.Call) and call.func is node):
+                return None  # handed on: it runs where something else decides
+            kinds.add(_guard_of_call(facts, call, path))
+    return kinds
+
+
+def _guard_of_call(facts, call: ast.Call, path: Path) -> str:
+    """``call``'s guard in the caller ``path``, and, when it sits in a method of a top-level class that the file
+    never calls itself, also as that method's callers in further files call it (:func:`method_callers_guard`:
+    StudioGAN's ``misc.save_model``, called by ``WORKER.save``, which ``loader.py`` calls on rank 0 only)."""
+    kind = facts.guard(call)
+    if kind == "global":
+        return kind
+    function = facts.scope(call)
+    owner = facts.parents.get(function)
+    if not (isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and isinstance(owner, ast.ClassDef)
+            and facts.parents.get(owner) is facts.tree and not facts.uses(function)):
+        return kind
+    outer = _method_callers_guard(path.resolve(), owner.name, function.name)
+    return max(kind, outer, key=("", "local", "global").index)
 
 
 def importers(script: Path, keep: Callable[[bytes], bool] = lambda _text: True) -> list[tuple[Path, bytes]]:
@@ -73,11 +151,18 @@ def _callers_guard(script: Path, name: str, argument: tuple[str, int] | None = N
             bound = _imported_from_script(path, text, script, root)
             if bound is None or name in bound.values() or "*" in bound.values() or "" in bound.values():
                 callers.append(path)
+    return _weakest(callers, lambda path: _guards_in(path, script, root, name, argument))
+
+
+def _weakest(callers: list[Path], guards_in: Callable[[Path], set[str] | None]) -> str:
+    """The weakest of the guards ``guards_in`` finds in each caller file: ``"global"`` when all are rank-0 tests,
+    ``"local"`` when all are at least local-rank tests, ``""`` when one is not, when a file gives None (it names the
+    function other than by a call), when no call was found, or when there are more than :data:`_MAX_CALLER_FILES`."""
     if len(callers) > _MAX_CALLER_FILES:
         return ""
-    kinds = set()
+    kinds: set[str] = set()
     for path in callers:
-        found = _guards_in(path, script, root, name, argument)
+        found = guards_in(path)
         if found is None:
             return ""
         kinds |= found
@@ -104,7 +189,8 @@ def _importers(script: Path, root: Path) -> tuple[tuple[Path, bytes], ...]:
 
 def forget() -> None:
     """Drop the files and facts kept for callers (at the start of each check: a file may have changed since)."""
-    for cached in (_callers_guard, _imported_from_script, _importers, _facts_of, _script_names):
+    for cached in (_callers_guard, _method_callers_guard, _imported_from_script, _importers, _facts_of, _index,
+                   _tree_bindings, _script_names):
         cached.cache_clear()
 
 
@@ -112,24 +198,23 @@ def _guards_in(path: Path, script: Path, root: Path, name: str, argument: tuple[
     """The guards over ``path``'s calls of ``script``'s function ``name`` (imported by name, or called through the
     module imported as a whole) — with ``argument``, over the values those calls pass for it (:func:`argument_guard`);
     None when the file names it in another way than a call, or cannot be read."""
-    facts = _facts_of(path)
-    if facts is None:
+    facts, index = _facts_of(path), _index(path)
+    if facts is None or index is None:
         return None
-    bound = _bindings(facts.tree, path, script, root) or {}
+    bound = _tree_bindings(path, script, root)
     functions = {local for local, original in bound.items() if original == name} | ({name} if "*" in bound else set())
     modules = {local for local, original in bound.items() if original == ""}
+    if functions & index.defined:
+        return None  # a function of its own by that name: its calls may be of either
     kinds: set[str] = set()
-    for node in walk(facts.tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in functions:
-            return None  # a function of its own by that name: its calls may be of either
-        named = isinstance(node, ast.Name) and node.id in functions
-        if not (named or isinstance(node, ast.Attribute) and node.attr == name and ast.unparse(node.value) in modules):
-            continue
+    uses = [node for local in functions for node in index.names.get(local, ())]
+    uses += [node for node in index.attributes.get(name, ()) if ast.unparse(node.value) in modules]
+    for node in uses:
         call = facts.parents.get(node)
         if not (isinstance(call, ast.Call) and call.func is node):
             return None  # handed on, or stored: it runs where something else decides
         if argument is None:
-            kinds.add(facts.guard(call))
+            kinds.add(_guard_of_call(facts, call, path))
             continue
         passed = _passed(call, *argument)
         if passed is _UNKNOWN:
@@ -156,6 +241,40 @@ def _passed(call: ast.Call, parameter: str, position: int) -> ast.expr | None:
         if index == position:
             return value
     return None
+
+
+class _Index(NamedTuple):
+    """A caller file's names, read in one walk (each function and method of a module asks its callers again)."""
+
+    defined: set[str]  # its functions' and classes' names
+    names: dict[str, list[ast.Name]]
+    attributes: dict[str, list[ast.Attribute]]  # by attribute name
+    made: list[ast.Assign]  # assignments of a call's result
+
+
+@functools.lru_cache(maxsize=16)
+def _index(path: Path) -> _Index | None:
+    facts = _facts_of(path)
+    if facts is None:
+        return None
+    index = _Index(set(), collections.defaultdict(list), collections.defaultdict(list), [])
+    for node in walk(facts.tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            index.defined.add(node.name)
+        elif isinstance(node, ast.Name):
+            index.names[node.id].append(node)
+        elif isinstance(node, ast.Attribute):
+            index.attributes[node.attr].append(node)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            index.made.append(node)
+    return index
+
+
+@functools.lru_cache(maxsize=256)
+def _tree_bindings(path: Path, script: Path, root: Path) -> dict[str, str]:
+    """:func:`_bindings` of the caller ``path``'s whole tree, read once per module it is asked about."""
+    facts = _facts_of(path)
+    return (_bindings(facts.tree, path, script, root) or {}) if facts is not None else {}
 
 
 @functools.lru_cache(maxsize=16)

@@ -17,10 +17,11 @@ import re
 from functools import cached_property
 
 from paratrain.diagnostics.call_names import last_name
+from paratrain.diagnostics.flag_guards import passed_by_every_call, switched_off_elsewhere
 from paratrain.diagnostics.guard_texts import (
     DEVICE_GUARD, DISTRIBUTED_TEST, EVERY_RANK_OF_A_RUN, GLOBAL_GUARD, LOCAL_GUARD, ONE_PROCESS_TEST, PER_MACHINE,
     RANK_ZERO_DECORATOR, environ_presence, not_main_membership, turns_distribution_off, without_device_queries)
-from paratrain.diagnostics.project_callers import callers_guard
+from paratrain.diagnostics.project_callers import callers_guard, method_callers_guard
 from paratrain.diagnostics.project_mentions import project_names
 from paratrain.diagnostics.rank_attributes import given_on_rank_0
 from paratrain.diagnostics.rank_values import global_rank_value, returning_the_global_rank
@@ -112,6 +113,8 @@ class RankGuards:
         negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
         if in_else and not negated and EVERY_RANK_OF_A_RUN.fullmatch(ast.unparse(test)):
             return True  # `if local_rank > -1: … else:`: no launcher passed a local rank (Person re-ID's save_network)
+        if not in_else and not negated and ONE_PROCESS_TEST.fullmatch(ast.unparse(test)):
+            return True  # StudioGAN's `if cfgs.OPTIMIZATION.world_size == 1:`: a job of one process
         # ProPainter's `config['distributed']`: the flag kept under a key reads as the flag
         text = re.sub(r"^(?:\w+\.)*\w+\[['\"](\w+)['\"]\]$", r"\1", ast.unparse(test.operand if negated else test))
         return bool(DISTRIBUTED_TEST.search(text)) and in_else != negated
@@ -221,6 +224,14 @@ class RankGuards:
         if given:
             return given
         names = [node for node in walk(test) if isinstance(node, (ast.Name, ast.Attribute))]
+        if depth == 0 and isinstance(test, (ast.Name, ast.Attribute)):
+            switched = switched_off_elsewhere(self, self.assigned.get(ast.unparse(test), []))
+            if switched:
+                return switched
+        if depth == 0 and isinstance(test, ast.Name):
+            passed = passed_by_every_call(self, test)
+            if passed:
+                return passed
         for node in names:
             bound = self.assigned.get(ast.unparse(node), [])
             values = [v for v in bound if not (isinstance(v, ast.Constant) and v.value in (False, None))]
@@ -238,7 +249,18 @@ class RankGuards:
                 return "local"
         return ""
 
+    @cached_property
+    def _maybe_tests(self) -> dict[ast.expr, bool]:
+        return {}
+
     def _may_be_a_test(self, value: ast.expr) -> bool:
+        """:meth:`_read_may_be_a_test`, kept per node (asked at every reading of a stored test)."""
+        known = self._maybe_tests.get(value)
+        if known is None:
+            known = self._maybe_tests[value] = self._read_may_be_a_test(value)
+        return known
+
+    def _read_may_be_a_test(self, value: ast.expr) -> bool:
         """A stored value that may hold a rank test: anything but a call of something other than a rank helper.
         XMem's ``model = XMemTrainer(config, local_rank=local_rank)`` passes a rank and tests none: a test of
         what it made (``if network_in_memory is not None:``, bound to ``model.XMem.module.state_dict()``) runs
@@ -260,7 +282,19 @@ class RankGuards:
         finally:
             self._binding_guards_asked.discard(value)
 
+    @cached_property
+    def _direct_kinds(self) -> dict[ast.expr, str]:
+        return {}
+
     def _direct_test_kind(self, test: ast.expr) -> str:
+        """The kind of ``test`` read from its own text and the file's rank names (kept per node: stored tests are
+        asked again and again, and each reading unparses the node)."""
+        kind = self._direct_kinds.get(test)
+        if kind is None:
+            kind = self._direct_kinds[test] = self._read_direct_test_kind(test)
+        return kind
+
+    def _read_direct_test_kind(self, test: ast.expr) -> str:
         if environ_presence(test):
             return ""
         text = without_device_queries(ast.unparse(test))
@@ -344,6 +378,11 @@ class RankGuards:
             # A script (it has a __main__ entry point) that never uses one of its own functions never
             # runs it; a module's functions are called from other files.
             top_level = self.parents.get(function) is self.tree
+            owner = self.parents.get(function)
+            if not top_level and isinstance(owner, ast.ClassDef) and self.parents.get(owner) is self.tree \
+                    and self.script is not None and not function.decorator_list:
+                # StudioGAN's WORKER.save, called as `worker.save(...)` by loader.py under a rank-0 test
+                return method_callers_guard(self.script, owner.name, function.name)
             if not top_level or function.decorator_list:
                 return ""
             # A module's function that no other file of its project names either never runs (LSGM's
