@@ -94,8 +94,8 @@ def _failed_write(rt, directory: str) -> dict:
     ckpt.save(step=1)
     real = saving.write_shards
 
-    def full_disk_on_rank_one(target, staged, group, host_copy):
-        real(target, staged, group, host_copy)
+    def full_disk_on_rank_one(target, staged, group, host_copy, written_here):
+        real(target, staged, group, host_copy, written_here)
         if rt.rank == 1:  # what DCP's storage writer raises when the disk is full
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
 

@@ -405,9 +405,13 @@ def _shards_write(ckpt: Checkpointer, name: str, manifest: Manifest, temporary: 
         marks.reached("shards")
 
     def written(rng_states: list[Any]) -> None:
+        from torch.distributed.checkpoint.api import CheckpointException
+
         try:  # DCP fails every rank when one rank failed
             write_shards(temporary, shards, group, ckpt.host_copy, written_here)
-        except Exception as exc:
+        except CheckpointException:
+            raise  # DCP's own report of what failed where
+        except Exception as exc:  # a wait in DCP's collectives that timed out: for whom?
             slow = marks.missing("shards")
             if not slow:
                 raise

@@ -29,9 +29,11 @@ class WriteMarks:
         self.rank, self.world_size = comm.rank(), comm.world_size()
         self._prefix = (f"paratrain/writes/{os.environ.get('TORCHELASTIC_RUN_ID', 'job')}/"
                         f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{next(_saves)}-{name}/")
+        self._reached: set[str] = set()
 
     def reached(self, phase: str) -> None:
         """This rank has done its own part of ``phase``."""
+        self._reached.add(phase)
         store = _job_store()
         if store is not None:
             try:
@@ -40,9 +42,10 @@ class WriteMarks:
                 pass
 
     def missing(self, phase: str) -> list[int]:
-        """The other ranks with no mark of ``phase`` ([] when that cannot be told)."""
+        """The other ranks with no mark of ``phase`` ([] when that cannot be told, and when this rank has not done
+        its own part either: then its own error, not a wait for the others, is what ended it)."""
         store = _job_store()
-        if store is None:
+        if store is None or phase not in self._reached:
             return []
         keys = {r: f"{self._prefix}{phase}/{r}" for r in range(self.world_size) if r != self.rank}
         try:
