@@ -10,7 +10,8 @@ Only files that import the module (``from utils import save_checkpoint``, ``impo
 utils``) count as callers, and only calls of the name as imported (``save_checkpoint(``, ``utils.save_checkpoint(``).
 A file that names the function in any other way (hands it on as a callback, registers it) may run it anywhere, and
 the answer is then ``""``. Each caller's own guard is read within its file (its functions' callers there too), not
-from further files: one level, so a check stays bounded.
+from further files: one level, so a check stays bounded — but for a call that sits in a method of a top-level class the
+file never calls itself, whose callers in further files are read too (:func:`method_callers_guard`).
 """
 
 from __future__ import annotations
@@ -46,17 +47,25 @@ def method_callers_guard(script: Path, class_name: str, method: str) -> str:
 
     PyTorch-StudioGAN's ``WORKER.save`` holds bare ``torch.save`` calls; ``loader.py`` makes ``worker =
     WORKER(...)`` and calls ``worker.save(...)`` under ``if global_rank == 0:`` only."""
-    return _method_callers_guard(script.resolve(), class_name, method)
+    return _method_guard(script.resolve(), class_name, method)
 
 
 _asking: set[tuple[Path, str, str]] = set()  # method guards being read: a caller's file asking back gets ""
+
+
+def _method_guard(script: Path, class_name: str, method: str) -> str:
+    """:func:`_method_callers_guard`, or ``""`` for a method whose guard is being read (a cycle of callers), kept out
+    of the cache so that the answer read to its end is the one kept."""
+    if (script, class_name, method) in _asking:
+        return ""
+    return _method_callers_guard(script, class_name, method)
 
 
 @functools.lru_cache(maxsize=256)
 def _method_callers_guard(script: Path, class_name: str, method: str) -> str:
     root = marked_root(script)
     key = (script, class_name, method)
-    if root is None or key in _asking:
+    if root is None:
         return ""
     _asking.add(key)
     try:
@@ -110,7 +119,7 @@ def _guard_of_call(facts, call: ast.Call, path: Path) -> str:
     if not (isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and isinstance(owner, ast.ClassDef)
             and facts.parents.get(owner) is facts.tree and not facts.uses(function)):
         return kind
-    outer = _method_callers_guard(path.resolve(), owner.name, function.name)
+    outer = _method_guard(path.resolve(), owner.name, function.name)
     return max(kind, outer, key=("", "local", "global").index)
 
 
