@@ -154,7 +154,9 @@ def test_the_first_background_save_reads_in_place_into_buffers_the_first_save_ma
     ckpt = _background_checkpointer(tmp_path, model, optimizer)
     assert ckpt.live_state._optimizers[optimizer] is True and ckpt.live_state._models[model][1] is not None
     buffers = dict(ckpt.host_buffers._buffers)
-    assert {path[0] for path in buffers} == {"model", "optimizer"} and len(buffers) >= 7  # 3 weights + BN, Adam's
+    flats = dict(ckpt.host_buffers._flats)
+    assert {path[0] for path in buffers} == {"model"} and len(buffers) >= 5  # 2 weights + BN's 3 buffers
+    assert list(flats) == [("optimizer",)] and len(flats[("optimizer",)].views) == 3 * 3  # Adam's, packed
     calls = []
     monkeypatch.setattr(dsd, "get_model_state_dict", lambda *a, **k: calls.append(a))
     monkeypatch.setattr(dsd, "get_optimizer_state_dict", lambda *a, **k: calls.append(a))
@@ -167,6 +169,7 @@ def test_the_first_background_save_reads_in_place_into_buffers_the_first_save_ma
     ckpt.close()
     assert calls == [] and ckpt.host_buffers._buffers.keys() == buffers.keys()
     assert all(ckpt.host_buffers._buffers[path] is buffer for path, buffer in buffers.items())
+    assert ckpt.host_buffers._flats == flats
     saved = load_pt(tmp_path / "ckpt" / "step-000003" / "optimizer.pt")["state"]
     assert float(saved["embed.weight"]["step"]) == 3.0  # the state at the save, copied into those buffers
 
@@ -180,3 +183,31 @@ def test_live_state_reads_fsdp_shards_in_place_without_torch_after_the_first_tim
     result = pt.spawn(workers.live_sharded_state, 2)
     assert result["first"] and result["fast"] and result["optimizer_matched"] is True
     assert result["torch_calls"] == 0 and result["kinds"] == ["DTensor"]
+
+
+def test_a_packed_host_copy_is_what_packing_a_copy_gives_and_keeps_its_flats_while_the_shapes_stay():
+    """``HostBuffers.packed`` copies straight into the packed form (one ``torch._foreach_copy_``): the same skeleton,
+    flats and layout as ``pack(copy(state))``, the flats reused by the next copy of tensors of the same kinds and
+    shapes and laid out anew for others; a state ``pack`` leaves as it is gets ``copy``'s answer."""
+    from paratrain.checkpoint.packed import pack, unpack
+
+    weights = torch.arange(6.0).reshape(2, 3)
+    state = {"state": {0: {"step": torch.tensor(3.0), "exp_avg": weights.t(), "count": torch.tensor([1, 2])},
+                       1: {"step": torch.tensor(1.0), "exp_avg": torch.zeros(0)}},
+             "param_groups": [{"lr": 0.1, "params": [0, 1], "betas": (0.9, 0.99)}], "note": [object]}
+    buffers = HostBuffers()
+    packed = buffers.packed(state, ("optimizer",))
+    reference = pack(HostBuffers().copy(state))
+    assert packed["skeleton"] == reference["skeleton"] and torch.equal(packed["layout"], reference["layout"])
+    assert len(packed["flats"]) == 2 and all(torch.equal(a, b) for a, b in zip(packed["flats"], reference["flats"]))
+    assert pack(packed) is packed and torch.equal(unpack(packed)["state"][0]["exp_avg"], weights.t())
+    weights.add_(10)  # training goes on: the copy holds the values of the save
+    assert unpack(packed)["state"][0]["exp_avg"][0, 0].item() == 0.0
+    again = buffers.packed(state, ("optimizer",))
+    assert [f.data_ptr() for f in again["flats"]] == [f.data_ptr() for f in packed["flats"]]
+    assert unpack(again)["state"][0]["exp_avg"][0, 0].item() == 10.0
+    state["state"][1]["exp_avg"] = torch.ones(4)  # another shape: laid out anew
+    grown = buffers.packed(state, ("optimizer",))
+    assert grown["flats"][0].numel() == 1 + 6 + 1 + 4 and torch.equal(unpack(grown)["state"][1]["exp_avg"], torch.ones(4))
+    sparse = {"state": {0: {"m": torch.eye(2).to_sparse()}}}
+    assert "flats" not in buffers.packed(sparse, ("other",)) and "flats" not in pack(buffers.packed(sparse, ("other",)))

@@ -45,6 +45,7 @@ from paratrain.checkpoint.model_state import TorchStateAccess
 from paratrain.checkpoint.restoring import CheckpointState
 from paratrain.checkpoint.snapshot import CopiesBeforeStep, HostBuffers, LiveState
 from paratrain.checkpoint.stateful import Stateful, by_name, collect
+from paratrain.checkpoint.writer import ModelDescriptions
 from paratrain.checkpoint.writer_lock import WriterLock
 from paratrain.errors import CheckpointError, ConfigError
 from paratrain.goodput import ledger
@@ -168,6 +169,7 @@ class Checkpointer:
         #: background saves: torch's whole-tensor state read in place, copied into buffers kept between saves
         self.live_state = LiveState() if type(self.access) is TorchStateAccess else None
         self.host_buffers = HostBuffers()
+        self.model_descriptions = ModelDescriptions()  # of the host buffers' model tensors, for the writer
         self.copies_before_step = CopiesBeforeStep()  # optimizer state copied by the writing thread (sharded: every rank)
         weakref.finalize(self, self._lock.release)
 

@@ -40,7 +40,7 @@ def _packable(tensor: torch.Tensor) -> bool:
             and not tensor.is_conj() and not tensor.is_neg() and not tensor.requires_grad)
 
 
-def _rebuilt(value: Any, leaf: Callable[[int, Any], Any]) -> Any:
+def rebuilt(value: Any, leaf: Callable[[int, Any], Any]) -> Any:
     """``value``'s containers (dicts, lists, tuples of exactly those types) rebuilt, every other value replaced by
     ``leaf(its index among the leaves, the value)``; the one walk :func:`pack` and :func:`unpack` both take."""
     count = 0
@@ -60,7 +60,10 @@ def _rebuilt(value: Any, leaf: Callable[[int, Any], Any]) -> Any:
 
 
 def pack(state: Any) -> Any:
-    """``state`` in packed form, or ``state`` itself when it holds no tensor or one that cannot be packed."""
+    """``state`` in packed form, or ``state`` itself when it holds no tensor or one that cannot be packed, or is
+    packed already (:meth:`paratrain.checkpoint.snapshot.HostBuffers.packed` copies into this form)."""
+    if is_packed(state):
+        return state
     tensors: list[tuple[int, torch.Tensor]] = []  # (leaf index, tensor)
 
     def hole(index: int, value: Any) -> Any:
@@ -69,7 +72,7 @@ def pack(state: Any) -> Any:
             return None
         return value
 
-    skeleton = _rebuilt(state, hole)
+    skeleton = rebuilt(state, hole)
     if not tensors or not all(_packable(tensor) for _, tensor in tensors):
         return state
     kinds: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
@@ -121,7 +124,7 @@ def unpack(loaded: Any) -> Any:
         skeleton, by_leaf = loaded["skeleton"], _tensors_by_leaf(loaded["flats"], loaded["layout"])
     except (KeyError, IndexError, TypeError, AttributeError, RuntimeError) as exc:
         raise ValueError(f"packed state whose parts do not fit together ({exc!r})") from exc
-    state = _rebuilt(skeleton, lambda index, value: by_leaf.pop(index, value))
+    state = rebuilt(skeleton, lambda index, value: by_leaf.pop(index, value))
     if by_leaf:
         raise ValueError(f"{len(by_leaf)} packed tensor(s) have no place in the skeleton")
     return state

@@ -33,7 +33,13 @@ import torch
 
 from paratrain import comm
 from paratrain.checkpoint import catalog, rng
-from paratrain.checkpoint.all_or_none import Outcome, agree, main_then_share, on_all_ranks, run_here
+from paratrain.checkpoint.all_or_none import (
+    Outcome,
+    agree,
+    main_then_share,
+    on_all_ranks,
+    run_here,
+)
 from paratrain.checkpoint.async_shards import write_shards
 from paratrain.checkpoint.background import start_writing_thread
 from paratrain.checkpoint.files import (
@@ -50,7 +56,12 @@ from paratrain.checkpoint.layout import (
     temporary_name,
 )
 from paratrain.checkpoint.manifest import Manifest, seal
-from paratrain.checkpoint.model_state import model_state, optimizer_is_fresh, optimizer_state
+from paratrain.checkpoint.model_state import (
+    model_state,
+    optimizer_is_fresh,
+    optimizer_state,
+)
+from paratrain.checkpoint.packed import is_packed
 from paratrain.checkpoint.safe_load import check_plain
 from paratrain.checkpoint.snapshot import LiveState, can_wait
 from paratrain.checkpoint.write_marks import WriteMarks
@@ -465,7 +476,7 @@ def _host_snapshot(ckpt: Checkpointer, gathered: dict[str, Any], name: str | Non
     agree); without, both run here."""
     objects, pending = _collect(ckpt, gathered, ckpt.live_state)
     copied: list[tuple[str, str, Any]] = []
-    later: list[tuple[dict[str, Any], str, Any]] = []  # (the copy, to complete; its object; the live state)
+    later: list[tuple[int, dict[str, Any], Any]] = []  # (its place in copied; the copy, to complete; the live state)
     optimizers = []
     for obj_name, kind, state in pending:
         optimizer = ckpt.by_name[obj_name].obj if kind == "optimizer" else None
@@ -474,11 +485,11 @@ def _host_snapshot(ckpt: Checkpointer, gathered: dict[str, Any], name: str | Non
             # its hyperparameters now (a scheduler may change them before the next step), its tensors later
             head = {key: None if key == "state" else ckpt.host_buffers.copy(value, (obj_name, key))
                     for key, value in state.items()}
-            later.append((head, obj_name, state["state"]))
+            later.append((len(copied), head, state["state"]))
             optimizers.append(optimizer)
             copied.append((obj_name, kind, head))
         else:
-            copied.append((obj_name, kind, ckpt.host_buffers.copy(state, (obj_name,))))
+            copied.append((obj_name, kind, _host_copy(ckpt, obj_name, kind, state)))
     taken = (objects, copied, later)
     if name is None:
         _finish_snapshot(ckpt, taken)
@@ -499,9 +510,9 @@ def _prepare_host_copies(ckpt: Checkpointer) -> None:
         return
     for entry in ckpt.entries:
         if entry.kind == "model":
-            ckpt.host_buffers.copy(ckpt.live_state.model(entry.obj), (entry.name,))
+            _host_copy(ckpt, entry.name, "model", ckpt.live_state.model(entry.obj))
         elif entry.kind == "optimizer":
-            ckpt.host_buffers.copy(ckpt.live_state.optimizer(ckpt.model_of(entry), entry.obj), (entry.name,))
+            _host_copy(ckpt, entry.name, "optimizer", ckpt.live_state.optimizer(ckpt.model_of(entry), entry.obj))
     ckpt.host_buffers.ready()  # GPU copies into the new buffers, before the next save overwrites them
 
 
@@ -513,14 +524,24 @@ def _finish_snapshot(ckpt: Checkpointer, taken: Any) -> None:
         CheckpointError: a part that cannot be saved, named.
     """
     _, pending, later = taken
-    for head, obj_name, state in later:
-        head["state"] = ckpt.host_buffers.copy(state, (obj_name, "state"))
+    for place, head, state in later:
+        obj_name, kind, _ = pending[place]
+        pending[place] = (obj_name, kind, _host_copy(ckpt, obj_name, kind, {**head, "state": state}))
     later.clear()
-    for obj_name, kind, state in pending:
-        if kind == "model":
-            safetensors_ready(obj_name, state)
+    for place, (obj_name, kind, state) in enumerate(pending):
+        if kind == "model":  # what the writer writes: checked once
+            pending[place] = (obj_name, kind, safetensors_ready(obj_name, state))
         else:
-            check_plain(state, obj_name)
+            check_plain(state["skeleton"] if is_packed(state) else state, obj_name)
+
+
+def _host_copy(ckpt: Checkpointer, obj_name: str, kind: str, state: Any) -> Any:
+    """Rank 0: a host copy of one part, into the buffers of the previous save: a model's tensor by tensor (the
+    safetensors file names each), anything else straight into the packed form its ``.pt`` file holds
+    (:meth:`~paratrain.checkpoint.snapshot.HostBuffers.packed`)."""
+    if kind == "model":
+        return ckpt.host_buffers.copy(state, (obj_name,))
+    return ckpt.host_buffers.packed(state, (obj_name,))
 
 
 def _write_files(ckpt: Checkpointer, temporary: Path, rng_states: list[Any], step: int | None,
@@ -565,7 +586,8 @@ def _write_collected(ckpt: Checkpointer, temporary: Path, objects: dict[str, Any
     object table. ``checked``: the parts were checked already (:func:`_finish_snapshot`)."""
     check_free_space(temporary, tensor_bytes([state for _, _, state in pending]) + tensor_bytes(rng_states))
     for name, kind, state in pending:
-        objects[name] = (write_model(temporary, name, state) if kind == "model"
+        objects[name] = (write_model(temporary, name, state, checked, ckpt.model_descriptions if checked else None)
+                         if kind == "model"
                          else write_state(temporary, name, kind, state, checked))
         if kind == "optimizer":
             objects[name]["model"] = ckpt.by_name[name].model

@@ -24,7 +24,13 @@ from typing import Any
 import torch
 
 from paratrain import comm
-from paratrain.checkpoint.model_state import model_layout, model_state, optimizer_is_fresh, optimizer_state
+from paratrain.checkpoint.model_state import (
+    model_layout,
+    model_state,
+    optimizer_is_fresh,
+    optimizer_state,
+)
+from paratrain.checkpoint.packed import PACKED, VERSION, rebuilt
 from paratrain.errors import CheckpointError
 from paratrain.goodput import ledger
 
@@ -32,51 +38,132 @@ from paratrain.goodput import ledger
 class HostBuffers:
     """Host copies of a state that training cannot change, into buffers reused between saves.
 
-    The buffers of one save are handed to the writer; the next :meth:`copy` overwrites them, so it is
-    called only after the previous write is complete (a background save waits for it first).
+    The buffers of one save are handed to the writer; the next :meth:`copy` or :meth:`packed` overwrites them, so
+    it is called only after the previous write is complete (a background save waits for it first). The tensors of
+    one call are copied by one ``torch._foreach_copy_``: a call into torch per tensor cost the thread that copies
+    (and, through the interpreter lock, a training thread beside it) ~10 µs of Python each.
     """
 
     def __init__(self) -> None:
         self._buffers: dict[tuple[Any, ...], torch.Tensor] = {}
+        self._flats: dict[tuple[Any, ...], _Flats] = {}
         self._event: Any = None
 
     def copy(self, state: Any, path: tuple[Any, ...] = ()) -> Any:
         """``state`` with every tensor copied to host memory (containers rebuilt, other objects
         deep-copied; numbers and strings are immutable). GPU copies may still be in flight: see :meth:`ready`."""
+        pairs: list[tuple[torch.Tensor, torch.Tensor]] = []  # (host buffer, tensor), copied together at the end
+        copied = self._copy(state, path, pairs)
+        self._copy_pairs(pairs)
+        return copied
+
+    def packed(self, state: Any, path: tuple[Any, ...] = ()) -> Any:
+        """What ``pack(self.copy(state, path))`` gives (:func:`paratrain.checkpoint.packed.pack`: the same file
+        bytes), made without the intermediate copies: every tensor copied straight into its place in flat host
+        tensors laid out once and kept while the tensors' kinds and shapes stay the same. A state holding a tensor
+        that cannot be packed (a DTensor, a subclass, a sparse one): :meth:`copy`'s answer, which ``pack`` leaves
+        as it is. GPU copies may still be in flight: see :meth:`ready`."""
+        places: list[int] = []  # each tensor's place among the state's leaves
+        tensors: list[torch.Tensor] = []
+
+        def hole(index: int, value: Any) -> Any:
+            if isinstance(value, torch.Tensor):  # copied under no_grad: no detach() (a call into torch per tensor)
+                places.append(index)
+                tensors.append(value)
+                return None
+            return value if value is None or isinstance(value, _IMMUTABLE) else copy.deepcopy(value)
+
+        skeleton = rebuilt(state, hole)
+        if not tensors or not all(type(t) is torch.Tensor and t.layout == torch.strided and t.device.type in _FOREACH
+                                  for t in tensors):
+            return self.copy(state, path)
+        shapes = [(place, t.dtype, t.shape) for place, t in zip(places, tensors)]
+        pin = any(t.is_cuda for t in tensors) and torch.cuda.is_available()
+        flats = self._flats.get(path)
+        if flats is None or flats.shapes != shapes or flats.pinned != pin:
+            flats = self._flats[path] = _Flats(shapes, pin)
+        self._copy_pairs(list(zip(flats.views, tensors)))
+        return {PACKED: VERSION, "skeleton": skeleton, "flats": flats.flats, "layout": flats.layout}
+
+    def _copy(self, state: Any, path: tuple[Any, ...], pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
         if isinstance(state, torch.Tensor):
-            return self._tensor(state.detach(), path)
+            return self._tensor(state, path, pairs)
         if isinstance(state, dict):
-            return {key: self.copy(value, (*path, key)) for key, value in state.items()}
+            return {key: self._copy(value, (*path, key), pairs) for key, value in state.items()}
         if isinstance(state, list):
-            return [self.copy(value, (*path, index)) for index, value in enumerate(state)]
+            return [self._copy(value, (*path, index), pairs) for index, value in enumerate(state)]
         if isinstance(state, tuple) and not hasattr(state, "_fields"):
-            return tuple(self.copy(value, (*path, index)) for index, value in enumerate(state))
-        if state is None or isinstance(state, (bool, int, float, str, bytes)):
+            return tuple(self._copy(value, (*path, index), pairs) for index, value in enumerate(state))
+        if state is None or isinstance(state, _IMMUTABLE):
             return state
         return copy.deepcopy(state)
 
-    def _tensor(self, tensor: torch.Tensor, path: tuple[Any, ...]) -> torch.Tensor:
+    def _tensor(self, tensor: torch.Tensor, path: tuple[Any, ...],
+                pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         if getattr(tensor, "_local_tensor", None) is not None or tensor.is_sparse:  # not a plain dense tensor
-            return tensor.to("cpu", copy=True)
+            return tensor.detach().to("cpu", copy=True)
         buffer = self._buffers.get(path)
         if buffer is None or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype:
             pin = tensor.is_cuda and torch.cuda.is_available()
             buffer = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=pin)
             self._buffers[path] = buffer
-        if tensor.is_cuda:  # a copy the GPU does after the work queued before it, while Python goes on
-            buffer.copy_(tensor, non_blocking=True)
+        if tensor.device.type in _FOREACH:
+            pairs.append((buffer, tensor))
+        else:  # another accelerator: copied on its own, waiting for it
+            buffer.copy_(tensor.detach())
+        return buffer
+
+    def _copy_pairs(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Each tensor into its host buffer, in one call into torch. From a GPU, copies the GPU makes after the work
+        queued before them while Python goes on (torch copies tensor by tensor, ``non_blocking``, when the lists
+        span devices); an event recorded after them is what :meth:`ready` waits for."""
+        if not pairs:
+            return
+        on_gpu = any(tensor.is_cuda for _, tensor in pairs)
+        with torch.no_grad():
+            torch._foreach_copy_([buffer for buffer, _ in pairs], [tensor for _, tensor in pairs], non_blocking=on_gpu)
+        if on_gpu:
             if self._event is None:
                 self._event = torch.cuda.Event()
             self._event.record()
-        else:
-            buffer.copy_(tensor)
-        return buffer
 
     def ready(self) -> None:
         """Wait until the copies of the last :meth:`copy` are in host memory (GPU copies; no-op on CPU).
         Any thread."""
         if self._event is not None:
             self._event.synchronize()
+
+
+_IMMUTABLE = (bool, int, float, str, bytes)
+_FOREACH = ("cpu", "cuda")  # the devices whose tensors one torch._foreach_copy_ copies to host memory
+
+
+class _Flats:
+    """Flat host tensors that hold a state's tensors in :func:`~paratrain.checkpoint.packed.pack`'s layout: one per
+    dtype, in the order each dtype first appears; ``views`` in them, one per tensor, in the state's order;
+    ``layout`` the rows ``pack`` writes (a tensor's place among the state's leaves, its flat, its offset, its number
+    of dimensions, its sizes)."""
+
+    def __init__(self, shapes: list[tuple[int, torch.dtype, torch.Size]], pinned: bool):
+        self.shapes = shapes  # (place among the leaves, dtype, shape) of each tensor
+        self.pinned = pinned
+        groups: dict[torch.dtype, int] = {}
+        sizes: list[int] = []
+        rows: list[list[int]] = []
+        spans: list[tuple[int, int, int]] = []  # (flat, offset, number of elements)
+        for place, dtype, shape in shapes:
+            group = groups.setdefault(dtype, len(groups))
+            if group == len(sizes):
+                sizes.append(0)
+            numel = shape.numel()
+            rows.append([place, group, sizes[group], len(shape), *shape])
+            spans.append((group, sizes[group], numel))
+            sizes[group] += numel
+        self.flats = [torch.empty(size, dtype=dtype, pin_memory=pinned) for dtype, size in zip(groups, sizes)]
+        self.views = [self.flats[group][offset:offset + numel].view(shape)
+                      for (group, offset, numel), (_, _, shape) in zip(spans, shapes)]
+        width = max(len(row) for row in rows)
+        self.layout = torch.tensor([row + [0] * (width - len(row)) for row in rows], dtype=torch.int64)
 
 
 class CopiesBeforeStep:

@@ -22,7 +22,6 @@ from paratrain.checkpoint.packed import pack
 from paratrain.checkpoint.safe_load import check_plain
 from paratrain.errors import CheckpointError
 
-
 _NO_TENSORS = {int, float, bool, str, type(None)}
 
 
@@ -64,7 +63,10 @@ def safetensors_ready(name: str, state: dict[str, Any]) -> dict[str, torch.Tenso
                 f"model {name!r} has a non-tensor entry {key!r} ({type(value).__name__}) in its state_dict; "
                 "model weights are stored as safetensors: keep non-tensor state in a separate stateful object"
             )
-        tensor = value.detach().contiguous()
+        # detach() and contiguous() only where they change something: each is a call into torch, per tensor, in
+        # the thread that writes while training runs beside it
+        tensor = value.detach() if value.requires_grad else value
+        tensor = tensor if tensor.is_contiguous() else tensor.contiguous()
         storage = tensor.untyped_storage().data_ptr()
         if storage in storages and tensor.numel():
             tensor = tensor.clone()  # tied weight: written twice, loaded into both names
@@ -73,14 +75,56 @@ def safetensors_ready(name: str, state: dict[str, Any]) -> dict[str, torch.Tenso
     return ready
 
 
-def write_model(directory: Path, name: str, state: dict[str, Any]) -> dict[str, Any]:
-    """``NAME.safetensors`` with prefix-free keys; returns the manifest entry."""
+def write_model(directory: Path, name: str, state: dict[str, Any], checked: bool = False,
+                described: ModelDescriptions | None = None) -> dict[str, Any]:
+    """``NAME.safetensors`` with prefix-free keys; returns the manifest entry. ``checked``: ``state`` is
+    :func:`safetensors_ready`'s answer already (a background save's, made before the ranks agreed to write);
+    ``described``: safetensors' descriptions of the tensors kept from the last write of ``name``."""
     from safetensors.torch import save_file
 
     target = Path(directory) / model_file(name)
+    ready = state if checked else safetensors_ready(name, state)
     with disk_errors_named(target):
-        save_file(safetensors_ready(name, state), str(target), metadata={"format": "pt"})
+        if described is not None and described.can_keep:
+            described.write(name, ready, target)
+        else:
+            save_file(ready, str(target), metadata={"format": "pt"})
     return {"kind": "model", "file": model_file(name)}
+
+
+class ModelDescriptions:
+    """safetensors' description of each model's tensors (its ``_flatten_as_ptr``: for each tensor its dtype, shape,
+    and the address and length of its bytes, checked for sparse, non-contiguous and shared tensors: ~75 µs of
+    Python per tensor), kept from one write of a model to the next while the tensors are the very same memory —
+    a background save hands the writer the same host buffers every time, and the writing thread's Python is what
+    the training thread beside it waits for (the interpreter lock). The file is then written by safetensors'
+    ``serialize_file`` from the kept description; the bytes are read from the tensors as they are at the write.
+
+    Only with a safetensors whose description points at the tensors' memory (``safetensors.TensorSpec``, 0.7+);
+    another one writes with ``save_file`` every time."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[tuple[Any, ...], dict[str, Any], list[Any]]] = {}
+        try:
+            from safetensors import TensorSpec, serialize_file  # noqa: F401
+            from safetensors.torch import _flatten_as_ptr  # noqa: F401
+        except ImportError:
+            self.can_keep = False
+        else:
+            self.can_keep = True
+
+    def write(self, name: str, tensors: dict[str, torch.Tensor], target: Path) -> None:
+        from safetensors import serialize_file
+        from safetensors.torch import _flatten_as_ptr
+
+        # The memory each tensor reads: the kept description holds (and so keeps alive) the tensors it was made
+        # from, so an equal key is the same memory, never a new tensor at a freed address
+        key = tuple((k, t.data_ptr(), t.dtype, t.shape) for k, t in tensors.items())
+        kept = self._kept.get(name)
+        if kept is None or kept[0] != key:
+            alive: list[Any] = []
+            kept = self._kept[name] = (key, _flatten_as_ptr(tensors, alive), alive)
+        serialize_file(kept[1], str(target), metadata={"format": "pt"})
 
 
 def write_state(directory: Path, name: str, kind: str, state: Any, checked: bool = False) -> dict[str, Any]:
