@@ -1149,3 +1149,48 @@ if __name__ == "__main__":
     load_configs(None)
 """
     assert rules(source) == [(7, "print-on-every-rank")]
+
+
+def test_a_sampler_chosen_by_a_conditional_expression_inside_the_loader_call_needs_set_epoch():
+    """``DataLoader(ds, sampler=DistributedSampler(ds) if ddp else None)``, returned to a caller, in a project where
+    nothing calls ``set_epoch``: each epoch repeats the first one's order."""
+    source = """\
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+def data_provider(data_set, ddp, shuffle_flag):
+    data_loader = DataLoader(
+        data_set,
+        batch_size=32,
+        shuffle=False if ddp else shuffle_flag,
+        sampler=DistributedSampler(data_set) if ddp else None,
+    )
+    return data_set, data_loader
+
+dist.init_process_group("nccl")
+"""
+    assert rules(source) == [(10, "no-set-epoch")]
+    told = source + "_, loader = data_provider(None, True, True)\nfor epoch in range(3):\n    loader.sampler.set_epoch(epoch)\n"
+    assert rules(told) == []
+
+
+def test_a_loader_class_given_as_a_parameter_that_defaults_to_dataloader_is_a_loader():
+    """``def loader(dataset, *args, klass=DataLoader, **kwargs): sampler = DistributedSampler(dataset); return
+    klass(dataset, sampler=sampler)``: the sampler goes to a DataLoader, which never sets its epoch."""
+    source = """\
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+def loader(dataset, *args, shuffle=False, klass=DataLoader, **kwargs):
+    if shuffle:
+        sampler = DistributedSampler(dataset)
+        return klass(dataset, *args, **kwargs, sampler=sampler)
+    return klass(dataset, *args, shuffle=shuffle)
+
+dist.init_process_group("nccl")
+"""
+    assert rules(source) == [(7, "no-set-epoch")]
+    handed = source.replace("klass=DataLoader", "klass=make_loader")  # a function of someone else's: it may set it
+    assert rules(handed) == []

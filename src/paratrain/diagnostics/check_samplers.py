@@ -55,8 +55,9 @@ def _handed_on(facts: ScriptFacts, name: str) -> bool:
     file, like pytorch/examples' FSDP ``train(..., sampler=sampler1)``) may call ``set_epoch``; or it is stored in a
     container whose items get ``set_epoch`` (3detr: ``dataloaders[split + "_sampler"] = sampler``, then
     ``dataloaders["train_sampler"].set_epoch(epoch)``)."""
+    loaders_by_parameter = _loaders_by_parameter(facts)
     for call in facts.calls:
-        if last_name(call) in LOADERS:
+        if last_name(call) in LOADERS or call in loaders_by_parameter:
             continue
         values = list(call.args) + [kw.value for kw in call.keywords]
         if any(ast.unparse(choice) == name for value in values for choice in _alternatives(value)):
@@ -302,21 +303,49 @@ def _unnamed_samplers(facts: ScriptFacts) -> Iterator[tuple[ast.Call, ast.Call]]
     Called only where the file has no ``.sampler.set_epoch(``."""
     makers = sampler_makers(facts)
     reported = set()
-    for loader in facts.calls_named(*LOADERS):
-        given = keyword(loader, "sampler")
-        if not isinstance(given, ast.Call):
+    for loader in facts.calls_named(*LOADERS) + _loaders_by_parameter(facts):
+        sampler_argument = keyword(loader, "sampler")
+        # either side of `DistributedSampler(ds) if ddp else None` (UniTS's data_provider)
+        for given in _alternatives(sampler_argument) if sampler_argument is not None else []:
+            if isinstance(given, ast.Call):
+                yield from _unnamed_samplers_given(facts, makers, reported, loader, given)
+
+
+def _unnamed_samplers_given(facts: ScriptFacts, makers: dict[str, list[ast.Call]], reported: set[ast.Call],
+                            loader: ast.Call, given: ast.Call) -> Iterator[tuple[ast.Call, ast.Call]]:
+    """The ``_unnamed_samplers`` of one ``sampler=`` call of ``loader``."""
+    samplers = [given] if last_name(given) in SAMPLERS else makers.get(ast.unparse(given.func), [])
+    for sampler in (in_script(facts, sampler, given) for sampler in samplers):
+        shuffles = [keyword(sampler, "shuffle"), keyword(given, "shuffle")]
+        if any(isinstance(s, ast.Constant) and s.value is False for s in shuffles):
             continue
-        samplers = [given] if last_name(given) in SAMPLERS else makers.get(ast.unparse(given.func), [])
-        for sampler in (in_script(facts, sampler, given) for sampler in samplers):
-            shuffles = [keyword(sampler, "shuffle"), keyword(given, "shuffle")]
-            if any(isinstance(s, ast.Constant) and s.value is False for s in shuffles):
-                continue
-            dataset = first_arg(loader) or first_arg(given)
-            if (EVAL_NAME.search(dataset) or sampler in reported or _loaders_read_once(facts, names_of(facts, loader))
-                    or _returned_to_a_caller_that_sets_epochs(facts, names_of(facts, loader))):
-                continue
-            reported.add(sampler)
-            yield sampler, loader
+        dataset = first_arg(loader) or first_arg(given)
+        if (EVAL_NAME.search(dataset) or sampler in reported or _loaders_read_once(facts, names_of(facts, loader))
+                or _returned_to_a_caller_that_sets_epochs(facts, names_of(facts, loader))):
+            continue
+        reported.add(sampler)
+        yield sampler, loader
+
+
+def _loaders_by_parameter(facts: ScriptFacts) -> list[ast.Call]:
+    """Calls of a function's parameter whose default is a DataLoader class (svoice's ``def loader(dataset, ...,
+    klass=DataLoader, **kwargs)`` returning ``klass(dataset, ..., sampler=sampler)``): a DataLoader, unless a caller
+    passes another class."""
+    loaders = []
+    for call in facts.calls:
+        if not isinstance(call.func, ast.Name):
+            continue
+        function = facts.scope(call)
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        arguments = function.args
+        positional = arguments.posonlyargs + arguments.args
+        defaults = dict(zip([a.arg for a in positional[len(positional) - len(arguments.defaults):]], arguments.defaults))
+        defaults.update({a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None})
+        default = defaults.get(call.func.id)
+        if isinstance(default, (ast.Name, ast.Attribute)) and last_name(default) in LOADERS:
+            loaders.append(call)
+    return loaders
 
 
 def _eval_samplers(facts: ScriptFacts) -> Iterator[tuple[str, ast.Call]]:
