@@ -90,9 +90,26 @@ def test_a_command_naming_another_file_of_the_same_name_tells_nothing_of_this_on
     # a path ending in this script's name but leading to the other one names the other one
     path = _project(tmp_path, "train.py", "scripts/run.sh", "torchrun --nproc_per_node=8 b/train.py\n")
     assert _prints(path) == []
-    # the bare name, from a file beside none of the three scripts, is ambiguous: silence
-    (tmp_path / "scripts" / "run.sh").write_text("deepspeed train.py\n")
+    # the bare name, from a file beside none of the three scripts that changes directory first, is ambiguous: silence
+    (tmp_path / "scripts" / "run.sh").write_text("cd $1\ndeepspeed train.py\n")
     assert _prints(path) == []
+
+
+def test_a_bare_name_in_a_shell_script_just_below_the_root_that_stays_there_is_the_roots_script(tmp_path):
+    # ULIP: scripts/pretrain_pointbert.sh runs `python -m torch.distributed.launch --nproc_per_node=8 main.py`, run
+    # as `bash scripts/pretrain_pointbert.sh` from the root; the project has other main.py files further down
+    path = _project(tmp_path, "main.py", "scripts/pretrain.sh",
+                    "python -m torch.distributed.launch --nproc_per_node=8 main.py --model big\n")
+    (tmp_path / "models" / "examples").mkdir(parents=True)
+    (tmp_path / "models" / "examples" / "main.py").write_text(SCRIPT)
+    assert multi_process_launch(path).where == "scripts/pretrain.sh:1"
+    assert _prints(tmp_path / "models" / "examples" / "main.py") == []
+    (tmp_path / "scripts" / "pretrain.sh").write_text(  # it runs another folder's main.py: nothing of the root's
+        "cd models/examples\npython -m torch.distributed.launch --nproc_per_node=8 main.py\n")
+    assert multi_process_launch(path) is None
+    (tmp_path / "scripts" / "pretrain.sh").write_text("torchrun --nproc_per_node=8 main.py\n")
+    (tmp_path / "scripts" / "main.py").write_text(SCRIPT)  # the folder's own main.py is the one it runs
+    assert multi_process_launch(path) is None
 
 
 def test_a_bare_name_in_a_command_file_under_the_scripts_own_folder_names_it(tmp_path):

@@ -157,8 +157,9 @@ def _first_launch(script: Path, counts: _Counts) -> Launch | None:
             continue
         text = data.decode("utf-8", "replace")
         expand = _expander(text)
+        from_root = path.parent.parent == root and _CHANGES_DIRECTORY.search(text) is None
         for number, command in _commands(text):
-            launcher = _launched(expand(command), path.parent, names, counts)
+            launcher = _launched(expand(command), path.parent, names, counts, from_root)
             if launcher is not None:
                 return Launch(path.relative_to(root).as_posix(), number, launcher)
     return None
@@ -299,6 +300,13 @@ class _Names:
         return word == self.script.name and (directory == self.script.parent or self.unique
                                              or self._nearest_below_the_script(directory))
 
+    def at_root(self, word: str, directory: Path) -> bool:
+        """``word`` is the bare name of the script, which sits at the root, and ``directory`` holds no file of
+        that name."""
+        word = word.removeprefix("./")
+        return (word == self.script.name and self.script.parent == self.root
+                and not (directory / word).exists())
+
     def files(self, word: str, directory: Path) -> list[Path]:
         """The project's files that ``word``, written in a command file of ``directory``, leads to: from there, then
         from the root."""
@@ -319,15 +327,22 @@ class _Names:
         return True
 
 
-def _launched(command: str, directory: Path, names: _Names, counts: _Counts) -> str | None:
-    """The launcher of ``command`` when it starts the script as ``counts`` asks (in several processes); else None."""
+# A line of a command file that changes the directory its later commands run in
+_CHANGES_DIRECTORY = re.compile(r"^[ \t]*(?:cd|pushd)\b", re.MULTILINE)
+
+
+def _launched(command: str, directory: Path, names: _Names, counts: _Counts, from_root: bool = False) -> str | None:
+    """The launcher of ``command`` when it starts the script as ``counts`` asks (in several processes); else None.
+    ``from_root``: the command's file lies in a folder just below the project's root and never changes directory
+    (ULIP's ``scripts/pretrain_pointbert.sh``, run as ``bash scripts/pretrain_pointbert.sh`` from the root): a
+    bare file name in it is the root's file of that name."""
     words = [word.strip(COMMAND_QUOTES) for word in command.split()]
     for at, word in enumerate(words):
         launcher = _launcher_at(words, at)
         if launcher is None:
             continue
         options, target = _options(words[at + (2 if launcher in (*_TORCH_MODULES, "accelerate launch") else 1):])
-        if target is None or not names.named(target, directory):
+        if target is None or not (names.named(target, directory) or from_root and names.at_root(target, directory)):
             continue
         if counts(launcher, options, words[:at]):
             return launcher
