@@ -1194,3 +1194,24 @@ dist.init_process_group("nccl")
     assert rules(source) == [(7, "no-set-epoch")]
     handed = source.replace("klass=DataLoader", "klass=make_loader")  # a function of someone else's: it may set it
     assert rules(handed) == []
+
+
+def test_a_usage_comment_with_the_old_launcher_is_reported_at_the_local_rank_flag_it_needs():
+    """The script's own usage comment starts it with ``python -m torch.distributed.launch``: the finding stands on
+    the ``--local_rank`` flag (the line to change with the command, as when a README starts it), the comment named
+    in its also-lines; a script without the flag keeps it on the comment."""
+    source = """\
+import argparse
+import torch.distributed as dist
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int)
+args = parser.parse_args()
+dist.init_process_group("nccl")
+
+# usage: python -m torch.distributed.launch --nproc_per_node=8 train.py
+"""
+    found = [f for f in check_source(source) if f.rule == "deprecated-launcher"]
+    assert [(f.line, "(also lines 9)" in f.problem) for f in found] == [(5, True)]
+    no_flag = source.replace('parser.add_argument("--local_rank", type=int)\n', "")
+    assert [f.line for f in check_source(no_flag) if f.rule == "deprecated-launcher"] == [8]

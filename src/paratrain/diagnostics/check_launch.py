@@ -176,15 +176,22 @@ def deprecated_launcher(facts: ScriptFacts) -> Iterator[Finding]:
     if commands:
         mentions = commands = [(number, line) for number, line in commands if not _starts_another_script(facts, line)
                                and not _environment_only(facts, number)]
-    for number, _ in (commands or mentions)[:1]:
-        yield Finding(number, "deprecated-launcher", _DEPRECATED, _TO_TORCHRUN)
-        return
-    # No line of its own names it: its project's README or shell script may start it so. Reported at the
-    # `--local_rank` flag the old launcher needs (the line to change with the command); a script without one
-    # is left alone (its launch line elsewhere is all there is to change).
+    # Reported at the `--local_rank` flag the old launcher needs, where the script has one: the line to change
+    # with the command, wherever the command is written (its own usage comment, named in "also lines", or its
+    # project's README or shell script).
     flags = [call for call in facts.calls_named("add_argument")
              if any(isinstance(a, ast.Constant) and a.value in ("--local_rank", "--local-rank") for a in call.args)]
     flags.sort(key=lambda call: not any(isinstance(a, ast.Constant) and a.value == "--local_rank" for a in call.args))
+    for number, _ in (commands or mentions)[:1]:
+        if flags and flags[0].lineno != number:
+            yield Finding(flags[0].lineno, "deprecated-launcher",
+                          f"line {number} starts it with torch.distributed.launch: {_DEPRECATED} (also lines {number})",
+                          _TO_TORCHRUN)
+        else:
+            yield Finding(number, "deprecated-launcher", _DEPRECATED, _TO_TORCHRUN)
+        return
+    # No line of its own names it: its project's README or shell script may start it so; a script without the
+    # flag is left alone (its launch line elsewhere is all there is to change).
     launch = deprecated_launch(facts.script) if flags and facts.script is not None else None
     if launch is not None:
         yield Finding(flags[0].lineno, "deprecated-launcher",
