@@ -887,6 +887,9 @@ def main(devices):
     gathered = source.replace("        self.log(\"val_loss\", loss)\n",
                               "        self.log(\"val_loss\", self.all_gather(loss).mean())\n")
     assert rules(gathered) == []
+    by_a_helper = source.replace("        self.log(\"val_loss\", loss)\n",  # ngp_pl's helper of its own
+                                 "        self.log(\"val_loss\", all_gather_ddp_if_available(loss).mean())\n")
+    assert rules(by_a_helper) == []
 
 
 def test_a_question_about_the_ranks_device_is_not_a_rank_test():

@@ -73,8 +73,9 @@ def _unsynced_epoch_log(facts: ScriptFacts, call: ast.Call) -> bool:
             return False
     elif method.name not in _EPOCH_HOOKS:
         return False
-    if any(last_name(inner) in _GATHERS for inner in ast.walk(method) if isinstance(inner, ast.Call)):
-        return False  # the hook gathers (or reduces) what it logs itself
+    if any(last_name(inner) in _GATHERS or "gather" in last_name(inner) for inner in ast.walk(method)
+           if isinstance(inner, ast.Call)):
+        return False  # the hook gathers (or reduces) what it logs itself (ngp_pl's all_gather_ddp_if_available too)
     value = call.args[1] if len(call.args) > 1 else keyword(call, "value")
     if last_name(call) == "log_dict":
         value = call.args[0] if call.args else keyword(call, "dictionary")
