@@ -175,3 +175,21 @@ def test_options_in_a_variable_and_a_script_named_by_a_variable_of_the_same_file
     # a variable the file never sets names no script
     (tmp_path / "run.sh").write_text("torchrun --nproc_per_node=8 $method.py\n")
     assert multi_process_launch(path) is None
+
+
+def test_the_flag_of_an_argument_module_a_launched_script_imports_is_the_old_launchers(tmp_path):
+    # P5: src/param.py defines --local_rank; src/pretrain.py (`from param import parse_args`) is started by
+    # scripts/*.sh with python -m torch.distributed.launch
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "param.py").write_text(
+        "import argparse\n\n\ndef parse_args():\n    parser = argparse.ArgumentParser()\n"
+        "    parser.add_argument('--local_rank', type=int, default=-1)\n    return parser.parse_args()\n")
+    (tmp_path / "src" / "pretrain.py").write_text("from param import parse_args\n\nargs = parse_args()\n")
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "run.sh").write_text(
+        "python -m torch.distributed.launch --nproc_per_node=$1 src/pretrain.py --epochs 10\n")
+    found = [f for f in check_file(tmp_path / "src" / "param.py") if f.rule == "deprecated-launcher"]
+    assert [(f.line, "pretrain.py, which imports this module" in f.problem) for f in found] == [(6, True)]
+    (tmp_path / "scripts" / "run.sh").write_text("torchrun --nproc_per_node=$1 src/pretrain.py --epochs 10\n")
+    assert [f for f in check_file(tmp_path / "src" / "param.py") if f.rule == "deprecated-launcher"] == []

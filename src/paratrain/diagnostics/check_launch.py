@@ -8,8 +8,10 @@ import ast
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from paratrain.diagnostics.check_finding import Finding
+from paratrain.diagnostics.project_imports import read_small_file
 from paratrain.diagnostics.project_launches import deprecated_launch
 from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
 from paratrain.diagnostics.tree_walk import walk
@@ -197,6 +199,36 @@ def deprecated_launcher(facts: ScriptFacts) -> Iterator[Finding]:
         yield Finding(flags[0].lineno, "deprecated-launcher",
                       f"its project starts it with torch.distributed.launch ({launch.where}): " + _DEPRECATED,
                       _TO_TORCHRUN)
+        return
+    launched = _launched_importer(facts.script) if flags and facts.script is not None else None
+    if launched is not None:
+        importer, launch = launched
+        yield Finding(flags[0].lineno, "deprecated-launcher",
+                      f"its project starts {importer}, which imports this module, with torch.distributed.launch "
+                      f"({launch.where}): " + _DEPRECATED, _TO_TORCHRUN)
+
+
+_MAX_IMPORTERS = 40  # files of the module's folder read for an import of it
+
+
+def _launched_importer(module: Path) -> tuple[str, Any] | None:
+    """A script of the module's own folder that imports it by name (P5's ``pretrain.py``: ``from param import
+    parse_args``, its ``--local_rank`` defined in ``param.py``) and that its project starts with
+    torch.distributed.launch: (the script's file name, that launch)."""
+    pattern = re.compile(rf"^\s*(?:from\s+{re.escape(module.stem)}\s+import\b|import\s+{re.escape(module.stem)}\b)",
+                         re.MULTILINE)
+    try:
+        siblings = sorted(path for path in module.parent.glob("*.py") if path != module)[:_MAX_IMPORTERS]
+    except OSError:
+        return None
+    for path in siblings:
+        data = read_small_file(path)
+        if data is None or not pattern.search(data.decode("utf-8", "replace")):
+            continue
+        launch = deprecated_launch(path)
+        if launch is not None:
+            return path.name, launch
+    return None
 
 
 def _environment_only(facts: ScriptFacts, number: int) -> bool:
