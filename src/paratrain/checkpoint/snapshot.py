@@ -7,7 +7,8 @@ size) and copying the tensors. :class:`LiveState` reads the model and optimizer 
 ``optimizer.state`` directly, after checking once that this gives exactly torch's answer (the same keys,
 the very same tensors, the same hyperparameters); anything else (DTensors, a layout it does not match)
 is read through torch every time. :class:`HostBuffers` copies into host buffers kept from one save to the
-next (page-locked for GPU tensors, copied without waiting for the GPU; :meth:`HostBuffers.ready` waits).
+next (page-locked for GPU tensors, copied without waiting for the GPU; :meth:`HostBuffers.ready` waits), one
+``torch._foreach_copy_`` per part, and every part but a model's straight into the packed form its file holds.
 :class:`CopiesBeforeStep` leaves the copy of an optimizer's state (two thirds of the bytes with Adam) to the
 writing thread, which makes it while training runs the next forward and backward, before that optimizer's
 next step.
