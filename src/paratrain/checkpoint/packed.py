@@ -75,20 +75,36 @@ def pack(state: Any) -> Any:
     skeleton = rebuilt(state, hole)
     if not tensors or not all(_packable(tensor) for _, tensor in tensors):
         return state
-    kinds: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+    kinds, _, spans, layout = flat_layout([(leaf, (t.dtype, t.device), t.shape) for leaf, t in tensors])
+    parts: list[list[torch.Tensor]] = [[] for _ in kinds]
+    for (group, _, _), (_, tensor) in zip(spans, tensors):
+        parts[group].append(tensor.reshape(-1))
+    flats = [torch.cat(part) if len(part) > 1 else part[0].clone() for part in parts]
+    return {PACKED: VERSION, "skeleton": skeleton, "flats": flats, "layout": layout}
+
+
+def flat_layout(tensors: list[tuple[int, Any, torch.Size]]) -> tuple[list[Any], list[int], list[tuple[int, int, int]],
+                                                                    torch.Tensor]:
+    """Where tensors given as ``(leaf index, kind, shape)``, in order, lie in the flats of the packed form (one flat
+    per kind, in the order each kind first appears): the kinds, each flat's number of elements, each tensor's
+    ``(flat, offset, number of elements)``, and the ``layout`` tensor that is written (a row per tensor: its leaf
+    index, its flat, its offset, its number of dimensions and its sizes, padded with zeros). :func:`pack` and
+    :meth:`paratrain.checkpoint.snapshot.HostBuffers.packed` both lay out with it."""
+    kinds: dict[Any, int] = {}
+    sizes: list[int] = []
+    spans: list[tuple[int, int, int]] = []
     rows: list[list[int]] = []
-    offsets: dict[tuple[torch.dtype, torch.device], int] = {}
-    for leaf, tensor in tensors:
-        kind = (tensor.dtype, tensor.device)
-        group = list(kinds).index(kind) if kind in kinds else len(kinds)
-        kinds.setdefault(kind, []).append(tensor.reshape(-1))
-        offset = offsets.get(kind, 0)
-        offsets[kind] = offset + tensor.numel()
-        rows.append([leaf, group, offset, tensor.dim(), *tensor.shape])
+    for leaf, kind, shape in tensors:
+        group = kinds.setdefault(kind, len(kinds))
+        if group == len(sizes):
+            sizes.append(0)
+        numel = shape.numel()
+        rows.append([leaf, group, sizes[group], len(shape), *shape])
+        spans.append((group, sizes[group], numel))
+        sizes[group] += numel
     width = max(len(row) for row in rows)
     layout = torch.tensor([row + [0] * (width - len(row)) for row in rows], dtype=torch.int64)
-    flats = [torch.cat(parts) if len(parts) > 1 else parts[0].clone() for parts in kinds.values()]
-    return {PACKED: VERSION, "skeleton": skeleton, "flats": flats, "layout": layout}
+    return list(kinds), sizes, spans, layout
 
 
 def is_packed(loaded: Any) -> bool:

@@ -31,7 +31,7 @@ from paratrain.checkpoint.model_state import (
     optimizer_is_fresh,
     optimizer_state,
 )
-from paratrain.checkpoint.packed import PACKED, VERSION, rebuilt
+from paratrain.checkpoint.packed import PACKED, VERSION, flat_layout, rebuilt
 from paratrain.errors import CheckpointError
 from paratrain.goodput import ledger
 
@@ -148,23 +148,10 @@ class _Flats:
     def __init__(self, shapes: list[tuple[int, torch.dtype, torch.Size]], pinned: bool):
         self.shapes = shapes  # (place among the leaves, dtype, shape) of each tensor
         self.pinned = pinned
-        groups: dict[torch.dtype, int] = {}
-        sizes: list[int] = []
-        rows: list[list[int]] = []
-        spans: list[tuple[int, int, int]] = []  # (flat, offset, number of elements)
-        for place, dtype, shape in shapes:
-            group = groups.setdefault(dtype, len(groups))
-            if group == len(sizes):
-                sizes.append(0)
-            numel = shape.numel()
-            rows.append([place, group, sizes[group], len(shape), *shape])
-            spans.append((group, sizes[group], numel))
-            sizes[group] += numel
-        self.flats = [torch.empty(size, dtype=dtype, pin_memory=pinned) for dtype, size in zip(groups, sizes)]
+        dtypes, sizes, spans, self.layout = flat_layout(shapes)
+        self.flats = [torch.empty(size, dtype=dtype, pin_memory=pinned) for dtype, size in zip(dtypes, sizes)]
         self.views = [self.flats[group][offset:offset + numel].view(shape)
                       for (group, offset, numel), (_, _, shape) in zip(spans, shapes)]
-        width = max(len(row) for row in rows)
-        self.layout = torch.tensor([row + [0] * (width - len(row)) for row in rows], dtype=torch.int64)
 
 
 class CopiesBeforeStep:

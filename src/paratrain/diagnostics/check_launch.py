@@ -8,11 +8,10 @@ import ast
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from paratrain.diagnostics.check_finding import Finding
 from paratrain.diagnostics.project_imports import read_small_file
-from paratrain.diagnostics.project_launches import deprecated_launch
+from paratrain.diagnostics.project_launches import Launch, deprecated_launch
 from paratrain.diagnostics.script_facts import ScriptFacts, is_true, keyword, last_name
 from paratrain.diagnostics.tree_walk import walk
 
@@ -211,7 +210,7 @@ def deprecated_launcher(facts: ScriptFacts) -> Iterator[Finding]:
 _MAX_IMPORTERS = 40  # files of the module's folder read for an import of it
 
 
-def _launched_importer(module: Path) -> tuple[str, Any] | None:
+def _launched_importer(module: Path) -> tuple[str, Launch] | None:
     """A script of the module's own folder that imports it by name (P5's ``pretrain.py``: ``from param import
     parse_args``, its ``--local_rank`` defined in ``param.py``) and that its project starts with
     torch.distributed.launch: (the script's file name, that launch)."""
