@@ -224,3 +224,23 @@ def test_a_rank_just_out_of_a_declared_phase_is_not_taken_for_the_one_the_others
     assert stalled_ranks([watchdog._beat(1), waiting], 0.5, in_collective_only=True) == []
     time.sleep(0.6)  # a stall timeout after the phase ended, a rank that has not moved is blamed again
     assert stalled_ranks([watchdog._beat(2), waiting], 0.5, in_collective_only=True) == [0]
+
+
+def test_a_peers_idle_time_from_a_setup_only_its_runtime_watched_is_not_a_stall():
+    """A Runtime's own watchdog judges only collectives, so the idle time it publishes through a long setup (data
+    preparation, waiting for the other node) is no stall: an explicit watchdog that reads that record before the
+    peer's own explicit watchdog published (``pt.fit`` starting a poll later there) must not end the job on it."""
+    import torch.distributed as dist
+
+    store, reports = dist.HashStore(), []
+    runtimes = Watchdog(2.0, rank=1, world_size=2, poll=0.1, store=store, in_collective_only=True).start()
+    time.sleep(2.3)  # rank 1's setup: its Runtime's watchdog publishes idle times past the stall timeout
+    fits = Watchdog(2.0, rank=0, world_size=2, poll=0.1, store=store, on_stall=reports.append).start()
+    try:  # (one process: rank 0's fit watchdog takes over from rank 1's Runtime's, which stops publishing)
+        for step in range(10):  # rank 0 trains; rank 1's record stays the setup one, younger than 2 s + a poll
+            fits.progress(step, "forward")
+            time.sleep(0.1)
+    finally:
+        fits.stop()  # waits for its thread: a report it began (collecting stacks first) is in by then
+        runtimes.stop()
+    assert reports == []

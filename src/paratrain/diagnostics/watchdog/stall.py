@@ -45,6 +45,10 @@ class Beat:
     busy: str = ""  # a declared long phase (rt.busy), with how long it has run and may run
     busy_s: float = 0.0
     busy_limit_s: float = 0.0
+    # False from a Runtime's own watchdog, which judges only collectives: the idle time it publishes may span
+    # a setup nobody judged, and must not count as a stall for an explicit watchdog that reads it before this
+    # rank's own explicit one (``pt.fit``'s, started a poll later here) has published.
+    idle_judged: bool = True
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -86,7 +90,7 @@ def stalled_ranks(
     if in_collective_only:
         if not any(beat.waits and beat.wait_s >= stall_timeout_s for beat in beats):
             return []
-    elif max(beat.idle_s for beat in beats) < stall_timeout_s:
+    elif max((beat.idle_s for beat in beats if beat.idle_judged), default=0.0) < stall_timeout_s:
         return []
     outside = [beat.rank for beat in beats if not beat.waits]
     if 0 < len(outside) < len(beats):

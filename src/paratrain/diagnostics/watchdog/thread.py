@@ -261,7 +261,8 @@ class Watchdog:
             busy, busy_s, busy_limit, _ = ended
         return Beat(self.rank, self._host, os.getpid(), self._step, self._phase, round(now - self._moved_at, 3), tick,
                     waits=waits, wait_s=round(now - self._waiting_at[1], 3) if waits else 0.0, busy=busy,
-                    busy_s=round(busy_s, 3) if busy else 0.0, busy_limit_s=busy_limit if busy else 0.0)
+                    busy_s=round(busy_s, 3) if busy else 0.0, busy_limit_s=busy_limit if busy else 0.0,
+                    idle_judged=not self._in_collective_only)
 
     def _hard_exit_after(self) -> float:
         busy_left = self._busy_limit - (time.monotonic() - self._busy_since) if self._busy else 0.0
