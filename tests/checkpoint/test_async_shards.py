@@ -117,6 +117,34 @@ def test_the_host_copy_of_the_shards_is_kept_between_saves_and_made_again_for_an
     assert third["model"]["w"].data_ptr() != first["model"]["w"].data_ptr()
 
 
+def test_the_host_copy_of_the_shards_copies_every_tensor_of_a_save_in_one_call_into_torch(monkeypatch):
+    """Invariant: a host copy makes one call into torch per copy (the training thread's, then the writing thread's for
+    the optimizers' state), not one per tensor; containers, plain values and objects come out as they went in."""
+    import torch
+
+    from paratrain.checkpoint.async_shards import HostCopyOfShards
+
+    calls = []
+    copy = torch._foreach_copy_
+    monkeypatch.setattr(torch, "_foreach_copy_", lambda kept, live, **kw: (calls.append(len(live)), copy(kept, live, **kw)))
+    state = {"model": {"w": torch.arange(4.0), "b": torch.zeros(2), "steps": (torch.tensor(3), 7)},
+             "optimizer": {"state": {"w": {"exp_avg": torch.ones(4), "step": torch.tensor(1.0)}},
+                           "param_groups": [{"lr": 0.1, "betas": (0.9, 0.99)}]},
+             "extra": {"note": "x", "sizes": [1, 2], "object": {1, 2}}}
+    host = HostCopyOfShards()
+    host.stage(state)
+    calls.clear()
+    staged = host.stage(state, later=["optimizer"])
+    assert calls == [3]  # w, b and the tensor in the tuple: the optimizer's two are left to the writing thread
+    host.copy_the_rest(staged)
+    assert calls == [3, 2]
+    assert staged["model"]["steps"][1] == 7 and isinstance(staged["model"]["steps"], tuple)
+    assert staged["model"]["steps"][0].item() == 3 and staged["optimizer"]["state"]["w"]["step"].item() == 1.0
+    assert staged["optimizer"]["param_groups"] == [{"lr": 0.1, "betas": (0.9, 0.99)}]
+    assert staged["extra"] == {"note": "x", "sizes": [1, 2], "object": {1, 2}}
+    assert staged["extra"]["object"] is not state["extra"]["object"]  # deep-copied, as torch's stager does
+
+
 def test_dcp_plans_are_kept_per_host_copy_and_a_changed_layout_still_saves_everything(tmp_path):
     import torch
     import torch.distributed.checkpoint as dcp

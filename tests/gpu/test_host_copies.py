@@ -34,6 +34,26 @@ def test_host_copies_of_cuda_tensors_are_page_locked_and_hold_the_values_queued_
     assert all(torch.equal(copied[key], expected[key]) for key in expected)
 
 
+def test_the_kept_host_copy_of_shards_holds_the_cuda_values_queued_before_it_once_ready():
+    """The sharded path's kept copy (:class:`HostCopyOfShards`): one ``non_blocking`` foreach copy from the GPU into
+    page-locked memory, for the training thread's part and the writing thread's; GPU work queued after them must not
+    show once ``copy_the_rest`` (which waits for every copy of the save) has returned."""
+    from paratrain.checkpoint.async_shards import HostCopyOfShards
+
+    device = torch.device("cuda")
+    weights = torch.randn(512, 512, device=device)
+    state = {"model": {"w": weights}, "optimizer": {"state": {"w": {"exp_avg": weights * 3}}, "param_groups": [{}]}}
+    expected = {"w": weights.to("cpu", copy=True), "exp_avg": (weights * 3).to("cpu", copy=True)}
+    host = HostCopyOfShards()
+    host.stage(state)
+    staged = host.stage(state, later=["optimizer"])
+    weights.add_(1.0)  # queued after the training thread's copy
+    host.copy_the_rest(staged)
+    state["optimizer"]["state"]["w"]["exp_avg"].mul_(0)  # after copy_the_rest returned: the copy is complete
+    assert staged["model"]["w"].is_pinned() and torch.equal(staged["model"]["w"], expected["w"])
+    assert torch.equal(staged["optimizer"]["state"]["w"]["exp_avg"], expected["exp_avg"])
+
+
 def test_a_background_save_on_the_gpu_resumes_bit_identical(tmp_path):
     """Train 12 steps with a background save every 4; a new model and optimizer loaded from the save at step 8 and
     trained the last 4 steps end on the same weights."""

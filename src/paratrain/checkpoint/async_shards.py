@@ -16,6 +16,7 @@ the ~160 ms of CPU one rank's write of text-cls's fsdp state cost.
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Callable, Collection
 from datetime import timedelta
@@ -55,6 +56,7 @@ class HostCopyOfShards:
         self._copy: dict[str, Any] | None = None
         self._layout: Any = None
         self._later: list[tuple[str, Any]] = []  # (an entry's key, its live optimizer state) left to copy_the_rest
+        self._in_flight: list[Any] = []  # CUDA events after GPU copies not yet waited for (:meth:`ready`)
         self.plans_key = f"paratrain-host-copy-{next(_copies)}"  # DCP's cached save plans for these shards
 
     def planner(self) -> Any:
@@ -83,32 +85,71 @@ class HostCopyOfShards:
             self._layout = layout
         self._later = []
         staged = {}
+        pairs: list[tuple[torch.Tensor, torch.Tensor]] = []  # (kept tensor, live tensor), copied together at the end
         for key, value in state_dict.items():
             if key in later and isinstance(value, dict) and "state" in value:
-                staged[key] = {name: None if name == "state" else _copied(item, self._copy[key][name])
+                staged[key] = {name: None if name == "state" else _copied(item, self._copy[key][name], pairs)
                                for name, item in value.items()}  # "state" in its place, filled by copy_the_rest
                 self._later.append((key, value["state"]))
             else:
-                staged[key] = _copied(value, self._copy[key])
+                staged[key] = _copied(value, self._copy[key], pairs)
+        self._copy_pairs(pairs)
         return staged
 
     def copy_the_rest(self, staged: dict[str, Any]) -> None:
         """The optimizers' ``state`` that :meth:`stage` left, copied into the kept copy and put into ``staged``
-        (its answer). Writing thread, before those optimizers' next step."""
+        (its answer); on return every copy of this save is in host memory (:meth:`ready`). Writing thread, before
+        those optimizers' next step."""
+        pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
         for key, state in self._later:
-            staged[key]["state"] = _copied(state, self._copy[key]["state"])
+            staged[key]["state"] = _copied(state, self._copy[key]["state"], pairs)
         self._later = []
+        self._copy_pairs(pairs)
+        self.ready()
+
+    def _copy_pairs(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Every live tensor into its kept copy in one call into torch (it was one per tensor: torch's
+        ``_copy_state_dict``, ~15 µs of Python each); from a GPU ``non_blocking`` into page-locked memory, with an
+        event after the copies that :meth:`ready` waits for (torch copies tensor by tensor when the lists span
+        devices)."""
+        if not pairs:
+            return
+        on_gpu = any(live.is_cuda for _, live in pairs)
+        with torch.no_grad():
+            torch._foreach_copy_([kept for kept, _ in pairs], [live for _, live in pairs], non_blocking=on_gpu)
+        if on_gpu:
+            event = torch.cuda.Event()
+            event.record()
+            self._in_flight.append(event)
+
+    def ready(self) -> None:
+        """Wait until the GPU copies made so far are in host memory (no-op without any). Any thread."""
+        while self._in_flight:
+            self._in_flight.pop(0).synchronize()
 
 
 _copies = itertools.count()
 
 
-def _copied(value: Any, into: Any) -> Any:
-    """``value``'s tensors copied into ``into``'s (the same structure), as torch's own stager does; the answer
-    holds ``into``'s tensors and ``value``'s other values."""
-    from torch.distributed._state_dict_utils import _copy_state_dict
+def _copied(value: Any, into: Any, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """``value`` with ``into``'s tensors in place of its own (the same structure: :func:`_layout` equal), each pair
+    of local tensors (``into``'s, ``value``'s: a DTensor's shard on this rank) added to ``pairs`` to be copied;
+    ``value``'s other values deep-copied, as torch's own stager does. A ShardedTensor is copied at once by torch."""
+    if isinstance(value, torch.Tensor):
+        if type(value) is torch.Tensor or getattr(value, "_local_tensor", None) is not None:  # plain, or a DTensor
+            pairs.append((getattr(into, "_local_tensor", into), getattr(value, "_local_tensor", value)))
+            return into
+        from torch.distributed._state_dict_utils import _copy_state_dict
 
-    return _copy_state_dict({"": value}, {"": into}, type_check=False)[""]
+        return _copy_state_dict({"": value}, {"": into}, type_check=False)[""]
+    if isinstance(value, dict):
+        return {key: _copied(item, into[key], pairs) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_copied(item, kept, pairs) for item, kept in zip(value, into)]
+        return items if isinstance(value, list) else tuple(items)
+    if value is None or isinstance(value, (int, float, str, bytes)):
+        return value
+    return copy.deepcopy(value)
 
 
 def _layout(value: Any) -> Any:
