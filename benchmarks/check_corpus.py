@@ -23,14 +23,15 @@ read at the labelled commit (its files written once under ``--trees``, so that `
 script in its project and follows its imports), or a plain folder of files at their paths. ``--fetch`` first
 brings every labelled commit that DIR lacks from GitHub (a shallow fetch of that commit only).
 
-Twenty-eight corpora: ``check_corpus_labels.csv`` (the default, 25 files the rules were first fitted to),
+Twenty-nine corpora: ``check_corpus_labels.csv`` (the default, 25 files the rules were first fitted to),
 ``check_corpus_unseen_labels.csv`` (82 files from 28 repositories), ``check_corpus_fresh_labels.csv`` (41 from 15), and
-one file per corpus after them, ``check_corpus_fourth`` … ``check_corpus_twentyeighth_labels.csv`` (the twelfth to the
+one file per corpus after them, ``check_corpus_fourth`` … ``check_corpus_twentyninth_labels.csv`` (the twelfth to the
 fourteenth: 54, 59 and 28 files; the fifteenth to the seventeenth: 27, 22 and 22, the seventeenth all built on
 libraries; the eighteenth to the twenty-first: 58, 113, 91 and 86; the twenty-sixth: 60 files from 19 repositories, 10
 of them built on Lightning, Accelerate, the HF Trainer or DeepSpeed; the twenty-seventh: 72 files from 20 repositories,
-8 of them built on those libraries; the twenty-eighth: 67 files from 21 repositories, 7 on those libraries). Each from the fourth on was labelled by reading
-before ``check`` ran on any of its files (committed first up to the twenty-fifth; the twenty-sixth's to twenty-eighth's
+8 of them built on those libraries; the twenty-eighth: 67 files from 21 repositories, 7 on those libraries; the twenty-ninth: 71 files from 20
+repositories, 10 on those libraries). Each from the fourth on was labelled by reading
+before ``check`` ran on any of its files (committed first up to the twenty-fifth; the twenty-sixth's to twenty-ninth's
 labels were written before their first score and committed after it); its first score is an out-of-sample figure in
 docs/check_corpus.md, and the findings that fell on no label were read afterwards (rows whose note begins "read
 after the held-out scoring"). The second is split by a hash of the repository's name, fixed before any file was

@@ -1218,3 +1218,313 @@ dist.init_process_group("nccl")
     assert [(f.line, "(also lines 9)" in f.problem) for f in found] == [(5, True)]
     no_flag = source.replace('parser.add_argument("--local_rank", type=int)\n', "")
     assert [f.line for f in check_source(no_flag) if f.rule == "deprecated-launcher"] == [8]
+
+
+def test_a_logging_helper_given_the_level_by_its_caller_logs_on_every_rank_at_that_level(tmp_path):
+    """Uni3D: ``setup_logging(log_file, level)`` in another file adds a console handler at the level its caller
+    passes; the script passes ``logging.DEBUG if args.debug else logging.INFO`` on every rank."""
+    files = {
+        "main.py": """\
+            import argparse
+            import logging
+            import torch.distributed as dist
+            from utils.logger import setup_logging
+
+            def main(args):
+                args.log_level = logging.DEBUG if args.debug else logging.INFO
+                setup_logging("out.log", args.log_level)
+                dist.init_process_group("nccl")
+                logging.info("=> creating model")
+
+            if __name__ == "__main__":
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--debug", action="store_true")
+                main(parser.parse_args())
+            """,
+        "utils/logger.py": """\
+            import logging
+
+            def setup_logging(log_file, level):
+                logging.root.setLevel(level)
+                handler = logging.StreamHandler()
+                logging.root.addHandler(handler)
+                logging.root.addHandler(logging.FileHandler(filename=log_file))
+            """,
+    }
+    script = project(tmp_path / "every", files)
+    assert [(f.line, f.rule) for f in check_file(script)] == [(10, "log-on-every-rank")]
+    quiet = dict(files, **{"main.py": files["main.py"].replace(
+        "logging.DEBUG if args.debug else logging.INFO", "logging.INFO if dist.get_rank() == 0 else logging.WARNING")})
+    assert [(f.line, f.rule) for f in check_file(project(tmp_path / "by-rank", quiet))] == []
+    warning = dict(files, **{"main.py": files["main.py"].replace(
+        "logging.DEBUG if args.debug else logging.INFO", "logging.WARNING")})
+    assert [(f.line, f.rule) for f in check_file(project(tmp_path / "warning", warning))] == []
+
+
+def test_logging_bound_by_a_star_import_of_a_project_module_is_the_standard_module(tmp_path):
+    """Uni3D's main.py never imports ``logging``: it comes with ``from data.datasets import *``, whose own
+    ``from .utils.logger import *`` imports it; ``logging.info`` there is the standard module's."""
+    files = {
+        "main.py": """\
+            import torch.distributed as dist
+            from data.datasets import *
+
+            if __name__ == "__main__":
+                logging.basicConfig(level=logging.INFO)
+                dist.init_process_group("nccl")
+                logging.info("=> creating model")
+            """,
+        "data/__init__.py": "",
+        "data/datasets.py": "from .helpers import *\n\ndef build(name):\n    return name\n",
+        "data/helpers.py": "import logging\n\ndef get_logger(name):\n    return logging.getLogger(name)\n",
+    }
+    script = project(tmp_path / "star", files)
+    assert [(f.line, f.rule) for f in check_file(script)] == [(7, "log-on-every-rank")]
+    listed = dict(files, **{"data/helpers.py": "import logging\n__all__ = ['get_logger']\n\n"
+                                                "def get_logger(name):\n    return logging.getLogger(name)\n"})
+    assert [(f.line, f.rule) for f in check_file(project(tmp_path / "all", listed))] == []  # not what `*` binds
+
+
+def test_a_save_under_the_hf_trainers_should_save_runs_on_the_saving_process_only():
+    """GraphGPT: ``if trainer.args.should_save: trainer._save(...)`` — the HF Trainer's ``should_save`` is true on the
+    process that saves (process 0, unless ``save_on_each_node``)."""
+    source = """\
+import torch
+import torch.distributed as dist
+from transformers import Trainer
+
+
+def safe_save(trainer, path):
+    state = trainer.model.state_dict()
+    if trainer.args.should_save:
+        torch.save(state, path)
+
+
+dist.init_process_group("nccl")
+trainer = Trainer(model=torch.nn.Linear(2, 2))
+trainer.train()
+safe_save(trainer, "out.bin")
+"""
+    assert rules(source) == []
+    assert rules(source.replace("trainer.args.should_save", "trainer.args.output_dir")) == [(9, "save-on-every-rank")]
+
+
+def test_a_module_run_after_the_project_quieted_print_prints_on_the_main_rank_only(tmp_path):
+    """D-FINE: ``train.py`` calls ``setup_distributed``, whose ``setup_print(is_main)`` replaces builtins.print on
+    the other ranks; the solver modules it then runs print in their methods, quieted. Their top-level prints run
+    when imported, maybe before: still reported."""
+    files = {
+        "src/solver.py": """\
+            import torch.distributed as dist
+
+            print("solver module imported")
+
+            class Solver:
+                def fit(self):
+                    dist.barrier()
+                    print("Start training")
+            """,
+        "train.py": """\
+            from src import dist_utils
+            from src.solver import Solver
+
+            if __name__ == "__main__":
+                dist_utils.setup_distributed()
+                Solver().fit()
+            """,
+        "src/__init__.py": "",
+        "src/dist_utils.py": """\
+            import builtins
+            import torch.distributed as dist
+
+            def setup_distributed():
+                dist.init_process_group("nccl")
+                setup_print(dist.get_rank() == 0)
+
+            def setup_print(is_main):
+                builtin_print = builtins.print
+
+                def print(*args, **kwargs):
+                    if is_main or kwargs.pop("force", False):
+                        builtin_print(*args, **kwargs)
+
+                builtins.print = print
+            """,
+    }
+    [top_level] = check_file(project(tmp_path / "quieted", files))
+    assert (top_level.line, top_level.rule) == (3, "print-on-every-rank") and "also lines" not in top_level.problem
+    # Stark: the copy of the quieting helper is called by a function that nothing calls: it never runs
+    unused = dict(files, **{"train.py": files["train.py"].replace("dist_utils.setup_distributed()", "pass")})
+    [both] = check_file(project(tmp_path / "never-called", unused))
+    assert (both.line, both.rule) == (3, "print-on-every-rank") and "(also lines 8)" in both.problem
+
+
+def test_the_caller_that_sets_the_epoch_is_found_beside_the_script_whatever_another_folder_holds(tmp_path):
+    """VMamba: ``classification/data/build.py`` returns a DataLoader on a DistributedSampler and
+    ``classification/main.py`` calls ``data_loader_train.sampler.set_epoch(epoch)``; ``analyze/`` holds more Python
+    files than the project reading lists, and comes first in the tree."""
+    files = {
+        "classification/data/build.py": """\
+            import torch
+            import torch.distributed as dist
+
+            def build_loader(dataset):
+                sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=dist.get_world_size(), shuffle=True)
+                loader = torch.utils.data.DataLoader(dataset, sampler=sampler, batch_size=8)
+                return dataset, loader
+            """,
+        "classification/main.py": """\
+            from data.build import build_loader
+
+            def main(dataset):
+                _, data_loader_train = build_loader(dataset)
+                for epoch in range(10):
+                    data_loader_train.sampler.set_epoch(epoch)
+            """,
+        **{f"analyze/vendored/module_{index:04d}.py": "VALUE = 1\n" for index in range(620)},
+    }
+    assert [(f.line, f.rule) for f in check_file(project(tmp_path / "deep", files))] == []
+    never = dict(files, **{"classification/main.py": files["classification/main.py"].replace(
+        "data_loader_train.sampler.set_epoch(epoch)", "print(epoch)")})
+    assert [(f.line, f.rule) for f in check_file(project(tmp_path / "never", never))] == [(5, "no-set-epoch")]
+
+
+def test_a_training_sampler_inside_torchs_batch_sampler_still_needs_its_epoch_and_a_test_branchs_does_not():
+    """hysts' ``create_dataloader(config, is_train)``: the training DistributedSampler goes to the DataLoader through
+    torch's ``BatchSampler`` (which never sets an epoch; nothing in the project does), the test one is made in the
+    ``else:`` of ``if is_train:`` for one pass."""
+    source = """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+
+def create_dataloader(config, is_train):
+    if is_train:
+        train_sampler = torch.utils.data.distributed.DistributedSampler(config.train_set)
+        train_batch_sampler = torch.utils.data.sampler.BatchSampler(train_sampler, batch_size=32, drop_last=True)
+        return DataLoader(config.train_set, batch_sampler=train_batch_sampler)
+    else:
+        sampler = torch.utils.data.distributed.DistributedSampler(config.dataset)
+        return DataLoader(config.dataset, batch_size=32, sampler=sampler, shuffle=False)
+
+
+dist.init_process_group("nccl")
+"""
+    assert rules(source) == [(8, "no-set-epoch")]
+    set_by_the_loop = source + """\
+loader = create_dataloader(None, True)
+for epoch in range(3):
+    loader.batch_sampler.sampler.set_epoch(epoch)
+"""
+    assert rules(set_by_the_loop) == []
+    own = source.replace("torch.utils.data.sampler.BatchSampler", "EpochBatchSampler")  # the project's: it may
+    assert rules(own) == []
+    fresh_each_pass = """\
+import torch.distributed as dist
+from torch.utils.data import BatchSampler, DistributedSampler
+
+dist.init_process_group("nccl")
+for update in range(100):
+    indices = list(range(1024))
+    dist_sampler = DistributedSampler(indices, shuffle=True, seed=update)
+    sampler = BatchSampler(sampler=dist_sampler, batch_size=64, drop_last=False)
+    for batch in sampler:
+        print(len(batch), flush=True) if dist.get_rank() == 0 else None
+"""
+    assert rules(fresh_each_pass) == []  # sheeprl's SAC: a new sampler over each gathered batch, read once
+
+
+def test_a_lightning_module_whose_project_runs_the_trainer_on_several_processes_logs_its_monitored_metric_unsynced(
+        tmp_path):
+    """pdearena: the LightningModule's file never mentions processes; its docs train with ``--trainer.strategy=ddp
+    --trainer.devices=4`` and its YAML's checkpoint callback monitors a value the module logs without sync_dist."""
+    files = {
+        "pdearena/models/pdemodel.py": """\
+            import lightning.pytorch as pl
+            import torch
+
+            class PDEModel(pl.LightningModule):
+                def validation_step(self, batch, batch_idx):
+                    loss = torch.nn.functional.mse_loss(self(batch[0]), batch[1])
+                    self.log("valid/loss", loss)
+                    return loss
+            """,
+        "configs/navierstokes2d.yaml": """\
+            trainer:
+              callbacks:
+                - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+                  init_args:
+                    monitor: "valid/loss"
+            """,
+        "docs/train.md": "python scripts/train.py -c configs/navierstokes2d.yaml --trainer.strategy=ddp --trainer.devices=4\n",
+    }
+    script = project(tmp_path / "ddp", files)
+    assert [(f.line, f.rule) for f in check_file(script)] == [(7, "ungathered-metric")]
+    one = dict(files, **{"docs/train.md": "python scripts/train.py -c configs/navierstokes2d.yaml --trainer.devices=1\n"})
+    assert [(f.line, f.rule) for f in check_file(project(tmp_path / "one", one))] == []
+    # mvsnerf: the backend is ddp only for several GPUs, after the script forced one
+    chosen = dict(one, **{"scripts/train.py": "from lightning.pytorch import Trainer\n\nnum_gpus = 1\n"
+                                              "trainer = Trainer(distributed_backend='ddp' if num_gpus > 1 else None)\n"})
+    assert [(f.line, f.rule) for f in check_file(project(tmp_path / "chosen", chosen))] == []
+    given = dict(one, **{"scripts/train.py": "from lightning.pytorch import Trainer\n\ntrainer = Trainer(strategy='ddp')\n"})
+    assert [(f.line, f.rule) for f in check_file(project(tmp_path / "given", given))] == [(7, "ungathered-metric")]
+
+
+def test_a_method_of_a_class_that_nothing_names_never_runs(tmp_path):
+    """GraphGPT: ``SaveGraphProjectorCallback`` saves in ``on_save_checkpoint``, but no Trainer is given it: no line
+    of the file, no other file of the project, no configuration names the class."""
+    files = {
+        "train.py": """\
+            import torch
+            import torch.distributed as dist
+            from lightning.pytorch.callbacks import Callback
+
+            class SaveProjector(Callback):
+                def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+                    torch.save(pl_module.state_dict(), "projector.bin")
+
+            if __name__ == "__main__":
+                dist.init_process_group("nccl")
+            """,
+    }
+    assert [(f.line, f.rule) for f in check_file(project(tmp_path / "unnamed", files))] == []
+    configured = dict(files, **{"configs/train.yaml": "callbacks:\n  - _target_: train.SaveProjector\n"})
+    assert [(f.line, f.rule) for f in check_file(project(tmp_path / "configured", configured))] == [
+        (7, "save-on-every-rank")]
+    named = dict(files, **{"train.py": files["train.py"].replace(  # Paint-by-Example: a target string in the file
+        'dist.init_process_group("nccl")', 'dist.init_process_group("nccl")\n                config = {"target": "train.SaveProjector"}')})
+    assert [(f.line, f.rule) for f in check_file(project(tmp_path / "named", named))] == [(7, "save-on-every-rank")]
+    given = dict(files, **{"train.py": files["train.py"].replace(
+        'dist.init_process_group("nccl")', 'dist.init_process_group("nccl")\n                trainer_callbacks = [SaveProjector()]')})
+    assert (7, "save-on-every-rank") in [(f.line, f.rule) for f in check_file(project(tmp_path / "given", given))]
+
+
+def test_a_lightning_modules_prints_run_on_every_rank_when_its_project_runs_several(tmp_path):
+    """StableSR: main.py sets ``trainer_config["accelerator"] = "ddp"`` (Lightning 1.x re-runs the script in every
+    process), and the model's ``__init__`` in ``ldm/models/autoencoder.py`` prints its parameter lists."""
+    files = {
+        "ldm/models/autoencoder.py": """\
+            import pytorch_lightning as pl
+            import torch
+
+            class AutoencoderKL(pl.LightningModule):
+                def __init__(self):
+                    super().__init__()
+                    self.encoder = torch.nn.Linear(4, 4)
+                    print(f"trainable: {sum(p.numel() for p in self.parameters())}")
+            """,
+        "main.py": """\
+            from omegaconf import OmegaConf
+
+            trainer_config = OmegaConf.create()
+            trainer_config["accelerator"] = "ddp"
+            """,
+        "configs/autoencoder.yaml": "model:\n  target: ldm.models.autoencoder.AutoencoderKL\n",
+    }
+    script = project(tmp_path / "ddp", files)
+    assert [(f.line, f.rule) for f in check_file(script)] == [(8, "print-on-every-rank")]
+    alone = dict(files, **{"main.py": files["main.py"].replace('"ddp"', '"gpu"')})
+    assert [(f.line, f.rule) for f in check_file(project(tmp_path / "alone", alone))] == []
+    one_device = dict(files, **{"main.py": files["main.py"] + '            trainer_config["devices"] = [0]\n'})  # vocos
+    assert [(f.line, f.rule) for f in check_file(project(tmp_path / "one-device", one_device))] == []

@@ -51,7 +51,19 @@ def _loggers(facts: ScriptFacts) -> set[str] | None:
     # not an entry point is run by another one (I-JEPA's app/main.py imports it after setting the root's level by
     # rank): what its helper's setup then changes is not known, so the helper proves nothing.
     entry_point = facts.runs_as_program()
-    helpers = [call for call in facts.calls if imported.callee(call) in imported.every_rank_loggers and entry_point]
+    returned = dict(imported.every_rank_loggers)  # callee → where its logger is in what it returns
+    leveled = {}  # the calls of helpers whose console handler gets the level the call passes → that level's values
+    for call in facts.calls:
+        spec = imported.loggers_at_callers_level.get(imported.callee(call))
+        levels = _level_passed(facts, call, *spec[1:]) if spec is not None and entry_point else []
+        if levels:
+            leveled[call] = levels
+            returned[imported.callee(call)] = spec[0]
+    if any(_RANK_WORD.search(ast.unparse(level)) or facts.guard(level) for levels in leveled.values() for level in levels):
+        return None  # `setup_logging(path, INFO if rank == 0 else WARN)`: chosen by rank
+    helpers = [call for call in facts.calls if entry_point and (
+        imported.callee(call) in imported.every_rank_loggers
+        or call in leveled and any(VERBOSE_LEVEL.search(ast.unparse(level)) for level in leveled[call]))]
     setups = facts.calls_named(*_LOG_SETUP_CALLS)
     if any(_rank_chosen(facts, call) for call in setups):
         return None
@@ -75,15 +87,27 @@ def _loggers(facts: ScriptFacts) -> set[str] | None:
     for name, values in facts.assigned.items():
         names.update(name for value in values
                      if isinstance(value, ast.Call) and facts.full_name(value) == "logging.getLogger"
-                     or value in helpers and imported.every_rank_loggers[imported.callee(value)] is None)
+                     or value in helpers and returned[imported.callee(value)] is None)
     for call in helpers:  # `logger, out_dir, tb_dir = create_logger(...)` (HRNet)
-        index = imported.every_rank_loggers[imported.callee(call)]
+        index = returned[imported.callee(call)]
         assign = facts.parents.get(call)
         if index is not None and index >= 0 and isinstance(assign, ast.Assign) and isinstance(assign.targets[0], ast.Tuple):
             items = assign.targets[0].elts
             if index < len(items) and isinstance(items[index], (ast.Name, ast.Attribute)):
                 names.add(ast.unparse(items[index]))
     return names
+
+
+def _level_passed(facts: ScriptFacts, call: ast.Call, place: int, name: str) -> list[ast.expr]:
+    """The values the level a call passes may have: the argument at ``place`` (or named ``name``) as written, or
+    what the script assigns to it (``args.log_level = logging.DEBUG if args.debug else logging.INFO``); none
+    when the call does not pass it plainly (``*args``)."""
+    given = keyword(call, name)
+    if given is None and place < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:place + 1]):
+        given = call.args[place]
+    if given is None:
+        return []
+    return facts.assigned.get(ast.unparse(given), [given]) if isinstance(given, (ast.Name, ast.Attribute)) else [given]
 
 
 def _loggers_verbose_of_their_own(facts: ScriptFacts) -> set[str]:
@@ -125,16 +149,18 @@ def _root_handler_everywhere(facts: ScriptFacts) -> bool:
     return bool(configs) and not any(facts.guard(call) or keyword(call, "filename") is not None for call in configs)
 
 
+_RANK_WORD = re.compile(r"rank|main|master|process_index|primary")
+
+
 def _rank_chosen(facts: ScriptFacts, setup: ast.Call) -> bool:
     """The level (or handler) of this setup call depends on the rank: a rank in the call
     (``setLevel(INFO if rank == 0 else WARN)``), the call under a rank test (``if rank == 0:
     logger.setLevel(INFO) else: logger.setLevel(ERROR)``), or a name it reads that is assigned so
     (``if rank == 0: level = INFO``)."""
-    rank = re.compile(r"rank|main|master|process_index|primary")
-    if rank.search(ast.unparse(setup)) or facts.guard(setup):
+    if _RANK_WORD.search(ast.unparse(setup)) or facts.guard(setup):
         return True
     names = {node.id for node in walk(setup) if isinstance(node, ast.Name)}
-    return any(rank.search(ast.unparse(value)) or facts.guard(value)
+    return any(_RANK_WORD.search(ast.unparse(value)) or facts.guard(value)
                for name in names for value in facts.assigned.get(name, []))
 
 

@@ -17,7 +17,8 @@ from paratrain.diagnostics.dead_code import never_runs
 from paratrain.diagnostics.guard_texts import device_query
 from paratrain.diagnostics.library_calls import peft_prints, pretty_prints, tqdm_writes
 from paratrain.diagnostics.print_silencing import (
-    open_above, own_print_binding, print_replaced, print_silenced, runs_before, silencing_calls)
+    open_above, own_print_binding, print_replaced, print_silenced, project_open_above, quieted_by_the_project,
+    runs_before, silencing_calls)
 from paratrain.diagnostics.project_launches import launch_above
 from paratrain.diagnostics.rank_argument_prints import prints_by_rank_argument
 from paratrain.diagnostics.script_facts import ScriptFacts, last_name
@@ -114,6 +115,12 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
             prints = [call for call in prints if any(runs_before(facts, call, then) for then in silencing)]
             why = (f"print runs on every rank before `{last_name(silencing[0])}` (line {silencing[0].lineno}) quiets "
                    "the other ranks: each line appears once per process, interleaved") if silencing else why
+    elif quieted_by_the_project(facts):
+        opened = _opened_print(facts, [project_open_above(facts)])
+        if opened:
+            why = opened
+        else:
+            prints = [call for call in prints if not _in_a_function(facts, call)]  # run at import, maybe before
     else:
         prints += _literal_rank_prints(facts)
     yield from first_of(
@@ -123,7 +130,15 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
     )
 
 
-def _opened_print(facts: ScriptFacts) -> str:
+def _in_a_function(facts: ScriptFacts, node: ast.AST) -> bool:
+    """``node`` is inside a function or method of the file (it runs when called, not when the file is imported)."""
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        parent = facts.parents.get(parent)
+    return parent is not None
+
+
+def _opened_print(facts: ScriptFacts, sizes: list[int | None] = ()) -> str:
     """Why the script's prints run on every rank although its project replaced print to quiet them: the
     replacement prints on every rank above a job size (MAE's ``get_world_size() > 8``) and a command of the
     project starts the script in more processes than that (mage's README: ``--nproc_per_node=8 --nnodes=8``).
@@ -131,7 +146,7 @@ def _opened_print(facts: ScriptFacts) -> str:
     of a script whose print is replaced or silenced."""
     if facts.script is None:
         return ""
-    sizes = [size for size in (facts.imported.print_open_above, open_above(facts.tree)) if size is not None]
+    sizes = [size for size in (facts.imported.print_open_above, open_above(facts.tree), *sizes) if size is not None]
     launch = launch_above(facts.script, min(sizes)) if sizes else None
     if launch is None:
         return ""
@@ -148,7 +163,7 @@ def project_call_prints(facts: ScriptFacts) -> Iterator[Finding]:
     silenced, the call under no rank test and not in a launcher's parent), and the callee's print proved to
     run unconditionally on the way from that call.
     """
-    if not facts.distributed or print_silenced(facts) or print_replaced(facts):
+    if not facts.distributed or print_silenced(facts) or print_replaced(facts) or quieted_by_the_project(facts):
         return
     printing = facts.imported.every_rank_prints
     for calls, path, line in calls_by_file(facts, printing, lambda call: not never_runs(facts, call)):

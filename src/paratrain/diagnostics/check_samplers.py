@@ -57,7 +57,7 @@ def _handed_on(facts: ScriptFacts, name: str) -> bool:
     ``dataloaders["train_sampler"].set_epoch(epoch)``)."""
     loaders_by_parameter = _loaders_by_parameter(facts)
     for call in facts.calls:
-        if last_name(call) in LOADERS or call in loaders_by_parameter:
+        if last_name(call) in LOADERS or call in loaders_by_parameter or _torch_batch_sampler(facts, call):
             continue
         values = list(call.args) + [kw.value for kw in call.keywords]
         if any(ast.unparse(choice) == name for value in values for choice in _alternatives(value)):
@@ -67,6 +67,61 @@ def _handed_on(facts: ScriptFacts, name: str) -> bool:
     return any(isinstance(call.func, ast.Attribute) and call.func.attr == "set_epoch"
                and isinstance(call.func.value, ast.Subscript) and ast.unparse(call.func.value.value) in containers
                for call in facts.calls)
+
+
+def _torch_batch_sampler(facts: ScriptFacts, call: ast.Call) -> bool:
+    """torch's own ``BatchSampler(sampler, …)``: it hands its sampler's indices on in batches and never calls
+    ``set_epoch`` (a project's batch sampler may), so a sampler given to it is not handed to someone who might."""
+    return last_name(call) == "BatchSampler" and facts.full_name(call).startswith("torch.")
+
+
+def _batch_samplers_of(facts: ScriptFacts, name: str) -> set[str]:
+    """The names bound to a torch ``BatchSampler`` of sampler ``name``: a DataLoader given one of them
+    (``batch_sampler=``) holds the sampler too."""
+    return {bound for bound, values in facts.assigned.items() for value in values
+            if isinstance(value, ast.Call) and _torch_batch_sampler(facts, value)
+            and any(ast.unparse(argument) == name for argument in value.args[:1] + [keyword(value, "sampler")]
+                    if argument is not None)}
+
+
+def _made_for_each_pass(facts: ScriptFacts, sampler: ast.Call, held: set[str]) -> bool:
+    """The sampler is made again in the loop that reads it, once per pass (sheeprl's SAC draws a new
+    ``DistributedSampler`` over each freshly gathered batch and reads it through a ``BatchSampler`` in the same
+    iteration): every ``for`` over it (or over what ``held`` names hold it) sits in the loop that makes it. No
+    sampler lives for a second epoch, so none needs ``set_epoch``."""
+    made_in = _innermost_loop(facts, sampler)
+    reads = [node for node in walk(facts.scope(sampler)) if isinstance(node, (ast.For, ast.AsyncFor))
+             and ast.unparse(node.iter) in held]
+    return made_in is not None and bool(reads) and all(_innermost_loop(facts, read) is made_in for read in reads)
+
+
+def _innermost_loop(facts: ScriptFacts, node: ast.AST) -> ast.AST | None:
+    """The nearest loop of ``node``'s own function that holds it (None outside loops)."""
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
+            return parent
+        parent = facts.parents.get(parent)
+    return None
+
+
+def _for_evaluation(facts: ScriptFacts, node: ast.AST) -> bool:
+    """``node`` runs only when the data is not for training: in the ``else:`` of ``if is_train:``, or under
+    ``if not training:`` / ``if split == "test":`` (hysts' ``create_dataloader(config, is_train)``)."""
+    child, parent = node, facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        if isinstance(parent, ast.If):
+            test = parent.test
+            negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+            text = ast.unparse(test.operand if negated else test)
+            training = re.fullmatch(r"(?:\w+\.)*(?:is_)?train(?:ing)?", text) is not None
+            in_else = any(child is stmt for stmt in parent.orelse)
+            if training and in_else != negated:
+                return True
+            if not in_else and not negated and re.search(r"==\s*['\"](?:val|valid|validation|test|eval)['\"]", text):
+                return True
+        child, parent = parent, facts.parents.get(parent)
+    return False
 
 
 def _returned(facts: ScriptFacts, name: str, sampler: ast.Call) -> bool:
@@ -195,7 +250,7 @@ def _remainder_loader(facts: ScriptFacts) -> ast.Call | None:
 def sampler_not_passed(facts: ScriptFacts) -> Iterator[Finding]:
     used = _sampler_uses(facts)
     for name, sampler in facts.names_bound_to(*SAMPLERS).items():
-        if name in used or _handed_on(facts, name) or _returned(facts, name, sampler):
+        if name in used or _handed_on(facts, name) or _returned(facts, name, sampler) or _batch_samplers_of(facts, name):
             continue  # BatchSampler(sampler, …), a helper that builds the loader, a caller: it reaches a loader there
         dataset = first_arg(sampler)
         loader = next((c for c in facts.calls_named(*LOADERS) if dataset and first_arg(c) == dataset), None)
@@ -260,10 +315,12 @@ def no_set_epoch(facts: ScriptFacts) -> Iterator[Finding]:
         return
     for name, sampler in facts.bindings(*SAMPLERS) + imported_sampler_bindings(facts):
         shuffle = keyword(sampler, "shuffle")
-        if is_eval(name, sampler) or (isinstance(shuffle, ast.Constant) and shuffle.value is False):
+        if (is_eval(name, sampler) or (isinstance(shuffle, ast.Constant) and shuffle.value is False)
+                or _for_evaluation(facts, sampler)):
             continue  # evaluation order does not matter
-        if (_handed_on(facts, name) or _read_once(facts, name) or _returned_to_a_caller_that_sets_epochs(facts, {name})
-                or _in_lightning_module(facts, sampler)):
+        held = {name} | _batch_samplers_of(facts, name)
+        if (_handed_on(facts, name) or _read_once(facts, name) or _returned_to_a_caller_that_sets_epochs(facts, held)
+                or _in_lightning_module(facts, sampler) or _made_for_each_pass(facts, sampler, held)):
             continue
         # aot-benchmark's `train_sampler = self.train_sampler`, then `train_sampler.set_epoch(epoch)`: a name for it
         aliases = {alias for alias, values in facts.assigned.items() if any(ast.unparse(v) == name for v in values)}

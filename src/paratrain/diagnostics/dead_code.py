@@ -11,11 +11,12 @@ is not known here), nor one a call from another file may take.
 from __future__ import annotations
 
 import ast
+import re
 from typing import TYPE_CHECKING
 
 from paratrain.diagnostics.argument_needs import skipped_by
 from paratrain.diagnostics.call_names import last_name
-from paratrain.diagnostics.project_mentions import called_only_here
+from paratrain.diagnostics.project_mentions import called_only_here, named_in_configurations
 
 if TYPE_CHECKING:
     from paratrain.diagnostics.script_facts import ScriptFacts
@@ -27,7 +28,23 @@ def never_runs(facts: ScriptFacts, node: ast.AST) -> bool:
     """``node`` lies in the body of a constant-false ``if``/``while``, after a statement that leaves its block, or
     in a function every call of which skips it by the constants it passes
     (:func:`_skipped_by_every_caller`)."""
-    return _unreachable(facts, node) or _skipped_by_every_caller(facts, node)
+    return _unreachable(facts, node) or _skipped_by_every_caller(facts, node) or _in_a_class_nothing_names(facts, node)
+
+
+def _in_a_class_nothing_names(facts: ScriptFacts, node: ast.AST) -> bool:
+    """``node`` lies in a method of a class of the file's top level that nothing names: not the file (no read of the
+    class's name), no other file of its marked project (:func:`~paratrain.diagnostics.project_mentions.
+    called_only_here`), no configuration file of it (a Hydra ``_target_``, a LightningCLI ``class_path``); the
+    class is undecorated (a registry may keep it). GraphGPT's ``SaveGraphProjectorCallback`` is never given to a
+    Trainer, so its ``torch.save`` never runs."""
+    function = facts.scope(node)
+    owner = facts.parents.get(function) if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+    if not (isinstance(owner, ast.ClassDef) and facts.parents.get(owner) is facts.tree) or owner.decorator_list:
+        return False
+    named = sum(len(re.findall(rf"\b{owner.name}\b", line)) for line in facts.lines)
+    if facts.loaded_names.get(owner.name) or facts.script is None or named > 1:
+        return False  # named again in the file: read, or in a string (Paint-by-Example's `"target": "main.ImageLogger"`)
+    return called_only_here(facts.script, owner.name, False) and not named_in_configurations(facts.script, owner.name)
 
 
 def _skipped_by_every_caller(facts: ScriptFacts, node: ast.AST) -> bool:

@@ -14,7 +14,8 @@ import re
 # `ddp_rank`, `global_rank`; not `node_rank`, `group_rank`), or a main-process helper.
 GLOBAL_GUARD = re.compile(
     r"(?<![\w.])(?:\w+\.)*(?:(?:(?!node_|group_|local_)[a-z]\w*_)?rank|get_rank|RANK|is_main\w*|is_master\w*|master_process|is_rank_zero"
-    r"|is_primary\w*|is_root\w*|is_global_zero|is_world_process_zero|main_process|rank_?0|rank_zero\w*)\b")
+    r"|is_primary\w*|is_root\w*|is_global_zero|is_world_process_zero|main_process|rank_?0|rank_zero\w*)\b"
+    r"|(?<![\w.])(?:\w+\.)*(?:trainer\.args|self\.args|training_args)\.should_save\b")
 # A question about the rank's device (`torch.cuda.get_device_properties(rank).total_memory > 14e9`,
 # `torch.cuda.memory_allocated(local_rank)`): the rank only says which device; every rank asks it of its own, so
 # neither a test on the answer nor a line showing it tells the processes apart.
@@ -32,10 +33,13 @@ def without_device_queries(text: str) -> str:
 
 
 # A comparison with rank 0 (not `local_rank > -1`, which only picks a device), or a library's
-# main-process predicate (`trainer.is_world_process_zero()`, `accelerator.is_main_process`).
+# main-process predicate (`trainer.is_world_process_zero()`, `accelerator.is_main_process`, the HF Trainer's
+# `trainer.args.should_save`: true on the process that saves, process 0 unless `save_on_each_node`; a script's own
+# `args.should_save` is whatever the script sets it to, read as any flag).
 RANK_ZERO_TEST = re.compile(
     r"(?:==|!=)\s*0\b|\bin\s*[\[(]\s*-1\s*,\s*0\s*[\])]"
-    r"|(?<![\w])(?:\w+\.)*(?:is_world_process_zero|is_global_zero|is_main_process|is_local_main_process)\b")
+    r"|(?<![\w])(?:\w+\.)*(?:is_world_process_zero|is_global_zero|is_main_process|is_local_main_process)\b"
+    r"|(?<![\w.])(?:\w+\.)*(?:trainer\.args|self\.args|training_args)\.should_save\b")
 LOCAL_GUARD = re.compile(r"local_rank|LOCAL_RANK|local_process_index|is_local_\w*")
 # An `if` that tells a multi-process run from a single-process one: its `else:` runs on one process.
 # llama-recipes' `train_config.enable_fsdp` is its one switch to several processes (no DDP mode beside it).

@@ -29,10 +29,15 @@ class ImportedNames:
     sampler_makers: dict[str, list[ast.Call]] = field(default_factory=dict)
     # → None when the logger is what they return, i: the i-th item of the tuple they return
     every_rank_loggers: dict[str, int | None] = field(default_factory=dict)  # INFO and a console handler, any rank
+    # → (as every_rank_loggers, the level parameter's place and name): a console handler at the level the caller
+    # passes (Uni3D's `setup_logging(path, level)`); verbose on every rank when the call passes INFO or DEBUG
+    loggers_at_callers_level: dict[str, tuple[int | None, int, str]] = field(default_factory=dict)
     rank_aware_loggers: set[str] = field(default_factory=set)  # choose a level or handler by rank
     # call nothing of logging (no call named *log*), however they are named (`get_trainer_logger` making a
     # Lightning logger's config): they leave the process's loggers as they were
     logging_free: set[str] = field(default_factory=set)
+    # standard-library modules bound by the script's star imports of its project's modules (`logging` → "logging")
+    star_modules: dict[str, str] = field(default_factory=dict)
     # a launcher of the project imports the script after setting the root logger's level by rank (MSN's main.py)
     levels_chosen_by_importer: bool = False
     unguarded_savers: set[str] = field(default_factory=set)  # torch.save with no rank test of their own

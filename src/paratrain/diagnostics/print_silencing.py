@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
+from paratrain.diagnostics.project_mentions import imported_elsewhere, project_quiets_print
 from paratrain.diagnostics.script_facts import ScriptFacts, last_name
 from paratrain.diagnostics.tree_walk import walk
 
@@ -73,6 +74,24 @@ def print_silenced(facts: ScriptFacts) -> bool:
     imported = facts.imported
     return imported.print_replaced or (bool(_silencing_lines(facts)) and not _stdout_restored(facts)) or any(
         imported.callee(call) not in imported.read for call in facts.calls_named(*PRINT_SILENCING_HELPERS))
+
+
+def quieted_by_the_project(facts: ScriptFacts) -> bool:
+    """The file is a module of its project that another file imports, not a program
+    (:meth:`ScriptFacts.runs_as_program`), and the project quiets print on the other ranks for good
+    (:func:`~paratrain.diagnostics.project_mentions.project_quiets_print`): its functions run inside a program that
+    has set that up (D-FINE's solvers, run by train.py after ``setup_distributed`` replaced builtins.print). Its
+    top-level prints run when it is imported, which may be before: not covered. (A flat script that nothing imports
+    is a program of its own, main block or not: AnyDoor's ``run_train_anydoor.py``.)"""
+    return (facts.script is not None and not facts.runs_as_program() and imported_elsewhere(facts.script)
+            and bool(project_quiets_print(facts.script)))
+
+
+def project_open_above(facts: ScriptFacts) -> int | None:
+    """The job size above which the project's quieting replacement of print (:func:`quieted_by_the_project`) lets
+    every rank print (:func:`open_above`: MAE's ``get_world_size() > 8``); None without such a test."""
+    sizes = [size for tree in project_quiets_print(facts.script) for size in [open_above(tree)] if size is not None]
+    return min(sizes, default=None)
 
 
 def _silencing_lines(facts: ScriptFacts) -> set[int]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from paratrain.diagnostics.project_imports import read_small_file
-from paratrain.diagnostics.project_mentions import marked_root, python_files
+from paratrain.diagnostics.project_mentions import marked_root, python_files_near
 from paratrain.diagnostics.tree_walk import walk
 
 _MAX_CALLER_FILES = 8  # files that import the module and name the function; more than that: not followed
@@ -192,7 +192,7 @@ def _importers(script: Path, root: Path) -> tuple[tuple[Path, bytes], ...]:
     """The project's other files that may import ``script`` (its name shows in them), with their bytes: read once
     per module, as a check asks for each of its functions."""
     stem = re.compile(rb"\b" + re.escape(script.stem.encode()) + rb"\b")
-    return tuple((path, text) for path in python_files(root) if path != script
+    return tuple((path, text) for path in python_files_near(script, root) if path != script
                  and stem.search(text := read_small_file(path) or b""))
 
 

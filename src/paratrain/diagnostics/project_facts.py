@@ -18,6 +18,7 @@ test the rank), a tuple of wrappers, a level from a variable, are unknowns, and 
 from __future__ import annotations
 
 import ast
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from paratrain.diagnostics.project_logs import ProjectLogs, root_verbose_at_impo
 from paratrain.diagnostics.project_loggers import (
     chooses_by_rank,
     console_handler_of_module,
+    level_parameter,
     makes_logger,
     returned_index,
     tags_the_rank,
@@ -168,6 +170,7 @@ class _Reader:
                 continue
             self._learn(names, callee, *found)
         names.root_verbose_at_import = root_verbose_at_import(self.imports)
+        names.star_modules = self.imports.star_modules()
         names.levels_chosen_by_importer = levels_chosen_by_an_importer(self.imports.script)
         names.loader_bindings = loader_bindings(self.imports, facts)
         names.fixed_rendezvous = fixed_rendezvous_calls(self.imports, facts)
@@ -255,6 +258,8 @@ class _Reader:
         logger = self._logger_kind(module, function, 0)
         if logger == "rank":
             names.rank_aware_loggers.add(callee)
+        elif logger is not None and len(logger) == 3:
+            names.loggers_at_callers_level[callee] = (logger[1], *logger[2])
         elif logger is not None:
             names.every_rank_loggers[callee] = logger[1]
         reach = self._reached(module, function)
@@ -342,16 +347,19 @@ class _Reader:
         kind = None if found is None or _too_long(found[1]) else self._logger_kind(*found, 0)
         return "every" if isinstance(kind, tuple) and kind[1] is None else None
 
-    def _logger_kind(self, module: Module, function: _Function, depth: int) -> str | tuple[str, int | None] | None:
+    def _logger_kind(self, module: Module, function: _Function, depth: int) -> str | tuple[Any, ...] | None:
         """``"rank"`` when the function chooses a logging level or handler by rank; ``("every", index)`` when
         it sets a verbose level (INFO, DEBUG) and adds a console handler with no rank test, or returns the
         logger of such a function of the project (``index``: where that logger is in the tuple it returns,
-        None for the value itself); None otherwise."""
+        None for the value itself); ``("every", index, (place, name))`` when it adds the console handler at
+        the level its caller passes as that parameter; None otherwise."""
         if not makes_logger(function):
             return None
         if returns_main_process_logger(module.tree, function):
             return "rank"  # accelerate's MultiProcessAdapter: the main process only
         kind = _setup_kind(module, function)
+        if isinstance(kind, tuple):
+            return ("every", returned_index(function), kind) if depth == 0 else None
         if kind is not None:
             return kind if kind == "rank" else ("every", returned_index(function))
         if depth >= 1:
@@ -368,17 +376,22 @@ class _Reader:
         return None
 
 
-def _setup_kind(module: Module, function: _Function) -> str | None:
+def _setup_kind(module: Module, function: _Function) -> str | tuple[int, str] | None:
     """``"rank"`` when ``function`` sets a logging level or handler by rank (or tags each line with it), ``"every"``
-    when it sets a verbose level and a console handler with no rank test, else None."""
+    when it sets a verbose level and a console handler with no rank test; the level's parameter (place, name:
+    :func:`level_parameter`) when it adds a console handler at the level its caller gives; else None."""
     setups = [node for node in walk(function) if isinstance(node, ast.Call) and last_name(node) in _LOG_SETUPS]
     if chooses_by_rank(function, setups) or tags_the_rank(module, function):
         return "rank"
     console = any(last_name(s) == "StreamHandler" and to_console(s) for s in setups) or any(
         last_name(s) == "basicConfig" and keyword(s, "filename") is None and keyword(s, "handlers") is None
         for s in setups) or any(console_handler_of_module(module, s) for s in setups if last_name(s) == "addHandler")
-    verbose = any(verbose_level(function, s) for s in setups if last_name(s) in ("setLevel", "basicConfig"))
-    return "every" if console and verbose else None
+    leveled = [s for s in setups if last_name(s) in ("setLevel", "basicConfig")]
+    if not console:
+        return None
+    if any(verbose_level(function, s) for s in leveled):
+        return "every"
+    return next((place for s in leveled for place in [level_parameter(function, s)] if place is not None), None)
 
 
 def logger_class_kind(module: Module, cls: ast.ClassDef) -> str | None:

@@ -225,6 +225,36 @@ class ProjectImports:
             and any((a.asname or a.name) == name for a in stmt.names)
             for stmt in module.tree.body)
 
+    def star_modules(self) -> dict[str, str]:
+        """The standard-library modules that the script's ``from <project module> import *`` binds (name → module):
+        a star import binds every public name of the module, the modules it imports included, unless its
+        ``__all__`` lists others; followed through those modules' own star imports (Uni3D's main.py calls
+        ``logging.info`` with ``logging`` from ``from data.datasets import *`` → ``from .utils.logger import *``
+        → ``import logging``)."""
+        found: dict[str, str] = {}
+        seen: set[Path] = set()
+
+        def follow(tree: ast.Module, directory: Path, depth: int) -> None:
+            for node in _top_level(tree):
+                if not (isinstance(node, ast.ImportFrom) and node.module and any(a.name == "*" for a in node.names)):
+                    continue
+                path = self._find(node.module, directory, node.level)
+                module = None if path is None or path in seen or depth > 3 else self._module(path, 1)
+                if module is None:
+                    continue
+                seen.add(path)
+                public = _declared_all(module.tree)
+                for stmt in _top_level(module.tree):
+                    for alias in stmt.names if isinstance(stmt, ast.Import) else []:
+                        name = alias.asname or alias.name.split(".")[0]
+                        if (alias.name.split(".")[0] in sys.stdlib_module_names and not name.startswith("_")
+                                and (public is None or name in public)):
+                            found.setdefault(name, alias.name if alias.asname else name)
+                follow(module.tree, path.parent, depth + 1)
+
+        follow(self._script_tree, self.script.parent, 0)
+        return found
+
     def _star(self, path: Path) -> dict[str, tuple[Path, str]]:
         """What ``from module import *`` binds of a module of the project: the public functions it defines."""
         module = self._module(path, 1)
@@ -280,4 +310,13 @@ def _module_file(place: Path, parts: list[str]) -> Path | None:
     for candidate in (target.with_name(target.name + ".py"), target / "__init__.py"):
         if candidate.is_file():
             return candidate
+    return None
+
+
+def _declared_all(tree: ast.Module) -> set[str] | None:
+    """The names a module's ``__all__ = [...]`` lists (what its star import binds), None without one."""
+    for stmt in tree.body:
+        if (isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in stmt.targets)
+                and isinstance(stmt.value, (ast.List, ast.Tuple))):
+            return {e.value for e in stmt.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
     return None

@@ -96,6 +96,22 @@ def verbose_level(function: _Function, setup: ast.Call) -> bool:
     return bool(_VERBOSE_LEVEL.search(ast.unparse(level)))
 
 
+def level_parameter(function: _Function, setup: ast.Call) -> tuple[int, str] | None:
+    """The parameter of ``function`` (its place among the positional ones, its name) that the level of ``setup`` is,
+    when it has no default: the caller chooses the level (Uni3D's ``setup_logging(log_file, level)``, called with
+    ``logging.DEBUG if args.debug else logging.INFO``); None otherwise."""
+    level = setup.args[0] if last_name(setup) == "setLevel" and setup.args else keyword(setup, "level")
+    if not isinstance(level, ast.Name):
+        return None
+    arguments = function.args
+    positional = [a.arg for a in arguments.posonlyargs + arguments.args]
+    without_default = positional[:len(positional) - len(arguments.defaults)]
+    if level.id not in without_default:
+        return None
+    place = positional.index(level.id) - (1 if positional[:1] in (["self"], ["cls"]) else 0)
+    return place, level.id
+
+
 def returned_index(function: _Function) -> int | None:
     """Where the logger is in what the function returns: None for the value itself (or nothing), the index
     of the item named like a logger in a returned tuple (HRNet's ``return logger, out_dir, tb_dir``)."""

@@ -13,6 +13,7 @@ per project.
 
 from __future__ import annotations
 
+import ast
 import functools
 import os
 import re
@@ -30,7 +31,8 @@ def project_calls(script: Path, method: str) -> bool:
     if root is None:
         return False
     needle = f".{method}(".encode()
-    return any(needle in (read_small_file(path) or b"") for path in python_files(root) if path != script.resolve())
+    return any(needle in (read_small_file(path) or b"") for path in python_files_near(script, root)
+               if path != script.resolve())
 
 
 def project_names(script: Path, name: str) -> bool | None:
@@ -52,7 +54,8 @@ def _names_used_elsewhere(script: Path) -> frozenset[bytes] | None:
     root = marked_root(script)
     if root is None:
         return None
-    files = [path for path in python_files(root) if path != script] + [root / "pyproject.toml", root / "setup.cfg"]
+    files = [path for path in python_files_near(script, root) if path != script] + [
+        root / "pyproject.toml", root / "setup.cfg"]
     texts = [read_small_file(path) or b"" for path in files]
     text = b"\n".join(texts)
     stem = re.escape(script.stem.encode())
@@ -69,6 +72,25 @@ def _names_used_elsewhere(script: Path) -> frozenset[bytes] | None:
     return frozenset(used)
 
 
+def named_in_configurations(script: Path, name: str) -> bool:
+    """A YAML, JSON or TOML file of ``script``'s marked project holds the word ``name`` (a class a configuration
+    builds: Hydra's ``_target_``, LightningCLI's ``class_path``). True when nothing marks the root."""
+    root = marked_root(script.resolve())
+    return root is None or name.encode() in _configuration_words(root)
+
+
+@functools.lru_cache(maxsize=4)
+def _configuration_words(root: Path) -> frozenset[bytes]:
+    """Every word of the YAML, JSON and TOML files under ``root``, read once per project (a check asks per class)."""
+    return frozenset(word for path in project_files(root, (".yaml", ".yml", ".json", ".toml"))
+                     for word in re.findall(rb"\w+", read_small_file(path) or b""))
+
+
+def imported_elsewhere(script: Path) -> bool:
+    """Another file of ``script``'s marked project imports its module (it runs inside that file's process)."""
+    return _names_used_elsewhere(script.resolve()) is not None
+
+
 def called_only_here(script: Path, name: str, method: bool) -> bool:
     """No other file of ``script``'s marked project may call its function ``name`` (:func:`project_names`; a method:
     nor ``.name(``): a program no other file imports counts, as its functions run only as it calls them. False
@@ -78,12 +100,83 @@ def called_only_here(script: Path, name: str, method: bool) -> bool:
     return not (method and project_calls(script, name))
 
 
+_REPLACES_PRINT = re.compile(rb"^[ \t]+(?:builtins|__builtin__)\.print\s*=", re.MULTILINE)
+_RANK_WORD = re.compile(r"rank|main|master|primary")
+
+
+@functools.lru_cache(maxsize=4)
+def project_quiets_print(script: Path) -> tuple[ast.Module, ...]:
+    """The files of ``script``'s marked project that replace builtins.print inside a function that reads a rank test
+    (DETR's ``setup_for_distributed(is_master)``, D-FINE's ``setup_print(is_main)``) that a program of the project
+    runs (:func:`_run_from_a_program`), parsed: the project quiets print on the other ranks for the rest of a run.
+    Empty when none does, or without a root marker."""
+    root = marked_root(script.resolve())
+    if root is None:
+        return ()
+    texts = [read_small_file(path) or b"" for path in python_files_near(script, root)]
+    quieting: list[ast.Module] = []
+    for text in (text for text in texts if _REPLACES_PRINT.search(text)):
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            continue
+        replacers = {function.name.encode() for function in ast.walk(tree)
+                     if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and _RANK_WORD.search(ast.unparse(function))
+                     and any(isinstance(node, ast.Assign) and any(
+                         ast.unparse(t) in ("builtins.print", "__builtin__.print") for t in node.targets)
+                         for node in ast.walk(function))}
+        if _run_from_a_program(replacers, texts):
+            quieting.append(tree)
+    return tuple(quieting)
+
+
+def _run_from_a_program(names: set[bytes], texts: list[bytes], depth: int = 0) -> bool:
+    """A call of one of the functions ``names`` is made outside any function of the project (a program's top level
+    or main block), or in a function of which that holds, followed ``depth`` < 4 levels up: Stark's copy of DETR's
+    ``setup_for_distributed`` is called by an ``init_distributed_mode`` nothing calls, so it never runs."""
+    if not names or depth > 3:
+        return False
+    called = re.compile(rb"(?<!def )\b(?:" + b"|".join(re.escape(name) for name in sorted(names)) + rb")\s*\(")
+    callers: set[bytes] = set()
+    for text in (text for text in texts if called.search(text)):
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            continue
+        for call, function in _calls_with_their_function(tree):
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+            if name.encode() in names:
+                if function is None:
+                    return True
+                callers.add(function.encode())
+    return _run_from_a_program(callers - names, texts, depth + 1)
+
+
+def _calls_with_their_function(node: ast.AST, function: str | None = None):
+    """Every call under ``node`` with the name of the innermost function that holds it (None outside any)."""
+    for child in ast.iter_child_nodes(node):
+        inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+        if isinstance(child, ast.Call):
+            yield child, function
+        yield from _calls_with_their_function(child, inner)
+
+
 def marked_root(script: Path) -> Path | None:
     """The nearest directory above ``script`` that a root marker names its project's (``.git``, ``pyproject.toml``…)."""
     for directory in script.parents:
         if any((directory / marker).exists() for marker in ROOT_MARKERS):
             return directory
     return None
+
+
+def python_files_near(script: Path, root: Path) -> tuple[Path, ...]:
+    """:func:`python_files` of ``root``, those under ``script``'s own top folder of it first: the cap must not leave
+    out the script's neighbours when another folder holds more files than it (VMamba's ``analyze/`` has ~1 000,
+    before ``classification/``, whose ``main.py`` sets the epoch of the sampler ``data/build.py`` makes)."""
+    parts = script.resolve().relative_to(root).parts
+    near = project_files(root / parts[0], (".py",)) if len(parts) > 1 else ()
+    return tuple(dict.fromkeys((*near, *python_files(root))))[:_MAX_FILES]
 
 
 def python_files(root: Path) -> tuple[Path, ...]:

@@ -133,6 +133,9 @@ class ScriptFacts(RankGuards, LauncherParent):
         self.rank_helpers |= {name.rpartition(".")[2] for name in imported.rank_tests}
         self.machine_helpers |= {name.rpartition(".")[2] for name in imported.machine_tests}
         self.rank_getters = {name.rpartition(".")[2] for name in imported.global_rank_getters}
+        for name, module in imported.star_modules.items():  # `logging` from `from utils import *`: the module
+            if name not in self.modules and name not in self.assigned and name not in self.own_functions:
+                self.modules[name] = module
 
     # ---- questions the rules ask ---------------------------------------------------------------
     def full_name(self, node: ast.AST) -> str:
@@ -208,7 +211,12 @@ class ScriptFacts(RankGuards, LauncherParent):
             # a branch for rank 0 (`if training_args.local_rank in [-1, 0]:`): its author runs it on several
             isinstance(node, ast.If) and RANK_ZERO_TEST.search(ast.unparse(node.test)) and self._direct_test_kind(node.test)
             for node in walk(self.tree)
-        ) or self.launch is not None
+        ) or self.launch is not None or self._lightning_run_on_several()
+
+    def _lightning_run_on_several(self) -> bool:
+        from paratrain.diagnostics.lightning_runs import lightning_module_run_on_several  # it reads the project
+
+        return lightning_module_run_on_several(self.tree, self.script)
 
     @cached_property
     def started_alone(self) -> Launch | None:
