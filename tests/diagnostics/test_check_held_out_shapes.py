@@ -1528,3 +1528,42 @@ def test_a_lightning_modules_prints_run_on_every_rank_when_its_project_runs_seve
     assert [(f.line, f.rule) for f in check_file(project(tmp_path / "alone", alone))] == []
     one_device = dict(files, **{"main.py": files["main.py"] + '            trainer_config["devices"] = [0]\n'})  # vocos
     assert [(f.line, f.rule) for f in check_file(project(tmp_path / "one-device", one_device))] == []
+
+
+def test_a_project_function_that_gets_its_logger_from_a_helper_at_a_level_it_passes_logs_as_that_level(tmp_path):
+    """The project-reading side of the caller's level: ``trainer.py`` makes its logger at its top with
+    ``setup_logging("train.log", level)`` and ``run`` logs with it; on every rank only when the level it passes is
+    INFO or lower (WARNING was taken as every rank too, once a caller's level counted)."""
+    def files(level: str) -> dict[str, str]:
+        return {
+            "main.py": """\
+                import torch.distributed as dist
+                from trainer import run
+
+                if __name__ == "__main__":
+                    dist.init_process_group("nccl")
+                    run()
+                """,
+            "trainer.py": f"""\
+                import logging
+                from log_utils import setup_logging
+
+                logger = setup_logging("train.log", {level})
+
+
+                def run():
+                    logger.info("step 1")
+                """,
+            "log_utils.py": """\
+                import logging
+
+                def setup_logging(log_file, level):
+                    logger = logging.getLogger("train")
+                    logger.setLevel(level)
+                    logger.addHandler(logging.StreamHandler())
+                    return logger
+                """,
+        }
+    assert [(f.line, f.rule) for f in check_file(project(tmp_path / "info", files("logging.INFO")))] == [
+        (6, "log-on-every-rank")]
+    assert [(f.line, f.rule) for f in check_file(project(tmp_path / "warning", files("logging.WARNING")))] == []

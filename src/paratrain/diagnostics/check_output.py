@@ -116,7 +116,7 @@ def print_on_every_rank(facts: ScriptFacts) -> Iterator[Finding]:
             why = (f"print runs on every rank before `{last_name(silencing[0])}` (line {silencing[0].lineno}) quiets "
                    "the other ranks: each line appears once per process, interleaved") if silencing else why
     elif quieted_by_the_project(facts):
-        opened = _opened_print(facts, [project_open_above(facts)])
+        opened = _opened_print(facts, (project_open_above(facts),))
         if opened:
             why = opened
         else:
@@ -138,12 +138,13 @@ def _in_a_function(facts: ScriptFacts, node: ast.AST) -> bool:
     return parent is not None
 
 
-def _opened_print(facts: ScriptFacts, sizes: list[int | None] = ()) -> str:
+def _opened_print(facts: ScriptFacts, sizes: tuple[int | None, ...] = ()) -> str:
     """Why the script's prints run on every rank although its project replaced print to quiet them: the
     replacement prints on every rank above a job size (MAE's ``get_world_size() > 8``) and a command of the
     project starts the script in more processes than that (mage's README: ``--nproc_per_node=8 --nnodes=8``).
     "" otherwise: a count the commands do not write in numbers leaves the replacement taken as quieting. Asked only
-    of a script whose print is replaced or silenced."""
+    of a script whose print is replaced or silenced, or of a module its project quiets (``sizes``: the limits of the
+    project's replacements)."""
     if facts.script is None:
         return ""
     sizes = [size for size in (facts.imported.print_open_above, open_above(facts.tree), *sizes) if size is not None]

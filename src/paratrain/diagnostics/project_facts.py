@@ -44,6 +44,7 @@ from paratrain.diagnostics.project_loggers import (
     tags_the_rank,
     to_console,
     verbose_level,
+    verbose_text,
 )
 from paratrain.diagnostics.project_local_rank import (
     attributes_read_before_set,
@@ -342,10 +343,17 @@ class _Reader:
 
     def _helper_kind(self, module: Module, call: ast.Call) -> str | None:
         """``"every"`` when the project function ``call`` (in ``module``) runs returns a logger with a verbose
-        level and a console handler in every process (``logger = init_logger(__name__)``)."""
+        level and a console handler in every process (``logger = init_logger(__name__)``; one whose level the
+        caller gives: when ``call`` passes INFO or DEBUG as written)."""
         found = self._in_module(module, ast.unparse(call.func))
         kind = None if found is None or _too_long(found[1]) else self._logger_kind(*found, 0)
-        return "every" if isinstance(kind, tuple) and kind[1] is None else None
+        if not (isinstance(kind, tuple) and kind[1] is None):
+            return None
+        if len(kind) == 3:  # the level is the call's: verbose only when it passes INFO or DEBUG
+            place, name = kind[2]
+            given = keyword(call, name) or (call.args[place] if place < len(call.args) else None)
+            return "every" if given is not None and verbose_text(ast.unparse(given)) else None
+        return "every"
 
     def _logger_kind(self, module: Module, function: _Function, depth: int) -> str | tuple[Any, ...] | None:
         """``"rank"`` when the function chooses a logging level or handler by rank; ``("every", index)`` when

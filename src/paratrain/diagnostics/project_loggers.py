@@ -96,6 +96,11 @@ def verbose_level(function: _Function, setup: ast.Call) -> bool:
     return bool(_VERBOSE_LEVEL.search(ast.unparse(level)))
 
 
+def verbose_text(level: str) -> bool:
+    """A level written as INFO or lower (``logging.INFO``, ``"DEBUG"``, ``20``)."""
+    return bool(_VERBOSE_LEVEL.search(level.strip("'\"")))
+
+
 def level_parameter(function: _Function, setup: ast.Call) -> tuple[int, str] | None:
     """The parameter of ``function`` (its place among the positional ones, its name) that the level of ``setup`` is,
     when it has no default: the caller chooses the level (Uni3D's ``setup_logging(log_file, level)``, called with

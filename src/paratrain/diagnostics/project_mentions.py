@@ -174,7 +174,10 @@ def python_files_near(script: Path, root: Path) -> tuple[Path, ...]:
     """:func:`python_files` of ``root``, those under ``script``'s own top folder of it first: the cap must not leave
     out the script's neighbours when another folder holds more files than it (VMamba's ``analyze/`` has ~1 000,
     before ``classification/``, whose ``main.py`` sets the epoch of the sampler ``data/build.py`` makes)."""
-    parts = script.resolve().relative_to(root).parts
+    try:
+        parts = script.resolve().relative_to(root).parts
+    except ValueError:  # not under root (a root given for another path): no neighbours to put first
+        parts = ()
     near = project_files(root / parts[0], (".py",)) if len(parts) > 1 else ()
     return tuple(dict.fromkeys((*near, *python_files(root))))[:_MAX_FILES]
 
