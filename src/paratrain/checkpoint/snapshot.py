@@ -115,24 +115,33 @@ class HostBuffers:
         return buffer
 
     def _copy_pairs(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Each tensor into its host buffer, in one call into torch. From a GPU, copies the GPU makes after the work
-        queued before them while Python goes on (torch copies tensor by tensor, ``non_blocking``, when the lists
-        span devices); an event recorded after them is what :meth:`ready` waits for."""
-        if not pairs:
-            return
-        on_gpu = any(tensor.is_cuda for _, tensor in pairs)
-        with torch.no_grad():
-            torch._foreach_copy_([buffer for buffer, _ in pairs], [tensor for _, tensor in pairs], non_blocking=on_gpu)
-        if on_gpu:
-            if self._event is None:
-                self._event = torch.cuda.Event()
-            self._event.record()
+        """:func:`copy_to_host`; its event, when the copies came from a GPU, is what :meth:`ready` waits for."""
+        event = copy_to_host(pairs)
+        if event is not None:
+            self._event = event
 
     def ready(self) -> None:
         """Wait until the copies of the last :meth:`copy` are in host memory (GPU copies; no-op on CPU).
         Any thread."""
         if self._event is not None:
             self._event.synchronize()
+
+
+def copy_to_host(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """Each tensor of ``pairs`` (host buffer, tensor) into its buffer, in one call into torch. From a GPU, copies the
+    GPU makes after the work queued before them while Python goes on (``non_blocking``; torch copies tensor by
+    tensor when the lists span devices): the answer is a CUDA event recorded after them, to wait for before the
+    buffers are read; None when no tensor was on a GPU (the copies are done)."""
+    if not pairs:
+        return None
+    on_gpu = any(tensor.is_cuda for _, tensor in pairs)
+    with torch.no_grad():
+        torch._foreach_copy_([buffer for buffer, _ in pairs], [tensor for _, tensor in pairs], non_blocking=on_gpu)
+    if not on_gpu:
+        return None
+    event = torch.cuda.Event()
+    event.record()
+    return event
 
 
 _IMMUTABLE = (bool, int, float, str, bytes)
